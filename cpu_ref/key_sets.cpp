@@ -1,0 +1,39 @@
+// key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4).
+#include "key_sets.h"
+
+namespace dilattn::ref {
+
+void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup>* groups) {
+  groups->clear();
+  switch (p.kind) {
+    case DILATTN_KIND_DENSE: {  // SPEC 2
+      const KeyProgression kp = dense_keys(i, p.Nq, p.Nk, p.causal);
+      if (kp.count > 0) groups->push_back({kp});
+      return;
+    }
+    case DILATTN_KIND_DILATED: {  // SPEC 3: one group per branch that selects row i
+      const int64_t m = p.num_branches();
+      for (int64_t b = 0; b < m; ++b) {
+        if (!head_uses_branch(p.head_mode, h, b, p.H, m)) continue;
+        const Branch& br = p.branches[static_cast<size_t>(b)];
+        const int64_t o = head_offset(p.head_mode, h, b, br.r, p.H);
+        const KeyProgression kp = dilated_keys(i, p.Nq, br.w, br.r, o, p.causal);
+        if (kp.count > 0) groups->push_back({kp});
+      }
+      return;
+    }
+    case DILATTN_KIND_BLOCK_SPARSE: {  // SPEC 4: every key of every listed block, one softmax
+      int64_t count = 0;
+      const int64_t* cols = p.mask->row_cols(h, i / p.mask->bq, &count);
+      KeyGroup group;
+      for (int64_t e = 0; e < count; ++e) {
+        const KeyProgression kp = block_keys(i, cols[e], p.mask->bk, p.Nq, p.Nk, p.causal);
+        if (kp.count > 0) group.push_back(kp);
+      }
+      if (!group.empty()) groups->push_back(std::move(group));
+      return;
+    }
+  }
+}
+
+}  // namespace dilattn::ref

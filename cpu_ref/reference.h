@@ -1,0 +1,43 @@
+// reference.h - pieces of the f64 reference shared by its forward and backward files.
+#ifndef DILATTN_REFERENCE_H
+#define DILATTN_REFERENCE_H
+
+#include <vector>
+
+#include "dtype_convert.h"
+#include "key_sets.h"
+
+namespace dilattn::ref {
+
+// Row [b, n, h, :] of a tensor, read as f64.
+inline void load_row(const dilattn_tensor& t, int64_t b, int64_t n, int64_t h, int64_t D,
+                     double* out) {
+  const int64_t base = element_offset(t, b, n, h, 0);
+  for (int64_t d = 0; d < D; ++d) out[d] = load_element(t.data, t.dtype, base + d * t.strides[3]);
+}
+
+inline void store_row(const dilattn_tensor& t, int64_t b, int64_t n, int64_t h, int64_t D,
+                      const double* row) {
+  const int64_t base = element_offset(t, b, n, h, 0);
+  for (int64_t d = 0; d < D; ++d) store_element(t.data, t.dtype, base + d * t.strides[3], row[d]);
+}
+
+inline double dot(const double* a, const double* b, int64_t D) {
+  double s = 0;
+  for (int64_t d = 0; d < D; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// LSE entry [b, h, i] of an f32 or f64 tensor.
+inline int64_t lse_offset(const dilattn_tensor& t, int64_t b, int64_t h, int64_t i) {
+  return element_offset(t, b, h, i, 0);
+}
+
+// SPEC 2 and 3 for one query row: O_i (D values) and LSE_i, in f64.
+void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
+                 const dilattn_tensor& v, int64_t b, int64_t h, int64_t i, double* o,
+                 double* lse);
+
+}  // namespace dilattn::ref
+
+#endif  // DILATTN_REFERENCE_H

@@ -1,0 +1,74 @@
+// reference_backward.cpp - the f64 reference backward, SPEC 6 as written:
+//
+//   D_i = <dO_i, O_i>;  for every occurrence of j in A(i):  P_ij = exp(S_ij - LSE_i),
+//   dV_j += P_ij dO_i,  dS_ij = P_ij (<dO_i, v_j> - D_i),
+//   dQ_i += scale dS_ij k_j,  dK_j += scale dS_ij q_i.
+//
+// LSE is the combined one the forward returned, so dilated branches need no extra weights: a
+// key reached by two branches is two occurrences. dK and dV sum over the query heads of a kv
+// head (GQA). Accumulation is f64 in the workspace, in a fixed order: deterministic.
+// Checked by tests/test_reference_gradients.cpp (finite differences in f64).
+#include <cmath>
+
+#include "backend.h"
+#include "reference.h"
+
+namespace dilattn::ref {
+
+dilattn_status backward(const Problem& p, const BackwardArgs& a) {
+  const int64_t D = p.D;
+  // f64 accumulators, contiguous [B, N, heads, D], carved from the workspace.
+  double* dq_acc = static_cast<double*>(a.workspace);
+  double* dk_acc = dq_acc + p.B * p.Nq * p.H * D;
+  double* dv_acc = dk_acc + p.B * p.Nk * p.Hkv * D;
+  const size_t total = static_cast<size_t>(p.B * p.Nq * p.H * D + 2 * p.B * p.Nk * p.Hkv * D);
+  for (size_t x = 0; x < total; ++x) dq_acc[x] = 0;
+  auto q_at = [&](int64_t b, int64_t i, int64_t h) { return ((b * p.Nq + i) * p.H + h) * D; };
+  auto kv_at = [&](int64_t b, int64_t j, int64_t g) { return ((b * p.Nk + j) * p.Hkv + g) * D; };
+
+  std::vector<double> q_row(D), o_row(D), do_row(D), k_row(D), v_row(D);
+  std::vector<KeyGroup> groups;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t kvh = kv_head_of(h, p.H, p.Hkv);
+      for (int64_t i = 0; i < p.Nq; ++i) {
+        row_key_groups(p, h, i, &groups);
+        if (groups.empty()) continue;  // A(i) empty: no term
+        load_row(*a.q, b, i, h, D, q_row.data());
+        load_row(*a.o, b, i, h, D, o_row.data());
+        load_row(*a.d_o, b, i, h, D, do_row.data());
+        const double lse = load_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i));
+        const double D_i = dot(do_row.data(), o_row.data(), D);
+        double* dq_i = dq_acc + q_at(b, i, h);
+        for (const KeyGroup& group : groups)
+          for (const KeyProgression& kp : group)
+            for (int64_t t = 0; t < kp.count; ++t) {
+              const int64_t j = kp.first + t * kp.step;
+              load_row(*a.k, b, j, kvh, D, k_row.data());
+              load_row(*a.v, b, j, kvh, D, v_row.data());
+              const double P = std::exp(p.scale * dot(q_row.data(), k_row.data(), D) - lse);
+              const double dS = P * (dot(do_row.data(), v_row.data(), D) - D_i);
+              double* dk_j = dk_acc + kv_at(b, j, kvh);
+              double* dv_j = dv_acc + kv_at(b, j, kvh);
+              for (int64_t d = 0; d < D; ++d) {
+                dv_j[d] += P * do_row[d];
+                dq_i[d] += p.scale * dS * k_row[d];
+                dk_j[d] += p.scale * dS * q_row[d];
+              }
+            }
+      }
+    }
+
+  for (int64_t b = 0; b < p.B; ++b) {
+    for (int64_t i = 0; i < p.Nq; ++i)
+      for (int64_t h = 0; h < p.H; ++h) store_row(*a.dq, b, i, h, D, dq_acc + q_at(b, i, h));
+    for (int64_t j = 0; j < p.Nk; ++j)
+      for (int64_t g = 0; g < p.Hkv; ++g) {
+        store_row(*a.dk, b, j, g, D, dk_acc + kv_at(b, j, g));
+        store_row(*a.dv, b, j, g, D, dv_acc + kv_at(b, j, g));
+      }
+  }
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace dilattn::ref

@@ -1,0 +1,77 @@
+// backend.h - the interface between the plan (plan.cpp, dispatch.cpp) and each backend.
+//
+// dispatch.cpp has validated every tensor against the plan before a backend runs (SPEC 7), so a
+// backend only refuses what it cannot take (DILATTN_ERROR_UNSUPPORTED, before touching memory).
+#ifndef DILATTN_BACKEND_H
+#define DILATTN_BACKEND_H
+
+#include <cstddef>
+
+#include "dilattn.h"
+#include "problem.h"
+
+namespace dilattn {
+
+struct ForwardArgs {
+  const dilattn_tensor* q;
+  const dilattn_tensor* k;
+  const dilattn_tensor* v;
+  const dilattn_tensor* o;
+  const dilattn_tensor* lse;  // may be null
+  void* workspace;            // at least workspace_bytes(problem).forward bytes
+};
+
+struct BackwardArgs {
+  const dilattn_tensor* q;
+  const dilattn_tensor* k;
+  const dilattn_tensor* v;
+  const dilattn_tensor* o;
+  const dilattn_tensor* lse;
+  const dilattn_tensor* d_o;
+  const dilattn_tensor* dq;
+  const dilattn_tensor* dk;
+  const dilattn_tensor* dv;
+  void* workspace;
+};
+
+struct WorkspaceBytes {
+  size_t forward = 0, backward = 0;
+};
+
+// Each backend: can_run (returns SUCCESS or a status with dilattn last-error set),
+// workspace sizes, forward, backward.
+namespace ref {
+WorkspaceBytes workspace_bytes(const Problem& p);
+dilattn_status forward(const Problem& p, const ForwardArgs& a);
+dilattn_status backward(const Problem& p, const BackwardArgs& a);
+// Only query rows rows[0..num_rows): o_rows [B, num_rows, H, D], lse_rows [B, H, num_rows],
+// both f64 contiguous (lse_rows may be null). Rows are checked in [0, Nq) by the caller.
+dilattn_status forward_rows(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
+                            const dilattn_tensor& v, const int64_t* rows, int64_t num_rows,
+                            double* o_rows, double* lse_rows);
+}  // namespace ref
+
+namespace cpu {
+dilattn_status can_run(const Problem& p);
+WorkspaceBytes workspace_bytes(const Problem& p);
+dilattn_status forward(const Problem& p, const ForwardArgs& a);
+dilattn_status backward(const Problem& p, const BackwardArgs& a);
+}  // namespace cpu
+
+// The CUDA backend: one launcher source (cuda/launch.cu) built twice, by nvcc into namespace
+// gpu (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
+// (DILATTN_BACKEND_EMU: the same kernels executed on the CPU).
+#define DILATTN_DECLARE_GPU_BACKEND(ns)                                \
+  namespace ns {                                                       \
+  dilattn_status can_run(const Problem& p);                            \
+  WorkspaceBytes workspace_bytes(const Problem& p);                    \
+  dilattn_status forward(const Problem& p, const ForwardArgs& a);      \
+  dilattn_status backward(const Problem& p, const BackwardArgs& a);    \
+  }
+DILATTN_DECLARE_GPU_BACKEND(gpu)
+DILATTN_DECLARE_GPU_BACKEND(emu)
+#undef DILATTN_DECLARE_GPU_BACKEND
+
+}  // namespace dilattn
+
+#endif  // DILATTN_BACKEND_H

@@ -1,0 +1,145 @@
+// desc.cpp - the attention description (dilattn_desc_*): what to compute, checked as it is set
+// (SPEC 3 and 7: w >= 1, 1 <= r <= w, at least one branch, finite scale).
+#include <cmath>
+#include <new>
+
+#include "errors.h"
+#include "handles.h"
+
+using dilattn::set_error;
+
+namespace dilattn {
+template <class Handle>
+dilattn_status check_handle(const Handle* h, const char* what) {
+  if (h == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", what);
+  if (h->magic != Handle::kMagic)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument '%s' = %p is not a live handle (destroyed already?)", what,
+                     static_cast<const void*>(h));
+  return DILATTN_SUCCESS;
+}
+template dilattn_status check_handle(const dilattn_desc_s*, const char*);
+template dilattn_status check_handle(const dilattn_mask_s*, const char*);
+template dilattn_status check_handle(const dilattn_plan_s*, const char*);
+}  // namespace dilattn
+
+#define CHECK_DESC(d)                                                     \
+  do {                                                                    \
+    dilattn_status s_ = dilattn::check_handle(d, "desc");                 \
+    if (s_ != DILATTN_SUCCESS) return s_;                                 \
+  } while (0)
+
+extern "C" dilattn_status dilattn_desc_create(dilattn_desc* desc) {
+  DILATTN_ABI_BEGIN
+  if (desc == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'desc' is NULL");
+  *desc = new dilattn_desc_s();
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_destroy(dilattn_desc desc) {
+  DILATTN_ABI_BEGIN
+  if (desc == nullptr) return DILATTN_SUCCESS;  // like free(NULL)
+  CHECK_DESC(desc);
+  desc->magic = 0;
+  delete desc;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_dense(dilattn_desc desc) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  desc->kind = DILATTN_KIND_DENSE;
+  desc->branches.clear();
+  desc->mask.reset();
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_dilated(dilattn_desc desc, int32_t num_branches,
+                                                   const int64_t* segments,
+                                                   const int64_t* dilations,
+                                                   dilattn_head_mode head_mode) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (num_branches < 1)
+    return set_error(DILATTN_ERROR_NO_BRANCHES, "argument 'num_branches' = %d: need at least one",
+                     static_cast<int>(num_branches));
+  if (segments == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'segments' is NULL");
+  if (dilations == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'dilations' is NULL");
+  if (head_mode != DILATTN_HEADS_MOD && head_mode != DILATTN_HEADS_BLOCK &&
+      head_mode != DILATTN_HEADS_GROUPS)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'head_mode' = %d is not a head mode",
+                     static_cast<int>(head_mode));
+  std::vector<dilattn::Branch> branches;
+  for (int32_t b = 0; b < num_branches; ++b) {
+    const int64_t w = segments[b], r = dilations[b];
+    if (w < 1)
+      return set_error(DILATTN_ERROR_BAD_SEGMENT, "segments[%d] = %lld: a segment needs w >= 1",
+                       static_cast<int>(b), static_cast<long long>(w));
+    if (r < 1 || r > w)
+      return set_error(DILATTN_ERROR_BAD_DILATION,
+                       "dilations[%d] = %lld: need 1 <= r <= w = %lld", static_cast<int>(b),
+                       static_cast<long long>(r), static_cast<long long>(w));
+    branches.push_back({w, r});
+  }
+  desc->kind = DILATTN_KIND_DILATED;
+  desc->branches = std::move(branches);
+  desc->head_mode = head_mode;
+  desc->mask.reset();
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_block_sparse(dilattn_desc desc, dilattn_mask mask) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  dilattn_status s = dilattn::check_handle(mask, "mask");
+  if (s != DILATTN_SUCCESS) return s;
+  desc->kind = DILATTN_KIND_BLOCK_SPARSE;
+  desc->branches.clear();
+  desc->mask = mask->mask;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_causal(dilattn_desc desc, int32_t causal) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  desc->causal = causal != 0;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_scale(dilattn_desc desc, double scale) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (!std::isfinite(scale))
+    return set_error(DILATTN_ERROR_BAD_SCALE, "argument 'scale' = %g: must be finite", scale);
+  desc->has_scale = true;
+  desc->scale = scale;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_num_threads(dilattn_desc desc, int32_t num_threads) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (num_threads < 0)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'num_threads' = %d: must be >= 0",
+                     static_cast<int>(num_threads));
+  desc->num_threads = num_threads;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_pool(dilattn_desc desc, dilattn_pool pool) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  desc->pool = pool;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}

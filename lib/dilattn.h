@@ -1,0 +1,218 @@
+/*
+ * dilattn.h - the C ABI of dilattn: dense, dilated (LongNet) and block-sparse attention,
+ * forward and backward, on a CPU reference, a fast CPU backend and CUDA kernels.
+ *
+ * What every backend computes is defined in SPEC.md (summarised in README.md, "Semantics").
+ * This header compiles as C99 (tests/c99_header_test.c proves it) and no C++ type crosses it.
+ *
+ * Usage, in five calls:
+ *   dilattn_desc desc;  dilattn_desc_create(&desc);
+ *   dilattn_desc_set_dilated(desc, 3, segments, dilations, DILATTN_HEADS_MOD);
+ *   dilattn_plan plan;  dilattn_plan_create(&plan, desc, B, N, N, H, H, D, DILATTN_F32, DILATTN_BACKEND_AUTO);
+ *   dilattn_forward(plan, &q, &k, &v, &o, &lse, NULL, 0);
+ *   dilattn_plan_destroy(plan); dilattn_desc_destroy(desc);
+ *
+ * Every call returns a dilattn_status. On an error nothing is written to any output, and
+ * dilattn_last_error() returns a message naming the argument and its value (thread-local).
+ */
+#ifndef DILATTN_H
+#define DILATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define DILATTN_API __declspec(dllexport)
+#else
+#define DILATTN_API __attribute__((visibility("default")))
+#endif
+
+/* ---------------------------------------------------------------- version */
+#define DILATTN_VERSION_MAJOR 0
+#define DILATTN_VERSION_MINOR 1
+#define DILATTN_VERSION_PATCH 0
+/* One integer that orders versions: 10000*major + 100*minor + patch. */
+#define DILATTN_VERSION \
+  (DILATTN_VERSION_MAJOR * 10000 + DILATTN_VERSION_MINOR * 100 + DILATTN_VERSION_PATCH)
+
+/* The version the library was built as; compare with DILATTN_VERSION to detect a
+ * header/library mismatch. */
+DILATTN_API int dilattn_version(void);
+
+/* ---------------------------------------------------------------- status (SPEC 7) */
+typedef enum dilattn_status {
+  DILATTN_SUCCESS = 0,
+  /* Bad input: one status per rule of SPEC 7. */
+  DILATTN_ERROR_NULL_POINTER = 1,       /* a required pointer is NULL */
+  DILATTN_ERROR_SHAPE_MISMATCH = 2,     /* a tensor's shape disagrees with the plan or another tensor */
+  DILATTN_ERROR_DTYPE_MISMATCH = 3,     /* a tensor's dtype disagrees with the plan */
+  DILATTN_ERROR_HEADS_NOT_DIVISIBLE = 4,/* H % Hkv != 0 */
+  DILATTN_ERROR_BAD_SEGMENT = 5,        /* a segment length w < 1 */
+  DILATTN_ERROR_BAD_DILATION = 6,       /* a dilation r < 1 or r > w */
+  DILATTN_ERROR_NO_BRANCHES = 7,        /* a dilated configuration with zero branches */
+  DILATTN_ERROR_GROUPS_TOO_FEW_HEADS = 8,/* head mode groups with H < number of branches */
+  DILATTN_ERROR_BAD_SCALE = 9,          /* scale is NaN or infinite */
+  DILATTN_ERROR_SIZE_OVERFLOW = 10,     /* a size or element offset overflows int64 / size_t */
+  DILATTN_ERROR_BAD_MASK = 11,          /* a block-sparse mask breaks SPEC 4 */
+  DILATTN_ERROR_DEVICE_NOT_BUILT = 12,  /* a device (CUDA) this build lacks, or no such device */
+  DILATTN_ERROR_DEVICE_MISMATCH = 13,   /* a tensor on a device the plan's backend does not run on */
+  DILATTN_ERROR_INVALID_VALUE = 14,     /* an enum or count out of range, a non-positive size */
+  DILATTN_ERROR_SEQLEN_MISMATCH = 15,   /* dilated attention with Nq != Nk */
+  /* The backend cannot take this input; it said so before touching memory (SPEC 1). */
+  DILATTN_ERROR_UNSUPPORTED = 16,
+  DILATTN_ERROR_BACKEND_NOT_BUILT = 17, /* the backend exists in the API but not in this build */
+  DILATTN_ERROR_OUT_OF_MEMORY = 18,
+  DILATTN_ERROR_WORKSPACE_TOO_SMALL = 19,
+  DILATTN_ERROR_CUDA = 20,              /* the CUDA runtime reported an error */
+  DILATTN_ERROR_INTERNAL = 21,          /* a bug in dilattn: please report it */
+  /* Memory pool abuse (dilattn_pool.h). */
+  DILATTN_ERROR_POOL_DOUBLE_FREE = 22,
+  DILATTN_ERROR_POOL_FOREIGN_POINTER = 23,  /* a pointer this pool never handed out */
+  DILATTN_ERROR_POOL_INTERIOR_POINTER = 24, /* a pointer inside a block, not its start */
+  DILATTN_ERROR_POOL_ZERO_SIZE = 25,
+  DILATTN_ERROR_POOL_TOO_LARGE = 26,        /* a request larger than the arena */
+  DILATTN_ERROR_POOL_DESTROYED = 27,        /* use after destroy, where detectable */
+  DILATTN_STATUS_COUNT_ = 28
+} dilattn_status;
+
+/* A short constant description of a status ("DILATTN_ERROR_BAD_DILATION: ..."). */
+DILATTN_API const char* dilattn_status_string(dilattn_status status);
+/* The detail of the last error on this thread ("" after a success). Valid until the
+ * next dilattn call on this thread. */
+DILATTN_API const char* dilattn_last_error(void);
+
+/* ---------------------------------------------------------------- tensors (SPEC 1) */
+typedef enum dilattn_dtype {
+  DILATTN_F32 = 0,
+  DILATTN_F64 = 1, /* CPU backends only */
+  DILATTN_F16 = 2,
+  DILATTN_BF16 = 3
+} dilattn_dtype;
+
+typedef enum dilattn_device_type {
+  DILATTN_DEVICE_CPU = 0,
+  DILATTN_DEVICE_CUDA = 1
+} dilattn_device_type;
+
+/* A view of caller memory; the library never frees or reallocates it.
+ * Q, O: [B, Nq, H, D]; K, V: [B, Nk, Hkv, D]; LSE: [B, H, Nq] (shape[3] = 1).
+ * Strides are in elements and must be >= 0. */
+typedef struct dilattn_tensor {
+  void* data;
+  dilattn_dtype dtype;
+  dilattn_device_type device;
+  int32_t device_index;
+  int64_t shape[4];
+  int64_t strides[4];
+} dilattn_tensor;
+
+/* Fills a contiguous C-order view. LSE views use shape {B, H, Nq, 1}. */
+DILATTN_API dilattn_tensor dilattn_tensor_contiguous(void* data, dilattn_dtype dtype,
+                                                     int64_t d0, int64_t d1, int64_t d2,
+                                                     int64_t d3);
+
+/* ---------------------------------------------------------------- attention description */
+typedef enum dilattn_head_mode {
+  DILATTN_HEADS_MOD = 0,    /* offset h mod r: LongNet paper (SPEC 3) */
+  DILATTN_HEADS_BLOCK = 1,  /* offset floor(h / ceil(H / r)): microsoft/torchscale */
+  DILATTN_HEADS_GROUPS = 2  /* head group g uses branch g alone: dilated-attention-pytorch */
+} dilattn_head_mode;
+
+typedef enum dilattn_kind {
+  DILATTN_KIND_DENSE = 0,
+  DILATTN_KIND_DILATED = 1,
+  DILATTN_KIND_BLOCK_SPARSE = 2
+} dilattn_kind;
+
+typedef struct dilattn_desc_s* dilattn_desc;
+typedef struct dilattn_mask_s* dilattn_mask; /* dilattn_mask.h */
+typedef struct dilattn_pool_s* dilattn_pool; /* dilattn_pool.h */
+
+/* A new description: dense, not causal, scale 1/sqrt(D), default threads, default pool. */
+DILATTN_API dilattn_status dilattn_desc_create(dilattn_desc* desc);
+DILATTN_API dilattn_status dilattn_desc_destroy(dilattn_desc desc);
+DILATTN_API dilattn_status dilattn_desc_set_dense(dilattn_desc desc);
+/* Branches (segments[b], dilations[b]), b < num_branches; the arrays are copied. */
+DILATTN_API dilattn_status dilattn_desc_set_dilated(dilattn_desc desc, int32_t num_branches,
+                                                    const int64_t* segments,
+                                                    const int64_t* dilations,
+                                                    dilattn_head_mode head_mode);
+/* Block-sparse attention with a validated mask (dilattn_mask.h); the description keeps
+ * its own reference, so the caller may destroy the mask afterwards. */
+DILATTN_API dilattn_status dilattn_desc_set_block_sparse(dilattn_desc desc, dilattn_mask mask);
+DILATTN_API dilattn_status dilattn_desc_set_causal(dilattn_desc desc, int32_t causal);
+/* An explicit softmax scale; without this call the scale is 1/sqrt(D). */
+DILATTN_API dilattn_status dilattn_desc_set_scale(dilattn_desc desc, double scale);
+/* Worker threads for the cpu backend; 0 = DILATTN_NUM_THREADS or the machine's cores. */
+DILATTN_API dilattn_status dilattn_desc_set_num_threads(dilattn_desc desc, int32_t num_threads);
+/* Workspace pool for plans made from this description; NULL = the default pool. */
+DILATTN_API dilattn_status dilattn_desc_set_pool(dilattn_desc desc, dilattn_pool pool);
+
+/* ---------------------------------------------------------------- plans */
+typedef enum dilattn_backend {
+  DILATTN_BACKEND_AUTO = 0, /* cuda when a GPU is present, else cpu */
+  DILATTN_BACKEND_REF = 1,  /* the f64 reference: exact, slow */
+  DILATTN_BACKEND_CPU = 2,  /* tiled online softmax, multithreaded */
+  DILATTN_BACKEND_CUDA = 3, /* hand-written kernels on a GPU */
+  DILATTN_BACKEND_EMU = 4   /* the CUDA backend's kernels run by the CPU SIMT emulator */
+} dilattn_backend;
+
+/* A plan fixes description, shapes, dtype and backend. It is immutable and may be used
+ * from several threads at once. Q is [B, Nq, H, D]; K and V are [B, Nk, Hkv, D]. */
+typedef struct dilattn_plan_s* dilattn_plan;
+
+DILATTN_API dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
+                                               int64_t batch, int64_t seqlen_q,
+                                               int64_t seqlen_k, int64_t heads_q,
+                                               int64_t heads_kv, int64_t head_dim,
+                                               dilattn_dtype dtype, dilattn_backend backend);
+DILATTN_API dilattn_status dilattn_plan_destroy(dilattn_plan plan);
+/* The backend the plan runs on (AUTO resolved). */
+DILATTN_API dilattn_status dilattn_plan_backend(dilattn_plan plan, dilattn_backend* backend);
+/* Bytes of workspace forward and backward need; pass at least that many, or NULL to let
+ * the plan take them from its pool. */
+DILATTN_API dilattn_status dilattn_plan_workspace_size(dilattn_plan plan, size_t* forward_bytes,
+                                                       size_t* backward_bytes);
+
+/* O = attention(Q, K, V). lse may be NULL; else [B, H, Nq, 1] in f32 or f64. */
+DILATTN_API dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
+                                           const dilattn_tensor* k, const dilattn_tensor* v,
+                                           const dilattn_tensor* o, const dilattn_tensor* lse,
+                                           void* workspace, size_t workspace_bytes);
+
+/* dQ, dK, dV from dO and the forward's O and LSE (SPEC 6). Deterministic. */
+DILATTN_API dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tensor* q,
+                                            const dilattn_tensor* k, const dilattn_tensor* v,
+                                            const dilattn_tensor* o, const dilattn_tensor* lse,
+                                            const dilattn_tensor* d_o, const dilattn_tensor* dq,
+                                            const dilattn_tensor* dk, const dilattn_tensor* dv,
+                                            void* workspace, size_t workspace_bytes);
+
+/* The reference result for chosen query rows only, in f64: for checking sampled rows of a
+ * run too long for the full reference. o_rows is [B, num_rows, H, D] f64 contiguous,
+ * lse_rows [B, H, num_rows] f64 contiguous (may be NULL). Works on any CPU plan. */
+DILATTN_API dilattn_status dilattn_reference_rows(dilattn_plan plan, const dilattn_tensor* q,
+                                                  const dilattn_tensor* k,
+                                                  const dilattn_tensor* v, const int64_t* rows,
+                                                  int64_t num_rows, double* o_rows,
+                                                  double* lse_rows);
+
+/* ---------------------------------------------------------------- build information */
+/* 1 when the backend is built and can run here (cuda: a GPU is present). */
+DILATTN_API int dilattn_backend_available(dilattn_backend backend);
+DILATTN_API const char* dilattn_backend_name(dilattn_backend backend);
+/* One line per fact: version, backends, CUDA/NCCL found at build time, CPU features. */
+DILATTN_API const char* dilattn_build_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "dilattn_mask.h"
+#include "dilattn_pool.h"
+
+#endif /* DILATTN_H */

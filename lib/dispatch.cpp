@@ -1,0 +1,140 @@
+// dispatch.cpp - dilattn_forward / dilattn_backward: check every tensor against the plan
+// (SPEC 7: nothing is written on error), find the workspace, run the plan's backend.
+#include <cstdlib>
+#include <memory>
+
+#include "errors.h"
+#include "handles.h"
+#include "tensor_checks.h"
+
+using dilattn::set_error;
+
+namespace {
+
+struct Check {
+  const dilattn_tensor* t;
+  const char* name;
+  dilattn::TensorRole role;
+};
+
+dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check> checks) {
+  for (const Check& c : checks) {
+    dilattn_status s = dilattn::check_tensor(p, c.t, c.name, c.role);
+    if (s != DILATTN_SUCCESS) return s;
+  }
+  return DILATTN_SUCCESS;
+}
+
+// The caller's workspace, or one the plan allocates for this call.
+class Workspace {
+ public:
+  dilattn_status acquire(void* given, size_t given_bytes, size_t needed) {
+    if (needed == 0) return DILATTN_SUCCESS;
+    if (given != nullptr) {
+      if (given_bytes < needed)
+        return set_error(DILATTN_ERROR_WORKSPACE_TOO_SMALL,
+                         "argument 'workspace_bytes' = %zu: the plan needs %zu", given_bytes,
+                         needed);
+      ptr_ = given;
+      return DILATTN_SUCCESS;
+    }
+    owned_.reset(std::malloc(needed));
+    if (!owned_)
+      return set_error(DILATTN_ERROR_OUT_OF_MEMORY, "workspace of %zu bytes: allocation failed",
+                       needed);
+    ptr_ = owned_.get();
+    return DILATTN_SUCCESS;
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  struct Free { void operator()(void* p) const { std::free(p); } };
+  std::unique_ptr<void, Free> owned_;
+  void* ptr_ = nullptr;
+};
+
+}  // namespace
+
+extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
+                                          const dilattn_tensor* k, const dilattn_tensor* v,
+                                          const dilattn_tensor* o, const dilattn_tensor* lse,
+                                          void* workspace, size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  using dilattn::TensorRole;
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  const dilattn::Problem& p = plan->problem;
+  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
+                    {o, "o", TensorRole::o}});
+  if (s != DILATTN_SUCCESS) return s;
+  if (lse != nullptr && (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse)) != DILATTN_SUCCESS)
+    return s;
+  Workspace ws;
+  if ((s = ws.acquire(workspace, workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
+    return s;
+  const dilattn::ForwardArgs args{q, k, v, o, lse, ws.get()};
+  switch (p.backend) {
+    case DILATTN_BACKEND_CPU: return dilattn::cpu::forward(p, args);
+    case DILATTN_BACKEND_CUDA: return dilattn::gpu::forward(p, args);
+    case DILATTN_BACKEND_EMU: return dilattn::emu::forward(p, args);
+    default: return dilattn::ref::forward(p, args);
+  }
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tensor* q,
+                                           const dilattn_tensor* k, const dilattn_tensor* v,
+                                           const dilattn_tensor* o, const dilattn_tensor* lse,
+                                           const dilattn_tensor* d_o, const dilattn_tensor* dq,
+                                           const dilattn_tensor* dk, const dilattn_tensor* dv,
+                                           void* workspace, size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  using dilattn::TensorRole;
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  const dilattn::Problem& p = plan->problem;
+  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
+                    {o, "o", TensorRole::o}, {lse, "lse", TensorRole::lse},
+                    {d_o, "d_o", TensorRole::o}, {dq, "dq", TensorRole::q},
+                    {dk, "dk", TensorRole::kv}, {dv, "dv", TensorRole::kv}});
+  if (s != DILATTN_SUCCESS) return s;
+  Workspace ws;
+  if ((s = ws.acquire(workspace, workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
+    return s;
+  const dilattn::BackwardArgs args{q, k, v, o, lse, d_o, dq, dk, dv, ws.get()};
+  switch (p.backend) {
+    case DILATTN_BACKEND_CPU: return dilattn::cpu::backward(p, args);
+    case DILATTN_BACKEND_CUDA: return dilattn::gpu::backward(p, args);
+    case DILATTN_BACKEND_EMU: return dilattn::emu::backward(p, args);
+    default: return dilattn::ref::backward(p, args);
+  }
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_reference_rows(dilattn_plan plan, const dilattn_tensor* q,
+                                                 const dilattn_tensor* k, const dilattn_tensor* v,
+                                                 const int64_t* rows, int64_t num_rows,
+                                                 double* o_rows, double* lse_rows) {
+  DILATTN_ABI_BEGIN
+  using dilattn::TensorRole;
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  dilattn::Problem p = plan->problem;
+  if (p.backend == DILATTN_BACKEND_CUDA)
+    return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
+                     "dilattn_reference_rows runs on the CPU; the plan's backend is cuda");
+  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv}});
+  if (s != DILATTN_SUCCESS) return s;
+  if (rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'rows' is NULL");
+  if (o_rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'o_rows' is NULL");
+  if (num_rows < 1)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'num_rows' = %lld: must be >= 1",
+                     static_cast<long long>(num_rows));
+  for (int64_t r = 0; r < num_rows; ++r)
+    if (rows[r] < 0 || rows[r] >= p.Nq)
+      return set_error(DILATTN_ERROR_INVALID_VALUE, "rows[%lld] = %lld: outside [0, %lld)",
+                       static_cast<long long>(r), static_cast<long long>(rows[r]),
+                       static_cast<long long>(p.Nq));
+  return dilattn::ref::forward_rows(p, *q, *k, *v, rows, num_rows, o_rows, lse_rows);
+  DILATTN_ABI_END
+}

@@ -1,0 +1,124 @@
+// index_rules.h - the index rules of SPEC 1-4, in one place.
+//
+// Segments, head offsets, selected rows, causal limits and the GQA head map are defined here
+// once and used by the reference (cpu_ref/), the cpu backend, the CUDA kernels (cuda/) and the
+// ring. A change of rule is a change of one function. Everything is plain integer arithmetic
+// callable from host and device code; no allocation, no C++ library types.
+//
+// Checked by tests/test_index_rules.cpp (hand-computed cases) and, through the reference, by
+// every numerical test.
+#ifndef DILATTN_INDEX_RULES_H
+#define DILATTN_INDEX_RULES_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define DILATTN_HD __host__ __device__ __forceinline__
+#else
+#define DILATTN_HD inline
+#endif
+
+namespace dilattn {
+
+// Head modes, the same values as dilattn_head_mode in dilattn.h (kept free of the C header so
+// kernels can include this file alone).
+enum HeadMode : int32_t { kHeadsMod = 0, kHeadsBlock = 1, kHeadsGroups = 2 };
+
+DILATTN_HD int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+DILATTN_HD int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+DILATTN_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------- SPEC 1: grouped-query heads
+// Query head h reads kv head h / (H / Hkv).
+DILATTN_HD int64_t kv_head_of(int64_t h, int64_t H, int64_t Hkv) { return h / (H / Hkv); }
+
+// ---------------------------------------------------------------- SPEC 2: causal limit
+// Causal keeps keys j <= i + (Nk - Nq) (bottom-right aligned). Returns that last key, which is
+// negative when row i sees no key at all.
+DILATTN_HD int64_t causal_last_key(int64_t i, int64_t Nq, int64_t Nk) { return i + (Nk - Nq); }
+
+// ---------------------------------------------------------------- SPEC 3: segments
+// A segment longer than N is clipped to N.
+DILATTN_HD int64_t clipped_segment(int64_t w, int64_t N) { return min_i64(w, N); }
+// Segment [s0, s1) holding position p, for (clipped) segment length w.
+DILATTN_HD int64_t segment_start(int64_t p, int64_t w) { return (p / w) * w; }
+DILATTN_HD int64_t segment_end(int64_t s0, int64_t w, int64_t N) { return min_i64(s0 + w, N); }
+DILATTN_HD int64_t segment_count(int64_t N, int64_t w) { return ceil_div(N, w); }
+
+// ---------------------------------------------------------------- SPEC 3: head groups
+// groups mode: m contiguous groups, group g holds floor(H/m) heads plus one when g < H mod m.
+DILATTN_HD int64_t group_first_head(int64_t g, int64_t H, int64_t m) {
+  return g * (H / m) + min_i64(g, H % m);
+}
+DILATTN_HD int64_t group_of_head(int64_t h, int64_t H, int64_t m) {
+  const int64_t base = H / m, extra = H % m;
+  const int64_t big = extra * (base + 1);  // heads in the groups that hold one more
+  return h < big ? h / (base + 1) : extra + (h - big) / base;
+}
+
+// Does head h use branch b (of m branches)? mod and block: always; groups: only its own.
+DILATTN_HD bool head_uses_branch(int32_t mode, int64_t h, int64_t b, int64_t H, int64_t m) {
+  return mode != kHeadsGroups || group_of_head(h, H, m) == b;
+}
+
+// Offset o_b(h) in [0, r) of the selected positions of branch b for head h.
+DILATTN_HD int64_t head_offset(int32_t mode, int64_t h, int64_t b, int64_t r, int64_t H) {
+  if (mode == kHeadsMod) return h % r;
+  if (mode == kHeadsBlock) return h / ceil_div(H, r);
+  return b % r;  // groups: head h uses branch b = its group g, offset g mod r_g
+}
+
+// ---------------------------------------------------------------- SPEC 3: selected rows
+// Position p of segment [s0, s1) is selected iff (p - s0) mod r == o.
+DILATTN_HD bool is_selected(int64_t p, int64_t s0, int64_t r, int64_t o) {
+  return (p - s0) % r == o;
+}
+// How many positions of [s0, s1) are selected: those s0 + o + t*r < s1.
+DILATTN_HD int64_t selected_count(int64_t s0, int64_t s1, int64_t r, int64_t o) {
+  return s0 + o < s1 ? ceil_div(s1 - s0 - o, r) : 0;
+}
+// The t-th selected position of a segment (t < selected_count).
+DILATTN_HD int64_t selected_position(int64_t s0, int64_t r, int64_t o, int64_t t) {
+  return s0 + o + t * r;
+}
+
+// The keys one branch gives query row i: the arithmetic progression first, first + step, ...
+// (count terms). count == 0 when the branch does not select row i.
+struct KeyProgression {
+  int64_t first, step, count;
+};
+
+// SPEC 3: the selected keys of i's own segment, and only j <= i when causal (Nq == Nk == N).
+// w and r are the branch's raw values; o its head offset.
+DILATTN_HD KeyProgression dilated_keys(int64_t i, int64_t N, int64_t w, int64_t r, int64_t o,
+                                       bool causal) {
+  KeyProgression kp{0, r, 0};
+  const int64_t wc = clipped_segment(w, N);
+  const int64_t s0 = segment_start(i, wc);
+  const int64_t s1 = segment_end(s0, wc, N);
+  if (!is_selected(i, s0, r, o)) return kp;
+  kp.first = s0 + o;
+  kp.count = causal ? (i - kp.first) / r + 1 : selected_count(s0, s1, r, o);
+  return kp;
+}
+
+// SPEC 2: the keys of dense attention, 0 .. Nk-1, cut at the causal limit.
+DILATTN_HD KeyProgression dense_keys(int64_t i, int64_t Nq, int64_t Nk, bool causal) {
+  KeyProgression kp{0, 1, Nk};
+  if (causal) kp.count = max_i64(0, min_i64(Nk, causal_last_key(i, Nq, Nk) + 1));
+  return kp;
+}
+
+// ---------------------------------------------------------------- SPEC 4: block-sparse blocks
+// Keys of key block jb, cut at Nk and, when causal, at row i's causal limit.
+DILATTN_HD KeyProgression block_keys(int64_t i, int64_t jb, int64_t bk, int64_t Nq, int64_t Nk,
+                                     bool causal) {
+  const int64_t first = jb * bk;
+  int64_t end = min_i64(first + bk, Nk);
+  if (causal) end = min_i64(end, causal_last_key(i, Nq, Nk) + 1);
+  return KeyProgression{first, 1, max_i64(0, end - first)};
+}
+
+}  // namespace dilattn
+
+#endif  // DILATTN_INDEX_RULES_H

@@ -1,0 +1,178 @@
+// plan.cpp - dilattn_plan_create: every SPEC 7 check on the description and the shapes, done
+// once, so forward and backward only check the tensors against the plan.
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <thread>
+
+#include "errors.h"
+#include "handles.h"
+
+using dilattn::set_error;
+
+namespace {
+
+// a * b, or false when it overflows int64.
+bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+
+int32_t resolve_threads(int32_t requested) {
+  if (requested > 0) return requested;
+  if (const char* env = std::getenv("DILATTN_NUM_THREADS")) {
+    const long n = std::strtol(env, nullptr, 10);
+    if (n > 0 && n < 4096) return static_cast<int32_t>(n);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int32_t>(hw) : 1;
+}
+
+dilattn_status check_sizes(const dilattn::Problem& p) {
+  struct Dim { const char* name; int64_t value; };
+  const Dim dims[] = {{"batch", p.B}, {"seqlen_q", p.Nq}, {"seqlen_k", p.Nk},
+                      {"heads_q", p.H}, {"heads_kv", p.Hkv}, {"head_dim", p.D}};
+  for (const Dim& d : dims)
+    if (d.value < 1)
+      return set_error(DILATTN_ERROR_INVALID_VALUE, "argument '%s' = %lld: must be >= 1", d.name,
+                       static_cast<long long>(d.value));
+  // Bytes of the largest tensor, in f64, must fit: every later offset is then safe.
+  int64_t n = 8;
+  const int64_t factors_q[] = {p.B, p.Nq, p.H, p.D};
+  const int64_t factors_k[] = {p.B, p.Nk, p.Hkv, p.D};
+  for (const int64_t* f : {factors_q, factors_k}) {
+    n = 8;
+    for (int i = 0; i < 4; ++i)
+      if (!mul_ok(n, f[i], &n))
+        return set_error(DILATTN_ERROR_SIZE_OVERFLOW,
+                         "shape B=%lld Nq=%lld Nk=%lld H=%lld Hkv=%lld D=%lld: bytes overflow int64",
+                         static_cast<long long>(p.B), static_cast<long long>(p.Nq),
+                         static_cast<long long>(p.Nk), static_cast<long long>(p.H),
+                         static_cast<long long>(p.Hkv), static_cast<long long>(p.D));
+  }
+  if (p.H % p.Hkv != 0)
+    return set_error(DILATTN_ERROR_HEADS_NOT_DIVISIBLE,
+                     "heads_q = %lld is not a multiple of heads_kv = %lld",
+                     static_cast<long long>(p.H), static_cast<long long>(p.Hkv));
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status check_kind(const dilattn::Problem& p) {
+  if (p.kind == DILATTN_KIND_DILATED) {
+    if (p.Nq != p.Nk)
+      return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
+                       "dilated attention needs seqlen_q == seqlen_k, got %lld and %lld",
+                       static_cast<long long>(p.Nq), static_cast<long long>(p.Nk));
+    if (p.head_mode == dilattn::kHeadsGroups && p.H < p.num_branches())
+      return set_error(DILATTN_ERROR_GROUPS_TOO_FEW_HEADS,
+                       "heads_q = %lld: groups mode needs at least one head per branch (%lld)",
+                       static_cast<long long>(p.H), static_cast<long long>(p.num_branches()));
+  }
+  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
+    const dilattn::BsrMask& m = *p.mask;
+    if (m.Nq != p.Nq || m.Nk != p.Nk)
+      return set_error(DILATTN_ERROR_SHAPE_MISMATCH,
+                       "mask built for Nq=%lld Nk=%lld, plan has seqlen_q=%lld seqlen_k=%lld",
+                       static_cast<long long>(m.Nq), static_cast<long long>(m.Nk),
+                       static_cast<long long>(p.Nq), static_cast<long long>(p.Nk));
+    if (m.num_heads != 1 && m.num_heads != p.H)
+      return set_error(DILATTN_ERROR_SHAPE_MISMATCH,
+                       "mask has %lld heads, plan has heads_q=%lld (need 1 or H)",
+                       static_cast<long long>(m.num_heads), static_cast<long long>(p.H));
+  }
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace
+
+namespace dilattn {
+// Resolves AUTO: cuda when a GPU can run the problem, else cpu, else ref.
+dilattn_backend resolve_backend(const Problem& p) {
+  if (gpu::can_run(p) == DILATTN_SUCCESS) return DILATTN_BACKEND_CUDA;
+  if (cpu::can_run(p) == DILATTN_SUCCESS) return DILATTN_BACKEND_CPU;
+  return DILATTN_BACKEND_REF;
+}
+}  // namespace dilattn
+
+extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
+                                              int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
+                                              int64_t heads_q, int64_t heads_kv, int64_t head_dim,
+                                              dilattn_dtype dtype, dilattn_backend backend) {
+  DILATTN_ABI_BEGIN
+  if (plan == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'plan' is NULL");
+  dilattn_status s = dilattn::check_handle(desc, "desc");
+  if (s != DILATTN_SUCCESS) return s;
+  if (dtype != DILATTN_F32 && dtype != DILATTN_F64 && dtype != DILATTN_F16 &&
+      dtype != DILATTN_BF16)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'dtype' = %d is not a dtype",
+                     static_cast<int>(dtype));
+  if (backend < DILATTN_BACKEND_AUTO || backend > DILATTN_BACKEND_EMU)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'backend' = %d is not a backend",
+                     static_cast<int>(backend));
+
+  dilattn::Problem p;
+  p.B = batch; p.Nq = seqlen_q; p.Nk = seqlen_k; p.H = heads_q; p.Hkv = heads_kv; p.D = head_dim;
+  p.dtype = dtype;
+  p.kind = desc->kind;
+  p.branches = desc->branches;
+  p.head_mode = desc->head_mode;
+  p.mask = desc->mask;
+  p.causal = desc->causal;
+  p.pool = desc->pool;
+  p.num_threads = resolve_threads(desc->num_threads);
+  if ((s = check_sizes(p)) != DILATTN_SUCCESS) return s;
+  if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
+  p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+
+  switch (backend) {
+    case DILATTN_BACKEND_AUTO: p.backend = dilattn::resolve_backend(p); break;
+    case DILATTN_BACKEND_REF: p.backend = backend; break;
+    case DILATTN_BACKEND_CPU: s = dilattn::cpu::can_run(p); p.backend = backend; break;
+    case DILATTN_BACKEND_CUDA: s = dilattn::gpu::can_run(p); p.backend = backend; break;
+    case DILATTN_BACKEND_EMU: s = dilattn::emu::can_run(p); p.backend = backend; break;
+  }
+  if (s != DILATTN_SUCCESS) return s;  // can_run set the message
+
+  auto* made = new dilattn_plan_s();
+  made->problem = std::move(p);
+  switch (made->problem.backend) {
+    case DILATTN_BACKEND_CPU: made->workspace = dilattn::cpu::workspace_bytes(made->problem); break;
+    case DILATTN_BACKEND_CUDA: made->workspace = dilattn::gpu::workspace_bytes(made->problem); break;
+    case DILATTN_BACKEND_EMU: made->workspace = dilattn::emu::workspace_bytes(made->problem); break;
+    default: made->workspace = dilattn::ref::workspace_bytes(made->problem); break;
+  }
+  *plan = made;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_plan_destroy(dilattn_plan plan) {
+  DILATTN_ABI_BEGIN
+  if (plan == nullptr) return DILATTN_SUCCESS;
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  plan->magic = 0;
+  delete plan;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_plan_backend(dilattn_plan plan, dilattn_backend* backend) {
+  DILATTN_ABI_BEGIN
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  if (backend == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'backend' is NULL");
+  *backend = plan->problem.backend;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_plan_workspace_size(dilattn_plan plan, size_t* forward_bytes,
+                                                      size_t* backward_bytes) {
+  DILATTN_ABI_BEGIN
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  if (forward_bytes == nullptr && backward_bytes == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER, "arguments 'forward_bytes' and 'backward_bytes' are both NULL");
+  if (forward_bytes) *forward_bytes = plan->workspace.forward;
+  if (backward_bytes) *backward_bytes = plan->workspace.backward;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}

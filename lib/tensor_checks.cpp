@@ -1,0 +1,65 @@
+// tensor_checks.cpp - one check for every tensor argument (SPEC 1 and 7).
+#include "tensor_checks.h"
+
+#include "dtype_convert.h"
+#include "errors.h"
+
+namespace dilattn {
+
+namespace {
+dilattn_device_type backend_device(dilattn_backend b) {
+  return b == DILATTN_BACKEND_CUDA ? DILATTN_DEVICE_CUDA : DILATTN_DEVICE_CPU;
+}
+}  // namespace
+
+dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const char* name,
+                            TensorRole role) {
+  if (t == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", name);
+  if (t->data == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s': data is NULL", name);
+  if (role == TensorRole::lse) {
+    if (t->dtype != DILATTN_F32 && t->dtype != DILATTN_F64)
+      return set_error(DILATTN_ERROR_DTYPE_MISMATCH, "argument '%s': dtype %s, LSE must be f32 or f64",
+                       name, dtype_name(t->dtype));
+  } else if (t->dtype != p.dtype) {
+    return set_error(DILATTN_ERROR_DTYPE_MISMATCH, "argument '%s': dtype %s, the plan has %s", name,
+                     dtype_name(t->dtype), dtype_name(p.dtype));
+  }
+  if (t->device != backend_device(p.backend))
+    return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
+                     "argument '%s': on device %d, backend %s needs device %d", name,
+                     static_cast<int>(t->device), dilattn_backend_name(p.backend),
+                     static_cast<int>(backend_device(p.backend)));
+  int64_t expected[4] = {0, 0, 0, 0};
+  switch (role) {
+    case TensorRole::q:
+    case TensorRole::o: expected[0] = p.B; expected[1] = p.Nq; expected[2] = p.H; expected[3] = p.D; break;
+    case TensorRole::kv: expected[0] = p.B; expected[1] = p.Nk; expected[2] = p.Hkv; expected[3] = p.D; break;
+    case TensorRole::lse: expected[0] = p.B; expected[1] = p.H; expected[2] = p.Nq; expected[3] = 1; break;
+  }
+  for (int i = 0; i < 4; ++i)
+    if (t->shape[i] != expected[i])
+      return set_error(DILATTN_ERROR_SHAPE_MISMATCH,
+                       "argument '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+                       name, static_cast<long long>(t->shape[0]), static_cast<long long>(t->shape[1]),
+                       static_cast<long long>(t->shape[2]), static_cast<long long>(t->shape[3]),
+                       static_cast<long long>(expected[0]), static_cast<long long>(expected[1]),
+                       static_cast<long long>(expected[2]), static_cast<long long>(expected[3]));
+  int64_t last = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (t->strides[i] < 0)
+      return set_error(DILATTN_ERROR_INVALID_VALUE, "argument '%s': strides[%d] = %lld is negative",
+                       name, i, static_cast<long long>(t->strides[i]));
+    int64_t term;
+    if (__builtin_mul_overflow(t->shape[i] - 1, t->strides[i], &term) ||
+        __builtin_add_overflow(last, term, &last))
+      return set_error(DILATTN_ERROR_SIZE_OVERFLOW, "argument '%s': element offsets overflow int64",
+                       name);
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(last + 1, static_cast<int64_t>(dtype_size(t->dtype)), &bytes))
+    return set_error(DILATTN_ERROR_SIZE_OVERFLOW, "argument '%s': byte extent overflows int64", name);
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace dilattn

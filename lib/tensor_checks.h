@@ -1,0 +1,19 @@
+// tensor_checks.h - checking a caller's tensor view against what the plan expects (SPEC 1, 7).
+#ifndef DILATTN_TENSOR_CHECKS_H
+#define DILATTN_TENSOR_CHECKS_H
+
+#include "problem.h"
+
+namespace dilattn {
+
+enum class TensorRole { q, kv, o, lse };
+
+// Checks pointer, data, dtype, device, shape, strides >= 0 and that the largest element offset
+// fits int64. `name` is the argument's name for the message ("q", "dk", ...). For LSE any of
+// f32 or f64 is accepted.
+dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const char* name,
+                            TensorRole role);
+
+}  // namespace dilattn
+
+#endif  // DILATTN_TENSOR_CHECKS_H

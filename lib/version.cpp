@@ -1,0 +1,90 @@
+// version.cpp - version, build information and small conveniences of the C ABI.
+#include <cstdio>
+#include <string>
+
+#include "backend.h"
+#include "dilattn.h"
+#include "dilattn_config.h"
+
+extern "C" int dilattn_version(void) { return DILATTN_VERSION; }
+
+extern "C" dilattn_tensor dilattn_tensor_contiguous(void* data, dilattn_dtype dtype, int64_t d0,
+                                                    int64_t d1, int64_t d2, int64_t d3) {
+  dilattn_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.device = DILATTN_DEVICE_CPU;
+  t.device_index = 0;
+  t.shape[0] = d0; t.shape[1] = d1; t.shape[2] = d2; t.shape[3] = d3;
+  t.strides[3] = 1;
+  t.strides[2] = d3;
+  t.strides[1] = d2 * d3;
+  t.strides[0] = d1 * d2 * d3;
+  return t;
+}
+
+extern "C" const char* dilattn_backend_name(dilattn_backend backend) {
+  switch (backend) {
+    case DILATTN_BACKEND_AUTO: return "auto";
+    case DILATTN_BACKEND_REF: return "ref";
+    case DILATTN_BACKEND_CPU: return "cpu";
+    case DILATTN_BACKEND_CUDA: return "cuda";
+    case DILATTN_BACKEND_EMU: return "emu";
+  }
+  return "unknown";
+}
+
+extern "C" int dilattn_backend_available(dilattn_backend backend) {
+  dilattn::Problem probe;  // a tiny f32 problem: does the backend exist at all?
+  probe.B = probe.Nq = probe.Nk = probe.H = probe.Hkv = 1;
+  probe.D = 64;
+  probe.scale = 0.125;
+  probe.num_threads = 1;
+  switch (backend) {
+    case DILATTN_BACKEND_REF: return 1;
+    case DILATTN_BACKEND_CPU: return dilattn::cpu::can_run(probe) == DILATTN_SUCCESS;
+    case DILATTN_BACKEND_CUDA: return dilattn::gpu::can_run(probe) == DILATTN_SUCCESS;
+    case DILATTN_BACKEND_EMU: return dilattn::emu::can_run(probe) == DILATTN_SUCCESS;
+    case DILATTN_BACKEND_AUTO: return 1;
+  }
+  return 0;
+}
+
+namespace {
+std::string cpu_features() {
+  std::string f;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("sse4.2")) f += " sse4.2";
+  if (__builtin_cpu_supports("avx")) f += " avx";
+  if (__builtin_cpu_supports("avx2")) f += " avx2";
+  if (__builtin_cpu_supports("fma")) f += " fma";
+  if (__builtin_cpu_supports("avx512f")) f += " avx512f";
+#elif defined(__aarch64__)
+  f += " neon";
+#endif
+  return f.empty() ? " (none detected)" : f;
+}
+}  // namespace
+
+extern "C" const char* dilattn_build_info(void) {
+  // Built once; function-local statics are initialised thread-safely.
+  static const std::string info = [] {
+    std::string s;
+    s += "dilattn " + std::to_string(DILATTN_VERSION_MAJOR) + "." +
+         std::to_string(DILATTN_VERSION_MINOR) + "." + std::to_string(DILATTN_VERSION_PATCH) + "\n";
+    s += "backends built: ref";
+    if (dilattn_backend_available(DILATTN_BACKEND_CPU)) s += " cpu";
+    if (DILATTN_HAVE_CUDA) s += " cuda";
+    if (dilattn_backend_available(DILATTN_BACKEND_EMU)) s += " emu";
+    s += "\n";
+    s += std::string("CUDA found at build: ") + (DILATTN_HAVE_CUDA ? "yes" : "no") + "\n";
+    s += std::string("GPU present: ") +
+         (dilattn_backend_available(DILATTN_BACKEND_CUDA) ? "yes" : "no") + "\n";
+    s += std::string("NCCL found at build: ") + (DILATTN_HAVE_NCCL ? "yes" : "no") + "\n";
+    s += "compiled for: " DILATTN_BUILD_FLAGS "\n";
+    s += "CPU features:" + cpu_features() + "\n";
+    return s;
+  }();
+  return info.c_str();
+}
