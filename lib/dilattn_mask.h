@@ -40,6 +40,14 @@ DILATTN_API dilattn_status dilattn_mask_destroy(dilattn_mask mask);
 DILATTN_API dilattn_status dilattn_mask_get(dilattn_mask mask, dilattn_bsr_view* view,
                                             int64_t* nnz_total);
 
+/* ---------------------------------------------------------------- pattern builders */
+/* Builds the mask a pattern string describes, for Nq x Nk with blocks bq x bk; the grammar
+ * (README, "Block-sparse patterns") is a '+'-separated union of terms such as
+ * "local:2+sink:1+strided:4+random:0.05:seed=7". */
+DILATTN_API dilattn_status dilattn_mask_from_pattern(dilattn_mask* mask, const char* pattern,
+                                                     int64_t seqlen_q, int64_t seqlen_k,
+                                                     int64_t block_q, int64_t block_k);
+
 #ifdef __cplusplus
 }
 #endif
