@@ -1,7 +1,8 @@
 // mask.cpp - block-sparse masks (SPEC 4): validating a caller's BSR arrays into a dilattn_mask.
 //
 // Validation names the first bad entry as (head, row block, position) so a user can find it.
-// Checked by tests/test_mask_validation.cpp.
+// Checked by tests/sparse/test_sparse_masks.py (each bad-entry kind, int32 and int64) and
+// tests/sparse/test_sparse_masks.cpp.
 #include <memory>
 
 #include "errors.h"
@@ -34,8 +35,9 @@ dilattn_status build_mask(const dilattn_bsr_view& v, dilattn::BsrMask* m) {
                      LL(v.num_heads));
   m->Nq = v.seqlen_q; m->Nk = v.seqlen_k; m->bq = v.block_q; m->bk = v.block_k;
   m->num_heads = v.num_heads;
-  m->I = dilattn::ceil_div(v.seqlen_q, v.block_q);
-  m->J = dilattn::ceil_div(v.seqlen_k, v.block_k);
+  // Not ceil_div: its a + b - 1 overflows for sizes near 2^63 (tests/sparse: huge_sizes).
+  m->I = v.seqlen_q / v.block_q + (v.seqlen_q % v.block_q != 0);
+  m->J = v.seqlen_k / v.block_k + (v.seqlen_k % v.block_k != 0);
   const int64_t I = m->I, J = m->J, heads = v.num_heads;
   if (I > (int64_t{1} << 40) / heads)
     return set_error(DILATTN_ERROR_SIZE_OVERFLOW, "mask with %lld row blocks x %lld heads is too large",
