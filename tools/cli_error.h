@@ -1,0 +1,38 @@
+// cli_error.h - the one error type of the dilattn command line, and its exit codes.
+//
+// Every failure inside the tool becomes a CliError; main() prints its message as one line on
+// stderr and exits with its code. Exceptions never cross the C ABI: the library returns
+// statuses, and only the tool's own C++ throws. Checked by tests/cli/test_cli.py.
+#ifndef DILATTN_TOOLS_CLI_ERROR_H
+#define DILATTN_TOOLS_CLI_ERROR_H
+
+#include <stdexcept>
+#include <string>
+
+namespace dilattn_cli {
+
+// Exit codes, documented in `dilattn --help`.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitOutOfTolerance = 1,  // `compare` found an element outside atol + rtol * |ref|
+  kExitBadInput = 2,        // usage, malformed file, bad flag value, a library bad-input status
+  kExitRuntime = 3,         // backend or runtime failure: BACKEND_NOT_BUILT, DEVICE_NOT_BUILT, ...
+};
+
+class CliError : public std::runtime_error {
+ public:
+  CliError(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+// A bad-input error (exit 2): the message names the file or flag and the problem.
+[[noreturn]] inline void fail_input(const std::string& message) {
+  throw CliError(kExitBadInput, message);
+}
+
+}  // namespace dilattn_cli
+
+#endif  // DILATTN_TOOLS_CLI_ERROR_H

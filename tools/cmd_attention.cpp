@@ -1,0 +1,369 @@
+// cmd_attention.cpp - `dilattn forward` and `dilattn backward`: attention on .npy files through
+// the public C ABI (SPEC 2-4 forward, SPEC 6 backward).
+//
+//   1. parse and check every flag (names, numbers, which flags go together);
+//   2. reserve the output files (a bad output path fails before any work);
+//   3. read Q, K, V (and dO, O, LSE) and check dtypes and shapes against each other, naming the file;
+//   4. describe the attention (dense, dilated, block-sparse from --mask or --pattern), make a plan;
+//   5. run forward (backward: the given O and LSE, or a forward run first when they are absent);
+//   6. write every output, then rename them all into place.
+// LSE is written <f8 when the plan runs on ref (its f64 LSE), else <f4 (SPEC 1).
+// Checked by tests/cli/test_cli.py against a numpy implementation of SPEC 2-3 and 6.
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli_error.h"
+#include "commands.h"
+#include "device_memory.h"
+#include "dilattn.h"
+#include "flags.h"
+#include "library_status.h"
+#include "mask_input.h"
+#include "npy.h"
+#include "output_files.h"
+
+namespace dilattn_cli {
+
+namespace {
+
+// ---------------------------------------------------------------- flags
+
+const FlagSpec kCommonFlags[] = {
+    {"q", true}, {"k", true}, {"v", true}, {"segments", true}, {"dilations", true},
+    {"heads-mode", true}, {"causal", false}, {"scale", true}, {"backend", true},
+    {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
+    {"pattern", true}};
+
+std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
+  own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
+  return own;
+}
+
+dilattn_backend parse_backend(const std::string& name) {
+  static const struct { const char* name; dilattn_backend b; } known[] = {
+      {"auto", DILATTN_BACKEND_AUTO}, {"ref", DILATTN_BACKEND_REF}, {"cpu", DILATTN_BACKEND_CPU},
+      {"cuda", DILATTN_BACKEND_CUDA}, {"emu", DILATTN_BACKEND_EMU}};
+  for (const auto& k : known)
+    if (name == k.name) return k.b;
+  fail_input("flag --backend: '" + name + "' is not one of ref, cpu, cuda, emu, auto");
+}
+
+dilattn_head_mode parse_head_mode(const std::string& name) {
+  if (name == "mod") return DILATTN_HEADS_MOD;
+  if (name == "block") return DILATTN_HEADS_BLOCK;
+  if (name == "groups") return DILATTN_HEADS_GROUPS;
+  fail_input("flag --heads-mode: '" + name + "' is not one of mod, block, groups");
+}
+
+// The attention settings every subcommand shares, checked before any file is read.
+struct Settings {
+  std::string q_path, k_path, v_path;
+  dilattn_backend backend = DILATTN_BACKEND_AUTO;
+  bool causal = false;
+  bool has_scale = false;
+  double scale = 0.0;
+  int64_t threads = 0;
+  std::vector<int64_t> segments, dilations;
+  dilattn_head_mode head_mode = DILATTN_HEADS_MOD;
+  std::string mask_path, pattern;
+  int64_t block_q = 64, block_k = 64;
+};
+
+Settings parse_settings(const Flags& f) {
+  Settings s;
+  s.q_path = f.required("q");
+  s.k_path = f.required("k");
+  s.v_path = f.required("v");
+  s.backend = parse_backend(f.get("backend", "auto"));
+  s.causal = f.has("causal");
+  s.has_scale = f.has("scale");
+  s.scale = f.get_double("scale", 0.0, false);
+  s.threads = f.get_int("threads", 0, 1);
+  if (s.threads > 4096) fail_input("flag --threads: " + std::to_string(s.threads) + " is above 4096");
+  if (f.has("segments")) {
+    s.segments = f.get_int_list("segments");
+    if (!f.has("dilations")) fail_input("flag --segments needs --dilations (one per segment)");
+    s.dilations = f.get_int_list("dilations");
+    if (s.dilations.size() != s.segments.size())
+      fail_input("flag --dilations: " + std::to_string(s.dilations.size()) + " values, --segments has " +
+                 std::to_string(s.segments.size()));
+    s.head_mode = parse_head_mode(f.get("heads-mode", "mod"));
+  } else {
+    for (const char* only : {"dilations", "heads-mode"})
+      if (f.has(only)) fail_input(std::string("flag --") + only + " needs --segments");
+  }
+  if (f.has("mask") && f.has("pattern")) fail_input("flags --mask and --pattern exclude each other");
+  s.mask_path = f.get("mask", "");
+  s.pattern = f.get("pattern", "");
+  const bool sparse = f.has("mask") || f.has("pattern");
+  if (sparse && f.has("segments")) fail_input("flag --segments excludes --mask and --pattern");
+  if (!sparse)
+    for (const char* only : {"block-size", "block-size-k"})
+      if (f.has(only)) fail_input(std::string("flag --") + only + " needs --mask or --pattern");
+  s.block_q = f.get_int("block-size", 64, 1);
+  s.block_k = f.get_int("block-size-k", s.block_q, 1);
+  return s;
+}
+
+// ---------------------------------------------------------------- inputs
+
+dilattn_dtype dtype_of(NpyType t, const std::string& path) {
+  switch (t) {
+    case NpyType::f4: return DILATTN_F32;
+    case NpyType::f8: return DILATTN_F64;
+    case NpyType::f2: return DILATTN_F16;
+    default: break;
+  }
+  fail_input(path + ": dtype " + npy_descr(t) + ", expected <f4, <f8 or <f2");
+}
+
+// An attention operand: 4-D, a float dtype, the same dtype as Q.
+NpyArray read_operand(const std::string& path, const char* flag, const NpyArray* q) {
+  NpyArray a = read_npy_file(path);
+  dtype_of(a.type, path);
+  if (a.shape.size() != 4)
+    fail_input(path + ": shape " + shape_string(a.shape) + " has " + std::to_string(a.shape.size()) +
+               " dimensions, --" + flag + " needs 4 ([B, N, H, D])");
+  if (q != nullptr && a.type != q->type)
+    fail_input(path + ": dtype " + npy_descr(a.type) + " differs from --q's " + npy_descr(q->type));
+  return a;
+}
+
+void require_shape(const NpyArray& a, const std::string& path, const std::vector<int64_t>& want,
+                   const std::string& why) {
+  if (a.shape != want)
+    fail_input(path + ": shape " + shape_string(a.shape) + ", expected " + shape_string(want) + " (" +
+               why + ")");
+}
+
+struct Operands {
+  NpyArray q, k, v;
+  dilattn_dtype dtype = DILATTN_F32;
+  int64_t B = 0, Nq = 0, Nk = 0, H = 0, Hkv = 0, D = 0;
+};
+
+Operands read_operands(const Settings& s) {
+  Operands o;
+  o.q = read_operand(s.q_path, "q", nullptr);
+  o.k = read_operand(s.k_path, "k", &o.q);
+  o.v = read_operand(s.v_path, "v", &o.q);
+  o.dtype = dtype_of(o.q.type, s.q_path);
+  o.B = o.q.shape[0]; o.Nq = o.q.shape[1]; o.H = o.q.shape[2]; o.D = o.q.shape[3];
+  o.Nk = o.k.shape[1]; o.Hkv = o.k.shape[2];
+  if (o.k.shape[0] != o.B || o.k.shape[3] != o.D)
+    fail_input(s.k_path + ": shape " + shape_string(o.k.shape) + " does not match --q's " +
+               shape_string(o.q.shape) + " (B and D must agree)");
+  require_shape(o.v, s.v_path, o.k.shape, "V must have K's shape");
+  for (int64_t d : o.q.shape)
+    if (d < 1) fail_input(s.q_path + ": shape " + shape_string(o.q.shape) + " has an empty dimension");
+  for (int64_t d : o.k.shape)
+    if (d < 1) fail_input(s.k_path + ": shape " + shape_string(o.k.shape) + " has an empty dimension");
+  if (o.H % o.Hkv != 0)
+    fail_input(s.k_path + ": " + std::to_string(o.Hkv) + " kv heads do not divide --q's " +
+               std::to_string(o.H) + " heads");
+  return o;
+}
+
+// ---------------------------------------------------------------- the plan
+
+class DescHandle {
+ public:
+  DescHandle() { check_status(dilattn_desc_create(&desc_), "desc"); }
+  ~DescHandle() { dilattn_desc_destroy(desc_); }
+  DescHandle(const DescHandle&) = delete;
+  DescHandle& operator=(const DescHandle&) = delete;
+  dilattn_desc get() const { return desc_; }
+
+ private:
+  dilattn_desc desc_ = nullptr;
+};
+
+class PlanHandle {
+ public:
+  PlanHandle() = default;
+  ~PlanHandle() { dilattn_plan_destroy(plan_); }
+  PlanHandle(const PlanHandle&) = delete;
+  PlanHandle& operator=(const PlanHandle&) = delete;
+  dilattn_plan* out() { return &plan_; }
+  dilattn_plan get() const { return plan_; }
+
+ private:
+  dilattn_plan plan_ = nullptr;
+};
+
+void make_plan(const Settings& s, const Operands& o, PlanHandle* plan) {
+  DescHandle desc;
+  check_status(dilattn_desc_set_causal(desc.get(), s.causal ? 1 : 0), "--causal");
+  if (s.has_scale) check_status(dilattn_desc_set_scale(desc.get(), s.scale), "--scale");
+  check_status(dilattn_desc_set_num_threads(desc.get(), static_cast<int32_t>(s.threads)), "--threads");
+  if (!s.segments.empty()) {
+    check_status(dilattn_desc_set_dilated(desc.get(), static_cast<int32_t>(s.segments.size()),
+                                          s.segments.data(), s.dilations.data(), s.head_mode),
+                 "--segments/--dilations");
+  } else if (!s.mask_path.empty() || !s.pattern.empty()) {
+    MaskHandle mask;
+    if (!s.mask_path.empty())
+      load_mask_npz(s.mask_path, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
+    else
+      build_mask_pattern(s.pattern, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
+    // The description keeps its own reference; our handle may go.
+    check_status(dilattn_desc_set_block_sparse(desc.get(), mask.get()),
+                 s.mask_path.empty() ? "--pattern" : "--mask " + s.mask_path);
+  }
+  check_status(dilattn_plan_create(plan->out(), desc.get(), o.B, o.Nq, o.Nk, o.H, o.Hkv, o.D,
+                                   o.dtype, s.backend),
+               "plan (--backend " + std::string(dilattn_backend_name(s.backend)) + ")");
+}
+
+dilattn_backend plan_backend(const PlanHandle& plan) {
+  dilattn_backend b = DILATTN_BACKEND_REF;
+  check_status(dilattn_plan_backend(plan.get(), &b), "plan");
+  return b;
+}
+
+// ---------------------------------------------------------------- tensors
+
+// Binds host arrays as tensors, through GPU copies when the plan runs on cuda.
+class Binder {
+ public:
+  explicit Binder(bool on_gpu) : on_gpu_(on_gpu) {}
+
+  dilattn_tensor input(NpyArray& a, dilattn_dtype dtype, int64_t d3 = 0) {
+    return bind(a, dtype, d3, true);
+  }
+  dilattn_tensor output(NpyArray& a, dilattn_dtype dtype, int64_t d3 = 0) {
+    return bind(a, dtype, d3, false);
+  }
+  // Copies every output back from the GPU (nothing to do on the CPU).
+  void finish() {
+    for (auto& [buffer, host] : outputs_) buffer->download(host->data.data());
+  }
+
+ private:
+  // d3 = 0: a 4-D array as is; d3 = 1: a 3-D LSE array [B, H, N] viewed as [B, H, N, 1].
+  dilattn_tensor bind(NpyArray& a, dilattn_dtype dtype, int64_t d3, bool upload) {
+    const int64_t dims[4] = {a.shape[0], a.shape[1], a.shape[2], d3 ? 1 : a.shape[3]};
+    void* data = a.data.data();
+    if (on_gpu_) {
+      buffers_.push_back(std::make_unique<DeviceBuffer>(a.data.size()));
+      if (upload) buffers_.back()->upload(a.data.data());
+      else outputs_.push_back({buffers_.back().get(), &a});
+      data = buffers_.back()->get();
+    }
+    dilattn_tensor t = dilattn_tensor_contiguous(data, dtype, dims[0], dims[1], dims[2], dims[3]);
+    if (on_gpu_) {
+      t.device = DILATTN_DEVICE_CUDA;
+      t.device_index = 0;
+    }
+    return t;
+  }
+
+  bool on_gpu_;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
+  std::vector<std::pair<DeviceBuffer*, NpyArray*>> outputs_;
+};
+
+NpyArray zeros(NpyType type, std::vector<int64_t> shape) {
+  NpyArray a;
+  a.type = type;
+  a.shape = std::move(shape);
+  a.data.assign(static_cast<size_t>(a.numel()) * npy_itemsize(a.type), 0);
+  return a;
+}
+
+// O and LSE of the forward pass, LSE in the dtype the plan's backend writes.
+void run_forward(const PlanHandle& plan, Operands& o, NpyArray* out, NpyArray* lse) {
+  const bool ref = plan_backend(plan) == DILATTN_BACKEND_REF;
+  *out = zeros(o.q.type, o.q.shape);
+  *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq});
+  Binder bind(plan_backend(plan) == DILATTN_BACKEND_CUDA);
+  const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
+                       tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
+                       tl = bind.output(*lse, ref ? DILATTN_F64 : DILATTN_F32, 1);
+  check_status(dilattn_forward(plan.get(), &tq, &tk, &tv, &to, &tl, nullptr, 0), "forward");
+  bind.finish();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- forward
+
+int cmd_forward(int argc, char** argv, int first) {
+  const Flags f(argc, argv, first,
+                with_common({{"out", true}, {"lse", true}}), 0);
+  const Settings s = parse_settings(f);
+  OutputFiles outputs;
+  const size_t out_file = outputs.reserve("out", f.required("out"));
+  const bool want_lse = f.has("lse");
+  const size_t lse_file = want_lse ? outputs.reserve("lse", f.required("lse")) : 0;
+
+  Operands o = read_operands(s);
+  PlanHandle plan;
+  make_plan(s, o, &plan);
+  NpyArray out, lse;
+  run_forward(plan, o, &out, &lse);
+  outputs.write(out_file, serialize_npy(out));
+  if (want_lse) outputs.write(lse_file, serialize_npy(lse));
+  outputs.commit();
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------- backward
+
+int cmd_backward(int argc, char** argv, int first) {
+  const Flags f(argc, argv, first,
+                with_common({{"do", true}, {"dq", true}, {"dk", true}, {"dv", true},
+                             {"o", true}, {"lse", true}}),
+                0);
+  const Settings s = parse_settings(f);
+  const std::string do_path = f.required("do");
+  if (f.has("o") != f.has("lse"))
+    fail_input(std::string("flag --") + (f.has("o") ? "o" : "lse") + " needs --" +
+               (f.has("o") ? "lse" : "o") + " (give both, or neither to recompute them)");
+  OutputFiles outputs;
+  const size_t dq_file = outputs.reserve("dq", f.required("dq"));
+  const size_t dk_file = outputs.reserve("dk", f.required("dk"));
+  const size_t dv_file = outputs.reserve("dv", f.required("dv"));
+
+  Operands o = read_operands(s);
+  NpyArray d_o = read_operand(do_path, "do", &o.q);
+  require_shape(d_o, do_path, o.q.shape, "dO must have Q's shape");
+  PlanHandle plan;
+  make_plan(s, o, &plan);
+
+  NpyArray out, lse;
+  if (f.has("o")) {
+    const std::string o_path = f.required("o"), lse_path = f.required("lse");
+    out = read_operand(o_path, "o", &o.q);
+    require_shape(out, o_path, o.q.shape, "O must have Q's shape");
+    lse = read_npy_file(lse_path);
+    if (lse.type != NpyType::f4 && lse.type != NpyType::f8)
+      fail_input(lse_path + ": dtype " + npy_descr(lse.type) + ", LSE must be <f4 or <f8");
+    require_shape(lse, lse_path, {o.B, o.H, o.Nq}, "LSE is [B, H, Nq]");
+  } else {
+    run_forward(plan, o, &out, &lse);  // SPEC 6 needs the forward's O and LSE
+  }
+
+  NpyArray dq = zeros(o.q.type, o.q.shape), dk = zeros(o.k.type, o.k.shape),
+           dv = zeros(o.v.type, o.v.shape);
+  Binder bind(plan_backend(plan) == DILATTN_BACKEND_CUDA);
+  const dilattn_dtype lse_dtype = lse.type == NpyType::f8 ? DILATTN_F64 : DILATTN_F32;
+  const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
+                       tv = bind.input(o.v, o.dtype), to = bind.input(out, o.dtype),
+                       tl = bind.input(lse, lse_dtype, 1), tdo = bind.input(d_o, o.dtype),
+                       tdq = bind.output(dq, o.dtype), tdk = bind.output(dk, o.dtype),
+                       tdv = bind.output(dv, o.dtype);
+  check_status(dilattn_backward(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                nullptr, 0),
+               "backward");
+  bind.finish();
+  outputs.write(dq_file, serialize_npy(dq));
+  outputs.write(dk_file, serialize_npy(dk));
+  outputs.write(dv_file, serialize_npy(dv));
+  outputs.commit();
+  return kExitOk;
+}
+
+}  // namespace dilattn_cli
