@@ -5,6 +5,7 @@
 
 #include "errors.h"
 #include "handles.h"
+#include "pool_internal.h"
 #include "tensor_checks.h"
 
 using dilattn::set_error;
@@ -25,10 +26,14 @@ dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check>
   return DILATTN_SUCCESS;
 }
 
-// The caller's workspace, or one the plan allocates for this call.
+// The caller's workspace, or a block of the plan's pool (problem.pool, else the default pool
+// of the backend's device: pool_internal.h) for this call, given back when the call ends. The
+// default host pool grows, and if it still fails the workspace falls back to malloc, so a plan
+// never fails because a default pool is small. Checked by tests/pool/pool_workspace.cpp.
 class Workspace {
  public:
-  dilattn_status acquire(void* given, size_t given_bytes, size_t needed) {
+  dilattn_status acquire(const dilattn::Problem& p, int32_t device_index, void* given,
+                         size_t given_bytes, size_t needed) {
     if (needed == 0) return DILATTN_SUCCESS;
     if (given != nullptr) {
       if (given_bytes < needed)
@@ -38,6 +43,33 @@ class Workspace {
       ptr_ = given;
       return DILATTN_SUCCESS;
     }
+    const dilattn_device_type device =
+        p.backend == DILATTN_BACKEND_CUDA ? DILATTN_DEVICE_CUDA : DILATTN_DEVICE_CPU;
+    dilattn_status s;
+    dilattn_pool pool = p.pool;
+    if (pool != nullptr) {  // the caller's pool: its failures are the caller's to see
+      dilattn_device_type pool_device;
+      int32_t pool_index;
+      if ((s = dilattn::pool_device(pool, &pool_device, &pool_index)) != DILATTN_SUCCESS) return s;
+      if (pool_device != device || (device == DILATTN_DEVICE_CUDA && pool_index != device_index))
+        return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
+                         "the plan's pool is on %s device %d; the workspace must be on %s device %d",
+                         pool_device == DILATTN_DEVICE_CUDA ? "CUDA" : "host",
+                         static_cast<int>(pool_index),
+                         device == DILATTN_DEVICE_CUDA ? "CUDA" : "host",
+                         static_cast<int>(device_index));
+      if ((s = dilattn::pool_allocate(pool, needed, &ptr_)) != DILATTN_SUCCESS) return s;
+      pool_ = pool;
+      return DILATTN_SUCCESS;
+    }
+    s = dilattn::default_pool(device, device_index, &pool);
+    if (s == DILATTN_SUCCESS) s = dilattn::pool_allocate(pool, needed, &ptr_);
+    if (s == DILATTN_SUCCESS) {
+      pool_ = pool;
+      return DILATTN_SUCCESS;
+    }
+    if (device == DILATTN_DEVICE_CUDA) return s;
+    dilattn::clear_error();  // the host fallback below replaces the pool's failure
     owned_.reset(std::malloc(needed));
     if (!owned_)
       return set_error(DILATTN_ERROR_OUT_OF_MEMORY, "workspace of %zu bytes: allocation failed",
@@ -46,10 +78,14 @@ class Workspace {
     return DILATTN_SUCCESS;
   }
   void* get() const { return ptr_; }
+  ~Workspace() {
+    if (pool_ != nullptr) dilattn::pool_release(pool_, ptr_);
+  }
 
  private:
   struct Free { void operator()(void* p) const { std::free(p); } };
   std::unique_ptr<void, Free> owned_;
+  dilattn_pool pool_ = nullptr;
   void* ptr_ = nullptr;
 };
 
@@ -70,7 +106,8 @@ extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tenso
   if (lse != nullptr && (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse)) != DILATTN_SUCCESS)
     return s;
   Workspace ws;
-  if ((s = ws.acquire(workspace, workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
+  if ((s = ws.acquire(p, q->device_index, workspace, workspace_bytes, plan->workspace.forward)) !=
+      DILATTN_SUCCESS)
     return s;
   const dilattn::ForwardArgs args{q, k, v, o, lse, ws.get()};
   switch (p.backend) {
@@ -99,7 +136,8 @@ extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tens
                     {dk, "dk", TensorRole::kv}, {dv, "dv", TensorRole::kv}});
   if (s != DILATTN_SUCCESS) return s;
   Workspace ws;
-  if ((s = ws.acquire(workspace, workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
+  if ((s = ws.acquire(p, q->device_index, workspace, workspace_bytes, plan->workspace.backward)) !=
+      DILATTN_SUCCESS)
     return s;
   const dilattn::BackwardArgs args{q, k, v, o, lse, d_o, dq, dk, dv, ws.get()};
   switch (p.backend) {
