@@ -1,0 +1,238 @@
+// gpu_bench.cpp - the cuda backend's forward on a GPU (issue 5): dense, causal, dilated and
+// block-sparse attention in f16, bf16 and f32, timed with cudaEvents around dilattn_forward.
+//
+// TFLOP/s by FlashAttention's formula: 4 * B * H * Nq * Nk * D for dense, halved for causal;
+// for dilated and block-sparse, 4 * B * D * (the (query, key) pairs actually attended, summed
+// over heads), counted on the host from the same index rules the kernels use (useful FLOPs,
+// not the FLOPs of the dense problem). Median of --iters timed calls after 2 warm-up calls.
+// Without a GPU (no CUDA device, or the cuda backend unavailable) it prints "no GPU" and exits 0.
+// Prints a table for people and writes JSON (--json FILE, default gpu_bench.json) for scripts;
+// both name the GPU. Usage: bench_gpu [--json FILE] [--iters N] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dilattn.h"
+#include "index_rules.h"
+
+namespace {
+
+struct BenchCase {
+  std::string name;
+  dilattn_dtype dtype;
+  int64_t B, N, H, D;
+  dilattn_kind kind;
+  bool causal;
+  std::vector<int64_t> segments, dilations;  // dilated
+  std::string pattern;                       // block-sparse (dilattn_mask_from_pattern)
+};
+
+struct Result {
+  BenchCase c;
+  double ms = 0, tflops = 0, useful_flops = 0;
+  std::string status;
+};
+
+size_t element_bytes(dilattn_dtype t) { return t == DILATTN_F32 ? 4 : 2; }
+
+// (query, key) pairs one (batch, head) attends in dilated or block-sparse attention, from the
+// index rules of SPEC 3-4.
+double attended_pairs(const BenchCase& c, dilattn_mask mask, int64_t h) {
+  double pairs = 0;
+  if (c.kind == DILATTN_KIND_DILATED) {
+    const int64_t m = static_cast<int64_t>(c.segments.size());
+    for (int64_t b = 0; b < m; ++b) {
+      const int64_t o = dilattn::head_offset(DILATTN_HEADS_MOD, h, b, c.dilations[b], c.H);
+      for (int64_t i = 0; i < c.N; ++i)
+        pairs += dilattn::dilated_keys(i, c.N, c.segments[b], c.dilations[b], o, c.causal).count;
+    }
+  } else {
+    dilattn_bsr_view v{};
+    int64_t nnz = 0;
+    dilattn_mask_get(mask, &v, &nnz);
+    const int64_t* rp = static_cast<const int64_t*>(v.row_ptr);
+    const int64_t* ci = static_cast<const int64_t*>(v.col_idx);
+    const int64_t I = (c.N + v.block_q - 1) / v.block_q;
+    for (int64_t ib = 0; ib < I; ++ib)
+      for (int64_t n = rp[ib]; n < rp[ib + 1]; ++n)
+        for (int64_t i = ib * v.block_q; i < std::min(c.N, (ib + 1) * v.block_q); ++i)
+          pairs += dilattn::block_keys(i, ci[n], v.block_k, c.N, c.N, c.causal).count;
+  }
+  return pairs;
+}
+
+Result run_case(const BenchCase& c, int iters) {
+  Result r;
+  r.c = c;
+  dilattn_desc desc = nullptr;
+  dilattn_mask mask = nullptr;
+  dilattn_desc_create(&desc);
+  dilattn_desc_set_causal(desc, c.causal ? 1 : 0);
+  if (c.kind == DILATTN_KIND_DILATED)
+    dilattn_desc_set_dilated(desc, static_cast<int32_t>(c.segments.size()), c.segments.data(),
+                             c.dilations.data(), DILATTN_HEADS_MOD);
+  if (c.kind == DILATTN_KIND_BLOCK_SPARSE) {
+    if (dilattn_mask_from_pattern(&mask, c.pattern.c_str(), c.N, c.N, 64, 64) != DILATTN_SUCCESS) {
+      r.status = std::string("mask: ") + dilattn_last_error();
+      dilattn_desc_destroy(desc);
+      return r;
+    }
+    dilattn_desc_set_block_sparse(desc, mask);
+  }
+  dilattn_plan plan = nullptr;
+  dilattn_status s = dilattn_plan_create(&plan, desc, c.B, c.N, c.N, c.H, c.H, c.D, c.dtype,
+                                         DILATTN_BACKEND_CUDA);
+  dilattn_desc_destroy(desc);
+  if (s != DILATTN_SUCCESS) {
+    r.status = std::string("plan: ") + dilattn_last_error();
+    if (mask) dilattn_mask_destroy(mask);
+    return r;
+  }
+  const size_t n = static_cast<size_t>(c.B * c.N * c.H * c.D);
+  const size_t bytes = n * element_bytes(c.dtype);
+  void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr;
+  cudaMalloc(&q, bytes);
+  cudaMalloc(&k, bytes);
+  cudaMalloc(&v, bytes);
+  cudaMalloc(&o, bytes);
+  cudaMalloc(&lse, static_cast<size_t>(c.B * c.H * c.N) * sizeof(float));
+  cudaMemset(q, 0x3c, bytes);  // small finite values in every dtype
+  cudaMemset(k, 0x3c, bytes);
+  cudaMemset(v, 0x3c, bytes);
+  auto view = [&](void* p) {
+    dilattn_tensor t = dilattn_tensor_contiguous(p, c.dtype, c.B, c.N, c.H, c.D);
+    t.device = DILATTN_DEVICE_CUDA;
+    return t;
+  };
+  const dilattn_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+  dilattn_tensor tl = dilattn_tensor_contiguous(lse, DILATTN_F32, c.B, c.H, c.N, 1);
+  tl.device = DILATTN_DEVICE_CUDA;
+
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> times;
+  for (int it = 0; it < iters + 2 && s == DILATTN_SUCCESS; ++it) {
+    cudaEventRecord(start);
+    s = dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (it >= 2) times.push_back(ms);
+  }
+  if (s != DILATTN_SUCCESS) {
+    r.status = std::string("forward: ") + dilattn_last_error();
+  } else {
+    std::sort(times.begin(), times.end());
+    r.ms = times[times.size() / 2];
+    // Dense: FlashAttention's formula exactly (N^2, halved for causal); else counted pairs.
+    double pairs = 0;
+    if (c.kind == DILATTN_KIND_DENSE)
+      pairs = static_cast<double>(c.H) * static_cast<double>(c.N) * static_cast<double>(c.N) /
+              (c.causal ? 2.0 : 1.0);
+    else
+      for (int64_t h = 0; h < c.H; ++h) pairs += attended_pairs(c, mask, h);
+    r.useful_flops = 4.0 * static_cast<double>(c.B) * static_cast<double>(c.D) * pairs;
+    r.tflops = r.useful_flops / (r.ms * 1e-3) / 1e12;
+    r.status = "ok";
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
+  cudaFree(lse);
+  dilattn_plan_destroy(plan);
+  if (mask) dilattn_mask_destroy(mask);
+  return r;
+}
+
+const char* kind_name(dilattn_kind k) {
+  return k == DILATTN_KIND_DENSE ? "dense" : k == DILATTN_KIND_DILATED ? "dilated" : "sparse";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path = "gpu_bench.json";
+  int iters = 10;
+  bool quick = false;
+  for (int a = 1; a < argc; ++a) {
+    if (!std::strcmp(argv[a], "--json") && a + 1 < argc) json_path = argv[++a];
+    else if (!std::strcmp(argv[a], "--iters") && a + 1 < argc) iters = std::max(1, std::atoi(argv[++a]));
+    else if (!std::strcmp(argv[a], "--quick")) quick = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--json FILE] [--iters N] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 ||
+      !dilattn_backend_available(DILATTN_BACKEND_CUDA)) {
+    std::printf("no GPU: the cuda backend cannot run here (%s); nothing measured\n",
+                devices == 0 ? "no CUDA device" : "backend unavailable");
+    return 0;
+  }
+  cudaDeviceProp props;
+  cudaGetDeviceProperties(&props, 0);
+  const std::string gpu = std::string(props.name) + ", sm_" + std::to_string(props.major) +
+                          std::to_string(props.minor);
+
+  const int64_t N = quick ? 2048 : 8192;
+  std::vector<BenchCase> cases;
+  for (dilattn_dtype t : {DILATTN_F16, DILATTN_BF16, DILATTN_F32})
+    for (int64_t D : {64, 128})
+      for (bool causal : {false, true})
+        cases.push_back({"dense", t, 1, N, 16, D, DILATTN_KIND_DENSE, causal, {}, {}, ""});
+  for (dilattn_dtype t : {DILATTN_F16, DILATTN_BF16})
+    for (int64_t D : {64, 128}) {
+      cases.push_back({"dilated", t, 1, N, 16, D, DILATTN_KIND_DILATED, false,
+                       {N / 4, N / 2, N}, {1, 2, 4}, ""});
+      cases.push_back({"sparse", t, 1, N, 16, D, DILATTN_KIND_BLOCK_SPARSE, false, {}, {},
+                       "local:2+sink:1"});
+    }
+
+  std::vector<Result> results;
+  std::printf("dilattn GPU forward benchmark on %s (cudaEvent median of %d)\n", gpu.c_str(), iters);
+  std::printf("%-8s %-5s %3s %6s %3s %4s %-6s %10s %8s  %s\n", "kind", "dtype", "B", "N", "H", "D",
+              "causal", "ms", "TFLOP/s", "status");
+  for (const BenchCase& c : cases) {
+    Result r = run_case(c, iters);
+    const char* dt = c.dtype == DILATTN_F16 ? "f16" : c.dtype == DILATTN_BF16 ? "bf16" : "f32";
+    std::printf("%-8s %-5s %3lld %6lld %3lld %4lld %-6s %10.3f %8.2f  %s\n", kind_name(c.kind), dt,
+                static_cast<long long>(c.B), static_cast<long long>(c.N),
+                static_cast<long long>(c.H), static_cast<long long>(c.D), c.causal ? "yes" : "no",
+                r.ms, r.tflops, r.status.c_str());
+    results.push_back(r);
+  }
+  FILE* f = std::fopen(json_path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+    return 1;
+  }
+  std::fprintf(f, "{\n  \"machine\": \"%s\",\n  \"iters\": %d,\n  \"results\": [\n", gpu.c_str(), iters);
+  for (size_t n = 0; n < results.size(); ++n) {
+    const Result& r = results[n];
+    std::fprintf(f,
+                 "    {\"kind\": \"%s\", \"dtype\": %d, \"B\": %lld, \"N\": %lld, \"H\": %lld, "
+                 "\"D\": %lld, \"causal\": %s, \"ms\": %.6f, \"useful_flops\": %.6g, "
+                 "\"tflops\": %.4f, \"status\": \"%s\"}%s\n",
+                 kind_name(r.c.kind), static_cast<int>(r.c.dtype), static_cast<long long>(r.c.B),
+                 static_cast<long long>(r.c.N), static_cast<long long>(r.c.H),
+                 static_cast<long long>(r.c.D), r.c.causal ? "true" : "false", r.ms,
+                 r.useful_flops, r.tflops, r.status == "ok" ? "ok" : "error",
+                 n + 1 < results.size() ? "," : "");
+  }
+  std::fprintf(f, "  ]\n}\n");
+  std::fclose(f);
+  std::printf("wrote %s\n", json_path.c_str());
+  return 0;
+}

@@ -1,0 +1,39 @@
+// cuda_compat.cuh - what lets one kernel source build two ways (the emu/CUDA contract).
+//
+// Under nvcc: the CUDA runtime, fp16/bf16 types and WMMA, and two macros. Under a host compiler:
+// emu/simt.h, the SIMT emulator, which provides the same names (threadIdx, __syncthreads,
+// shuffles, __half, nvcuda::wmma, cudaMalloc, ...) and runs the kernels on the CPU.
+//
+//   DILATTN_DYNAMIC_SHARED(type, name)  the block's dynamic shared memory as type* name. All
+//       shared memory is dynamic and carved into tiles at kernel start (no static __shared__),
+//       so the emulator can poison it per block and a missing barrier shows.
+//   DILATTN_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...)  a kernel launch.
+//
+// Checked by every test in tests/kernels/ (emulator) and by the nvcc build (CUDA).
+#ifndef DILATTN_CUDA_COMPAT_CUH
+#define DILATTN_CUDA_COMPAT_CUH
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+// 128-byte alignment: WMMA loads and stores need 32-byte aligned tiles; the kernels carve tiles
+// at multiples of 32 bytes from this base.
+#define DILATTN_DYNAMIC_SHARED(type, name)                                 \
+  extern __shared__ __align__(128) unsigned char dilattn_smem_raw[];       \
+  type* name = reinterpret_cast<type*>(dilattn_smem_raw)
+#define DILATTN_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  kernel<<<grid, block, shared_bytes, stream>>>
+#else
+#include "simt.h"
+#endif
+
+// The namespace the launcher and its kernels live in: gpu under nvcc, emu when
+// cuda/launch_emu.cpp includes cuda/launch.cu for the host compiler.
+#ifndef DILATTN_BACKEND_NS
+#define DILATTN_BACKEND_NS gpu
+#endif
+
+#endif  // DILATTN_CUDA_COMPAT_CUH

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""check_ptxas_spills.py - fails when ptxas reports local-memory spills in a main kernel.
+
+Reads the reports cuda/meson.build keeps (ptxas_report_<kernel>.txt, nvcc -Xptxas -v for every
+arch). For each entry function whose name holds a main kernel (forward_simt_kernel,
+forward_wmma_kernel), "N bytes spill stores, M bytes spill loads" must be 0 and 0. A report
+with no main kernel at all fails too (a check that cannot see its subject must not pass), and
+so does one missing an arch of --archs (real code for every SM the build targets).
+Usage: check_ptxas_spills.py [--archs 80,90] REPORT...
+"""
+import re
+import sys
+
+MAIN_KERNELS = ("forward_simt_kernel", "forward_wmma_kernel")
+ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def check(path):
+    """Returns (entries seen, archs seen, list of failures) for one report."""
+    entries, archs, failures = 0, set(), []
+    function, arch = None, None
+    with open(path) as f:
+        for line in f:
+            m = ENTRY.search(line)
+            if m:
+                function, arch = m.group(1), m.group(2)
+                continue
+            m = SPILL.search(line)
+            if m and function and any(k in function for k in MAIN_KERNELS):
+                entries += 1
+                archs.add(arch)
+                stores, loads = int(m.group(1)), int(m.group(2))
+                if stores or loads:
+                    failures.append(f"{path}: {function} ({arch}): {stores} bytes spill stores, "
+                                    f"{loads} bytes spill loads")
+                function = None
+    return entries, archs, failures
+
+
+def main(argv):
+    want_archs = set()
+    if len(argv) >= 2 and argv[0] == "--archs":
+        want_archs = {"sm_" + a.strip() for a in argv[1].split(",") if a.strip()}
+        argv = argv[2:]
+    paths = argv
+    if not paths:
+        print("no ptxas report given")
+        return 1
+    status = 0
+    for path in paths:
+        entries, archs, failures = check(path)
+        for failure in failures:
+            print("SPILL: " + failure)
+        missing = sorted(want_archs - archs)
+        if missing:
+            print(f"{path}: no main kernel compiled for {', '.join(missing)}")
+            status = 1
+        if entries == 0:
+            print(f"{path}: no main kernel in the report")
+            status = 1
+        elif failures:
+            status = 1
+        elif not missing:
+            print(f"{path}: {entries} kernel/arch entries ({', '.join(sorted(archs))}), no spills")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

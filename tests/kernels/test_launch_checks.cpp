@@ -1,0 +1,90 @@
+// test_launch_checks.cpp - what the CUDA backend's launcher (cuda/launch.cu, run as backend emu)
+// refuses, before touching memory (SPEC 1, 7): f64, head dims above 256, a misaligned data
+// pointer, an output view whose stride 0 would make rows share memory, and backward (not
+// written yet). Each refusal must leave the output untouched, and a plain call must succeed.
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "dilattn.h"
+
+namespace {
+
+int failures = 0;
+
+void expect_status(dilattn_status got, dilattn_status want, const char* what) {
+  if (got == want) {
+    std::printf("%-50s ok (%s)\n", what, dilattn_last_error());
+    return;
+  }
+  std::fprintf(stderr, "%s: got %s (%s), want %s\n", what, dilattn_status_string(got),
+               dilattn_last_error(), dilattn_status_string(want));
+  ++failures;
+}
+
+dilattn_plan make_plan(dilattn_dtype dtype, int64_t D, dilattn_status* status) {
+  dilattn_desc desc = nullptr;
+  dilattn_desc_create(&desc);
+  dilattn_plan plan = nullptr;
+  *status = dilattn_plan_create(&plan, desc, 1, 8, 8, 1, 1, D, dtype, DILATTN_BACKEND_EMU);
+  dilattn_desc_destroy(desc);
+  return plan;
+}
+
+}  // namespace
+
+int main() {
+  dilattn_status s;
+  make_plan(DILATTN_F64, 8, &s);
+  expect_status(s, DILATTN_ERROR_UNSUPPORTED, "f64 plan on emu");
+  make_plan(DILATTN_F32, 264, &s);
+  expect_status(s, DILATTN_ERROR_UNSUPPORTED, "head_dim 264 on emu");
+
+  dilattn_plan plan = make_plan(DILATTN_F32, 8, &s);
+  expect_status(s, DILATTN_SUCCESS, "f32 D=8 plan on emu");
+  if (plan == nullptr) return 1;
+  std::vector<float> q(1 + 8 * 8, 0.5f), k(8 * 8, 0.25f), v(8 * 8, 1.0f), o(8 * 8, -7.0f);
+  dilattn_tensor tq = dilattn_tensor_contiguous(q.data(), DILATTN_F32, 1, 8, 1, 8);
+  dilattn_tensor tk = dilattn_tensor_contiguous(k.data(), DILATTN_F32, 1, 8, 1, 8);
+  dilattn_tensor tv = dilattn_tensor_contiguous(v.data(), DILATTN_F32, 1, 8, 1, 8);
+  dilattn_tensor to = dilattn_tensor_contiguous(o.data(), DILATTN_F32, 1, 8, 1, 8);
+
+  // A float pointer one byte off its alignment.
+  dilattn_tensor misaligned = tq;
+  misaligned.data = reinterpret_cast<unsigned char*>(q.data()) + 1;
+  expect_status(dilattn_forward(plan, &misaligned, &tk, &tv, &to, nullptr, nullptr, 0),
+                DILATTN_ERROR_UNSUPPORTED, "misaligned q");
+  // Every query row written to the same 8 floats.
+  dilattn_tensor overlapping = to;
+  overlapping.strides[1] = 0;
+  expect_status(dilattn_forward(plan, &tq, &tk, &tv, &overlapping, nullptr, nullptr, 0),
+                DILATTN_ERROR_UNSUPPORTED, "output rows with stride 0");
+  bool untouched = true;
+  for (float x : o) untouched = untouched && x == -7.0f;
+  if (!untouched) {
+    std::fprintf(stderr, "a refused call wrote the output\n");
+    ++failures;
+  }
+
+  // The plain call: every row attends to equal keys, so O is v's row, 1.0.
+  expect_status(dilattn_forward(plan, &tq, &tk, &tv, &to, nullptr, nullptr, 0), DILATTN_SUCCESS,
+                "plain forward");
+  for (float x : o)
+    if (x != 1.0f) {
+      std::fprintf(stderr, "plain forward: O element %g, want 1\n", static_cast<double>(x));
+      ++failures;
+      break;
+    }
+
+  std::vector<float> lse(8), d_o(8 * 8, 1.0f), dq(8 * 8), dk(8 * 8), dv(8 * 8);
+  dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, 1, 1, 8, 1);
+  dilattn_tensor tdo = dilattn_tensor_contiguous(d_o.data(), DILATTN_F32, 1, 8, 1, 8);
+  dilattn_tensor tdq = dilattn_tensor_contiguous(dq.data(), DILATTN_F32, 1, 8, 1, 8);
+  dilattn_tensor tdk = dilattn_tensor_contiguous(dk.data(), DILATTN_F32, 1, 8, 1, 8);
+  dilattn_tensor tdv = dilattn_tensor_contiguous(dv.data(), DILATTN_F32, 1, 8, 1, 8);
+  expect_status(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0),
+                DILATTN_ERROR_UNSUPPORTED, "backward on emu");
+  dilattn_plan_destroy(plan);
+  std::printf("%d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}
