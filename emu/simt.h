@@ -1,0 +1,24 @@
+// simt.h - the SIMT emulator: runs unmodified CUDA kernel sources on the CPU (host compiler).
+//
+// Issue 5, part 1; how it works and its limits: emu/README.md. The single include of the
+// emulator; cuda/cuda_compat.cuh includes it when __CUDACC__ is not defined. Pieces:
+//   simt_types.h      qualifiers, dim3/uint3, __half/__nv_bfloat16 (the CUDA headers' host paths)
+//   simt_scheduler.h  fibers, thread order, __syncthreads and warp-collective scheduling,
+//                     threadIdx/blockIdx/blockDim/gridDim
+//   simt_device.h     shuffles, votes, atomics, fast-math and bit intrinsics
+//   simt_wmma.h       nvcuda::wmma 16x16x16 with the emulator's element layout
+//   simt_launch.h     DILATTN_LAUNCH, DILATTN_DYNAMIC_SHARED, simt::last_error_message()
+//   simt_runtime.h    cudaMalloc/cudaMemcpy/streams/events/... as simt:: inline shims + macros
+// Needs the CUDA include directory (for cuda_fp16.h) and threads; nothing to link.
+// Checked by tests/emu/ (meson test -C build-emu --suite emu).
+#ifndef DILATTN_SIMT_H
+#define DILATTN_SIMT_H
+
+#include "simt_types.h"
+#include "simt_scheduler.h"
+#include "simt_device.h"
+#include "simt_wmma.h"
+#include "simt_launch.h"
+#include "simt_runtime.h"
+
+#endif  // DILATTN_SIMT_H

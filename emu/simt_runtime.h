@@ -1,0 +1,258 @@
+// simt_runtime.h - host shims of the CUDA runtime for the emulator: memory, streams, events.
+//
+// Part of the SIMT emulator (emu/README.md; issue 5). "Device" memory is host memory
+// (256-byte aligned), copies are memcpy, every call is synchronous (streams and events exist
+// so launcher code compiles unchanged; an event records the host clock).
+// Why macros: libdilattn links the real libcudart for the GPU backend into the same .so as the
+// emulated backend, so this header must not define a single external symbol named like the
+// runtime. Every shim is an inline function in namespace simt, and `#define cudaMalloc
+// simt::cudaMalloc` etc. route the kernels' launcher code to them. The types (cudaError_t,
+// cudaDeviceProp, ...) are the CUDA headers' own, which <cuda_fp16.h> includes anyway.
+// Checked by tests/emu/emu_host_shims.cpp.
+#ifndef DILATTN_SIMT_RUNTIME_H
+#define DILATTN_SIMT_RUNTIME_H
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "simt_launch.h"
+
+namespace simt {
+namespace detail {
+struct EmuStream {
+  int unused = 0;
+};
+struct EmuEvent {
+  std::chrono::steady_clock::time_point when{};
+  bool recorded = false;
+};
+}  // namespace detail
+
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = detail::last_error().code;
+  detail::last_error().code = cudaSuccess;
+  return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return detail::last_error().code; }
+
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    default: return "cudaErrorUnknown";
+  }
+}
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorLaunchFailure: return "unspecified launch failure (SIMT emulator)";
+    default: return "unknown error";
+  }
+}
+
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  *p = std::aligned_alloc(256, rounded);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <class T>
+inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+  void* v = nullptr;
+  const cudaError_t e = simt::cudaMalloc(&v, bytes);
+  *p = static_cast<T*>(v);
+  return e;
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return simt::cudaMalloc(p, bytes); }
+inline cudaError_t cudaFreeHost(void* p) { return simt::cudaFree(p); }
+
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t = nullptr) {
+  return simt::cudaMemcpy(dst, src, bytes, kind);
+}
+inline cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr) return cudaErrorInvalidValue;
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t = nullptr) {
+  return simt::cudaMemset(dst, value, bytes);
+}
+
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  if (s == nullptr) return cudaErrorInvalidValue;
+  *s = reinterpret_cast<cudaStream_t>(new detail::EmuStream);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  return simt::cudaStreamCreate(s);
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete reinterpret_cast<detail::EmuStream*>(s);
+  return cudaSuccess;
+}
+// Everything already ran; a pending launch error shows here too, as on the GPU.
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return simt::cudaPeekAtLastError(); }
+inline cudaError_t cudaDeviceSynchronize() { return simt::cudaPeekAtLastError(); }
+
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  if (e == nullptr) return cudaErrorInvalidValue;
+  *e = reinterpret_cast<cudaEvent_t>(new detail::EmuEvent);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return simt::cudaEventCreate(e); }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  auto* ev = reinterpret_cast<detail::EmuEvent*>(e);
+  ev->when = std::chrono::steady_clock::now();
+  ev->recorded = true;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return e == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+  if (ms == nullptr || start == nullptr || stop == nullptr) return cudaErrorInvalidValue;
+  auto* a = reinterpret_cast<detail::EmuEvent*>(start);
+  auto* b = reinterpret_cast<detail::EmuEvent*>(stop);
+  if (!a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
+  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<detail::EmuEvent*>(e);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaGetDevice(int* d) {
+  if (d == nullptr) return cudaErrorInvalidValue;
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  if (n == nullptr) return cudaErrorInvalidValue;
+  *n = 1;
+  return cudaSuccess;
+}
+// A fake sm_80-like device: what the launchers query to size their tiles.
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (p == nullptr || device != 0) return cudaErrorInvalidValue;
+  std::memset(p, 0, sizeof *p);
+  std::strncpy(p->name, "SIMT emulator", sizeof p->name - 1);
+  p->major = 8;
+  p->minor = 0;
+  p->warpSize = 32;
+  p->sharedMemPerBlock = detail::kDefaultSharedBytes;
+  p->sharedMemPerBlockOptin = detail::kOptInSharedBytes;
+  p->sharedMemPerMultiprocessor = detail::kOptInSharedBytes;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = 1024;
+  p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = 65535;
+  p->maxGridSize[2] = 65535;
+  p->multiProcessorCount = 1;
+  p->totalGlobalMem = size_t(1) << 32;
+  p->regsPerBlock = 65536;
+  return cudaSuccess;
+}
+
+template <class... P>
+inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;  // no effect here
+  if (value < 0 || static_cast<size_t>(value) > detail::kOptInSharedBytes)
+    return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(detail::attribute_mutex());
+  detail::max_dynamic_shared()[reinterpret_cast<detail::KernelKey>(kernel)] =
+      static_cast<size_t>(value);
+  return cudaSuccess;
+}
+
+}  // namespace simt
+
+// Route the runtime names to the shims (some are macros in cuda_runtime_api.h already).
+#undef cudaGetLastError
+#define cudaGetLastError simt::cudaGetLastError
+#undef cudaPeekAtLastError
+#define cudaPeekAtLastError simt::cudaPeekAtLastError
+#undef cudaGetErrorName
+#define cudaGetErrorName simt::cudaGetErrorName
+#undef cudaGetErrorString
+#define cudaGetErrorString simt::cudaGetErrorString
+#undef cudaMalloc
+#define cudaMalloc simt::cudaMalloc
+#undef cudaFree
+#define cudaFree simt::cudaFree
+#undef cudaMallocHost
+#define cudaMallocHost simt::cudaMallocHost
+#undef cudaFreeHost
+#define cudaFreeHost simt::cudaFreeHost
+#undef cudaMemcpy
+#define cudaMemcpy simt::cudaMemcpy
+#undef cudaMemcpyAsync
+#define cudaMemcpyAsync simt::cudaMemcpyAsync
+#undef cudaMemset
+#define cudaMemset simt::cudaMemset
+#undef cudaMemsetAsync
+#define cudaMemsetAsync simt::cudaMemsetAsync
+#undef cudaStreamCreate
+#define cudaStreamCreate simt::cudaStreamCreate
+#undef cudaStreamCreateWithFlags
+#define cudaStreamCreateWithFlags simt::cudaStreamCreateWithFlags
+#undef cudaStreamDestroy
+#define cudaStreamDestroy simt::cudaStreamDestroy
+#undef cudaStreamSynchronize
+#define cudaStreamSynchronize simt::cudaStreamSynchronize
+#undef cudaDeviceSynchronize
+#define cudaDeviceSynchronize simt::cudaDeviceSynchronize
+#undef cudaEventCreate
+#define cudaEventCreate simt::cudaEventCreate
+#undef cudaEventCreateWithFlags
+#define cudaEventCreateWithFlags simt::cudaEventCreateWithFlags
+#undef cudaEventRecord
+#define cudaEventRecord simt::cudaEventRecord
+#undef cudaEventSynchronize
+#define cudaEventSynchronize simt::cudaEventSynchronize
+#undef cudaEventElapsedTime
+#define cudaEventElapsedTime simt::cudaEventElapsedTime
+#undef cudaEventDestroy
+#define cudaEventDestroy simt::cudaEventDestroy
+#undef cudaGetDevice
+#define cudaGetDevice simt::cudaGetDevice
+#undef cudaSetDevice
+#define cudaSetDevice simt::cudaSetDevice
+#undef cudaGetDeviceCount
+#define cudaGetDeviceCount simt::cudaGetDeviceCount
+#undef cudaGetDeviceProperties
+#define cudaGetDeviceProperties simt::cudaGetDeviceProperties
+#undef cudaFuncSetAttribute
+#define cudaFuncSetAttribute simt::cudaFuncSetAttribute
+
+#endif  // DILATTN_SIMT_RUNTIME_H

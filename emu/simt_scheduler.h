@@ -1,0 +1,536 @@
+// simt_scheduler.h - runs one thread block as fibers: barriers, warp collectives, thread order.
+//
+// Part of the SIMT emulator (emu/README.md; issue 5). Algorithm:
+//   - Each CUDA thread of a block is a fiber on a reused 256 KB stack (SIMT_STACK_KB overrides).
+//     On x86-64 a switch is a few instructions (callee-saved registers, MXCSR and the x87
+//     control word; about 10 ns); elsewhere, or with -DSIMT_USE_UCONTEXT, it is ucontext
+//     (correct but ~1-2 us, as glibc's swapcontext makes a signal-mask system call). A fiber runs without interruption until it reaches a block barrier
+//     (__syncthreads), a warp collective (shuffle, ballot, __syncwarp, WMMA) or returns.
+//   - A round resumes every runnable fiber once, in the thread order of the launch (ascending,
+//     descending or a seeded shuffle, reshuffled every round), so a missing barrier changes
+//     which thread sees which value and the results differ between orders.
+//   - After a round, a warp collective whose mask lanes have all arrived is resolved by the
+//     scheduler (it computes every lane's result from the lanes' posted values) and those lanes
+//     run again. When no warp can progress, a lane still waiting at a collective is an error;
+//     otherwise, if every live thread waits at __syncthreads the barrier opens, and if some have
+//     returned it is an error ("__syncthreads reached by 31 of 32 threads"). Nothing can hang.
+//   - An error abandons the block's fibers (their stacks are reused) and fails the launch.
+// ASan: every switch is wrapped in __sanitizer_start/finish_switch_fiber.
+// Checked by tests/emu/emu_negative_divergent_barrier.cpp, emu_negative_missing_barrier.cpp and
+// every positive emulator test (each runs under several thread orders).
+#ifndef DILATTN_SIMT_SCHEDULER_H
+#define DILATTN_SIMT_SCHEDULER_H
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIMT_ASAN 1
+#endif
+#endif
+#ifdef SIMT_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if defined(__x86_64__) && !defined(SIMT_USE_UCONTEXT)
+#define SIMT_FAST_SWITCH 1
+// void simt_detail_switch_stack_x86_64(void** save_sp, void* new_sp): pushes the callee-saved
+// registers, MXCSR and the x87 control word, saves the stack pointer to *save_sp, loads new_sp
+// and pops the same from there. Weak + hidden: every translation unit that includes this
+// header emits the same definition, the linker keeps one, and no shared library exports it.
+asm(R"(
+  .pushsection .text
+  .p2align 4
+  .weak simt_detail_switch_stack_x86_64
+  .hidden simt_detail_switch_stack_x86_64
+  .type simt_detail_switch_stack_x86_64, @function
+simt_detail_switch_stack_x86_64:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size simt_detail_switch_stack_x86_64, .-simt_detail_switch_stack_x86_64
+  .popsection
+)");
+extern "C" void simt_detail_switch_stack_x86_64(void** save_sp, void* new_sp);
+#endif
+
+namespace simt {
+
+enum class ThreadOrder { ascending, descending, shuffled };
+
+namespace detail {
+
+// ---------------------------------------------------------------- thread order (process-wide)
+
+struct OrderSetting {
+  ThreadOrder order = ThreadOrder::ascending;
+  uint64_t seed = 0;
+};
+inline std::mutex& order_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline OrderSetting& order_setting() {  // guarded by order_mutex()
+  static OrderSetting s;
+  return s;
+}
+inline OrderSetting current_order() {
+  std::lock_guard<std::mutex> lock(order_mutex());
+  return order_setting();
+}
+
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// ---------------------------------------------------------------- fibers and their stacks
+
+// A suspended execution context and the switch between two of them.
+#ifdef SIMT_FAST_SWITCH
+struct Context {
+  void* sp = nullptr;
+};
+inline void context_switch(Context& save, const Context& to) {
+  simt_detail_switch_stack_x86_64(&save.sp, to.sp);
+}
+// Lays out a fresh stack as the switch routine pops it: control words, six callee-saved
+// registers, then `entry` as the return address, aligned as if `entry` had been called.
+inline void context_init(Context& c, char* stack, size_t size, void (*entry)()) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                            // entry's return address: it never returns
+  *--sp = reinterpret_cast<void*>(entry);     // popped by `ret`; rsp+8 is then 16-aligned
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp, rbx, r12-r15
+  uint32_t csr[2] = {0, 0};
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+  --sp;
+  std::memcpy(sp, csr, sizeof csr);  // the fiber starts with the launcher's FP modes
+  c.sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void context_switch(Context& save, const Context& to) { swapcontext(&save.uc, &to.uc); }
+// getcontext "returns twice" for the compiler; kept out of the callers so their locals are
+// not flagged (-Wclobbered) or pessimized.
+[[gnu::noinline]] inline void context_init(Context& c, char* stack, size_t size,
+                                           void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
+enum class FiberState { runnable, at_block_barrier, at_warp_collective, done };
+
+struct BlockRun;
+struct WarpState;
+
+// What a lane posts when it reaches a warp collective. The scheduler calls `resolve` once for
+// the whole group of lanes named by `mask`; it writes each lane's `result` (or sets an error).
+using ResolveFn = void (*)(BlockRun&, WarpState&, unsigned mask);
+struct LaneSlot {
+  ResolveFn resolve = nullptr;
+  const char* name = "";
+  unsigned mask = 0;
+  uint64_t value = 0;
+  int arg0 = 0;
+  int arg1 = 0;
+  const void* ptr[4] = {nullptr, nullptr, nullptr, nullptr};
+  uint64_t result = 0;
+};
+
+struct WarpState {
+  unsigned first_thread = 0;  // linear index of lane 0
+  unsigned lanes = 0;         // 32, fewer in a partial last warp
+  unsigned existing = 0;      // bit mask of the lanes that exist
+  LaneSlot slot[32];
+};
+
+struct Fiber {
+  Context ctx;
+  uint3 thread_idx;
+  unsigned linear = 0;
+  unsigned warp = 0;
+  unsigned lane = 0;
+  FiberState state = FiberState::done;
+  int barrier_predicate = 0;  // this thread's vote at __syncthreads_count/_and/_or
+  BlockRun* block = nullptr;
+  char* stack = nullptr;
+  size_t stack_size = 0;
+  void* fake_stack = nullptr;  // ASan's bookkeeping across switches
+};
+
+// The kernel call with its arguments, type-erased: every fiber calls fn(ctx).
+struct KernelBody {
+  void (*fn)(void*) = nullptr;
+  void* ctx = nullptr;
+};
+
+struct BlockRun {
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+  unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;
+  KernelBody body;
+  std::vector<Fiber> fibers;
+  std::vector<WarpState> warps;
+  std::vector<unsigned> order;
+  Context sched_ctx;
+  const void* sched_stack_bottom = nullptr;
+  size_t sched_stack_size = 0;
+  unsigned barrier_count = 0;  // predicates counted at the last __syncthreads released
+  std::string error;           // non-empty: the block failed
+};
+
+inline std::string block_name(const BlockRun& b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "block (%u,%u,%u)", b.block_idx.x, b.block_idx.y, b.block_idx.z);
+  return buf;
+}
+inline std::string thread_name(const BlockRun& b, unsigned linear) {
+  const Fiber& f = b.fibers[linear];
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s thread %u (%u,%u,%u)", block_name(b).c_str(), linear,
+                f.thread_idx.x, f.thread_idx.y, f.thread_idx.z);
+  return buf;
+}
+
+// The fiber running on this OS thread. Fibers of a block share one OS thread, so threadIdx
+// cannot be thread_local itself; it reads this pointer, which the scheduler sets per switch.
+inline thread_local Fiber* tl_current = nullptr;
+
+inline Fiber& current_fiber() {
+  if (tl_current == nullptr) {
+    std::fprintf(stderr, "simt: a device intrinsic was called outside a kernel launch\n");
+    std::abort();  // a programming error in a test, never reachable through a launch
+  }
+  return *tl_current;
+}
+
+// Stacks are mmap'd once per OS thread and reused by every later block and launch; the lowest
+// page is a guard so an overflow faults instead of corrupting a neighbour.
+struct StackPool {
+  size_t size = 0;
+  std::vector<char*> stacks;
+  ~StackPool() {
+    for (char* s : stacks) munmap(s, size + guard());
+  }
+  static size_t guard() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  static size_t wanted_size() {
+    size_t kb = 256;
+    if (const char* env = std::getenv("SIMT_STACK_KB")) {
+      long v = std::atol(env);
+      if (v >= 64) kb = static_cast<size_t>(v);
+    }
+    return kb * 1024;
+  }
+  // Returns false when the memory cannot be had.
+  bool reserve(size_t count) {
+    if (size == 0) size = wanted_size();
+    while (stacks.size() < count) {
+      void* p = mmap(nullptr, size + guard(), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) return false;
+      mprotect(p, guard(), PROT_NONE);
+      stacks.push_back(static_cast<char*>(p));
+    }
+    return true;
+  }
+  char* stack(size_t i) const { return stacks[i] + guard(); }
+};
+inline StackPool& stack_pool() {
+  static thread_local StackPool pool;
+  return pool;
+}
+
+inline void asan_start_switch(void** fake_save, const void* bottom, size_t size) {
+#ifdef SIMT_ASAN
+  __sanitizer_start_switch_fiber(fake_save, bottom, size);
+#else
+  (void)fake_save, (void)bottom, (void)size;
+#endif
+}
+inline void asan_finish_switch(void* fake, const void** bottom_old, size_t* size_old) {
+#ifdef SIMT_ASAN
+  __sanitizer_finish_switch_fiber(fake, bottom_old, size_old);
+#else
+  (void)fake, (void)bottom_old, (void)size_old;
+#endif
+}
+
+// Fiber side: give control back to the scheduler; returns when the scheduler resumes us.
+inline void yield_to_scheduler(Fiber& f) {
+  BlockRun& b = *f.block;
+  asan_start_switch(&f.fake_stack, b.sched_stack_bottom, b.sched_stack_size);
+  context_switch(f.ctx, b.sched_ctx);
+  asan_finish_switch(f.fake_stack, &b.sched_stack_bottom, &b.sched_stack_size);
+}
+
+inline void fiber_entry() {
+  Fiber& f = *tl_current;
+  BlockRun& b = *f.block;
+  asan_finish_switch(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
+  b.body.fn(b.body.ctx);
+  f.state = FiberState::done;
+  asan_start_switch(nullptr, b.sched_stack_bottom, b.sched_stack_size);  // this fiber ends
+  context_switch(f.ctx, b.sched_ctx);  // never resumed
+}
+
+// Scheduler side: run fiber f until it blocks or returns.
+inline void switch_to(BlockRun& b, Fiber& f) {
+  tl_current = &f;
+  void* fake = nullptr;
+  asan_start_switch(&fake, f.stack, f.stack_size);
+  context_switch(b.sched_ctx, f.ctx);
+  asan_finish_switch(fake, nullptr, nullptr);
+  tl_current = nullptr;
+}
+
+// ---------------------------------------------------------------- collectives (lane side)
+
+// Posts this lane's part of a warp collective and waits until the scheduler resolved it.
+inline uint64_t warp_collective(const LaneSlot& post) {
+  Fiber& f = current_fiber();
+  WarpState& w = f.block->warps[f.warp];
+  w.slot[f.lane] = post;
+  f.state = FiberState::at_warp_collective;
+  yield_to_scheduler(f);
+  return w.slot[f.lane].result;
+}
+
+inline void block_barrier(int predicate = 0) {
+  Fiber& f = current_fiber();
+  f.barrier_predicate = predicate != 0;
+  f.state = FiberState::at_block_barrier;
+  yield_to_scheduler(f);
+}
+
+// Stops the calling thread for good and fails the launch with `what`.
+[[noreturn]] inline void fail_thread(const std::string& what) {
+  Fiber& f = current_fiber();
+  BlockRun& b = *f.block;
+  if (b.error.empty()) b.error = thread_name(b, f.linear) + ": " + what;
+  f.state = FiberState::done;
+  yield_to_scheduler(f);
+  std::abort();  // unreachable: a failed block's fibers are never resumed
+}
+
+// ---------------------------------------------------------------- the block scheduler
+
+inline void make_order(BlockRun& b, const OrderSetting& s, uint64_t& rng) {
+  const unsigned n = static_cast<unsigned>(b.fibers.size());
+  b.order.resize(n);
+  for (unsigned i = 0; i < n; ++i)
+    b.order[i] = s.order == ThreadOrder::descending ? n - 1 - i : i;
+  if (s.order == ThreadOrder::shuffled) {
+    for (unsigned i = n; i > 1; --i) {
+      unsigned j = static_cast<unsigned>(splitmix64(rng) % i);
+      std::swap(b.order[i - 1], b.order[j]);
+    }
+  }
+}
+
+// Resolves every complete collective group of warp w. Returns true when some lanes were
+// released; sets b.error on a malformed collective.
+inline bool resolve_warp(BlockRun& b, WarpState& w) {
+  bool progress = false;
+  for (unsigned lane = 0; lane < w.lanes; ++lane) {
+    Fiber& f = b.fibers[w.first_thread + lane];
+    if (f.state != FiberState::at_warp_collective) continue;
+    const LaneSlot& s = w.slot[lane];
+    const unsigned group = s.mask & w.existing;
+    if ((group & (1u << lane)) == 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ": %s with mask 0x%08x that excludes the calling lane %u",
+                    s.name, s.mask, lane);
+      b.error = thread_name(b, f.linear) + buf;
+      return false;
+    }
+    bool ready = true;
+    for (unsigned m = 0; m < w.lanes; ++m) {
+      if ((group & (1u << m)) == 0) continue;
+      const Fiber& g = b.fibers[w.first_thread + m];
+      if (g.state != FiberState::at_warp_collective) {
+        ready = false;
+        continue;
+      }
+      const LaneSlot& t = w.slot[m];
+      if (t.resolve != s.resolve || t.mask != s.mask) {
+        char buf[192];
+        std::snprintf(buf, sizeof buf,
+                      " warp %u: lanes disagree on the collective: lane %u at %s (mask 0x%08x), "
+                      "lane %u at %s (mask 0x%08x)",
+                      f.warp, lane, s.name, s.mask, m, t.name, t.mask);
+        b.error = block_name(b) + buf;
+        return false;
+      }
+    }
+    if (!ready) continue;
+    s.resolve(b, w, group);
+    if (!b.error.empty()) return false;
+    for (unsigned m = 0; m < w.lanes; ++m)
+      if (group & (1u << m)) b.fibers[w.first_thread + m].state = FiberState::runnable;
+    progress = true;
+  }
+  return progress;
+}
+
+// After an error: the block's fibers are dropped mid-kernel. ASan's shadow of their stacks
+// still marks the frames they left, so it is cleared before the stacks are reused.
+inline void abandon_block(BlockRun& b) {
+#ifdef SIMT_ASAN
+  for (Fiber& f : b.fibers) __asan_unpoison_memory_region(f.stack, f.stack_size);
+#else
+  (void)b;
+#endif
+}
+
+inline void start_fiber(Fiber& f) {
+  f.state = FiberState::runnable;
+  f.fake_stack = nullptr;
+  context_init(f.ctx, f.stack, f.stack_size, fiber_entry);
+}
+
+// Runs all threads of block b to completion. Returns false (b.error says why) on a defect.
+inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear) {
+  const unsigned n = static_cast<unsigned>(b.fibers.size());
+  b.error.clear();
+  for (Fiber& f : b.fibers) start_fiber(f);
+  uint64_t rng = s.seed ^ (block_linear * 0xD1B54A32D192ED03ull);
+  make_order(b, s, rng);
+  for (;;) {
+    for (unsigned idx : b.order) {
+      Fiber& f = b.fibers[idx];
+      if (f.state != FiberState::runnable) continue;
+      switch_to(b, f);
+      if (!b.error.empty()) {
+        abandon_block(b);
+        return false;
+      }
+    }
+    bool progress = false;
+    for (WarpState& w : b.warps) {
+      progress = resolve_warp(b, w) || progress;
+      if (!b.error.empty()) {
+        abandon_block(b);
+        return false;
+      }
+    }
+    if (progress) {
+      if (s.order == ThreadOrder::shuffled) make_order(b, s, rng);
+      continue;
+    }
+    unsigned at_block = 0, done = 0;
+    for (const WarpState& w : b.warps) {
+      unsigned waiting = 0, first = 0;
+      for (unsigned lane = 0; lane < w.lanes; ++lane) {
+        if (b.fibers[w.first_thread + lane].state == FiberState::at_warp_collective) {
+          if (waiting++ == 0) first = lane;
+        }
+      }
+      if (waiting > 0) {
+        const LaneSlot& sl = w.slot[first];
+        const unsigned group = sl.mask & w.existing;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, " warp %u: %s (mask 0x%08x) reached by %u of %d lanes",
+                      w.first_thread / 32, sl.name, sl.mask, waiting, __builtin_popcount(group));
+        b.error = block_name(b) + buf;
+        abandon_block(b);
+        return false;
+      }
+    }
+    for (const Fiber& f : b.fibers) {
+      at_block += f.state == FiberState::at_block_barrier;
+      done += f.state == FiberState::done;
+    }
+    if (at_block == 0) return true;  // every thread returned
+    if (done > 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ": __syncthreads reached by %u of %u threads", at_block, n);
+      b.error = block_name(b) + buf;
+      abandon_block(b);
+      return false;
+    }
+    b.barrier_count = 0;
+    for (Fiber& f : b.fibers) {
+      b.barrier_count += static_cast<unsigned>(f.barrier_predicate);
+      f.state = FiberState::runnable;
+    }
+    if (s.order == ThreadOrder::shuffled) make_order(b, s, rng);
+  }
+}
+
+}  // namespace detail
+
+// Process-wide thread order for later launches (tests run each kernel under two or more).
+inline void set_thread_order(ThreadOrder order, uint64_t seed = 0) {
+  std::lock_guard<std::mutex> lock(detail::order_mutex());
+  detail::order_setting().order = order;
+  detail::order_setting().seed = seed;
+}
+inline ThreadOrder thread_order() { return detail::current_order().order; }
+
+// Sets the order for a scope and restores the previous one.
+class ScopedThreadOrder {
+ public:
+  explicit ScopedThreadOrder(ThreadOrder order, uint64_t seed = 0)
+      : saved_(detail::current_order()) {
+    set_thread_order(order, seed);
+  }
+  ~ScopedThreadOrder() { set_thread_order(saved_.order, saved_.seed); }
+  ScopedThreadOrder(const ScopedThreadOrder&) = delete;
+  ScopedThreadOrder& operator=(const ScopedThreadOrder&) = delete;
+
+ private:
+  detail::OrderSetting saved_;
+};
+
+}  // namespace simt
+
+// The built-in variables read the running fiber.
+#define threadIdx (::simt::detail::current_fiber().thread_idx)
+#define blockIdx (::simt::detail::current_fiber().block->block_idx)
+#define blockDim (::simt::detail::current_fiber().block->block_dim)
+#define gridDim (::simt::detail::current_fiber().block->grid_dim)
+
+#endif  // DILATTN_SIMT_SCHEDULER_H

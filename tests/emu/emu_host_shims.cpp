@@ -1,0 +1,104 @@
+// emu_host_shims.cpp - the emulator's CUDA runtime shims and launch-configuration checks.
+//
+// Properties: cudaMalloc/cudaMemcpy/cudaMemset(+Async)/cudaFree move bytes exactly (256-byte
+// aligned allocations); streams and events work (elapsed time >= 0); the fake device reports
+// "SIMT emulator", sm 8.0, warp 32, 48 KB shared per block and 228 KB opt-in; a launch asking
+// for more than 48 KB of dynamic shared memory fails with cudaErrorInvalidValue until
+// cudaFuncSetAttribute raises the kernel's limit, then succeeds with all of it poisoned (0xFF)
+// at block start; a block of 1025 threads or a grid.y of 65536 is cudaErrorInvalidConfiguration;
+// cudaGetLastError resets, cudaPeekAtLastError does not; no runtime symbol is defined (the
+// shims are simt:: inline functions behind macros).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emu_test_util.h"
+
+namespace {
+
+__global__ void count_poison(const unsigned char* unused, int bytes, int* not_poisoned) {
+  (void)unused;
+  DILATTN_DYNAMIC_SHARED(unsigned char, smem);
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < bytes; i += static_cast<int>(blockDim.x))
+    if (smem[i] != 0xFF) atomicAdd(not_poisoned, 1);
+  __syncthreads();  // everyone has checked before anyone writes
+  for (int i = static_cast<int>(threadIdx.x); i < bytes; i += static_cast<int>(blockDim.x))
+    smem[i] = 0;  // the next block must see 0xFF again
+}
+
+__global__ void add_one(int* p, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) p[i] += 1;
+}
+
+}  // namespace
+
+int main() {
+  // memory
+  const int n = 1000;
+  int* d = nullptr;
+  CHECK(cudaMalloc(&d, n * sizeof(int)) == cudaSuccess && d != nullptr, "cudaMalloc");
+  CHECK(reinterpret_cast<uintptr_t>(d) % 256 == 0, "cudaMalloc alignment");
+  std::vector<int> h(n), back(n, 0);
+  for (int i = 0; i < n; ++i) h[i] = i * 3 - 17;
+  cudaStream_t stream = nullptr;
+  CHECK(cudaStreamCreate(&stream) == cudaSuccess && stream != nullptr, "cudaStreamCreate");
+  CHECK(cudaMemcpyAsync(d, h.data(), n * sizeof(int), cudaMemcpyHostToDevice, stream) == cudaSuccess,
+        "cudaMemcpyAsync");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CHECK(cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess, "events");
+  CHECK(cudaEventRecord(start, stream) == cudaSuccess, "record");
+  DILATTN_LAUNCH(add_one, dim3((n + 255) / 256), dim3(256), 0, stream)(d, n);
+  CHECK(cudaEventRecord(stop, stream) == cudaSuccess, "record");
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "sync");
+  CHECK(cudaEventSynchronize(stop) == cudaSuccess, "event sync");
+  float ms = -1.0f;
+  CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess && ms >= 0.0f, "elapsed %g", double(ms));
+  CHECK(cudaMemcpy(back.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy");
+  for (int i = 0; i < n; ++i) CHECK(back[i] == h[i] + 1, "add_one[%d] = %d", i, back[i]);
+  CHECK(cudaMemsetAsync(d, 0, n * sizeof(int), stream) == cudaSuccess, "memset");
+  CHECK(cudaMemset(d, 0x01, 4) == cudaSuccess, "memset");
+  CHECK(cudaMemcpy(back.data(), d, n * sizeof(int), cudaMemcpyDefault) == cudaSuccess, "copy");
+  CHECK(back[0] == 0x01010101 && back[1] == 0 && back[n - 1] == 0, "memset values");
+  CHECK(cudaEventDestroy(start) == cudaSuccess && cudaEventDestroy(stop) == cudaSuccess, "destroy");
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess, "stream destroy");
+  CHECK(cudaFree(d) == cudaSuccess, "free");
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "device sync");
+
+  // device
+  int dev = -1;
+  CHECK(cudaGetDevice(&dev) == cudaSuccess && dev == 0, "cudaGetDevice");
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "props");
+  CHECK(std::string(prop.name) == "SIMT emulator", "name %s", prop.name);
+  CHECK(prop.major == 8 && prop.minor == 0 && prop.warpSize == 32, "sm/warp");
+  CHECK(prop.sharedMemPerBlock == 48 * 1024 && prop.sharedMemPerBlockOptin == 228 * 1024, "smem");
+
+  // dynamic shared memory limits and poisoning
+  int bad = 0;
+  const int big = 100 * 1024;
+  DILATTN_LAUNCH(count_poison, dim3(3), dim3(64), big, nullptr)(nullptr, big, &bad);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue, "100 KB without the attribute launched");
+  CHECK(std::string(simt::last_error_message()).find("exceed the kernel's limit of 49152") !=
+            std::string::npos, "msg: %s", simt::last_error_message());
+  CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize, big) ==
+            cudaSuccess, "cudaFuncSetAttribute");
+  CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             229 * 1024) == cudaErrorInvalidValue, "over the opt-in limit");
+  DILATTN_LAUNCH(count_poison, dim3(3), dim3(64), big, nullptr)(nullptr, big, &bad);
+  CHECK(emu_test::launched_ok("count_poison"), "launch");
+  CHECK(bad == 0, "%d shared bytes were not 0xFF at block start", bad);
+
+  // configuration errors
+  DILATTN_LAUNCH(add_one, dim3(1), dim3(1025), 0, nullptr)(nullptr, 0);
+  CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration, "1025 threads accepted");
+  CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration, "peek reset the error");
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "get");
+  CHECK(cudaGetLastError() == cudaSuccess, "get did not reset");
+  DILATTN_LAUNCH(add_one, dim3(1, 65536), dim3(32), 0, nullptr)(nullptr, 0);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "grid.y 65536 accepted");
+  CHECK(std::string(cudaGetErrorString(cudaErrorLaunchFailure)).find("launch failure") !=
+            std::string::npos, "cudaGetErrorString");
+  return emu_test::report("emu_host_shims");
+}

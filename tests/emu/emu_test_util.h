@@ -1,0 +1,89 @@
+// emu_test_util.h - small helpers shared by the SIMT emulator tests (tests/emu/).
+//
+// CHECK(cond, ...) records a failure with a message; run_in_orders() runs one computation under
+// ascending, descending and a shuffled thread order and reports whether all three gave bitwise
+// identical bytes (memcmp, never ==, so NaN and -0.0 count as differences).
+#ifndef DILATTN_TESTS_EMU_TEST_UTIL_H
+#define DILATTN_TESTS_EMU_TEST_UTIL_H
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "simt.h"
+
+namespace emu_test {
+
+inline int& failures() {
+  static int n = 0;
+  return n;
+}
+
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      std::fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                              \
+      std::fprintf(stderr, "\n");                                     \
+      ++::emu_test::failures();                                       \
+    }                                                                 \
+  } while (0)
+
+// Runs `launch` (which launches kernels and returns the bytes it wants compared) under each
+// order; returns the ascending result and sets *agree to whether all orders matched bitwise.
+inline std::vector<unsigned char> run_in_orders(
+    const std::function<std::vector<unsigned char>()>& launch, bool* agree) {
+  const simt::ThreadOrder orders[] = {simt::ThreadOrder::ascending, simt::ThreadOrder::descending,
+                                      simt::ThreadOrder::shuffled};
+  std::vector<unsigned char> first;
+  *agree = true;
+  for (simt::ThreadOrder order : orders) {
+    simt::ScopedThreadOrder scope(order, 12345);
+    std::vector<unsigned char> bytes = launch();
+    if (order == simt::ThreadOrder::ascending) {
+      first = bytes;
+    } else if (bytes.size() != first.size() ||
+               std::memcmp(bytes.data(), first.data(), bytes.size()) != 0) {
+      *agree = false;
+    }
+  }
+  return first;
+}
+
+template <class T>
+std::vector<unsigned char> as_bytes(const std::vector<T>& v) {
+  std::vector<unsigned char> b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+template <class T>
+std::vector<T> from_bytes(const std::vector<unsigned char>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  return v;
+}
+
+// Launch status of the last launch on this thread: cudaSuccess or prints the message.
+inline bool launched_ok(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: launch failed: %s (%s)\n", what, cudaGetErrorString(e),
+                 simt::last_error_message());
+    return false;
+  }
+  return true;
+}
+
+inline int report(const char* name) {
+  if (failures() == 0) {
+    std::printf("%s: all checks passed\n", name);
+    return 0;
+  }
+  std::printf("%s: %d check(s) failed\n", name, failures());
+  return 1;
+}
+
+}  // namespace emu_test
+
+#endif  // DILATTN_TESTS_EMU_TEST_UTIL_H
