@@ -27,9 +27,9 @@ dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check>
 }
 
 // The caller's workspace, or a block of the plan's pool (problem.pool, else the default pool
-// of the backend's device: pool_internal.h) for this call, given back when the call ends. The
-// default host pool grows, and if it still fails the workspace falls back to malloc, so a plan
-// never fails because a default pool is small. Checked by tests/pool/pool_workspace.cpp.
+// of the backend's device: pool_internal.h) for this call, given back when the call ends. A
+// host workspace the default pool cannot serve falls back to malloc, so a plan never fails
+// because a default pool is small. Checked by tests/pool/pool_workspace.cpp.
 class Workspace {
  public:
   dilattn_status acquire(const dilattn::Problem& p, int32_t device_index, void* given,
@@ -62,14 +62,20 @@ class Workspace {
       pool_ = pool;
       return DILATTN_SUCCESS;
     }
-    s = dilattn::default_pool(device, device_index, &pool);
-    if (s == DILATTN_SUCCESS) s = dilattn::pool_allocate(pool, needed, &ptr_);
-    if (s == DILATTN_SUCCESS) {
-      pool_ = pool;
-      return DILATTN_SUCCESS;
+    // A host workspace larger than the default arena (the reference backward's f64 gradients)
+    // is a one-off malloc: growing the default pool for it would keep that memory until exit.
+    // Device workspaces always use the pool: cudaMalloc is slow and synchronising.
+    const bool host_one_off = device == DILATTN_DEVICE_CPU && needed > dilattn::kDefaultHostArenaBytes;
+    if (!host_one_off) {
+      s = dilattn::default_pool(device, device_index, &pool);
+      if (s == DILATTN_SUCCESS) s = dilattn::pool_allocate(pool, needed, &ptr_);
+      if (s == DILATTN_SUCCESS) {
+        pool_ = pool;
+        return DILATTN_SUCCESS;
+      }
+      if (device == DILATTN_DEVICE_CUDA) return s;
+      dilattn::clear_error();  // the host fallback below replaces the pool's failure
     }
-    if (device == DILATTN_DEVICE_CUDA) return s;
-    dilattn::clear_error();  // the host fallback below replaces the pool's failure
     owned_.reset(std::malloc(needed));
     if (!owned_)
       return set_error(DILATTN_ERROR_OUT_OF_MEMORY, "workspace of %zu bytes: allocation failed",

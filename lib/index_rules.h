@@ -26,7 +26,8 @@ enum HeadMode : int32_t { kHeadsMod = 0, kHeadsBlock = 1, kHeadsGroups = 2 };
 
 DILATTN_HD int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 DILATTN_HD int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
-DILATTN_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// For a >= 0, b >= 1; written without a + b - 1 so sizes near 2^63 cannot overflow.
+DILATTN_HD int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 // ---------------------------------------------------------------- SPEC 1: grouped-query heads
 // Query head h reads kv head h / (H / Hkv).

@@ -35,9 +35,8 @@ dilattn_status build_mask(const dilattn_bsr_view& v, dilattn::BsrMask* m) {
                      LL(v.num_heads));
   m->Nq = v.seqlen_q; m->Nk = v.seqlen_k; m->bq = v.block_q; m->bk = v.block_k;
   m->num_heads = v.num_heads;
-  // Not ceil_div: its a + b - 1 overflows for sizes near 2^63 (tests/sparse: huge_sizes).
-  m->I = v.seqlen_q / v.block_q + (v.seqlen_q % v.block_q != 0);
-  m->J = v.seqlen_k / v.block_k + (v.seqlen_k % v.block_k != 0);
+  m->I = dilattn::ceil_div(v.seqlen_q, v.block_q);
+  m->J = dilattn::ceil_div(v.seqlen_k, v.block_k);
   const int64_t I = m->I, J = m->J, heads = v.num_heads;
   if (I > (int64_t{1} << 40) / heads)
     return set_error(DILATTN_ERROR_SIZE_OVERFLOW, "mask with %lld row blocks x %lld heads is too large",
