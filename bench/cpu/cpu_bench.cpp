@@ -1,0 +1,350 @@
+// cpu_bench.cpp - the cpu backend's benchmark: forward and backward seconds (median of repeats),
+// useful GFLOP/s, peak RSS, against an FMA-peak microbenchmark run in the same process, so
+// efficiency is a ratio. Prints a table for people and writes JSON (--json FILE) for scripts;
+// both name the machine (CPU model, cores, flags, build flags).
+//
+// Useful FLOPs: 4 D per (query, key) pair of A(i) (S = QK^T and O += PV, 2 D each), counted
+// exactly from the index rules (a causal segment of n selected rows has n(n+1)/2 pairs);
+// backward is counted as 2.5x the forward's. Cases (--quick shrinks every N for a smoke run):
+//   main:   dilated-attention-pytorch's main configuration: B=1, N=8192, H=8, D=64,
+//           segments 2048, 4096, 8192, dilations 1, 2, 4, head mode groups
+//   sweep:  the same branches at N = 8K .. 256K (time per token should stay flat)
+//   dense:  N = 4096, H=8, D=64, with and without causal
+//   long:   N = 1,048,576, H=8, D=64, forward only: peak RSS against the bytes of Q,K,V,O,LSE
+// Each case runs in a child process (this program with --case), so peak RSS is the case's own.
+// Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
+// (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu_microkernel.h"
+#include "dilattn.h"
+#include "index_rules.h"
+
+namespace {
+
+struct BenchCase {
+  std::string name;
+  int64_t B = 1, N = 0, H = 8, D = 64;
+  bool dilated = true, causal = false, backward = true;
+  std::vector<int64_t> segments{2048, 4096, 8192}, dilations{1, 2, 4};
+};
+
+struct Result {
+  double fwd_s = 0, bwd_s = 0, pairs = 0;
+  double fwd_cpu_s = 0;  // process CPU seconds of one forward (median): robust on a busy machine
+  long peak_rss = 0;  // bytes
+  double tensor_bytes = 0;  // Q, K, V, O, LSE
+};
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double cpu_seconds_now() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// (query, key) pairs of A(i) summed over batch, heads and rows, from the shared index rules.
+double count_pairs(const BenchCase& c) {
+  double pairs = 0;
+  if (!c.dilated) {
+    const double n = static_cast<double>(c.N);
+    return c.B * c.H * (c.causal ? n * (n + 1) / 2 : n * n);
+  }
+  const int64_t m = static_cast<int64_t>(c.segments.size());
+  for (int64_t h = 0; h < c.H; ++h)
+    for (int64_t b = 0; b < m; ++b) {
+      if (!dilattn::head_uses_branch(dilattn::kHeadsGroups, h, b, c.H, m)) continue;
+      const int64_t w = dilattn::clipped_segment(c.segments[b], c.N), r = c.dilations[b];
+      const int64_t o = dilattn::head_offset(dilattn::kHeadsGroups, h, b, r, c.H);
+      for (int64_t s0 = 0; s0 < c.N; s0 += w) {
+        const double n = static_cast<double>(
+            dilattn::selected_count(s0, dilattn::segment_end(s0, w, c.N), r, o));
+        pairs += c.causal ? n * (n + 1) / 2 : n * n;
+      }
+    }
+  return pairs * c.B;
+}
+
+long peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6) * 1024;
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024;
+}
+
+void check(dilattn_status s, const char* what) {
+  if (s != DILATTN_SUCCESS) {
+    std::fprintf(stderr, "cpu_bench: %s failed: %s (%s)\n", what, dilattn_status_string(s),
+                 dilattn_last_error());
+    std::exit(2);
+  }
+}
+
+// Runs one case in this process: forward repeats, then backward repeats.
+Result run_case(const BenchCase& c, int repeats) {
+  Result res;
+  res.pairs = count_pairs(c);
+  const size_t n_elem = static_cast<size_t>(c.B * c.N * c.H * c.D);
+  const size_t n_lse = static_cast<size_t>(c.B * c.H * c.N);
+  res.tensor_bytes = 4.0 * (4 * n_elem + n_lse);
+  std::vector<float> q(n_elem), k(n_elem), v(n_elem), o(n_elem), lse(n_lse);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (size_t x = 0; x < n_elem; ++x) { q[x] = u(rng); k[x] = u(rng); v[x] = u(rng); }
+  auto view = [&](std::vector<float>& t) {
+    return dilattn_tensor_contiguous(t.data(), DILATTN_F32, c.B, c.N, c.H, c.D);
+  };
+  dilattn_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+  dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, c.B, c.H, c.N, 1);
+
+  dilattn_desc desc;
+  check(dilattn_desc_create(&desc), "desc_create");
+  if (c.dilated)
+    check(dilattn_desc_set_dilated(desc, static_cast<int32_t>(c.segments.size()),
+                                   c.segments.data(), c.dilations.data(), DILATTN_HEADS_GROUPS),
+          "set_dilated");
+  check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
+  dilattn_plan plan;
+  check(dilattn_plan_create(&plan, desc, c.B, c.N, c.N, c.H, c.H, c.D, DILATTN_F32,
+                            DILATTN_BACKEND_CPU), "plan_create");
+  size_t fwd_ws = 0, bwd_ws = 0;
+  check(dilattn_plan_workspace_size(plan, &fwd_ws, &bwd_ws), "workspace_size");
+  std::vector<unsigned char> ws(std::max(fwd_ws, c.backward ? bwd_ws : 0));
+
+  std::vector<double> times, cpu_times;
+  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
+    const double t0 = seconds_now(), c0 = cpu_seconds_now();
+    check(dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, ws.data(), ws.size()), "forward");
+    if (rep > 0) times.push_back(seconds_now() - t0);
+    if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
+  }
+  res.fwd_s = median(times);
+  res.fwd_cpu_s = median(cpu_times);
+  if (c.backward) {
+    std::vector<float> d_o(n_elem), dq(n_elem), dk(n_elem), dv(n_elem);
+    for (size_t x = 0; x < n_elem; ++x) d_o[x] = u(rng);
+    dilattn_tensor tdo = view(d_o), tdq = view(dq), tdk = view(dk), tdv = view(dv);
+    times.clear();
+    for (int rep = 0; rep <= repeats; ++rep) {
+      const double t0 = seconds_now();
+      check(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, ws.data(),
+                             ws.size()), "backward");
+      if (rep > 0) times.push_back(seconds_now() - t0);
+    }
+    res.bwd_s = median(times);
+  }
+  dilattn_plan_destroy(plan);
+  dilattn_desc_destroy(desc);
+  res.peak_rss = peak_rss_bytes();
+  return res;
+}
+
+// ---------------------------------------------------------------- FMA peak
+// kChains independent FMA chains per thread (enough to hide FMA latency), the same vector
+// width and madd as the attention micro-kernel; all threads at once. GFLOP/s = 2 per lane.
+// Also the rate per CPU-second (*per_cpu_s), which a busy machine disturbs less than wall time.
+double fma_peak_gflops(int threads, double* per_cpu_s) {
+  using dilattn::cpu::vfloat;
+  constexpr int kChains = 12;
+  const long iters = 20'000'000L / dilattn::cpu::kW;
+  std::vector<double> sink(static_cast<size_t>(threads));
+  auto body = [&](int t) {
+    vfloat acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = dilattn::cpu::splat(1.0f + 1e-3f * c);
+    const vfloat a = dilattn::cpu::splat(0.999999f), b = dilattn::cpu::splat(1e-7f);
+    for (long i = 0; i < iters; ++i)
+      for (int c = 0; c < kChains; ++c) acc[c] = dilattn::cpu::madd(acc[c], a, b);
+    float s = 0;
+    for (int c = 0; c < kChains; ++c) s += dilattn::cpu::hsum(acc[c]);
+    sink[static_cast<size_t>(t)] = s;  // keeps the loop alive
+  };
+  double best = 0;
+  *per_cpu_s = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = seconds_now(), c0 = cpu_seconds_now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+    body(0);
+    for (auto& th : pool) th.join();
+    const double flops = 2.0 * dilattn::cpu::kW * kChains * static_cast<double>(iters) * threads;
+    best = std::max(best, flops / (seconds_now() - t0) / 1e9);
+    *per_cpu_s = std::max(*per_cpu_s, flops / (cpu_seconds_now() - c0) / 1e9);
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------- the machine
+std::string cpuinfo_field(const char* key) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? "" : line.substr(colon + 2);
+    }
+  return "unknown";
+}
+
+std::string simd_flags() {
+  std::istringstream flags(cpuinfo_field("flags"));
+  std::string f, out;
+  for (; flags >> f;)
+    if (f == "sse2" || f == "avx" || f == "avx2" || f == "fma" || f == "avx512f" ||
+        f == "avx512bw" || f == "avx512_bf16" || f == "amx_tile")
+      out += (out.empty() ? "" : " ") + f;
+  return out;
+}
+
+std::vector<BenchCase> all_cases(bool quick) {
+  std::vector<BenchCase> cases;
+  const int64_t scale = quick ? 8 : 1;  // --quick: every N divided by 8
+  BenchCase main_case;
+  main_case.N = 8192 / scale;
+  main_case.name = "main_dilated_N" + std::to_string(main_case.N);
+  cases.push_back(main_case);
+  for (int64_t n = 8192; n <= 262144; n *= 2) {
+    if (quick && n > 32768) break;
+    BenchCase s = main_case;
+    s.N = n / scale;
+    s.name = "sweep_dilated_N" + std::to_string(s.N);
+    cases.push_back(s);
+  }
+  for (bool causal : {false, true}) {
+    BenchCase d;
+    d.dilated = false;
+    d.causal = causal;
+    d.N = 4096 / scale;
+    d.name = std::string("dense_N") + std::to_string(d.N) + (causal ? "_causal" : "");
+    cases.push_back(d);
+  }
+  BenchCase big = main_case;
+  big.N = quick ? 16384 : 1048576;
+  big.backward = false;
+  big.name = "long_dilated_N" + std::to_string(big.N);
+  cases.push_back(big);
+  return cases;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int repeats = 5;
+  std::string json_path, only;
+  int one_case = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--case" && i + 1 < argc) one_case = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (quick && repeats == 5) repeats = 2;
+  const std::vector<BenchCase> cases = all_cases(quick);
+
+  if (one_case >= 0) {  // child: one case, one result line on stdout
+    // Long cases take seconds each: fewer repeats keep the full run to minutes.
+    const BenchCase& c = cases.at(static_cast<size_t>(one_case));
+    const Result r = run_case(c, c.N > 300000 ? 1 : c.N >= 65536 ? std::min(repeats, 2) : repeats);
+    std::printf("%.9g %.9g %.17g %ld %.17g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
+                r.tensor_bytes, r.fwd_cpu_s);
+    return 0;
+  }
+
+  // Threads the plans use: what the library resolves for num_threads 0.
+  const unsigned hw = std::thread::hardware_concurrency();
+  int threads = hw ? static_cast<int>(hw) : 1;
+  if (const char* env = std::getenv("DILATTN_NUM_THREADS")) threads = std::max(1, std::atoi(env));
+  double peak_cpu = 0, peak1_cpu = 0;
+  const double peak = fma_peak_gflops(threads, &peak_cpu);
+  const double peak1 = fma_peak_gflops(1, &peak1_cpu);
+  const std::string model = cpuinfo_field("model name"), flags = simd_flags();
+  std::printf("machine: %s, %u logical cores, flags: %s\n", model.c_str(), hw, flags.c_str());
+  std::printf("build:   %s\n", dilattn_build_info());
+  std::printf("threads: %d; FMA peak %.1f GFLOP/s (%d threads), %.1f GFLOP/s (1 thread), "
+              "%.1f GFLOP per CPU-second; %d-byte vectors\n",
+              threads, peak, threads, peak1, peak_cpu, dilattn::cpu::kVecBytes);
+  std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff = the same per CPU-second (less "
+              "disturbed by other load)\n");
+  std::printf("\n%-26s %9s %9s %7s %8s %8s %9s %8s %9s %9s %7s\n", "case", "fwd s", "fwd GF/s",
+              "eff", "cpu-eff", "bwd s", "bwd GF/s", "bwd/fwd", "ns/token", "RSS MiB", "RSS/in");
+
+  std::ostringstream json;
+  json << "{\n  \"machine\": {\"cpu\": \"" << model << "\", \"logical_cores\": " << hw
+       << ", \"flags\": \"" << flags << "\", \"vector_bytes\": " << dilattn::cpu::kVecBytes
+       << "},\n  \"threads\": " << threads << ",\n  \"quick\": " << (quick ? "true" : "false")
+       << ",\n  \"repeats\": " << repeats << ",\n  \"fma_peak_gflops\": " << peak
+       << ",\n  \"fma_peak_gflops_1thread\": " << peak1
+       << ",\n  \"fma_peak_gflops_per_cpu_second\": " << peak_cpu << ",\n  \"cases\": [";
+  bool first = true;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const BenchCase& c = cases[i];
+    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    const std::string cmd = std::string(argv[0]) + " --case " + std::to_string(i) +
+                            " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
+    FILE* child = popen(cmd.c_str(), "r");
+    Result r;
+    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
+                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s) != 6) {
+      std::fprintf(stderr, "cpu_bench: case %s failed\n", c.name.c_str());
+      if (child) pclose(child);
+      return 1;
+    }
+    if (pclose(child) != 0) return 1;
+    const double fwd_gf = 4.0 * c.D * r.pairs / r.fwd_s / 1e9;
+    const double bwd_gf = r.bwd_s > 0 ? 2.5 * 4.0 * c.D * r.pairs / r.bwd_s / 1e9 : 0;
+    const double ns_token = r.fwd_s / static_cast<double>(c.B * c.N) * 1e9;
+    const double cpu_eff = 4.0 * c.D * r.pairs / r.fwd_cpu_s / 1e9 / peak_cpu;
+    std::printf("%-26s %9.4f %9.1f %6.1f%% %7.1f%% %8.4f %9.1f %8.2f %9.1f %9.1f %7.2f\n",
+                c.name.c_str(), r.fwd_s, fwd_gf, 100 * fwd_gf / peak, 100 * cpu_eff, r.bwd_s, bwd_gf,
+                bwd_gf > 0 ? bwd_gf / fwd_gf : 0.0, ns_token, r.peak_rss / 1048576.0,
+                r.peak_rss / r.tensor_bytes);
+    std::fflush(stdout);
+    json << (first ? "\n" : ",\n") << "    {\"name\": \"" << c.name << "\", \"kind\": \""
+         << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"N\": " << c.N
+         << ", \"H\": " << c.H << ", \"D\": " << c.D << ", \"causal\": " << (c.causal ? "true" : "false")
+         << ", \"head_mode\": \"groups\", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
+         << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
+         << ", \"forward_cpu_s\": " << r.fwd_cpu_s << ", \"forward_cpu_efficiency\": " << cpu_eff
+         << ", \"backward_s\": " << r.bwd_s << ", \"backward_gflops\": " << bwd_gf
+         << ", \"ns_per_token\": " << ns_token << ", \"peak_rss_bytes\": " << r.peak_rss
+         << ", \"qkvo_lse_bytes\": " << r.tensor_bytes << "}";
+    first = false;
+  }
+  json << "\n  ]\n}\n";
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << json.str();
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+  return 0;
+}

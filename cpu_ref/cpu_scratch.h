@@ -1,0 +1,76 @@
+// cpu_scratch.h - each worker's f32 scratch tiles, carved from the plan's workspace.
+//
+// The workspace is workers x floats_per_worker(D, T) floats, T = block_rows(p) <= 1024:
+// O(threads x tile), never O(N^2) and never O(N x segment). Tiles start on 64-byte boundaries.
+// One layout serves forward and backward (the forward leaves some tiles unused). The plan sizes
+// it once (cpu_backend.cpp); the hot loops never allocate.
+#ifndef DILATTN_CPU_SCRATCH_H
+#define DILATTN_CPU_SCRATCH_H
+
+#include <cstdint>
+
+#include "cpu_microkernel.h"
+#include "cpu_tile_loop.h"
+
+namespace dilattn::cpu {
+
+struct Scratch {
+  // T = block_rows(p) rows each:
+  float* block_a;  // [T][Dp]: Q of a piece (forward, dQ); dK accumulator (dK/dV)
+  float* block_b;  // [T][Dp]: dO of a piece (dQ); dV accumulator (dK/dV)
+  float* block_c;  // [T][Dp]: O accumulator (forward); dQ accumulator (dQ); K^T tiles (dK/dV)
+  float* block_d;  // [T][Dp]: V^T tiles of a piece's keys (dK/dV)
+  float* row_a;    // [T]: running max (forward); D_i = <dO_i, O_i> (backward)
+  float* row_b;    // [T]: running sum (forward); LSE_i * log2(e) (backward)
+  float* kt;       // [Dp][kBC]: K transposed
+  float* vt;       // [Dp][kBC]: V transposed (backward)
+  float* kv;       // [kBC][Dp]: V rows (forward), K rows (dQ)
+  float* s;        // [kBR][kBC]: scores, then probabilities
+  float* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
+  float* pt;       // [kBC][kBR]: P transposed (dK/dV)
+  float* dst;      // [kBC][kBR]: dS transposed (dK/dV)
+  float* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
+  float* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
+  float* tile_o;   // [kBR][Dp]: O rows while D_i is formed
+  float* small;    // [kBR]: per-row factors
+};
+
+inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+inline int64_t floats_per_worker(int64_t D, int64_t T) {
+  const int64_t Dp = padded(D);
+  return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
+         4 * round16(kBR * kBC) + 3 * round16(kBR * Dp) + round16(kBR) + 16;  // +16: alignment
+}
+
+inline Scratch carve_scratch(void* workspace, int worker, int64_t D, int64_t T) {
+  const int64_t Dp = padded(D);
+  uintptr_t at = reinterpret_cast<uintptr_t>(static_cast<float*>(workspace) +
+                                             worker * floats_per_worker(D, T));
+  at = (at + 63) / 64 * 64;
+  float* next = reinterpret_cast<float*>(at);
+  auto take = [&](int64_t n) { float* t = next; next += round16(n); return t; };
+  Scratch s;
+  s.block_a = take(T * Dp);
+  s.block_b = take(T * Dp);
+  s.block_c = take(T * Dp);
+  s.block_d = take(T * Dp);
+  s.row_a = take(T);
+  s.row_b = take(T);
+  s.kt = take(Dp * kBC);
+  s.vt = take(Dp * kBC);
+  s.kv = take(kBC * Dp);
+  s.s = take(kBR * kBC);
+  s.dp = take(kBR * kBC);
+  s.pt = take(kBC * kBR);
+  s.dst = take(kBC * kBR);
+  s.tile_q = take(kBR * Dp);
+  s.tile_do = take(kBR * Dp);
+  s.tile_o = take(kBR * Dp);
+  s.small = take(kBR);
+  return s;
+}
+
+}  // namespace dilattn::cpu
+
+#endif  // DILATTN_CPU_SCRATCH_H
