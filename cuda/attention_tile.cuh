@@ -122,6 +122,32 @@ __device__ __forceinline__ KeyProgression row_keys(const ForwardParams& p, int64
   return block_keys(i, cols[span], p.bk, p.Nq, p.Nk, causal);
 }
 
+// Run by one thread per block: each row's key count for span `span` of the tile (rows < 0 see
+// none), and the keys the rows share: span_out = {first, step, largest count}. The rows of a
+// tile share first and step (one segment's selected rows, one BSR block, or dense keys); only
+// the causal cut makes their counts differ.
+__device__ __forceinline__ void read_span(const ForwardParams& p, int64_t h, int64_t tile,
+                                          int64_t span, const int64_t* rows, int br,
+                                          int64_t* cnt, int64_t* span_out) {
+  int64_t first = 0, step = 1, most = 0;
+  for (int t = 0; t < br; ++t) {
+    int64_t count = 0;
+    if (rows[t] >= 0) {
+      const KeyProgression kp = row_keys(p, h, tile, span, rows[t]);
+      count = kp.count;
+      if (count > 0) {
+        first = kp.first;
+        step = kp.step;
+      }
+    }
+    cnt[t] = count;
+    most = max_i64(most, count);
+  }
+  span_out[0] = first;
+  span_out[1] = step;
+  span_out[2] = most;
+}
+
 // ---------------------------------------------------------------- gathers
 // Element [b, n, hh, d] of a [B, N, H, D] view with element strides.
 template <class T>

@@ -101,25 +101,7 @@ __global__ void forward_wmma_kernel(ForwardParams p) {
 
   const int64_t num_spans = tile_span_count(p, h, tile);
   for (int64_t span = 0; span < num_spans; ++span) {
-    if (tid == 0) {
-      int64_t first = 0, step = 1, most = 0;
-      for (int t = 0; t < kWmmaBr; ++t) {
-        int64_t count = 0;
-        if (s.rows[t] >= 0) {
-          const KeyProgression kp = row_keys(p, h, tile, span, s.rows[t]);
-          count = kp.count;
-          if (count > 0) {
-            first = kp.first;
-            step = kp.step;
-          }
-        }
-        s.cnt[t] = count;
-        most = max_i64(most, count);
-      }
-      s.span[0] = first;
-      s.span[1] = step;
-      s.span[2] = most;
-    }
+    if (tid == 0) read_span(p, h, tile, span, s.rows, kWmmaBr, s.cnt, s.span);
     __syncthreads();
     const int64_t first = s.span[0], step = s.span[1], most = s.span[2];
 
