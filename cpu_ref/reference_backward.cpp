@@ -7,7 +7,7 @@
 // LSE is the combined one the forward returned, so dilated branches need no extra weights: a
 // key reached by two branches is two occurrences. dK and dV sum over the query heads of a kv
 // head (GQA). Accumulation is f64 in the workspace, in a fixed order: deterministic.
-// Checked by tests/test_reference_gradients.cpp (finite differences in f64).
+// Checked by tests/reference/test_gradients_finite_difference.cpp (finite differences in f64).
 #include <cmath>
 
 #include "backend.h"

@@ -3,7 +3,7 @@
 //
 // For each (b, h, i): split A(i) into softmax groups (key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
-// Checked by tests/test_reference.cpp (hand-computed cases, identities) and the Python tests
+// Checked by tests/reference/ (hand-computed cases, identities) and tests/python/
 // (an independent numpy implementation).
 #include <cmath>
 #include <limits>

@@ -1,7 +1,7 @@
 // dtype_convert.h - f16 and bf16 to and from f32 on the host, round to nearest even (SPEC 1).
 //
 // Portable bit arithmetic, so the library needs no CUDA header on the CPU side. Checked
-// exhaustively against the CUDA headers' host conversions in tests/test_dtype_convert.cpp.
+// exhaustively against the CUDA headers' host conversions in tests/reference/test_dtype_convert.cpp.
 #ifndef DILATTN_DTYPE_CONVERT_H
 #define DILATTN_DTYPE_CONVERT_H
 

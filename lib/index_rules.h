@@ -5,7 +5,7 @@
 // ring. A change of rule is a change of one function. Everything is plain integer arithmetic
 // callable from host and device code; no allocation, no C++ library types.
 //
-// Checked by tests/test_index_rules.cpp (hand-computed cases) and, through the reference, by
+// Checked by tests/reference/test_index_rules.cpp (hand-computed cases) and, through the reference, by
 // every numerical test.
 #ifndef DILATTN_INDEX_RULES_H
 #define DILATTN_INDEX_RULES_H
