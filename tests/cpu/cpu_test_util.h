@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dilattn.h"
+#include "../common/spec_tolerance.h"
 #include "dtype_convert.h"
 
 namespace cputest {
@@ -127,15 +128,8 @@ inline Inputs make_inputs(const Case& c, uint64_t seed) {
   return in;
 }
 
-struct Tolerance {
-  double atol, rtol;
-};
-// SPEC 8; f64 inputs run the f32 fast path, so they get the f32 bound.
-inline Tolerance tolerance_of(dilattn_dtype t) {
-  if (t == DILATTN_F16) return {2e-3, 2e-3};
-  if (t == DILATTN_BF16) return {1.6e-2, 1.6e-2};
-  return {1e-5, 1e-4};
-}
+using Tolerance = spec8::Tolerance;
+inline Tolerance tolerance_of(dilattn_dtype t) { return spec8::of(t); }  // SPEC 8
 
 // |got - want| <= atol + rtol |want| elementwise; reports the first few misses.
 inline void expect_close(const Case& c, const char* what, const Buffer& got, const Buffer& want,

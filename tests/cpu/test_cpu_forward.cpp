@@ -14,7 +14,7 @@ int main() {
     for (int32_t threads : {1, 3}) {
       const ForwardOut got = run_forward(c, in, DILATTN_BACKEND_CPU, threads, DILATTN_F32);
       expect_close(c, "O", got.o, want.o, tolerance_of(c.dtype));
-      expect_close(c, "LSE", got.lse, want.lse, Tolerance{1e-4, 0});
+      expect_close(c, "LSE", got.lse, want.lse, Tolerance{spec8::kLseAtol, 0});
     }
   }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dilattn.h"
+#include "../common/spec_tolerance.h"
 #include "dtype_convert.h"
 
 namespace kcase {
@@ -168,11 +169,9 @@ inline Buffer f64_copy(const std::vector<double>& x, int64_t d0, int64_t d1, int
 
 // SPEC 8 tolerances by dtype.
 inline void tolerances(dilattn_dtype t, double* atol, double* rtol) {
-  switch (t) {
-    case DILATTN_F16: *atol = 2e-3; *rtol = 2e-3; return;
-    case DILATTN_BF16: *atol = 1.6e-2; *rtol = 1.6e-2; return;
-    default: *atol = 1e-5; *rtol = 1e-4; return;
-  }
+  const spec8::Tolerance tol = spec8::of(t);
+  *atol = tol.atol;
+  *rtol = tol.rtol;
 }
 
 // Counts elements outside |x - ref| <= atol + rtol |ref| (infinities must match exactly),
