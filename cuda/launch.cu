@@ -3,13 +3,14 @@
 //
 // Built twice: by nvcc as dilattn::gpu (kernels on a GPU), and by the host compiler through
 // cuda/launch_emu.cpp as dilattn::emu (the same kernels, run by the SIMT emulator in emu/; its
-// cudaMalloc is host memory, so this file treats pointers alike in both builds).
+// device memory is host memory, so this file treats pointers alike in both builds).
 //
 //   1. can_run: f64 is CPU only; head dim <= 256; B * H fits grid.y.
 //   2. forward: data pointers aligned to their element, no output dimension of stride 0 that
 //      would make two rows write one address; kernel = WMMA for f16/bf16 with D in {64, 128}
 //      on sm_80+, else SIMT (kernel_for); its shared memory within the device's limit.
-//   3. workspace o_acc [B, H, Nq, D] = 0, lse_acc [B, H, Nq] = -inf; dense is one launch,
+//   3. workspace (from the plan's pool, workspace_layout) o_acc [B, H, Nq, D] = 0,
+//      lse_acc [B, H, Nq] = -inf; dense is one launch,
 //      dilated one per branch (each merges into the workspace, SPEC 3/5), block-sparse one launch
 //      over the BSR rows (mask copied to the device); rows no branch selects keep 0 / -inf.
 //   4. finalize: o_acc converted to O's dtype and strides, lse_acc to LSE (f32 or f64).
@@ -93,21 +94,31 @@ dilattn_status cuda_failure(cudaError_t e, const char* what) {
 #endif
 }
 
-// Device memory freed on every path out of forward.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  cudaError_t allocate(size_t bytes) { return cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes); }
-  template <class T> T* as() const { return static_cast<T*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
+// The forward's device workspace, taken by dispatch from the plan's pool (the device's default
+// pool unless the caller gave one; for emu, host memory): f32 O accumulator [B, H, Nq, D], f32
+// LSE accumulator [B, H, Nq] and, for block-sparse attention, the device copy of the mask's
+// row_ptr, col_idx and head_ptr (int64). Each piece starts on a 256-byte boundary.
+struct WorkspaceLayout {
+  size_t o_acc = 0, lse_acc = 0, mask[3] = {0, 0, 0}, total = 0;
 };
+
+WorkspaceLayout workspace_layout(const Problem& p) {
+  auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t rows = static_cast<size_t>(p.B * p.H * p.Nq);
+  WorkspaceLayout l;
+  size_t off = aligned(rows * static_cast<size_t>(p.D) * sizeof(float));
+  l.lse_acc = off;
+  off += aligned(rows * sizeof(float));
+  if (p.kind == DILATTN_KIND_BLOCK_SPARSE && p.mask) {
+    const std::vector<int64_t>* arrays[3] = {&p.mask->row_ptr, &p.mask->col_idx, &p.mask->head_ptr};
+    for (int n = 0; n < 3; ++n) {
+      l.mask[n] = off;
+      off += aligned(arrays[n]->size() * sizeof(int64_t));
+    }
+  }
+  l.total = off;
+  return l;
+}
 
 #ifdef __CUDACC__
 // Makes the tensors' GPU current for the launches and restores the caller's on the way out.
@@ -219,8 +230,8 @@ dilattn_status can_run(const Problem& p) {
   return DILATTN_SUCCESS;
 }
 
-// The launcher allocates its own device workspace (dispatch's workspace is host memory).
-WorkspaceBytes workspace_bytes(const Problem&) { return {}; }
+// Backward has no kernels yet, so it needs no workspace.
+WorkspaceBytes workspace_bytes(const Problem& p) { return {workspace_layout(p).total, 0}; }
 
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   dilattn_status st = can_run(p);
@@ -266,28 +277,27 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
 
   // Workspace and, for block-sparse attention, the device copy of the mask.
   const int64_t rows = p.B * p.H * p.Nq;
-  DeviceBuffer o_acc, lse_acc, row_ptr, col_idx, head_ptr;
-  if ((e = o_acc.allocate(static_cast<size_t>(rows * p.D) * sizeof(float))) != cudaSuccess ||
-      (e = lse_acc.allocate(static_cast<size_t>(rows) * sizeof(float))) != cudaSuccess)
-    return cuda_failure(e, "cudaMalloc of the (O, LSE) workspace");
+  const WorkspaceLayout ws = workspace_layout(p);
+  unsigned char* base = static_cast<unsigned char*>(a.workspace);
+  float* o_acc = reinterpret_cast<float*>(base + ws.o_acc);
+  float* lse_acc = reinterpret_cast<float*>(base + ws.lse_acc);
   const BsrMask* mask = p.kind == DILATTN_KIND_BLOCK_SPARSE ? p.mask.get() : nullptr;
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE && mask == nullptr)
     return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without a mask");
+  const int64_t* mask_copy[3] = {nullptr, nullptr, nullptr};
   if (mask != nullptr) {
     const std::vector<int64_t>* arrays[3] = {&mask->row_ptr, &mask->col_idx, &mask->head_ptr};
-    DeviceBuffer* copies[3] = {&row_ptr, &col_idx, &head_ptr};
     for (int n = 0; n < 3; ++n) {
+      mask_copy[n] = reinterpret_cast<const int64_t*>(base + ws.mask[n]);
       const size_t bytes = arrays[n]->size() * sizeof(int64_t);
-      if ((e = copies[n]->allocate(bytes)) != cudaSuccess)
-        return cuda_failure(e, "cudaMalloc of the mask");
-      if (bytes > 0 && (e = cudaMemcpy(copies[n]->as<void>(), arrays[n]->data(), bytes,
+      if (bytes > 0 && (e = cudaMemcpy(base + ws.mask[n], arrays[n]->data(), bytes,
                                        cudaMemcpyHostToDevice)) != cudaSuccess)
         return cuda_failure(e, "cudaMemcpy of the mask");
     }
   }
 
   DILATTN_LAUNCH(init_accumulators_kernel, dim3(elementwise_blocks(rows * p.D)),
-                 dim3(kElementwiseThreads), 0, 0)(o_acc.as<float>(), lse_acc.as<float>(), rows, p.D);
+                 dim3(kElementwiseThreads), 0, 0)(o_acc, lse_acc, rows, p.D);
   if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "init_accumulators_kernel");
 
   ForwardParams fp;
@@ -300,8 +310,8 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
     fp.k_stride[dim] = a.k->strides[dim];
     fp.v_stride[dim] = a.v->strides[dim];
   }
-  fp.o_acc = o_acc.as<float>();
-  fp.lse_acc = lse_acc.as<float>();
+  fp.o_acc = o_acc;
+  fp.lse_acc = lse_acc;
   fp.B = p.B;
   fp.Nq = p.Nq;
   fp.Nk = p.Nk;
@@ -331,9 +341,9 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
       tiles = segment_count(p.Nq, wc) * fp.tiles_per_group;
     } else {
       fp.kind = kKindSparse;
-      fp.row_ptr = row_ptr.as<const int64_t>();
-      fp.col_idx = col_idx.as<const int64_t>();
-      fp.head_ptr = head_ptr.as<const int64_t>();
+      fp.row_ptr = mask_copy[0];
+      fp.col_idx = mask_copy[1];
+      fp.head_ptr = mask_copy[2];
       fp.mask_heads = mask->num_heads;
       fp.bq = mask->bq;
       fp.bk = mask->bk;
@@ -350,14 +360,14 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   }
 
   switch (p.dtype) {
-    case DILATTN_F16: launch_finalize_output<__half>(o_acc.as<float>(), *a.o, p); break;
-    case DILATTN_BF16: launch_finalize_output<__nv_bfloat16>(o_acc.as<float>(), *a.o, p); break;
-    default: launch_finalize_output<float>(o_acc.as<float>(), *a.o, p); break;
+    case DILATTN_F16: launch_finalize_output<__half>(o_acc, *a.o, p); break;
+    case DILATTN_BF16: launch_finalize_output<__nv_bfloat16>(o_acc, *a.o, p); break;
+    default: launch_finalize_output<float>(o_acc, *a.o, p); break;
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "finalize_output_kernel");
   if (a.lse != nullptr) {
     DILATTN_LAUNCH(finalize_lse_kernel, dim3(elementwise_blocks(rows)), dim3(kElementwiseThreads),
-                   0, 0)(lse_acc.as<float>(), a.lse->data, a.lse->dtype == DILATTN_F64 ? 1 : 0,
+                   0, 0)(lse_acc, a.lse->data, a.lse->dtype == DILATTN_F64 ? 1 : 0,
                          a.lse->strides[0], a.lse->strides[1], a.lse->strides[2], p.B, p.H, p.Nq);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "finalize_lse_kernel");
   }
