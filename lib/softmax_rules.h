@@ -1,0 +1,137 @@
+// softmax_rules.h - the softmax arithmetic of SPEC 2, 3 and 5, in one place, next to
+// index_rules.h: the online-softmax update, the LSE merge, the finalize and the empty-row rule.
+//
+// Used by the reference (cpu_ref/reference_*), the cpu backend (cpu_ref/cpu_*), the CUDA
+// kernels (cuda/) and, through the merge, anything that combines partial results. Host and
+// device; plain arithmetic, no allocation, no C++ library types.
+//
+// The running state of a row is FlashAttention's (m, l) in the base-2 domain:
+//     s_j = pre * <q, k_j>                       (the score as the tile kernels compute it)
+//     p_j = 2^(post * (s_j - m)),  m = max_j s_j,  l = sum_j p_j
+//     LSE = (post * m + log2 l) * ln 2          (natural log, SPEC 2)
+// with pre * post = scale * log2(e) (score_scale below). Normally post = 1 and the scale is
+// folded into the scores; for a huge |scale| the scores keep only its sign and the scale is
+// applied after the max subtraction, so scale * <q, k> never overflows f32 where the f64
+// reference is finite.
+//
+// NaN and infinity (README "Decisions"): a NaN in any score of a row makes its m, l and so its
+// O and LSE NaN (max_nan never drops a NaN as fmax does). A row is empty only when it met no
+// key: m stays -inf, and then O = 0 and LSE = -inf (SPEC 2); a sum cannot underflow to 0
+// because the largest term is 2^0 = 1.
+//
+// Checked by tests/reference/test_softmax_rules.cpp (hand-computed cases) and through every
+// backend's comparison with the reference.
+#ifndef DILATTN_SOFTMAX_RULES_H
+#define DILATTN_SOFTMAX_RULES_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "index_rules.h"  // DILATTN_HD
+
+namespace dilattn {
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+// The largest head dimension the fast backends' tiles are sized for.
+constexpr int64_t kMaxHeadDim = 256;
+
+// ---------------------------------------------------------------- where the scale goes
+// Above this |scale * log2(e)| the scale moves after the max subtraction (see the top).
+constexpr double kMaxFoldedScale = 64.0;
+
+struct ScoreScale {
+  float pre;   // multiplies <q, k> in the score tile
+  float post;  // multiplies (s - m) in the exponent, and m in the LSE
+};
+
+inline ScoreScale score_scale(double scale) {
+  const double folded = scale * kLog2e;
+  if (folded <= kMaxFoldedScale && folded >= -kMaxFoldedScale)
+    return ScoreScale{static_cast<float>(folded), 1.0f};
+  return ScoreScale{folded > 0 ? 1.0f : -1.0f, static_cast<float>(folded > 0 ? folded : -folded)};
+}
+
+// ---------------------------------------------------------------- SPEC 2: the online update
+DILATTN_HD float exp2_of(float x) { return exp2f(x); }
+DILATTN_HD double exp2_of(double x) { return exp2(x); }
+
+// max(a, b) that returns NaN when either is NaN (fmax would drop it).
+template <class T>
+DILATTN_HD T max_nan(T a, T b) {
+  return (a > b || a != a) ? a : b;
+}
+
+// The value subtracted from a chunk's scores: the new running max, or 0 while the row has
+// seen only masked keys (m = -inf), so that -inf - -inf never makes a NaN.
+template <class T>
+DILATTN_HD T online_shift(T m_new) {
+  return m_new == -static_cast<T>(INFINITY) ? T(0) : m_new;
+}
+
+// One score's probability in the current chunk: 2^(post (s - shift)); 0 for a masked s = -inf.
+template <class T>
+DILATTN_HD T online_prob(T s, T shift, T post) {
+  return exp2_of(post * (s - shift));
+}
+
+// The factor that rescales the old O and l when the running max moves from m_old to m_new.
+// 1 when it did not move (no rescaling needed: exact), 0 when the row had seen no key.
+// A NaN max gives a NaN factor, so the NaN reaches O and l.
+template <class T>
+DILATTN_HD T online_rescale(T m_old, T m_new, T post) {
+  if (m_old == m_new) return T(1);
+  if (m_old == -static_cast<T>(INFINITY) && m_new == m_new) return T(0);
+  return exp2_of(post * (m_old - m_new));
+}
+
+// ---------------------------------------------------------------- SPEC 2: finalize
+// Empty row: no key reached it, by the index rules (masked keys are -inf scores).
+template <class T>
+DILATTN_HD bool row_is_empty(T m) {
+  return m == -static_cast<T>(INFINITY);
+}
+// The natural LSE of a finished row; -inf for an empty row, NaN for a NaN row.
+DILATTN_HD double finalize_lse(float m, float l, float post) {
+  if (row_is_empty(m)) return -static_cast<double>(INFINITY);
+  return (static_cast<double>(post) * static_cast<double>(m) + log2(static_cast<double>(l))) * kLn2;
+}
+// The factor O is multiplied by at the end: 1/l, or 0 for an empty row (O = 0, SPEC 2).
+DILATTN_HD float finalize_o_factor(float m, float l) { return row_is_empty(m) ? 0.0f : 1.0f / l; }
+
+// ---------------------------------------------------------------- backward: P from the LSE
+// The forward's natural LSE expressed in the s domain, so that P = 2^(post (s - lse_s))
+// (online_prob with shift = lse_s). An empty row gets +inf: every P is then 0, never NaN.
+DILATTN_HD float lse_in_score_domain(double lse, float post) {
+  if (lse == -static_cast<double>(INFINITY)) return INFINITY;
+  return static_cast<float>(lse * kLog2e / static_cast<double>(post));
+}
+
+// ---------------------------------------------------------------- SPEC 3/5: merging partials
+// The stable merge of a partial (o_b, lse_b) into a running (o, lse):
+//   lse' = max(lse, lse_b) + log1p(exp(-|lse - lse_b|))
+//   o'   = o * exp(lse - lse') + o_b * exp(lse_b - lse')
+// A partial that reached nothing (lse_b = -inf) leaves (o, lse) unchanged; NaN propagates.
+DILATTN_HD float log1p_of(float x) { return log1pf(x); }
+DILATTN_HD double log1p_of(double x) { return log1p(x); }
+DILATTN_HD float exp_of(float x) { return expf(x); }
+DILATTN_HD double exp_of(double x) { return exp(x); }
+
+template <class T>
+DILATTN_HD T merge_lse(T lse, T lse_b) {
+  const T neg_inf = -static_cast<T>(INFINITY);
+  if (lse_b == neg_inf) return lse;
+  if (lse == neg_inf) return lse_b;
+  const T diff = lse - lse_b;
+  return max_nan(lse, lse_b) + log1p_of(exp_of(diff < 0 ? diff : -diff));
+}
+// The weight of a partial with LSE `part` in the merged result `merged`: exp(part - merged),
+// 0 for a partial that reached nothing.
+template <class T>
+DILATTN_HD T merge_weight(T part, T merged) {
+  return part == -static_cast<T>(INFINITY) ? T(0) : exp_of(part - merged);
+}
+
+}  // namespace dilattn
+
+#endif  // DILATTN_SOFTMAX_RULES_H
