@@ -38,8 +38,25 @@ struct WorkspaceBytes {
   size_t forward = 0, backward = 0;
 };
 
-// Each backend: can_run (returns SUCCESS or a status with dilattn last-error set),
-// workspace sizes, forward, backward.
+// Each backend is one entry of the table in backend_table.cpp: a name, the device its
+// workspace lives on and four functions. can_run returns SUCCESS or a status with the last
+// error set; forward and backward run a validated call.
+struct Backend {
+  dilattn_backend id;
+  const char* name;
+  dilattn_device_type device;  // where its tensors and workspace live
+  dilattn_status (*can_run)(const Problem& p);
+  WorkspaceBytes (*workspace_bytes)(const Problem& p);
+  dilattn_status (*forward)(const Problem& p, const ForwardArgs& a);
+  dilattn_status (*backward)(const Problem& p, const BackwardArgs& a);
+};
+
+// The entry of a concrete backend (never AUTO), or null for a value that names none.
+const Backend* find_backend(dilattn_backend id);
+// AUTO: the first backend, in the table's order of preference, that can run the problem.
+const Backend& resolve_auto_backend(const Problem& p);
+
+// The functions behind the entries.
 namespace ref {
 WorkspaceBytes workspace_bytes(const Problem& p);
 dilattn_status forward(const Problem& p, const ForwardArgs& a);
@@ -60,17 +77,20 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 
 // The CUDA backend: one launcher source (cuda/launch.cu) built twice, by nvcc into namespace
 // gpu (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
-// (DILATTN_BACKEND_EMU: the same kernels executed on the CPU).
-#define DILATTN_DECLARE_GPU_BACKEND(ns)                                \
-  namespace ns {                                                       \
-  dilattn_status can_run(const Problem& p);                            \
-  WorkspaceBytes workspace_bytes(const Problem& p);                    \
-  dilattn_status forward(const Problem& p, const ForwardArgs& a);      \
-  dilattn_status backward(const Problem& p, const BackwardArgs& a);    \
-  }
-DILATTN_DECLARE_GPU_BACKEND(gpu)
-DILATTN_DECLARE_GPU_BACKEND(emu)
-#undef DILATTN_DECLARE_GPU_BACKEND
+// (the same kernels executed on the CPU). A build without one gets its stub (cuda/*_stub.cpp).
+namespace gpu {
+dilattn_status can_run(const Problem& p);
+WorkspaceBytes workspace_bytes(const Problem& p);
+dilattn_status forward(const Problem& p, const ForwardArgs& a);
+dilattn_status backward(const Problem& p, const BackwardArgs& a);
+}  // namespace gpu
+
+namespace emu {
+dilattn_status can_run(const Problem& p);
+WorkspaceBytes workspace_bytes(const Problem& p);
+dilattn_status forward(const Problem& p, const ForwardArgs& a);
+dilattn_status backward(const Problem& p, const BackwardArgs& a);
+}  // namespace emu
 
 }  // namespace dilattn
 

@@ -32,8 +32,8 @@ dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check>
 // because a default pool is small. Checked by tests/pool/pool_workspace.cpp.
 class Workspace {
  public:
-  dilattn_status acquire(const dilattn::Problem& p, int32_t device_index, void* given,
-                         size_t given_bytes, size_t needed) {
+  dilattn_status acquire(const dilattn::Problem& p, dilattn_device_type device,
+                         int32_t device_index, void* given, size_t given_bytes, size_t needed) {
     if (needed == 0) return DILATTN_SUCCESS;
     if (given != nullptr) {
       if (given_bytes < needed)
@@ -43,8 +43,6 @@ class Workspace {
       ptr_ = given;
       return DILATTN_SUCCESS;
     }
-    const dilattn_device_type device =
-        p.backend == DILATTN_BACKEND_CUDA ? DILATTN_DEVICE_CUDA : DILATTN_DEVICE_CPU;
     dilattn_status s;
     dilattn_pool pool = p.pool;
     if (pool != nullptr) {  // the caller's pool: its failures are the caller's to see
@@ -112,16 +110,10 @@ extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tenso
   if (lse != nullptr && (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse)) != DILATTN_SUCCESS)
     return s;
   Workspace ws;
-  if ((s = ws.acquire(p, q->device_index, workspace, workspace_bytes, plan->workspace.forward)) !=
-      DILATTN_SUCCESS)
+  if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
+                      workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
     return s;
-  const dilattn::ForwardArgs args{q, k, v, o, lse, ws.get()};
-  switch (p.backend) {
-    case DILATTN_BACKEND_CPU: return dilattn::cpu::forward(p, args);
-    case DILATTN_BACKEND_CUDA: return dilattn::gpu::forward(p, args);
-    case DILATTN_BACKEND_EMU: return dilattn::emu::forward(p, args);
-    default: return dilattn::ref::forward(p, args);
-  }
+  return plan->backend->forward(p, dilattn::ForwardArgs{q, k, v, o, lse, ws.get()});
   DILATTN_ABI_END
 }
 
@@ -142,16 +134,11 @@ extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tens
                     {dk, "dk", TensorRole::kv}, {dv, "dv", TensorRole::kv}});
   if (s != DILATTN_SUCCESS) return s;
   Workspace ws;
-  if ((s = ws.acquire(p, q->device_index, workspace, workspace_bytes, plan->workspace.backward)) !=
-      DILATTN_SUCCESS)
+  if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
+                      workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
     return s;
-  const dilattn::BackwardArgs args{q, k, v, o, lse, d_o, dq, dk, dv, ws.get()};
-  switch (p.backend) {
-    case DILATTN_BACKEND_CPU: return dilattn::cpu::backward(p, args);
-    case DILATTN_BACKEND_CUDA: return dilattn::gpu::backward(p, args);
-    case DILATTN_BACKEND_EMU: return dilattn::emu::backward(p, args);
-    default: return dilattn::ref::backward(p, args);
-  }
+  return plan->backend->backward(
+      p, dilattn::BackwardArgs{q, k, v, o, lse, d_o, dq, dk, dv, ws.get()});
   DILATTN_ABI_END
 }
 
@@ -164,9 +151,10 @@ extern "C" dilattn_status dilattn_reference_rows(dilattn_plan plan, const dilatt
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   dilattn::Problem p = plan->problem;
-  if (p.backend == DILATTN_BACKEND_CUDA)
+  if (plan->backend->device != DILATTN_DEVICE_CPU)
     return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
-                     "dilattn_reference_rows runs on the CPU; the plan's backend is cuda");
+                     "dilattn_reference_rows runs on the CPU; the plan's backend is %s",
+                     plan->backend->name);
   s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv}});
   if (s != DILATTN_SUCCESS) return s;
   if (rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'rows' is NULL");

@@ -36,6 +36,7 @@ struct dilattn_plan_s {
   static constexpr uint32_t kMagic = 0xd1a7b1a0u;
   uint32_t magic = kMagic;
   dilattn::Problem problem;
+  const dilattn::Backend* backend = nullptr;  // the table entry of problem.backend
   dilattn::WorkspaceBytes workspace;
 };
 

@@ -82,15 +82,6 @@ dilattn_status check_kind(const dilattn::Problem& p) {
 
 }  // namespace
 
-namespace dilattn {
-// Resolves AUTO: cuda when a GPU can run the problem, else cpu, else ref.
-dilattn_backend resolve_backend(const Problem& p) {
-  if (gpu::can_run(p) == DILATTN_SUCCESS) return DILATTN_BACKEND_CUDA;
-  if (cpu::can_run(p) == DILATTN_SUCCESS) return DILATTN_BACKEND_CPU;
-  return DILATTN_BACKEND_REF;
-}
-}  // namespace dilattn
-
 extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
                                               int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
                                               int64_t heads_q, int64_t heads_kv, int64_t head_dim,
@@ -121,23 +112,18 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
   p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 
-  switch (backend) {
-    case DILATTN_BACKEND_AUTO: p.backend = dilattn::resolve_backend(p); break;
-    case DILATTN_BACKEND_REF: p.backend = backend; break;
-    case DILATTN_BACKEND_CPU: s = dilattn::cpu::can_run(p); p.backend = backend; break;
-    case DILATTN_BACKEND_CUDA: s = dilattn::gpu::can_run(p); p.backend = backend; break;
-    case DILATTN_BACKEND_EMU: s = dilattn::emu::can_run(p); p.backend = backend; break;
-  }
-  if (s != DILATTN_SUCCESS) return s;  // can_run set the message
+  // AUTO takes the first backend of the table that can run the problem; a named backend
+  // must be able to (its can_run says why not).
+  const dilattn::Backend* chosen = backend == DILATTN_BACKEND_AUTO
+                                       ? &dilattn::resolve_auto_backend(p)
+                                       : dilattn::find_backend(backend);
+  if (backend != DILATTN_BACKEND_AUTO && (s = chosen->can_run(p)) != DILATTN_SUCCESS) return s;
+  p.backend = chosen->id;
 
   auto* made = new dilattn_plan_s();
   made->problem = std::move(p);
-  switch (made->problem.backend) {
-    case DILATTN_BACKEND_CPU: made->workspace = dilattn::cpu::workspace_bytes(made->problem); break;
-    case DILATTN_BACKEND_CUDA: made->workspace = dilattn::gpu::workspace_bytes(made->problem); break;
-    case DILATTN_BACKEND_EMU: made->workspace = dilattn::emu::workspace_bytes(made->problem); break;
-    default: made->workspace = dilattn::ref::workspace_bytes(made->problem); break;
-  }
+  made->backend = chosen;
+  made->workspace = chosen->workspace_bytes(made->problem);
   *plan = made;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

@@ -24,30 +24,21 @@ extern "C" dilattn_tensor dilattn_tensor_contiguous(void* data, dilattn_dtype dt
 }
 
 extern "C" const char* dilattn_backend_name(dilattn_backend backend) {
-  switch (backend) {
-    case DILATTN_BACKEND_AUTO: return "auto";
-    case DILATTN_BACKEND_REF: return "ref";
-    case DILATTN_BACKEND_CPU: return "cpu";
-    case DILATTN_BACKEND_CUDA: return "cuda";
-    case DILATTN_BACKEND_EMU: return "emu";
-  }
-  return "unknown";
+  if (backend == DILATTN_BACKEND_AUTO) return "auto";
+  const dilattn::Backend* entry = dilattn::find_backend(backend);
+  return entry != nullptr ? entry->name : "unknown";
 }
 
 extern "C" int dilattn_backend_available(dilattn_backend backend) {
+  if (backend == DILATTN_BACKEND_AUTO) return 1;
+  const dilattn::Backend* entry = dilattn::find_backend(backend);
+  if (entry == nullptr) return 0;
   dilattn::Problem probe;  // a tiny f32 problem: does the backend exist at all?
   probe.B = probe.Nq = probe.Nk = probe.H = probe.Hkv = 1;
   probe.D = 64;
   probe.scale = 0.125;
   probe.num_threads = 1;
-  switch (backend) {
-    case DILATTN_BACKEND_REF: return 1;
-    case DILATTN_BACKEND_CPU: return dilattn::cpu::can_run(probe) == DILATTN_SUCCESS;
-    case DILATTN_BACKEND_CUDA: return dilattn::gpu::can_run(probe) == DILATTN_SUCCESS;
-    case DILATTN_BACKEND_EMU: return dilattn::emu::can_run(probe) == DILATTN_SUCCESS;
-    case DILATTN_BACKEND_AUTO: return 1;
-  }
-  return 0;
+  return entry->can_run(probe) == DILATTN_SUCCESS;
 }
 
 namespace {

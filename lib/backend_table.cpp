@@ -1,0 +1,41 @@
+// backend_table.cpp - every backend, once: the table plan.cpp, dispatch.cpp and version.cpp
+// look backends up in. Adding a backend is adding one entry (and its functions).
+#include "backend.h"
+
+namespace dilattn {
+
+namespace {
+
+// The reference runs every valid problem.
+dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
+
+// In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
+// backend, else the reference. emu is never chosen by AUTO (it is for tests).
+const Backend kBackends[] = {
+    {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, gpu::can_run, gpu::workspace_bytes,
+     gpu::forward, gpu::backward},
+    {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
+     cpu::forward, cpu::backward},
+    {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
+     ref::forward, ref::backward},
+    {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
+     emu::forward, emu::backward},
+};
+
+}  // namespace
+
+const Backend* find_backend(dilattn_backend id) {
+  for (const Backend& b : kBackends)
+    if (b.id == id) return &b;
+  return nullptr;
+}
+
+const Backend& resolve_auto_backend(const Problem& p) {
+  for (const Backend& b : kBackends) {
+    if (b.id == DILATTN_BACKEND_EMU) continue;
+    if (b.can_run(p) == DILATTN_SUCCESS) return b;
+  }
+  return *find_backend(DILATTN_BACKEND_REF);  // ref_can_run never refuses
+}
+
+}  // namespace dilattn
