@@ -74,7 +74,8 @@ static double run_forward(dilattn_desc desc, dilattn_backend requested, int64_t 
   fill_uniform(buf->v, elems, 3);
 
   dilattn_plan plan;
-  CHECK(dilattn_plan_create(&plan, desc, B, n, n, H, H, D, DILATTN_F32, requested));
+  const dilattn_shape shape = dilattn_shape_make(B, n, n, H, H, D);
+  CHECK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, requested));
   dilattn_tensor q = dilattn_tensor_contiguous(buf->q, DILATTN_F32, B, n, H, D);
   dilattn_tensor k = dilattn_tensor_contiguous(buf->k, DILATTN_F32, B, n, H, D);
   dilattn_tensor v = dilattn_tensor_contiguous(buf->v, DILATTN_F32, B, n, H, D);

@@ -5,10 +5,11 @@
  * What every backend computes is defined in SPEC.md (summarised in README.md, "Semantics").
  * This header compiles as C99 (tests/c_api/c99_header_test.c proves it) and no C++ type crosses it.
  *
- * Usage, in five calls:
+ * Usage, in six calls:
  *   dilattn_desc desc;  dilattn_desc_create(&desc);
  *   dilattn_desc_set_dilated(desc, 3, segments, dilations, DILATTN_HEADS_MOD);
- *   dilattn_plan plan;  dilattn_plan_create(&plan, desc, B, N, N, H, H, D, DILATTN_F32, DILATTN_BACKEND_AUTO);
+ *   dilattn_shape shape = dilattn_shape_make(B, N, N, H, H, D);
+ *   dilattn_plan plan;  dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_AUTO);
  *   dilattn_forward(plan, &q, &k, &v, &o, &lse, NULL, 0);
  *   dilattn_plan_destroy(plan); dilattn_desc_destroy(desc);
  *
@@ -25,15 +26,23 @@
 extern "C" {
 #endif
 
-#if defined(_WIN32)
+/* Exported from the library, imported by its users (Windows DLLs need both spellings); a
+ * program linking the static library defines DILATTN_STATIC. */
+#if defined(_WIN32) && !defined(DILATTN_STATIC)
+#if defined(DILATTN_BUILDING_LIBRARY)
 #define DILATTN_API __declspec(dllexport)
+#else
+#define DILATTN_API __declspec(dllimport)
+#endif
+#elif defined(_WIN32)
+#define DILATTN_API
 #else
 #define DILATTN_API __attribute__((visibility("default")))
 #endif
 
 /* ---------------------------------------------------------------- version */
 #define DILATTN_VERSION_MAJOR 0
-#define DILATTN_VERSION_MINOR 1
+#define DILATTN_VERSION_MINOR 2
 #define DILATTN_VERSION_PATCH 0
 /* One integer that orders versions: 10000*major + 100*minor + patch. */
 #define DILATTN_VERSION \
@@ -100,8 +109,11 @@ typedef enum dilattn_device_type {
 
 /* A view of caller memory; the library never frees or reallocates it.
  * Q, O: [B, Nq, H, D]; K, V: [B, Nk, Hkv, D]; LSE: [B, H, Nq] (shape[3] = 1).
- * Strides are in elements and must be >= 0. */
+ * Strides are in elements and must be >= 0. struct_size is sizeof(dilattn_tensor) (set by
+ * dilattn_tensor_contiguous; set it yourself when filling the fields by hand): it lets later
+ * versions add fields without breaking callers, and a zeroed view is refused, not misread. */
 typedef struct dilattn_tensor {
+  size_t struct_size;
   void* data;
   dilattn_dtype dtype;
   dilattn_device_type device;
@@ -165,11 +177,25 @@ typedef enum dilattn_backend {
  * from several threads at once. Q is [B, Nq, H, D]; K and V are [B, Nk, Hkv, D]. */
 typedef struct dilattn_plan_s* dilattn_plan;
 
+/* The sizes of a problem, by name. struct_size is sizeof(dilattn_shape) (dilattn_shape_make
+ * sets it), so later versions can add fields. */
+typedef struct dilattn_shape {
+  size_t struct_size;
+  int64_t batch;     /* B */
+  int64_t seqlen_q;  /* Nq */
+  int64_t seqlen_k;  /* Nk */
+  int64_t heads_q;   /* H */
+  int64_t heads_kv;  /* Hkv, H % Hkv == 0 */
+  int64_t head_dim;  /* D */
+} dilattn_shape;
+
+DILATTN_API dilattn_shape dilattn_shape_make(int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
+                                             int64_t heads_q, int64_t heads_kv,
+                                             int64_t head_dim);
+
 DILATTN_API dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
-                                               int64_t batch, int64_t seqlen_q,
-                                               int64_t seqlen_k, int64_t heads_q,
-                                               int64_t heads_kv, int64_t head_dim,
-                                               dilattn_dtype dtype, dilattn_backend backend);
+                                               const dilattn_shape* shape, dilattn_dtype dtype,
+                                               dilattn_backend backend);
 DILATTN_API dilattn_status dilattn_plan_destroy(dilattn_plan plan);
 /* The backend the plan runs on (AUTO resolved). */
 DILATTN_API dilattn_status dilattn_plan_backend(dilattn_plan plan, dilattn_backend* backend);

@@ -1,6 +1,6 @@
 /*
  * dilattn_mask.h - block-sparse masks (SPEC 4): the BSR format, validation, pattern builders.
- * Included by dilattn.h; not meant to be included alone.
+ * Included by dilattn.h; compiles alone too (it includes dilattn.h).
  *
  * Format. Query blocks I = ceil(Nq / bq), key blocks J = ceil(Nk / bk).
  *   One mask for all heads (num_heads = 1): row_ptr[I + 1], col_idx[nnz]; head_ptr unused.
@@ -12,6 +12,8 @@
 #ifndef DILATTN_MASK_H
 #define DILATTN_MASK_H
 
+#include "dilattn.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -21,8 +23,10 @@ typedef enum dilattn_index_type {
   DILATTN_INDEX_INT64 = 1
 } dilattn_index_type;
 
-/* A caller's BSR arrays (host memory), read by dilattn_mask_create. */
+/* A caller's BSR arrays (host memory), read by dilattn_mask_create. struct_size is
+ * sizeof(dilattn_bsr_view), as in dilattn_tensor; dilattn_mask_get sets it. */
 typedef struct dilattn_bsr_view {
+  size_t struct_size;
   int64_t seqlen_q, seqlen_k;  /* Nq, Nk */
   int64_t block_q, block_k;    /* bq, bk */
   int64_t num_heads;           /* 1, or H for one mask per head */

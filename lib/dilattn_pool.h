@@ -1,6 +1,6 @@
 /*
- * dilattn_pool.h - the buddy-allocator memory pool for host and device workspaces (issue 6).
- * Included by dilattn.h; not meant to be included alone.
+ * dilattn_pool.h - the buddy-allocator memory pool for host and device workspaces.
+ * Included by dilattn.h; compiles alone too (it includes dilattn.h).
  *
  * A pool manages one arena (a power of two bytes) or, with the growth policy, several. A request
  * is rounded up to a power of two (at least the minimum block, default 256 bytes) and served by
@@ -19,6 +19,8 @@
  */
 #ifndef DILATTN_POOL_H
 #define DILATTN_POOL_H
+
+#include "dilattn.h"
 
 #ifdef __cplusplus
 extern "C" {

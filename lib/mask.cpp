@@ -111,6 +111,10 @@ extern "C" dilattn_status dilattn_mask_create(dilattn_mask* mask, const dilattn_
   DILATTN_ABI_BEGIN
   if (mask == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'mask' is NULL");
   if (view == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'view' is NULL");
+  if (view->struct_size != sizeof(dilattn_bsr_view))
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'view': struct_size = %zu, expected sizeof(dilattn_bsr_view) = %zu",
+                     view->struct_size, sizeof(dilattn_bsr_view));
   auto m = std::make_shared<dilattn::BsrMask>();
   dilattn_status s = build_mask(*view, m.get());
   if (s != DILATTN_SUCCESS) return s;
@@ -139,6 +143,7 @@ extern "C" dilattn_status dilattn_mask_get(dilattn_mask mask, dilattn_bsr_view* 
   if (s != DILATTN_SUCCESS) return s;
   if (view == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'view' is NULL");
   const dilattn::BsrMask& m = *mask->mask;
+  view->struct_size = sizeof(dilattn_bsr_view);
   view->seqlen_q = m.Nq; view->seqlen_k = m.Nk; view->block_q = m.bq; view->block_k = m.bk;
   view->num_heads = m.num_heads;
   view->index_type = DILATTN_INDEX_INT64;

@@ -83,23 +83,33 @@ dilattn_status check_kind(const dilattn::Problem& p) {
 }  // namespace
 
 extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
-                                              int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
-                                              int64_t heads_q, int64_t heads_kv, int64_t head_dim,
-                                              dilattn_dtype dtype, dilattn_backend backend) {
+                                              const dilattn_shape* shape, dilattn_dtype dtype,
+                                              dilattn_backend backend) {
   DILATTN_ABI_BEGIN
   if (plan == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'plan' is NULL");
   dilattn_status s = dilattn::check_handle(desc, "desc");
   if (s != DILATTN_SUCCESS) return s;
+  if (shape == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'shape' is NULL");
+  if (shape->struct_size != sizeof(dilattn_shape))
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'shape': struct_size = %zu, expected sizeof(dilattn_shape) = %zu "
+                     "(fill it with dilattn_shape_make)",
+                     shape->struct_size, sizeof(dilattn_shape));
   if (dtype != DILATTN_F32 && dtype != DILATTN_F64 && dtype != DILATTN_F16 &&
       dtype != DILATTN_BF16)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'dtype' = %d is not a dtype",
                      static_cast<int>(dtype));
-  if (backend < DILATTN_BACKEND_AUTO || backend > DILATTN_BACKEND_EMU)
+  if (backend != DILATTN_BACKEND_AUTO && dilattn::find_backend(backend) == nullptr)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'backend' = %d is not a backend",
                      static_cast<int>(backend));
 
   dilattn::Problem p;
-  p.B = batch; p.Nq = seqlen_q; p.Nk = seqlen_k; p.H = heads_q; p.Hkv = heads_kv; p.D = head_dim;
+  p.B = shape->batch;
+  p.Nq = shape->seqlen_q;
+  p.Nk = shape->seqlen_k;
+  p.H = shape->heads_q;
+  p.Hkv = shape->heads_kv;
+  p.D = shape->head_dim;
   p.dtype = dtype;
   p.kind = desc->kind;
   p.branches = desc->branches;
@@ -110,7 +120,7 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   p.num_threads = resolve_threads(desc->num_threads);
   if ((s = check_sizes(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
-  p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(p.D));
 
   // AUTO takes the first backend of the table that can run the problem; a named backend
   // must be able to (its can_run says why not).

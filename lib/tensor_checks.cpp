@@ -15,6 +15,11 @@ dilattn_device_type backend_device(dilattn_backend b) {
 dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const char* name,
                             TensorRole role) {
   if (t == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", name);
+  if (t->struct_size != sizeof(dilattn_tensor))
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument '%s': struct_size = %zu, expected sizeof(dilattn_tensor) = %zu "
+                     "(fill it with dilattn_tensor_contiguous or set the field)",
+                     name, t->struct_size, sizeof(dilattn_tensor));
   if (t->data == nullptr)
     return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s': data is NULL", name);
   if (role == TensorRole::lse) {

@@ -11,6 +11,7 @@ extern "C" int dilattn_version(void) { return DILATTN_VERSION; }
 extern "C" dilattn_tensor dilattn_tensor_contiguous(void* data, dilattn_dtype dtype, int64_t d0,
                                                     int64_t d1, int64_t d2, int64_t d3) {
   dilattn_tensor t{};
+  t.struct_size = sizeof(dilattn_tensor);
   t.data = data;
   t.dtype = dtype;
   t.device = DILATTN_DEVICE_CPU;
@@ -21,6 +22,20 @@ extern "C" dilattn_tensor dilattn_tensor_contiguous(void* data, dilattn_dtype dt
   t.strides[1] = d2 * d3;
   t.strides[0] = d1 * d2 * d3;
   return t;
+}
+
+extern "C" dilattn_shape dilattn_shape_make(int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
+                                            int64_t heads_q, int64_t heads_kv,
+                                            int64_t head_dim) {
+  dilattn_shape s{};
+  s.struct_size = sizeof(dilattn_shape);
+  s.batch = batch;
+  s.seqlen_q = seqlen_q;
+  s.seqlen_k = seqlen_k;
+  s.heads_q = heads_q;
+  s.heads_kv = heads_kv;
+  s.head_dim = head_dim;
+  return s;
 }
 
 extern "C" const char* dilattn_backend_name(dilattn_backend backend) {

@@ -212,8 +212,8 @@ void make_plan(const Settings& s, const Operands& o, PlanHandle* plan) {
     check_status(dilattn_desc_set_block_sparse(desc.get(), mask.get()),
                  s.mask_path.empty() ? "--pattern" : "--mask " + s.mask_path);
   }
-  check_status(dilattn_plan_create(plan->out(), desc.get(), o.B, o.Nq, o.Nk, o.H, o.Hkv, o.D,
-                                   o.dtype, s.backend),
+  const dilattn_shape shape = dilattn_shape_make(o.B, o.Nq, o.Nk, o.H, o.Hkv, o.D);
+  check_status(dilattn_plan_create(plan->out(), desc.get(), &shape, o.dtype, s.backend),
                "plan (--backend " + std::string(dilattn_backend_name(s.backend)) + ")");
 }
 

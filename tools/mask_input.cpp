@@ -63,6 +63,7 @@ void load_mask_npz(const std::string& path, int64_t seqlen_q, int64_t seqlen_k, 
                std::to_string(nnz) + " entries");
   dilattn_bsr_view view;
   std::memset(&view, 0, sizeof(view));
+  view.struct_size = sizeof(view);
   view.seqlen_q = seqlen_q;
   view.seqlen_k = seqlen_k;
   view.block_q = block_q;

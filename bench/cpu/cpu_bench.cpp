@@ -129,8 +129,8 @@ Result run_case(const BenchCase& c, int repeats) {
           "set_dilated");
   check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
   dilattn_plan plan;
-  check(dilattn_plan_create(&plan, desc, c.B, c.N, c.N, c.H, c.H, c.D, DILATTN_F32,
-                            DILATTN_BACKEND_CPU), "plan_create");
+  const dilattn_shape shape = dilattn_shape_make(c.B, c.N, c.N, c.H, c.H, c.D);
+  check(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU), "plan_create");
   size_t fwd_ws = 0, bwd_ws = 0;
   check(dilattn_plan_workspace_size(plan, &fwd_ws, &bwd_ws), "workspace_size");
   std::vector<unsigned char> ws(std::max(fwd_ws, c.backward ? bwd_ws : 0));

@@ -128,7 +128,7 @@ def check_against_dilattn(lib_path):
     lib = ctypes.CDLL(os.path.abspath(lib_path))
 
     class Tensor(ctypes.Structure):
-        _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device", ctypes.c_int),
+        _fields_ = [("struct_size", ctypes.c_size_t), ("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device", ctypes.c_int),
                     ("device_index", ctypes.c_int32), ("shape", ctypes.c_int64 * 4),
                     ("strides", ctypes.c_int64 * 4)]
 
@@ -146,9 +146,11 @@ def check_against_dilattn(lib_path):
     dil = (ctypes.c_int64 * 3)(*dilations)
     assert lib.dilattn_desc_create(ctypes.byref(desc)) == 0
     assert lib.dilattn_desc_set_dilated(desc, 3, seg, dil, 2) == 0
-    assert lib.dilattn_plan_create(ctypes.byref(plan), desc, ctypes.c_int64(B), ctypes.c_int64(N),
-                                   ctypes.c_int64(N), ctypes.c_int64(H), ctypes.c_int64(H),
-                                   ctypes.c_int64(D), 1, 1) == 0
+    class Shape(ctypes.Structure):
+        _fields_ = [("struct_size", ctypes.c_size_t)] + [(f, ctypes.c_int64) for f in "bnmhgd"]
+
+    shape = Shape(ctypes.sizeof(Shape), B, N, N, H, H, D)
+    assert lib.dilattn_plan_create(ctypes.byref(plan), desc, ctypes.byref(shape), 1, 1) == 0
     assert lib.dilattn_forward(plan, *(ctypes.byref(t) for t in views), None, None,
                                ctypes.c_size_t(0)) == 0
     lib.dilattn_plan_destroy(plan)

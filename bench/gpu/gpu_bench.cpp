@@ -86,8 +86,8 @@ Result run_case(const BenchCase& c, int iters) {
     dilattn_desc_set_block_sparse(desc, mask);
   }
   dilattn_plan plan = nullptr;
-  dilattn_status s = dilattn_plan_create(&plan, desc, c.B, c.N, c.N, c.H, c.H, c.D, c.dtype,
-                                         DILATTN_BACKEND_CUDA);
+  const dilattn_shape shape = dilattn_shape_make(c.B, c.N, c.N, c.H, c.H, c.D);
+  dilattn_status s = dilattn_plan_create(&plan, desc, &shape, c.dtype, DILATTN_BACKEND_CUDA);
   dilattn_desc_destroy(desc);
   if (s != DILATTN_SUCCESS) {
     r.status = std::string("plan: ") + dilattn_last_error();

@@ -129,7 +129,8 @@ std::vector<PlanSizes> plan_sizes(const std::vector<Config>& configs) {
         dilattn_desc_set_dilated(desc, static_cast<int32_t>(c.w.size()), c.w.data(), c.r.data(),
                                  DILATTN_HEADS_MOD);
       dilattn_plan plan = nullptr;
-      if (dilattn_plan_create(&plan, desc, c.B, c.N, c.N, c.H, c.Hkv, c.D, DILATTN_F32, be) ==
+      const dilattn_shape shape = dilattn_shape_make(c.B, c.N, c.N, c.H, c.Hkv, c.D);
+      if (dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, be) ==
           DILATTN_SUCCESS) {
         PlanSizes s{c.name, dilattn_backend_name(be)};
         dilattn_plan_workspace_size(plan, &s.forward, &s.backward);

@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
     TRY(dilattn_desc_set_block_sparse(desc, mask));
     TRY(dilattn_desc_set_num_threads(desc, opt.threads));
     dilattn_plan plan = nullptr;
-    TRY(dilattn_plan_create(&plan, desc, B, N, N, H, H, D, DILATTN_F32, DILATTN_BACKEND_CPU));
+    const dilattn_shape shape = dilattn_shape_make(B, N, N, H, H, D);
+    TRY(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU));
     auto run = [&] {
       TRY(dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0));
       if (opt.backward)

@@ -34,7 +34,8 @@ int main(void) {
   const dilattn_backend backend =
       dilattn_backend_available(DILATTN_BACKEND_CPU) ? DILATTN_BACKEND_CPU : DILATTN_BACKEND_REF;
   dilattn_plan plan;
-  CHECK(dilattn_plan_create(&plan, desc, B, N, N, H, HKV, D, DILATTN_F32, backend));
+  const dilattn_shape shape = dilattn_shape_make(B, N, N, H, HKV, D);
+  CHECK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, backend));
 
   dilattn_tensor tq = dilattn_tensor_contiguous(q, DILATTN_F32, B, N, H, D);
   dilattn_tensor tk = dilattn_tensor_contiguous(k, DILATTN_F32, B, N, HKV, D);

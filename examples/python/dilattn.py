@@ -53,10 +53,17 @@ class DilattnError(Exception):
 
 
 class Tensor(ctypes.Structure):
-    """struct dilattn_tensor: data, dtype, device, device_index, shape[4], strides[4]."""
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device", ctypes.c_int),
+    """struct dilattn_tensor: struct_size, data, dtype, device, device_index, shape[4], strides[4]."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device", ctypes.c_int),
                 ("device_index", ctypes.c_int32), ("shape", ctypes.c_int64 * 4),
                 ("strides", ctypes.c_int64 * 4)]
+
+
+class Shape(ctypes.Structure):
+    """struct dilattn_shape: struct_size, then B, Nq, Nk, H, Hkv, D."""
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [
+        (name, ctypes.c_int64) for name in
+        ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")]
 
 
 # ---------------------------------------------------------------- loading the library
@@ -87,8 +94,8 @@ def _load():
                                       ctypes.POINTER(i64), ctypes.c_int], ctypes.c_int),
         "dilattn_desc_set_causal": ([P, ctypes.c_int32], ctypes.c_int),
         "dilattn_desc_set_scale": ([P, ctypes.c_double], ctypes.c_int),
-        "dilattn_plan_create": ([ctypes.POINTER(P), P, i64, i64, i64, i64, i64, i64,
-                                 ctypes.c_int, ctypes.c_int], ctypes.c_int),
+        "dilattn_plan_create": ([ctypes.POINTER(P), P, ctypes.POINTER(Shape), ctypes.c_int,
+                                 ctypes.c_int], ctypes.c_int),
         "dilattn_plan_destroy": ([P], ctypes.c_int),
         "dilattn_forward": ([P, T, T, T, T, T, P, ctypes.c_size_t], ctypes.c_int),
         "dilattn_backward": ([P, T, T, T, T, T, T, T, T, T, P, ctypes.c_size_t], ctypes.c_int),
@@ -147,6 +154,7 @@ def tensor(array, dtype=None):
     if array.ndim != 4:
         raise ValueError(f"dilattn tensors are 4-d, got shape {array.shape}")
     t = Tensor()
+    t.struct_size = ctypes.sizeof(Tensor)
     t.data = array.ctypes.data
     t.dtype = DTYPES[dtype_name(array, dtype)]
     t.device = DEVICE_CPU
@@ -178,7 +186,8 @@ class Plan:
             _check(L.dilattn_desc_set_causal(desc, 1 if causal else 0))
             if scale is not None:
                 _check(L.dilattn_desc_set_scale(desc, float(scale)))
-            _check(L.dilattn_plan_create(ctypes.byref(self._plan), desc, B, Nq, Nk, H, Hkv, D,
+            shape = Shape(ctypes.sizeof(Shape), B, Nq, Nk, H, Hkv, D)
+            _check(L.dilattn_plan_create(ctypes.byref(self._plan), desc, ctypes.byref(shape),
                                          DTYPES[dtype], BACKENDS[backend]))
         finally:
             L.dilattn_desc_destroy(desc)

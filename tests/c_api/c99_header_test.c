@@ -39,7 +39,8 @@ int main(void) {
 
   CHECK(dilattn_desc_create(&desc));
   CHECK(dilattn_desc_set_scale(desc, 1.0));
-  CHECK(dilattn_plan_create(&plan, desc, 1, 1, 2, 1, 1, 1, DILATTN_F32, DILATTN_BACKEND_REF));
+  const dilattn_shape shape = dilattn_shape_make(1, 1, 2, 1, 1, 1);
+  CHECK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF));
   CHECK(dilattn_forward(plan, &tq, &tk, &tv, &to, &tlse, NULL, 0));
   CHECK(dilattn_plan_destroy(plan));
   CHECK(dilattn_desc_destroy(desc));

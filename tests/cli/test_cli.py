@@ -428,7 +428,7 @@ def test_compare_exit_codes(tmp_path):
 
 def test_info_names_version_and_ref_backend():
     out = run("info", expect=0).stdout
-    assert out.startswith("dilattn 0.1.0\n")
+    assert out.startswith("dilattn 0.2.0\n")
     assert "ref: yes" in out and "CPU features:" in out
 
 

@@ -102,7 +102,8 @@ inline dilattn_plan make_plan(const Case& c, dilattn_backend backend, int32_t th
   dilattn_mask mask = nullptr;
   dilattn_desc desc = make_desc(c, threads, &mask);
   dilattn_plan plan = nullptr;
-  CPU_CHECK_OK(dilattn_plan_create(&plan, desc, c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D, c.dtype, backend),
+  const dilattn_shape shape = dilattn_shape_make(c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D);
+  CPU_CHECK_OK(dilattn_plan_create(&plan, desc, &shape, c.dtype, backend),
                c.name.c_str());
   dilattn_desc_destroy(desc);
   if (mask) dilattn_mask_destroy(mask);

@@ -25,8 +25,8 @@ int main() {
     dilattn_mask mask = nullptr;
     dilattn_desc desc = make_desc(c, 1, &mask);
     dilattn_plan plan = nullptr;
-    const dilattn_status s = dilattn_plan_create(&plan, desc, 1, 8, 8, 1, 1, 257, DILATTN_F32,
-                                                 DILATTN_BACKEND_CPU);
+    const dilattn_shape shape = dilattn_shape_make(1, 8, 8, 1, 1, 257);
+    const dilattn_status s = dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU);
     if (s != DILATTN_ERROR_UNSUPPORTED) {
       std::fprintf(stderr, "FAILED: head_dim 257 on cpu gave %s, want UNSUPPORTED\n",
                    dilattn_status_string(s));

@@ -73,8 +73,8 @@ struct Problem {
     tdk = dilattn_tensor_contiguous(dk.data(), DILATTN_F32, B, N, Hkv, D);
     tdv = dilattn_tensor_contiguous(dv.data(), DILATTN_F32, B, N, Hkv, D);
     EXPECT_TRUE(dilattn_desc_create(&desc) == DILATTN_SUCCESS);
-    EXPECT_TRUE(dilattn_plan_create(&plan, desc, B, N, N, H, Hkv, D, DILATTN_F32,
-                                    DILATTN_BACKEND_REF) == DILATTN_SUCCESS);
+    const dilattn_shape shape = dilattn_shape_make(B, N, N, H, Hkv, D);
+    EXPECT_TRUE(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF) == DILATTN_SUCCESS);
   }
   ~Problem() {
     dilattn_plan_destroy(plan);

@@ -20,8 +20,8 @@ using errtest::Problem;
 // Nq != Nk (refused for dilated attention) still builds, and its forward matches a fresh desc.
 void expect_desc_still_dense(dilattn_desc desc) {
   dilattn_plan plan = nullptr;
-  EXPECT_TRUE(dilattn_plan_create(&plan, desc, 1, 2, 3, 1, 1, 1, DILATTN_F64,
-                                  DILATTN_BACKEND_REF) == DILATTN_SUCCESS);
+  const dilattn_shape shape = dilattn_shape_make(1, 2, 3, 1, 1, 1);
+  EXPECT_TRUE(dilattn_plan_create(&plan, desc, &shape, DILATTN_F64, DILATTN_BACKEND_REF) == DILATTN_SUCCESS);
   // Nq = 2, Nk = 3, D = 1, q = 1, k = (0, ln 3, 0), v = (1, 2, 3): with the default scale 1,
   // exp S = (1, 3, 1), O = (1 + 6 + 3) / 5 = 2 for both rows. A kept bad scale would change it.
   double q[2] = {1, 1}, k[3] = {0, std::log(3.0), 0}, v[3] = {1, 2, 3}, o[2] = {0, 0};
@@ -60,7 +60,8 @@ struct Desc {
 dilattn_status create_plan(dilattn_plan* slot, const Desc& desc, int64_t B, int64_t Nq,
                            int64_t Nk, int64_t H, int64_t Hkv, int64_t D,
                            dilattn_backend backend = DILATTN_BACKEND_REF) {
-  return dilattn_plan_create(slot, desc.d, B, Nq, Nk, H, Hkv, D, DILATTN_F32, backend);
+  const dilattn_shape shape = dilattn_shape_make(B, Nq, Nk, H, Hkv, D);
+  return dilattn_plan_create(slot, desc.d, &shape, DILATTN_F32, backend);
 }
 
 const std::map<std::string, std::function<void()>>& cases() {
@@ -78,7 +79,8 @@ const std::map<std::string, std::function<void()>>& cases() {
                     DILATTN_ERROR_NULL_POINTER, "'dk'", "NULL");
        EXPECT_TRUE(p.outputs_untouched());
        dilattn_plan* slot = sentinel_plan_slot();
-       EXPECT_ERROR(dilattn_plan_create(slot, nullptr, 1, 1, 1, 1, 1, 1, DILATTN_F32, DILATTN_BACKEND_REF),
+       const dilattn_shape shape = dilattn_shape_make(1, 1, 1, 1, 1, 1);
+       EXPECT_ERROR(dilattn_plan_create(slot, nullptr, &shape, DILATTN_F32, DILATTN_BACKEND_REF),
                     DILATTN_ERROR_NULL_POINTER, "'desc'", "NULL");
        EXPECT_TRUE(plan_slot_untouched(slot));
      }},
@@ -171,7 +173,7 @@ const std::map<std::string, std::function<void()>>& cases() {
     {"BAD_MASK", [] {
        // Nq = Nk = 8, blocks 4x4: I = J = 2. Row block 0 lists key blocks (1, 0): unsorted.
        const int32_t row_ptr[3] = {0, 2, 3}, col_idx[3] = {1, 0, 1};
-       dilattn_bsr_view view{8, 8, 4, 4, 1, DILATTN_INDEX_INT32, row_ptr, col_idx, nullptr};
+       dilattn_bsr_view view{sizeof(dilattn_bsr_view), 8, 8, 4, 4, 1, DILATTN_INDEX_INT32, row_ptr, col_idx, nullptr};
        dilattn_mask mask;
        std::memset(&mask, errtest::kSentinel, sizeof mask);
        const dilattn_mask before = mask;

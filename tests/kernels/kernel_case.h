@@ -109,6 +109,7 @@ inline bool make_desc(const Case& c, dilattn_desc* desc) {
                  "set_dilated", c.name);
   if (c.kind == DILATTN_KIND_BLOCK_SPARSE) {
     dilattn_bsr_view v{};
+    v.struct_size = sizeof(v);
     v.seqlen_q = c.Nq;
     v.seqlen_k = c.Nk;
     v.block_q = c.bq;
@@ -138,8 +139,8 @@ inline bool run(const Case& c, dilattn_backend backend, const dilattn_tensor& q,
     return false;
   }
   dilattn_plan plan = nullptr;
-  bool ok = check(dilattn_plan_create(&plan, desc, c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D, q.dtype,
-                                      backend),
+  const dilattn_shape shape = dilattn_shape_make(c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D);
+  bool ok = check(dilattn_plan_create(&plan, desc, &shape, q.dtype, backend),
                   "plan_create", c.name);
   dilattn_desc_destroy(desc);
   if (!ok) return false;

@@ -26,7 +26,8 @@ dilattn_plan make_plan(dilattn_dtype dtype, int64_t D, dilattn_status* status) {
   dilattn_desc desc = nullptr;
   dilattn_desc_create(&desc);
   dilattn_plan plan = nullptr;
-  *status = dilattn_plan_create(&plan, desc, 1, 8, 8, 1, 1, D, dtype, DILATTN_BACKEND_EMU);
+  const dilattn_shape shape = dilattn_shape_make(1, 8, 8, 1, 1, D);
+  *status = dilattn_plan_create(&plan, desc, &shape, dtype, DILATTN_BACKEND_EMU);
   dilattn_desc_destroy(desc);
   return plan;
 }

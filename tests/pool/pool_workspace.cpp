@@ -49,7 +49,8 @@ dilattn_plan make_plan(dilattn_pool pool) {
   dilattn_desc_set_causal(desc, 1);
   if (pool != nullptr) CHECK_EQ(dilattn_desc_set_pool(desc, pool), DILATTN_SUCCESS);
   dilattn_plan plan = nullptr;
-  CHECK_EQ(dilattn_plan_create(&plan, desc, B, N, N, H, H, D, DILATTN_F32, DILATTN_BACKEND_REF),
+  const dilattn_shape shape = dilattn_shape_make(B, N, N, H, H, D);
+  CHECK_EQ(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF),
            DILATTN_SUCCESS);
   dilattn_desc_destroy(desc);
   return plan;

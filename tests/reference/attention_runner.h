@@ -108,8 +108,8 @@ inline dilattn_plan make_plan(const Config& c) {
                                        c.segments.data(), c.dilations.data(), c.mode));
   EXPECT_OK(dilattn_desc_set_causal(desc, c.causal ? 1 : 0));
   if (c.scale != 0) EXPECT_OK(dilattn_desc_set_scale(desc, c.scale));
-  EXPECT_OK(dilattn_plan_create(&plan, desc, c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D, DILATTN_F64,
-                                DILATTN_BACKEND_REF));
+  const dilattn_shape shape = dilattn_shape_make(c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D);
+  EXPECT_OK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F64, DILATTN_BACKEND_REF));
   dilattn_desc_destroy(desc);
   return plan;
 }

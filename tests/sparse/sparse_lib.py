@@ -20,13 +20,19 @@ HEADS_MOD = 0
 
 
 class Tensor(C.Structure):
-    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("device", C.c_int),
+    _fields_ = [("struct_size", C.c_size_t), ("data", C.c_void_p), ("dtype", C.c_int), ("device", C.c_int),
                 ("device_index", C.c_int32), ("shape", C.c_int64 * 4),
                 ("strides", C.c_int64 * 4)]
 
 
+class Shape(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t)] + [
+        (name, C.c_int64) for name in
+        ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")]
+
+
 class BsrView(C.Structure):
-    _fields_ = [("seqlen_q", C.c_int64), ("seqlen_k", C.c_int64), ("block_q", C.c_int64),
+    _fields_ = [("struct_size", C.c_size_t), ("seqlen_q", C.c_int64), ("seqlen_k", C.c_int64), ("block_q", C.c_int64),
                 ("block_k", C.c_int64), ("num_heads", C.c_int64), ("index_type", C.c_int),
                 ("row_ptr", C.c_void_p), ("col_idx", C.c_void_p), ("head_ptr", C.c_void_p)]
 
@@ -56,8 +62,8 @@ LIB.dilattn_desc_set_block_sparse.argtypes = [C.c_void_p, MaskP]
 LIB.dilattn_desc_set_causal.argtypes = [C.c_void_p, C.c_int32]
 LIB.dilattn_desc_set_dilated.argtypes = [C.c_void_p, C.c_int32, C.POINTER(I64), C.POINTER(I64),
                                          C.c_int]
-LIB.dilattn_plan_create.argtypes = [C.POINTER(C.c_void_p), C.c_void_p, I64, I64, I64, I64, I64,
-                                    I64, C.c_int, C.c_int]
+LIB.dilattn_plan_create.argtypes = [C.POINTER(C.c_void_p), C.c_void_p, C.POINTER(Shape),
+                                    C.c_int, C.c_int]
 LIB.dilattn_plan_destroy.argtypes = [C.c_void_p]
 LIB.dilattn_forward.argtypes = [C.c_void_p] + [C.POINTER(Tensor)] * 5 + [C.c_void_p, C.c_size_t]
 LIB.dilattn_backward.argtypes = [C.c_void_p] + [C.POINTER(Tensor)] * 9 + [C.c_void_p, C.c_size_t]
@@ -132,7 +138,7 @@ def create_raw(Nq, Nk, bq, bk, heads, row_ptr, col_idx, head_ptr, index_type=IND
     arrays = [np.ascontiguousarray(row_ptr, dt), np.ascontiguousarray(col_idx + [0], dt)]
     if head_ptr is not None:
         arrays.append(np.ascontiguousarray(head_ptr, dt))
-    v = BsrView(Nq, Nk, bq, bk, heads, index_type, arrays[0].ctypes.data, arrays[1].ctypes.data,
+    v = BsrView(C.sizeof(BsrView), Nq, Nk, bq, bk, heads, index_type, arrays[0].ctypes.data, arrays[1].ctypes.data,
                 arrays[2].ctypes.data if head_ptr is not None else None)
     m = MaskP()
     s = LIB.dilattn_mask_create(C.byref(m), C.byref(v))
@@ -169,7 +175,7 @@ def tensor(a):
     dt = {np.dtype(np.float32): F32, np.dtype(np.float64): F64}[a.dtype]
     shape = list(a.shape) + [1] * (4 - a.ndim)
     strides = [s // a.itemsize for s in a.strides] + [1] * (4 - a.ndim)
-    return Tensor(a.ctypes.data, dt, 0, 0, (C.c_int64 * 4)(*shape), (C.c_int64 * 4)(*strides))
+    return Tensor(C.sizeof(Tensor), a.ctypes.data, dt, 0, 0, (C.c_int64 * 4)(*shape), (C.c_int64 * 4)(*strides))
 
 
 class Plan:
@@ -179,8 +185,9 @@ class Plan:
         setup(self.desc)
         check(LIB.dilattn_desc_set_causal(self.desc, 1 if causal else 0))
         self.plan = C.c_void_p()
-        check(LIB.dilattn_plan_create(C.byref(self.plan), self.desc, B, Nq, Nk, H, Hkv, D,
-                                      dtype, backend))
+        shape = Shape(C.sizeof(Shape), B, Nq, Nk, H, Hkv, D)
+        check(LIB.dilattn_plan_create(C.byref(self.plan), self.desc, C.byref(shape), dtype,
+                                      backend))
         self.shape = (B, Nq, Nk, H, Hkv, D)
         self.np_dtype = np.float64 if dtype == F64 else np.float32
         self.lse_dtype = np.float64 if backend == BACKEND_REF else np.float32

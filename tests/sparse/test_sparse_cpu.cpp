@@ -58,8 +58,9 @@ void run_case(const Case& c, uint64_t seed) {
   dilattn_desc_set_causal(desc, c.causal);
   dilattn_mask_destroy(mask);  // the description keeps its own reference
   dilattn_plan ref = nullptr, cpu = nullptr;
-  ok(dilattn_plan_create(&ref, desc, c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D, DILATTN_F64, DILATTN_BACKEND_REF), "ref plan");
-  ok(dilattn_plan_create(&cpu, desc, c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D, DILATTN_F32, DILATTN_BACKEND_CPU), "cpu plan");
+  const dilattn_shape shape = dilattn_shape_make(c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D);
+  ok(dilattn_plan_create(&ref, desc, &shape, DILATTN_F64, DILATTN_BACKEND_REF), "ref plan");
+  ok(dilattn_plan_create(&cpu, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU), "cpu plan");
   dilattn_desc_destroy(desc);
   if (ref == nullptr || cpu == nullptr) {  // reported by ok(); later cases still run
     dilattn_plan_destroy(ref);

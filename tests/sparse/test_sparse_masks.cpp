@@ -91,7 +91,7 @@ void errors_name_the_term_and_entry() {
   const int32_t row_ptr[] = {0, 1, 1, 0, 2, 2};
   const int32_t col_idx[] = {0, 1, 1};
   const int32_t head_ptr[] = {0, 1, 3};
-  dilattn_bsr_view v{8, 8, 4, 4, 2, DILATTN_INDEX_INT32, row_ptr, col_idx, head_ptr};
+  dilattn_bsr_view v{sizeof(dilattn_bsr_view), 8, 8, 4, 4, 2, DILATTN_INDEX_INT32, row_ptr, col_idx, head_ptr};
   CHECK(dilattn_mask_create(&m, &v) == DILATTN_ERROR_BAD_MASK);
   CHECK(std::strstr(dilattn_last_error(), "head 1, row block 0, position 1") != nullptr);
   CHECK(m == nullptr);

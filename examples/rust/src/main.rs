@@ -6,12 +6,24 @@ use std::os::raw::{c_char, c_int, c_void};
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Tensor {
+    struct_size: usize,
     data: *mut c_void,
     dtype: c_int,
     device: c_int,
     device_index: i32,
     shape: [i64; 4],
     strides: [i64; 4],
+}
+
+#[repr(C)]
+struct Shape {
+    struct_size: usize,
+    batch: i64,
+    seqlen_q: i64,
+    seqlen_k: i64,
+    heads_q: i64,
+    heads_kv: i64,
+    head_dim: i64,
 }
 
 type Status = c_int;
@@ -26,8 +38,8 @@ extern "C" {
     fn dilattn_desc_create(desc: *mut *mut c_void) -> Status;
     fn dilattn_desc_destroy(desc: *mut c_void) -> Status;
     fn dilattn_desc_set_dilated(desc: *mut c_void, n: i32, seg: *const i64, dil: *const i64, mode: c_int) -> Status;
-    fn dilattn_plan_create(plan: *mut *mut c_void, desc: *mut c_void, b: i64, nq: i64, nk: i64, h: i64,
-                           hkv: i64, d: i64, dtype: c_int, backend: c_int) -> Status;
+    fn dilattn_plan_create(plan: *mut *mut c_void, desc: *mut c_void, shape: *const Shape, dtype: c_int,
+                           backend: c_int) -> Status;
     fn dilattn_plan_destroy(plan: *mut c_void) -> Status;
     fn dilattn_plan_backend(plan: *mut c_void, backend: *mut c_int) -> Status;
     fn dilattn_backend_name(backend: c_int) -> *const c_char;
@@ -50,7 +62,9 @@ fn forward(desc: *mut c_void, backend: c_int, n: i64, h: i64, d: i64, q: &mut [f
     let mut o = vec![0f32; q.len()];
     unsafe {
         let mut plan = std::ptr::null_mut();
-        check(dilattn_plan_create(&mut plan, desc, 1, n, n, h, h, d, F32, backend));
+        let shape = Shape { struct_size: std::mem::size_of::<Shape>(), batch: 1, seqlen_q: n, seqlen_k: n,
+                            heads_q: h, heads_kv: h, head_dim: d };
+        check(dilattn_plan_create(&mut plan, desc, &shape, F32, backend));
         let t = |p: *mut f32| dilattn_tensor_contiguous(p as *mut c_void, F32, 1, n, h, d);
         let (tq, tk, tv, to) = (t(q.as_mut_ptr()), t(k.as_mut_ptr()), t(v.as_mut_ptr()), t(o.as_mut_ptr()));
         check(dilattn_forward(plan, &tq, &tk, &tv, &to, std::ptr::null(), std::ptr::null_mut(), 0));
