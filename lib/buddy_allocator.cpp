@@ -1,4 +1,4 @@
-// buddy_allocator.cpp - one buddy-allocator arena: allocate, free, reset, statistics (issue 6).
+// buddy_allocator.cpp - one buddy-allocator arena: allocate, free, reset, statistics.
 //
 // The tree and its invariant are described in buddy_allocator.h. In short: node_[i] & 0x7f is
 // the order+1 of the largest free block under node i, a node whose whole block is free holds

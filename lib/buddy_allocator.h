@@ -1,4 +1,4 @@
-// buddy_allocator.h - the bookkeeping of one buddy-allocator arena (issue 6, dilattn_pool.h).
+// buddy_allocator.h - the bookkeeping of one buddy-allocator arena (dilattn_pool.h).
 //
 // Pure bookkeeping over an address range [base, base + arena_bytes): it never reads or writes
 // the memory it manages, so the same class serves host arenas and CUDA device arenas.

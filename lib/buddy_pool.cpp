@@ -1,4 +1,4 @@
-// buddy_pool.cpp - the memory pool C ABI (dilattn_pool.h, issue 6): pools over host memory, a
+// buddy_pool.cpp - the memory pool C ABI (dilattn_pool.h): pools over host memory, a
 // CUDA device or caller memory; allocate, free, statistics, reset, destroy; the growth policy;
 // the default pool per device used by plans (pool_internal.h).
 //

@@ -12,7 +12,7 @@ are the median of repeats; peak memory is the child process's peak RSS, as cpu_b
 Run with Debian's torch (python3-torch, OpenBLAS):
     build-cpu-native/bench/cpu/cpu_bench --json cpu_bench.json
     /usr/bin/python3 bench/cpu/torch_compare.py --bench-json cpu_bench.json [--quick]
-Targets (issue 3): dilattn forward >= 4x faster than this, with <= 1/10 of its peak memory.
+Targets: dilattn forward >= 4x faster than this, with <= 1/10 of its peak memory.
 --check also compares this implementation's output with dilattn's reference on a small case
 through the shared library's C ABI (ctypes), so the two sides compute the same thing.
 """

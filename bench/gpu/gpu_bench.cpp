@@ -1,4 +1,4 @@
-// gpu_bench.cpp - the cuda backend's forward on a GPU (issue 5): dense, causal, dilated and
+// gpu_bench.cpp - the cuda backend's forward on a GPU: dense, causal, dilated and
 // block-sparse attention in f16, bf16 and f32, timed with cudaEvents around dilattn_forward.
 //
 // TFLOP/s by FlashAttention's formula: 4 * B * H * Nq * Nk * D for dense, halved for causal;

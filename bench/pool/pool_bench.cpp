@@ -1,5 +1,5 @@
 // pool_bench.cpp - the buddy pool against glibc malloc, and its fragmentation on the workspace
-// trace of real attention plans (issue 6).
+// trace of real attention plans.
 //
 // 1. Speed: one recorded trace (sizes log-uniform over 1 B .. 64 KiB, about 256 blocks live,
 //    fixed seed) is replayed through dilattn_pool_alloc/free and through malloc/free; the

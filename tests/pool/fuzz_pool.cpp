@@ -1,4 +1,4 @@
-// fuzz_pool.cpp - libFuzzer harness: arbitrary op sequences against the pool's C ABI (issue 6).
+// fuzz_pool.cpp - libFuzzer harness: arbitrary op sequences against the pool's C ABI.
 //
 // The input picks the arena (size, minimum block, growth) and then a sequence of operations:
 // allocate a size, free a live block, free a block twice, free an interior or foreign pointer,

@@ -1,5 +1,5 @@
 // pool_model_check.cpp - a randomized trace of a million pool operations checked against a
-// simple reference model (issue 6).
+// simple reference model.
 //
 // The model is a sorted map of live blocks (start -> requested bytes). It knows nothing of the
 // buddy tree; from the live set alone it derives what the pool must report: each live block is

@@ -1,6 +1,6 @@
 #!/bin/sh
 # run_fuzz.sh - build the pool's libFuzzer harness (tests/pool/fuzz_pool.cpp) with clang and run
-# it for a bounded time (issue 6). No meson needed: it compiles the pool sources directly, with
+# it for a bounded time. No meson needed: it compiles the pool sources directly, with
 # a config header saying "no CUDA" (the harness drives host pools).
 # Needs clang++ and libFuzzer's runtime: Debian/Ubuntu `apt-get install -y clang-14 libclang-rt-14-dev`.
 # Usage: tests/pool/run_fuzz.sh [seconds=60] [work dir=build-pool-fuzz]

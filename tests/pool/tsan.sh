@@ -1,5 +1,5 @@
 #!/bin/sh
-# tsan.sh - the ThreadSanitizer build of the pool's 4-thread stress test (issue 6).
+# tsan.sh - the ThreadSanitizer build of the pool's 4-thread stress test.
 # Configures its own build directory with -Db_sanitize=thread (CUDA and the emulator off: the
 # pool is host code), builds only the stress test and runs it. Fails on any data race report.
 # Usage: tests/pool/tsan.sh [build dir=build-pool-tsan]
