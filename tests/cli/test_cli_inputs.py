@@ -1,0 +1,142 @@
+"""test_cli_inputs.py - the `dilattn` command line: reading inputs: .npy format versions 1-3 and .npz
+archives against numpy's own reader and writer; every malformed or unusable input (magic, header,
+payload, dtype, order, shape, non-regular file, compressed or corrupt .npz) exits 2 naming the
+file.
+Run by meson (`meson test -C build --suite cli`) with DILATTN_CLI set to the executable.
+"""
+import zipfile
+
+import numpy as np
+import pytest
+
+from cli_support import (expect_bad_input, forward, forward_args, make_inputs, qkv_flags, run,
+                         write_bsr)
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_reads_every_npy_format_version(tmp_path, version):
+    arrs, paths = make_inputs(tmp_path)
+    o_v1, _ = forward(tmp_path, paths)
+    for name in ("q", "k", "v"):
+        with open(paths[name], "wb") as f:
+            np.lib.format.write_array(f, arrs[name], version=version)
+    o_vn, _ = forward(tmp_path, paths)
+    assert np.array_equal(o_v1, o_vn)
+    with open(tmp_path / "x.npy", "wb") as f:
+        np.lib.format.write_array(f, arrs["q"], version=version)
+    assert run("compare", tmp_path / "x.npy", paths["q"], expect=0).stdout.startswith("max_abs_err=0 ")
+
+
+def test_written_npy_reads_back_with_numpy_bit_exact(tmp_path):
+    arrs, paths = make_inputs(tmp_path)
+    o, lse = forward(tmp_path, paths)
+    # np.load parses the header strictly; check the payload is the exact array we computed.
+    raw = open(tmp_path / "o.npy", "rb").read()
+    assert raw[:8] == b"\x93NUMPY\x01\x00"
+    header_len = int.from_bytes(raw[8:10], "little")
+    assert (10 + header_len) % 64 == 0  # numpy's alignment
+    assert np.array_equal(np.frombuffer(raw[10 + header_len:], "<f4").reshape(o.shape), o)
+    assert o.flags.c_contiguous and o.shape == (1, 12, 2, 4)
+
+
+def test_npz_round_trip_through_numpy(tmp_path):
+    # Our reader takes np.savez's archive (zip64 extras, int32), our writer is read by np.load.
+    row_ptr, col_idx, head_ptr = [0, 2, 3, 0, 1, 3], [0, 1, 1, 0, 0, 1], [0, 3, 6]
+    write_bsr(tmp_path / "in.npz", row_ptr, col_idx, head_ptr, dtype=np.int32)
+    run("mask", "--mask", tmp_path / "in.npz", "--n", 8, "--block-size", 4, "--out",
+        tmp_path / "out.npz", expect=0)
+    raw = (tmp_path / "out.npz").read_bytes()
+    with zipfile.ZipFile(tmp_path / "out.npz") as z:
+        assert z.testzip() is None  # every CRC-32 in the central directory checks
+        for i in z.infolist():
+            assert i.compress_type == zipfile.ZIP_STORED
+            local = raw[i.header_offset:i.header_offset + 30]  # zipfile ignores the local copy
+            assert local[:4] == b"PK\x03\x04"
+            assert int.from_bytes(local[14:18], "little") == i.CRC == zipfile.crc32(z.read(i))
+    got = np.load(tmp_path / "out.npz")
+    assert sorted(got.files) == ["col_idx", "head_ptr", "row_ptr"]
+    for name, want in (("row_ptr", row_ptr), ("col_idx", col_idx), ("head_ptr", head_ptr)):
+        assert got[name].dtype == np.int64 and got[name].tolist() == want
+
+
+def test_bad_magic_names_the_file(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    paths["k"].write_bytes(b"PK\x03\x04 not an npy file at all")
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["k"], "magic")
+
+
+def test_truncated_header_names_the_file(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    paths["q"].write_bytes(paths["q"].read_bytes()[:40])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["q"], "truncated")
+
+
+def test_truncated_payload_names_the_file(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    paths["v"].write_bytes(paths["v"].read_bytes()[:-4])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["v"], "payload")
+
+
+def test_int32_input_is_a_dtype_error(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    np.save(paths["q"], np.zeros((1, 12, 2, 4), "<i4"))
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["q"], "<i4")
+
+
+def test_big_endian_input_is_a_dtype_error(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    np.save(paths["q"], np.zeros((1, 12, 2, 4), ">f4"))
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["q"], ">f4")
+
+
+def test_mixed_dtypes_name_the_odd_file(tmp_path):
+    arrs, paths = make_inputs(tmp_path)
+    np.save(paths["v"], arrs["v"].astype("<f8"))
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["v"], "<f8")
+
+
+def test_fortran_order_is_rejected(tmp_path):
+    arrs, paths = make_inputs(tmp_path)
+    np.save(paths["q"], np.asfortranarray(arrs["q"]))
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["q"], "fortran_order")
+
+
+def test_shape_mismatches_name_the_file(tmp_path):
+    arrs, paths = make_inputs(tmp_path)
+    np.save(paths["v"], arrs["v"][:, :10])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["v"], "shape")
+    np.save(paths["v"], arrs["v"])
+    np.save(paths["k"], arrs["k"][..., :3])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["k"], "shape")
+    np.save(paths["k"], arrs["k"][0])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths), paths["k"], "dimensions")
+
+
+def test_backward_shape_mismatches_name_the_file(tmp_path):
+    arrs, paths = make_inputs(tmp_path)
+    np.save(paths["do"], arrs["do"][:, :5])
+    args = ["backward", *qkv_flags(paths), "--do", paths["do"], "--dq", tmp_path / "dq.npy",
+            "--dk", tmp_path / "dk.npy", "--dv", tmp_path / "dv.npy", "--backend", "ref"]
+    expect_bad_input(tmp_path, args, paths["do"], "shape")
+    np.save(paths["do"], arrs["do"])
+    np.save(tmp_path / "lse.npy", np.zeros((1, 2, 11)))
+    expect_bad_input(tmp_path, args + ["--o", paths["q"], "--lse", tmp_path / "lse.npy"],
+                     tmp_path / "lse.npy", "shape")
+    expect_bad_input(tmp_path, args + ["--o", paths["q"]], "--o", "--lse")
+
+
+def test_compressed_npz_suggests_savez(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    np.savez_compressed(tmp_path / "m.npz", row_ptr=np.array([0, 1, 2, 3]), col_idx=np.array([0, 1, 2]))
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", tmp_path / "m.npz",
+                                            "--block-size", "4"), "m.npz", "np.savez")
+
+
+def test_corrupt_npz_fails_its_crc(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    write_bsr(tmp_path / "m.npz", [0, 1, 2, 3], [0, 1, 2])
+    raw = bytearray((tmp_path / "m.npz").read_bytes())
+    raw[raw.index(b"\x93NUMPY") + 100] ^= 0xFF  # flip a byte of the first member's payload
+    (tmp_path / "m.npz").write_bytes(bytes(raw))
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", tmp_path / "m.npz",
+                                            "--block-size", "4"), "m.npz", "CRC")
