@@ -3,7 +3,7 @@
 // Subcommands live in cmd_*.cpp and use only the public C ABI (dilattn.h), like any user
 // program. Every failure is a CliError caught here: one line "dilattn <cmd>: <message>" on
 // stderr and the exit code of cli_error.h; no output file is written (output_files.h).
-// Checked by tests/cli/test_cli.py.
+// Checked by tests/cli/ (test_cli_*.py).
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +12,7 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "flags.h"
 
 namespace {
 
@@ -65,17 +66,12 @@ bool host_is_little_endian() {
 
 int main(int argc, char** argv) {
   using namespace dilattn_cli;
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
-    }
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return kExitBadInput;
   }
   const std::string command = argv[1];
-  if (command == "help") {
+  if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return kExitOk;
   }
@@ -88,6 +84,9 @@ int main(int argc, char** argv) {
     if (command == "mask") return cmd_mask(argc, argv, 2);
     if (command == "info") return cmd_info(argc, argv, 2);
     fail_input("unknown command '" + command + "' (forward, backward, compare, mask, info; --help)");
+  } catch (const HelpRequested&) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
   } catch (const CliError& e) {
     std::fprintf(stderr, "dilattn %s: %s\n", command.c_str(), e.what());
     return e.code();

@@ -1,18 +1,26 @@
 """cli_support.py - running the `dilattn` executable (DILATTN_CLI, set by meson) as a user would,
 making input files, and the common assertion that bad input exits 2 with one line and no file."""
 import os
+import resource
 import subprocess
 
 import numpy as np
 import pytest
 
-CLI = os.environ.get("DILATTN_CLI", "")
+CLI = os.path.abspath(os.environ["DILATTN_CLI"]) if os.environ.get("DILATTN_CLI") else ""
 
 
-def run(*args, expect=None):
+def run(*args, expect=None, cwd=None, timeout=120, memory_limit=None):
+    """Runs the tool; memory_limit (bytes of address space) turns unbounded growth into a failure
+    instead of a swamped test machine; a hang past `timeout` raises subprocess.TimeoutExpired."""
     if not CLI:
         pytest.fail("DILATTN_CLI is not set (run through meson test)")
-    p = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
+    p = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                       cwd=cwd, preexec_fn=limit_memory if memory_limit else None)
     if expect is not None:
         assert p.returncode == expect, (args, p.returncode, p.stdout, p.stderr)
     return p
@@ -62,10 +70,10 @@ def available_backends():
             (part.strip().split(": ") for part in line.split(":", 1)[1].split(","))}
 
 
-def expect_bad_input(tmp_path, args, *must_mention):
+def expect_bad_input(tmp_path, args, *must_mention, **run_options):
     """Exit 2, one stderr line mentioning each string, no new file in tmp_path."""
     before = set(os.listdir(tmp_path))
-    p = run(*args)
+    p = run(*args, **run_options)
     assert p.returncode == 2, (p.returncode, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr

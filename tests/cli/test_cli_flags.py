@@ -3,9 +3,10 @@ valueless flags exit 2 naming the flag; a flag's value is a value even when it l
 request.
 Run by meson (`meson test -C build --suite cli`) with DILATTN_CLI set to the executable.
 """
+import numpy as np
 import pytest
 
-from cli_support import expect_bad_input, forward_args, make_inputs
+from cli_support import expect_bad_input, forward_args, make_inputs, qkv_flags, run
 
 
 @pytest.mark.parametrize("drop", ["--q", "--k", "--v", "--out"])
@@ -44,3 +45,19 @@ def test_bad_flags_are_named(tmp_path, extra, mention):
 def test_flag_without_value_is_named(tmp_path):
     _, paths = make_inputs(tmp_path)
     expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--scale"), "--scale needs a value")
+
+
+def test_help_as_a_flag_value_is_a_value(tmp_path, inputs):
+    # "-h" after a valued flag is that flag's value, not a request for the usage text.
+    _, paths = inputs
+    p = run("compare", paths["q"], paths["q"], "--atol", "-h", expect=2)
+    assert "--atol" in p.stderr and "'-h'" in p.stderr and "usage" not in p.stdout
+    run("forward", *qkv_flags(paths), "--out", "-h", "--backend", "ref", cwd=tmp_path, expect=0)
+    assert np.load(tmp_path / "-h").shape == (1, 12, 2, 4)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["help"], ["forward", "--help"],
+                                  ["compare", "-h"]])
+def test_help_where_a_flag_goes_prints_usage(args):
+    p = run(*args, expect=0)
+    assert p.stdout.startswith("usage: dilattn")
