@@ -1,6 +1,7 @@
 // npy_header.cpp - a recursive-descent reader of the header dict (see npy_header.h):
-//   dict  := '{' [entry (',' entry)* [',']] '}'      entry := string ':' value
-//   value := string | 'True' | 'False' | tuple         tuple := '(' ')' | '(' int ',' [int (',' int)* [',']] ')'
+//   dict  := '{' [entry (',' entry)* [',']] '}'        entry := string ':' value
+//   value := string | 'True' | 'False' | tuple
+//   tuple := '(' ')' | '(' int ',' [int (',' int)* [',']] ')'
 // with Python's whitespace between tokens; '(4)' is the int 4 in Python, not a tuple, so it is
 // refused like numpy refuses it ("shape is not valid").
 #include "npy_header.h"

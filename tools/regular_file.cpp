@@ -36,7 +36,8 @@ void require_regular(const std::string& path, const struct stat& st) {
 
 RegularFile::RegularFile(const std::string& path) : path_(path) {
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) fail_input(path + ": cannot open for reading: " + std::strerror(errno));
+  if (stat(path.c_str(), &st) != 0)
+    fail_input(path + ": cannot open for reading: " + std::strerror(errno));
   require_regular(path, st);
   fd_ = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd_ < 0) fail_input(path + ": cannot open for reading: " + std::strerror(errno));
