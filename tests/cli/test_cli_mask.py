@@ -94,7 +94,7 @@ def test_mask_file_row_ptr_length_is_checked_near_2_63(tmp_path, n, block, row_p
 
 @pytest.mark.parametrize("n, block, row_ptr, col_idx", [
     (BIG, BIG, [0, 1], [0]),                       # I = J = 1
-    (BIG - 7, 2**62, [0, 2, 4], [0, 1, 0, 1]),     # I = J = 2: 2^63 - 8 = 2^62 + (2^62 - 8)
+    (BIG - 7, 2**62 - 1, [0, 2, 4], [0, 1, 0, 1]),  # I = J = 2: 2^63 - 8 = 2 (2^62 - 1) - 6
 ])
 def test_mask_command_writes_well_formed_masks_near_2_63(tmp_path, n, block, row_ptr, col_idx):
     run("mask", "--pattern", "local:1", "--n", n, "--block-size", block, "--out",
