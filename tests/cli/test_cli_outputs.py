@@ -141,8 +141,11 @@ def test_signal_during_the_computation_removes_the_temporaries(tmp_path, sig):
     # start, and the signal must remove them (the process still dies of the signal).
     _, paths = make_inputs(tmp_path, Nq=4096, H=4, D=64)
     before = set(os.listdir(tmp_path))
+    # The signal's default action in the child: a shell without job control starts background
+    # jobs with SIGINT ignored, and the tool (rightly) leaves an ignored signal ignored.
     p = subprocess.Popen([CLI, *map(str, forward_args(tmp_path, paths))],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while set(os.listdir(tmp_path)) == before and p.poll() is None:
