@@ -2,7 +2,7 @@
 //
 // Every failure inside the tool becomes a CliError; main() prints its message as one line on
 // stderr and exits with its code. Exceptions never cross the C ABI: the library returns
-// statuses, and only the tool's own C++ throws. Checked by tests/cli/test_cli.py.
+// statuses, and only the tool's own C++ throws. Checked by tests/cli/ (test_cli_*.py).
 #ifndef DILATTN_TOOLS_CLI_ERROR_H
 #define DILATTN_TOOLS_CLI_ERROR_H
 

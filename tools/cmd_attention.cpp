@@ -2,13 +2,15 @@
 // the public C ABI (SPEC 2-4 forward, SPEC 6 backward).
 //
 //   1. parse and check every flag (names, numbers, which flags go together);
-//   2. reserve the output files (a bad output path fails before any work);
+//   2. reserve the output files (a bad output path, or one that is another output or an input,
+//      fails before any work);
 //   3. read Q, K, V (and dO, O, LSE) and check dtypes and shapes against each other, naming the file;
 //   4. describe the attention (dense, dilated, block-sparse from --mask or --pattern), make a plan;
 //   5. run forward (backward: the given O and LSE, or a forward run first when they are absent);
 //   6. write every output, then rename them all into place.
 // LSE is written <f8 when the plan runs on ref (its f64 LSE), else <f4 (SPEC 1).
-// Checked by tests/cli/test_cli.py against a numpy implementation of SPEC 2-3 and 6.
+// Checked by tests/cli/test_cli_forward_backward.py against a numpy implementation of SPEC 2-4
+// and 6, and by test_cli_outputs.py (output rules).
 #include <iterator>
 #include <memory>
 #include <string>
@@ -108,6 +110,14 @@ Settings parse_settings(const Flags& f) {
 }
 
 // ---------------------------------------------------------------- inputs
+
+// The inputs every subcommand shares, so that no output may be one of them (output_files.h).
+void note_inputs(const Settings& s, OutputFiles* outputs) {
+  outputs->note_input("q", s.q_path);
+  outputs->note_input("k", s.k_path);
+  outputs->note_input("v", s.v_path);
+  if (!s.mask_path.empty()) outputs->note_input("mask", s.mask_path);
+}
 
 dilattn_dtype dtype_of(NpyType t, const std::string& path) {
   switch (t) {
@@ -295,6 +305,7 @@ int cmd_forward(int argc, char** argv, int first) {
                 with_common({{"out", true}, {"lse", true}}), 0);
   const Settings s = parse_settings(f);
   OutputFiles outputs;
+  note_inputs(s, &outputs);
   const size_t out_file = outputs.reserve("out", f.required("out"));
   const bool want_lse = f.has("lse");
   const size_t lse_file = want_lse ? outputs.reserve("lse", f.required("lse")) : 0;
@@ -323,6 +334,10 @@ int cmd_backward(int argc, char** argv, int first) {
     fail_input(std::string("flag --") + (f.has("o") ? "o" : "lse") + " needs --" +
                (f.has("o") ? "lse" : "o") + " (give both, or neither to recompute them)");
   OutputFiles outputs;
+  note_inputs(s, &outputs);
+  outputs.note_input("do", do_path);
+  for (const char* name : {"o", "lse"})
+    if (f.has(name)) outputs.note_input(name, f.required(name));
   const size_t dq_file = outputs.reserve("dq", f.required("dq"));
   const size_t dk_file = outputs.reserve("dk", f.required("dk"));
   const size_t dv_file = outputs.reserve("dv", f.required("dv"));

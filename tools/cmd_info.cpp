@@ -1,7 +1,7 @@
 // cmd_info.cpp - `dilattn info`: the library's dilattn_build_info() (version, backends built,
 // CUDA/NCCL found, CPU features), then whether each backend can run here, and a warning when the
 // header the tool was compiled against differs from the library it runs with.
-// Checked by tests/cli/test_cli.py (the version line and "ref: yes").
+// Checked by tests/cli/test_cli_forward_backward.py (the version line and "ref: yes").
 #include <cstdio>
 
 #include "commands.h"

@@ -2,7 +2,7 @@
 // [--block-size-k BK] --out M.npz`: writes the BSR arrays the pattern builder (SPEC 4,
 // dilattn_mask_from_pattern) makes, or a given mask validated and normalised, as int64 row_ptr and
 // col_idx (and head_ptr for a per-head mask), readable by np.load and by `dilattn forward --mask`.
-// Checked by tests/cli/test_cli.py.
+// Checked by tests/cli/test_cli_mask.py.
 #include <string>
 
 #include "cli_error.h"
@@ -26,6 +26,7 @@ int cmd_mask(int argc, char** argv, int first) {
   const int64_t block_q = f.get_int("block-size", 64, 1);
   const int64_t block_k = f.get_int("block-size-k", block_q, 1);
   OutputFiles outputs;
+  if (f.has("mask")) outputs.note_input("mask", f.required("mask"));
   const size_t out_file = outputs.reserve("out", f.required("out"));
   MaskHandle mask;
   if (f.has("pattern"))

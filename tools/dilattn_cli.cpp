@@ -3,7 +3,7 @@
 // Subcommands live in cmd_*.cpp and use only the public C ABI (dilattn.h), like any user
 // program. Every failure is a CliError caught here: one line "dilattn <cmd>: <message>" on
 // stderr and the exit code of cli_error.h; no output file is written (output_files.h).
-// Checked by tests/cli/test_cli.py.
+// Checked by tests/cli/ (test_cli_*.py).
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +12,7 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "flags.h"
 
 namespace {
 
@@ -28,8 +29,10 @@ const char kUsage[] =
     "      Gradients (SPEC 6). With --o and --lse (the forward's outputs, given together) they are\n"
     "      used as is; without them the forward runs first to recompute them.\n"
     "  compare  A.npy B.npy [--atol X --rtol Y]\n"
-    "      Prints max abs and rel error; B is the reference; fails where |a-b| > atol + rtol*|b|\n"
-    "      or NaN differs. Defaults atol=1e-5 rtol=1e-4 (SPEC 8, f32).\n"
+    "      Prints max abs and rel error; B is the reference. A finite element fails where\n"
+    "      |a-b| > atol + rtol*|b|; an infinity matches only the same infinity, NaN only NaN;\n"
+    "      integer arrays are compared exactly (and only with integer arrays).\n"
+    "      Defaults atol=1e-5 rtol=1e-4 (SPEC 8, f32).\n"
     "  mask     (--pattern P | --mask IN.npz) --n N [--n-k NK] --block-size B [--block-size-k BK]\n"
     "           --out M.npz\n"
     "      Writes the block-sparse mask a pattern builds, or IN.npz checked and normalised,\n"
@@ -52,7 +55,12 @@ const char kUsage[] =
     "exit codes: 0 ok; 1 compare out of tolerance; 2 bad input or usage (malformed .npy/.npz,\n"
     "wrong dtype, shape mismatch, missing, unknown or bad flag); 3 backend or runtime failure\n"
     "(backend or device not built, unsupported input, out of memory, CUDA error).\n"
-    "On any error one line naming the file or flag goes to stderr and no output file is written.\n";
+    "On any error one line naming the file or flag goes to stderr and no output file is written.\n"
+    "\n"
+    "files: inputs are read only from regular files (not directories, FIFOs or devices).\n"
+    "Outputs are written to temporaries and renamed into place together once all are complete;\n"
+    "an output that is the same file as another output or an input, or an existing output that\n"
+    "is read-only, a directory or not a regular file, is refused (exit 2) before any work.\n";
 
 bool host_is_little_endian() {
   const uint32_t one = 1;
@@ -65,17 +73,12 @@ bool host_is_little_endian() {
 
 int main(int argc, char** argv) {
   using namespace dilattn_cli;
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
-    }
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return kExitBadInput;
   }
   const std::string command = argv[1];
-  if (command == "help") {
+  if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return kExitOk;
   }
@@ -88,6 +91,9 @@ int main(int argc, char** argv) {
     if (command == "mask") return cmd_mask(argc, argv, 2);
     if (command == "info") return cmd_info(argc, argv, 2);
     fail_input("unknown command '" + command + "' (forward, backward, compare, mask, info; --help)");
+  } catch (const HelpRequested&) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
   } catch (const CliError& e) {
     std::fprintf(stderr, "dilattn %s: %s\n", command.c_str(), e.what());
     return e.code();

@@ -3,7 +3,7 @@
 // One pass over argv: a word starting with "--" must be an allowed flag; a valued flag takes the
 // text after '=' or the next word (which must not itself be a flag); everything else is
 // positional. Numbers go through strtoll/strtod with the whole text consumed, so "12x", "" and
-// "1e999" are rejected with the flag's name. Checked by tests/cli/test_cli.py.
+// "1e999" are rejected with the flag's name. Checked by tests/cli/test_cli_flags.py.
 #include "flags.h"
 
 #include <cerrno>
@@ -28,6 +28,7 @@ Flags::Flags(int argc, char** argv, int first, const std::vector<FlagSpec>& allo
              size_t max_positional) {
   for (int i = first; i < argc; ++i) {
     const std::string word = argv[i];
+    if (word == "--help" || word == "-h") throw HelpRequested{};
     if (word.size() < 2 || word.compare(0, 2, "--") != 0) {
       if (positional_.size() >= max_positional)
         fail_input("unexpected argument '" + word + "'");

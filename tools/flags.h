@@ -2,9 +2,11 @@
 //
 // Each subcommand lists the flags it accepts (valued or boolean). Parsing takes "--name value"
 // and "--name=value"; an unknown flag, a valued flag without a value, a repeated flag or a stray
-// positional argument is a CliError (exit 2) naming it. Typed getters validate every value
+// positional argument is a CliError (exit 2) naming it; "--help" or "-h" in place of a flag is
+// HelpRequested. Typed getters validate every value
 // (integers, positive integers, finite doubles, comma lists) and name the flag in their error.
-// Checked by tests/cli/test_cli.py (unknown flag, missing flag, missing value, bad number).
+// Checked by tests/cli/test_cli_flags.py (unknown flag, missing flag, missing value, bad number,
+// "-h" as a value).
 #ifndef DILATTN_TOOLS_FLAGS_H
 #define DILATTN_TOOLS_FLAGS_H
 
@@ -14,6 +16,10 @@
 #include <vector>
 
 namespace dilattn_cli {
+
+// Thrown by Flags for "--help" or "-h" where a flag or argument goes (never for a flag's value,
+// so "--out -h" writes a file named -h); main() prints the usage text and exits 0.
+struct HelpRequested {};
 
 struct FlagSpec {
   const char* name;  // without the leading "--"

@@ -4,7 +4,7 @@
 // branches, groups, scale, size overflow, bad mask, invalid value, seqlen mismatch) exit 2; the
 // rest (unsupported, backend or device not built, device mismatch, memory, CUDA, internal) exit 3.
 // The message is the library's own detail (dilattn_last_error), which names the argument and
-// value. Checked by tests/cli/test_cli.py (bad dilation exits 2, cpu backend stub exits 3).
+// value. Checked by tests/cli/test_cli_flags.py (bad dilation exits 2, cpu backend stub exits 3).
 #ifndef DILATTN_TOOLS_LIBRARY_STATUS_H
 #define DILATTN_TOOLS_LIBRARY_STATUS_H
 

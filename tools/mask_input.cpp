@@ -1,6 +1,6 @@
 // mask_input.cpp - see mask_input.h. Lengths first (row_ptr = heads * (I + 1), head_ptr =
 // heads + 1, col_idx = the total row_ptr says), all indices widened to int64, then
-// dilattn_mask_create validates the contents. Checked by tests/cli/test_cli.py.
+// dilattn_mask_create validates the contents. Checked by tests/cli/test_cli_mask.py.
 #include "mask_input.h"
 
 #include <cstring>
@@ -13,6 +13,10 @@
 namespace dilattn_cli {
 
 namespace {
+
+// ceil(n / block) for n, block >= 1 (SPEC 4's I and J). Not (n + block - 1) / block: that
+// overflows int64 for sizes near 2^63, which flags and files can ask for.
+int64_t block_count(int64_t n, int64_t block) { return n / block + (n % block != 0); }
 
 std::vector<int64_t> index_array(const std::map<std::string, NpyArray>& arrays,
                                  const std::string& path, const std::string& key) {
@@ -46,12 +50,14 @@ void load_mask_npz(const std::string& path, int64_t seqlen_q, int64_t seqlen_k, 
                  ", expected heads + 1 >= 2");
     heads = static_cast<int64_t>(head_ptr.size()) - 1;
   }
-  const int64_t I = (seqlen_q + block_q - 1) / block_q;
-  const int64_t want_rows = heads * (I + 1);
-  if (static_cast<int64_t>(row_ptr.size()) != want_rows)
+  const int64_t I = block_count(seqlen_q, block_q);
+  // heads * (I + 1) may not fit in int64 (N = 2^63 - 1 in blocks of 1); then no file matches.
+  int64_t want_rows = 0;
+  const bool representable = !__builtin_add_overflow(I, int64_t{1}, &want_rows) &&
+                             !__builtin_mul_overflow(heads, want_rows, &want_rows);
+  if (!representable || static_cast<int64_t>(row_ptr.size()) != want_rows)
     fail_input(path + ":row_ptr: length " + std::to_string(row_ptr.size()) + ", expected " +
-               std::to_string(want_rows) + " (" + std::to_string(heads) + " head(s) x (" +
-               std::to_string(I) + " query blocks + 1))");
+               std::to_string(heads) + " head(s) x (" + std::to_string(I) + " query blocks + 1)");
   int64_t nnz = 0;
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t last = row_ptr[static_cast<size_t>(h * (I + 1) + I)];
@@ -87,7 +93,7 @@ std::map<std::string, NpyArray> mask_arrays(const MaskHandle& mask) {
   dilattn_bsr_view view;
   int64_t nnz = 0;
   check_status(dilattn_mask_get(mask.get(), &view, &nnz), "mask");
-  const int64_t I = (view.seqlen_q + view.block_q - 1) / view.block_q;
+  const int64_t I = block_count(view.seqlen_q, view.block_q);
   auto make = [](const void* src, int64_t n) {
     NpyArray a;
     a.type = NpyType::i8;

@@ -4,7 +4,7 @@
 // A .npz holds row_ptr and col_idx (and head_ptr for one mask per head), 1-D, int32 or int64.
 // The tool checks what the C ABI cannot (array lengths: dilattn_mask_create reads raw pointers)
 // and leaves every other rule (ascending, in range, row_ptr consistency) to dilattn_mask_create,
-// whose message names the first bad entry. Checked by tests/cli/test_cli.py (block-sparse forward
+// whose message names the first bad entry. Checked by tests/cli/test_cli_mask.py (block-sparse forward
 // against numpy, per-head mask, bad mask arrays exit 2).
 #ifndef DILATTN_TOOLS_MASK_INPUT_H
 #define DILATTN_TOOLS_MASK_INPUT_H

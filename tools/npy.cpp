@@ -3,19 +3,21 @@
 // dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces and
 // a '\n' so the payload starts 64-byte aligned, then the raw C-order payload.
 //
-// The reader parses the dict with a small scanner (the three keys numpy always writes), checks
-// every field, and requires the payload size to match the shape exactly. Checked by
-// tests/cli/test_cli.py (npy round trips, bad magic, truncated header, fortran_order, <i4 input).
+// The reader parses the dict as numpy does (npy_header.h), checks every field, and requires the
+// payload size to match the shape exactly, from the file's size before the payload is read.
+// Checked by tests/cli/test_cli_inputs.py (npy round trips, bad magic, truncated header, headers
+// against numpy, fortran_order, <i4 input, a sparse 64 GiB file).
 #include "npy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <sstream>
 
 #include "cli_error.h"
+#include "npy_header.h"
+#include "regular_file.h"
 
 namespace dilattn_cli {
 
@@ -70,67 +72,59 @@ bool descr_type(const std::string& d, NpyType* t) {
   return false;
 }
 
-// A scanner over the header's dict literal.
-class HeaderScanner {
- public:
-  HeaderScanner(const std::string& text, const std::string& name) : s_(text), name_(name) {}
-
-  // Position just after the ':' following key 'key' (quoted either way); fails if absent.
-  size_t value_of(const char* key) const {
-    for (const char q : {'\'', '"'}) {
-      const std::string k = std::string(1, q) + key + q;
-      const size_t at = s_.find(k);
-      if (at == std::string::npos) continue;
-      size_t p = skip(at + k.size());
-      if (p >= s_.size() || s_[p] != ':') bad(std::string("no ':' after '") + key + "'");
-      return skip(p + 1);
-    }
-    bad(std::string("header has no '") + key + "' key");
-  }
-  std::string string_at(size_t p, const char* key) const {
-    if (p >= s_.size() || (s_[p] != '\'' && s_[p] != '"')) bad(std::string("'") + key + "' is not a string");
-    const size_t end = s_.find(s_[p], p + 1);
-    if (end == std::string::npos) bad(std::string("'") + key + "' string is not closed");
-    return s_.substr(p + 1, end - p - 1);
-  }
-  bool bool_at(size_t p, const char* key) const {
-    if (s_.compare(p, 4, "True") == 0) return true;
-    if (s_.compare(p, 5, "False") == 0) return false;
-    bad(std::string("'") + key + "' is not True or False");
-  }
-  std::vector<int64_t> tuple_at(size_t p, const char* key) const {
-    if (p >= s_.size() || s_[p] != '(') bad(std::string("'") + key + "' is not a tuple");
-    std::vector<int64_t> dims;
-    p = skip(p + 1);
-    while (p < s_.size() && s_[p] != ')') {
-      if (s_[p] < '0' || s_[p] > '9') bad(std::string("'") + key + "' holds a non-integer");
-      int64_t d = 0;
-      while (p < s_.size() && s_[p] >= '0' && s_[p] <= '9') {
-        if (__builtin_mul_overflow(d, int64_t{10}, &d) ||
-            __builtin_add_overflow(d, int64_t{s_[p] - '0'}, &d))
-          bad(std::string("'") + key + "' dimension overflows int64");
-        ++p;
-      }
-      if (p < s_.size() && s_[p] == 'L') ++p;  // Python 2 longs
-      dims.push_back(d);
-      p = skip(p);
-      if (p < s_.size() && s_[p] == ',') p = skip(p + 1);
-    }
-    if (p >= s_.size()) bad(std::string("'") + key + "' tuple is not closed");
-    return dims;
-  }
-  [[noreturn]] void bad(const std::string& what) const {
-    fail_input(name_ + ": bad .npy header: " + what);
-  }
-
- private:
-  size_t skip(size_t p) const {
-    while (p < s_.size() && (s_[p] == ' ' || s_[p] == '\t')) ++p;
-    return p;
-  }
-  const std::string& s_;
-  const std::string& name_;
+// The fixed prefix: magic, version, header length. Needs at least 12 bytes or the whole file.
+struct NpyPrefix {
+  unsigned major = 1;
+  uint64_t header_start = 10, header_len = 0;
 };
+
+NpyPrefix read_prefix(const unsigned char* b, uint64_t size, const std::string& name) {
+  static const unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  if (size < 8 || std::memcmp(b, kMagic, 6) != 0)
+    fail_input(name + ": not a .npy file (bad magic string)");
+  NpyPrefix p;
+  p.major = b[6];
+  if (p.major == 1) {
+    if (size < 10) fail_input(name + ": bad .npy header: truncated");
+    p.header_len = b[8] | (static_cast<uint64_t>(b[9]) << 8);
+    p.header_start = 10;
+  } else if (p.major == 2 || p.major == 3) {
+    if (size < 12) fail_input(name + ": bad .npy header: truncated");
+    p.header_len = b[8] | (static_cast<uint64_t>(b[9]) << 8) | (static_cast<uint64_t>(b[10]) << 16) |
+                   (static_cast<uint64_t>(b[11]) << 24);
+    p.header_start = 12;
+  } else {
+    fail_input(name + ": .npy format version " + std::to_string(p.major) + " is not 1, 2 or 3");
+  }
+  if (size - p.header_start < p.header_len)
+    fail_input(name + ": bad .npy header: truncated (header says " + std::to_string(p.header_len) +
+               " bytes, file has " + std::to_string(size - p.header_start) + ")");
+  return p;
+}
+
+// The array described by the header (type and shape, no data yet) and its payload size in bytes,
+// checked against `payload` (the bytes after the header) before any payload is read.
+NpyArray describe(const NpyPrefix& p, const std::string& header, uint64_t payload,
+                  const std::string& name) {
+  // Version 3.0 only allows utf-8 in the header; every accepted header is ASCII either way.
+  const NpyHeaderDict d = parse_npy_header_dict(header, name, p.major <= 2);
+  NpyArray a;
+  if (!descr_type(d.descr, &a.type))
+    fail_input(name + ": dtype '" + d.descr +
+               "' is not supported (need little-endian <f4, <f8 or <f2; <i4 or <i8 for masks)");
+  if (d.fortran_order)
+    fail_input(name + ": fortran_order is True; only C-order arrays are read "
+               "(save np.ascontiguousarray(x))");
+  a.shape = d.shape;
+  int64_t bytes = static_cast<int64_t>(npy_itemsize(a.type));
+  for (int64_t dim : a.shape)
+    if (__builtin_mul_overflow(bytes, dim, &bytes))
+      fail_input(name + ": shape " + shape_string(a.shape) + " overflows int64 bytes");
+  if (static_cast<uint64_t>(bytes) != payload)
+    fail_input(name + ": payload is " + std::to_string(payload) + " bytes, shape " +
+               shape_string(a.shape) + " of " + d.descr + " needs " + std::to_string(bytes));
+  return a;
+}
 
 }  // namespace
 
@@ -171,65 +165,27 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 // ---------------------------------------------------------------- reading
 
-std::vector<unsigned char> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot open for reading");
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
-  if (in.bad()) fail_input(path + ": read error");
-  return bytes;
-}
-
 NpyArray parse_npy(const std::vector<unsigned char>& b, const std::string& name) {
-  static const unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-  if (b.size() < 8 || std::memcmp(b.data(), kMagic, 6) != 0)
-    fail_input(name + ": not a .npy file (bad magic string)");
-  const unsigned major = b[6];
-  size_t header_len, header_start;
-  if (major == 1) {
-    if (b.size() < 10) fail_input(name + ": bad .npy header: truncated");
-    header_len = b[8] | (static_cast<size_t>(b[9]) << 8);
-    header_start = 10;
-  } else if (major == 2 || major == 3) {
-    if (b.size() < 12) fail_input(name + ": bad .npy header: truncated");
-    header_len = b[8] | (static_cast<size_t>(b[9]) << 8) | (static_cast<size_t>(b[10]) << 16) |
-                 (static_cast<size_t>(b[11]) << 24);
-    header_start = 12;
-  } else {
-    fail_input(name + ": .npy format version " + std::to_string(major) + " is not 1, 2 or 3");
-  }
-  if (b.size() - header_start < header_len)
-    fail_input(name + ": bad .npy header: truncated (header says " + std::to_string(header_len) +
-               " bytes, file has " + std::to_string(b.size() - header_start) + ")");
-  // Version 3.0 only allows utf-8 in the header; the keys we read are ASCII either way.
-  const std::string text(reinterpret_cast<const char*>(b.data() + header_start), header_len);
-  HeaderScanner scan(text, name);
-  if (text.find('{') == std::string::npos || text.find('}') == std::string::npos)
-    scan.bad("not a dict literal");
-
-  NpyArray a;
-  const std::string descr = scan.string_at(scan.value_of("descr"), "descr");
-  if (!descr_type(descr, &a.type))
-    fail_input(name + ": dtype '" + descr +
-               "' is not supported (need little-endian <f4, <f8 or <f2; <i4 or <i8 for masks)");
-  if (scan.bool_at(scan.value_of("fortran_order"), "fortran_order"))
-    fail_input(name + ": fortran_order is True; only C-order arrays are read "
-               "(save np.ascontiguousarray(x))");
-  a.shape = scan.tuple_at(scan.value_of("shape"), "shape");
-
-  int64_t bytes = static_cast<int64_t>(npy_itemsize(a.type));
-  for (int64_t d : a.shape)
-    if (__builtin_mul_overflow(bytes, d, &bytes))
-      fail_input(name + ": shape " + shape_string(a.shape) + " overflows int64 bytes");
-  const size_t payload = b.size() - header_start - header_len;
-  if (static_cast<uint64_t>(bytes) != payload)
-    fail_input(name + ": payload is " + std::to_string(payload) + " bytes, shape " +
-               shape_string(a.shape) + " of " + descr + " needs " + std::to_string(bytes));
-  a.data.assign(b.begin() + static_cast<std::ptrdiff_t>(header_start + header_len), b.end());
+  const NpyPrefix p = read_prefix(b.data(), b.size(), name);
+  const uint64_t header_end = p.header_start + p.header_len;
+  const std::string header(reinterpret_cast<const char*>(b.data() + p.header_start), p.header_len);
+  NpyArray a = describe(p, header, b.size() - header_end, name);
+  a.data.assign(b.begin() + static_cast<std::ptrdiff_t>(header_end), b.end());
   return a;
 }
 
-NpyArray read_npy_file(const std::string& path) { return parse_npy(read_file_bytes(path), path); }
+NpyArray read_npy_file(const std::string& path) {
+  // Prefix, then header, then (once the file's size matches the shape) the payload: a file
+  // larger than its header says is refused without reading it.
+  const RegularFile f(path);
+  const std::vector<unsigned char> head = f.read(0, std::min<uint64_t>(f.size(), 12));
+  const NpyPrefix p = read_prefix(head.data(), f.size(), path);
+  const std::vector<unsigned char> text = f.read(p.header_start, p.header_len);
+  const uint64_t header_end = p.header_start + p.header_len;
+  NpyArray a = describe(p, std::string(text.begin(), text.end()), f.size() - header_end, path);
+  a.data = f.read(header_end, f.size() - header_end);
+  return a;
+}
 
 // ---------------------------------------------------------------- writing
 

@@ -4,8 +4,8 @@
 // C order only. A Fortran-order array, a big-endian dtype, any other dtype, a bad magic string, a
 // truncated header or a payload shorter or longer than the shape says is a CliError (exit 2) whose
 // message names the file. Writing always produces version 1.0 (what np.save writes for small
-// headers). Checked by tests/cli/test_cli.py (round trips against numpy's own reader and writer,
-// and every malformed case).
+// headers). Only regular files are read (regular_file.h). Checked by tests/cli/test_cli_inputs.py
+// and test_cli_outputs.py (round trips against numpy's own reader and writer, every malformed case).
 #ifndef DILATTN_TOOLS_NPY_H
 #define DILATTN_TOOLS_NPY_H
 
@@ -38,9 +38,6 @@ NpyArray parse_npy(const std::vector<unsigned char>& bytes, const std::string& n
 NpyArray read_npy_file(const std::string& path);
 // The bytes of a version 1.0 .npy file holding `a`.
 std::vector<unsigned char> serialize_npy(const NpyArray& a);
-
-// Reads a whole file (CliError naming it when it cannot be read).
-std::vector<unsigned char> read_file_bytes(const std::string& path);
 
 // "[2, 16, 4, 8]"
 std::string shape_string(const std::vector<int64_t>& shape);

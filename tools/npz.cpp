@@ -7,7 +7,7 @@
 // in its own zip64 extra field for members over 4 GiB), skip the local header, check the CRC,
 // and parse the .npy payload. Writing: local header + payload per member, then the central
 // directory and end record; no zip64 (the tool writes masks, far below 4 GiB).
-// Checked by tests/cli/test_cli.py (np.savez archives read, our archives read by np.load,
+// Checked by tests/cli/test_cli_inputs.py (np.savez archives read, our archives read by np.load,
 // compressed archive rejected, bad mask arrays).
 #include "npz.h"
 
@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "cli_error.h"
+#include "regular_file.h"
 
 namespace dilattn_cli {
 
@@ -65,7 +66,7 @@ void put(std::vector<unsigned char>* out, uint64_t x, int bytes) {
 }  // namespace
 
 std::map<std::string, NpyArray> read_npz_file(const std::string& path) {
-  const std::vector<unsigned char> b = read_file_bytes(path);
+  const std::vector<unsigned char> b = read_regular_file(path);
   const Reader r(b, path);
   // The end record is 22 bytes plus a comment of at most 65535 bytes.
   if (b.size() < 22) fail_input(path + ": not a .npz file (too short for a zip archive)");
@@ -115,6 +116,8 @@ std::map<std::string, NpyArray> read_npz_file(const std::string& path) {
       r.bad("member '" + member + "' fails its CRC-32 check");
     std::string key = member;
     if (key.size() > 4 && key.compare(key.size() - 4, 4, ".npy") == 0) key.resize(key.size() - 4);
+    // zipfile (and so np.load) would silently take the last of two members of one name.
+    if (arrays.count(key)) r.bad("member '" + key + "' appears twice");
     arrays[key] = parse_npy(payload, path + ":" + key);
     at += 46 + name_len + extra_len + comment_len;
   }

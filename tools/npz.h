@@ -2,7 +2,7 @@
 //
 // Only STORED (uncompressed) members are read; a deflated member (np.savez_compressed) is a
 // CliError suggesting np.savez, so the tool needs no zlib. Writing produces STORED members with a
-// correct CRC-32, which numpy's zipfile verifies. Checked by tests/cli/test_cli.py (round trips
+// correct CRC-32, which numpy's zipfile verifies. Checked by tests/cli/test_cli_inputs.py (round trips
 // both ways, compressed archive rejected).
 #ifndef DILATTN_TOOLS_NPZ_H
 #define DILATTN_TOOLS_NPZ_H
