@@ -59,7 +59,7 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 }  // namespace cpu
 
 // The CUDA backend: one launcher source (cuda/launch.cu) built twice, by nvcc into namespace
-// gpu (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
+// cuda (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
 // (DILATTN_BACKEND_EMU: the same kernels executed on the CPU).
 #define DILATTN_DECLARE_GPU_BACKEND(ns)                                \
   namespace ns {                                                       \
@@ -68,7 +68,7 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
   dilattn_status forward(const Problem& p, const ForwardArgs& a);      \
   dilattn_status backward(const Problem& p, const BackwardArgs& a);    \
   }
-DILATTN_DECLARE_GPU_BACKEND(gpu)
+DILATTN_DECLARE_GPU_BACKEND(cuda)
 DILATTN_DECLARE_GPU_BACKEND(emu)
 #undef DILATTN_DECLARE_GPU_BACKEND
 

@@ -118,7 +118,7 @@ extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tenso
   const dilattn::ForwardArgs args{q, k, v, o, lse, ws.get()};
   switch (p.backend) {
     case DILATTN_BACKEND_CPU: return dilattn::cpu::forward(p, args);
-    case DILATTN_BACKEND_CUDA: return dilattn::gpu::forward(p, args);
+    case DILATTN_BACKEND_CUDA: return dilattn::cuda::forward(p, args);
     case DILATTN_BACKEND_EMU: return dilattn::emu::forward(p, args);
     default: return dilattn::ref::forward(p, args);
   }
@@ -148,7 +148,7 @@ extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tens
   const dilattn::BackwardArgs args{q, k, v, o, lse, d_o, dq, dk, dv, ws.get()};
   switch (p.backend) {
     case DILATTN_BACKEND_CPU: return dilattn::cpu::backward(p, args);
-    case DILATTN_BACKEND_CUDA: return dilattn::gpu::backward(p, args);
+    case DILATTN_BACKEND_CUDA: return dilattn::cuda::backward(p, args);
     case DILATTN_BACKEND_EMU: return dilattn::emu::backward(p, args);
     default: return dilattn::ref::backward(p, args);
   }

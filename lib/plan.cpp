@@ -85,7 +85,7 @@ dilattn_status check_kind(const dilattn::Problem& p) {
 namespace dilattn {
 // Resolves AUTO: cuda when a GPU can run the problem, else cpu, else ref.
 dilattn_backend resolve_backend(const Problem& p) {
-  if (gpu::can_run(p) == DILATTN_SUCCESS) return DILATTN_BACKEND_CUDA;
+  if (cuda::can_run(p) == DILATTN_SUCCESS) return DILATTN_BACKEND_CUDA;
   if (cpu::can_run(p) == DILATTN_SUCCESS) return DILATTN_BACKEND_CPU;
   return DILATTN_BACKEND_REF;
 }
@@ -125,7 +125,7 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
     case DILATTN_BACKEND_AUTO: p.backend = dilattn::resolve_backend(p); break;
     case DILATTN_BACKEND_REF: p.backend = backend; break;
     case DILATTN_BACKEND_CPU: s = dilattn::cpu::can_run(p); p.backend = backend; break;
-    case DILATTN_BACKEND_CUDA: s = dilattn::gpu::can_run(p); p.backend = backend; break;
+    case DILATTN_BACKEND_CUDA: s = dilattn::cuda::can_run(p); p.backend = backend; break;
     case DILATTN_BACKEND_EMU: s = dilattn::emu::can_run(p); p.backend = backend; break;
   }
   if (s != DILATTN_SUCCESS) return s;  // can_run set the message
@@ -134,7 +134,7 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   made->problem = std::move(p);
   switch (made->problem.backend) {
     case DILATTN_BACKEND_CPU: made->workspace = dilattn::cpu::workspace_bytes(made->problem); break;
-    case DILATTN_BACKEND_CUDA: made->workspace = dilattn::gpu::workspace_bytes(made->problem); break;
+    case DILATTN_BACKEND_CUDA: made->workspace = dilattn::cuda::workspace_bytes(made->problem); break;
     case DILATTN_BACKEND_EMU: made->workspace = dilattn::emu::workspace_bytes(made->problem); break;
     default: made->workspace = dilattn::ref::workspace_bytes(made->problem); break;
   }

@@ -43,7 +43,7 @@ extern "C" int dilattn_backend_available(dilattn_backend backend) {
   switch (backend) {
     case DILATTN_BACKEND_REF: return 1;
     case DILATTN_BACKEND_CPU: return dilattn::cpu::can_run(probe) == DILATTN_SUCCESS;
-    case DILATTN_BACKEND_CUDA: return dilattn::gpu::can_run(probe) == DILATTN_SUCCESS;
+    case DILATTN_BACKEND_CUDA: return dilattn::cuda::can_run(probe) == DILATTN_SUCCESS;
     case DILATTN_BACKEND_EMU: return dilattn::emu::can_run(probe) == DILATTN_SUCCESS;
     case DILATTN_BACKEND_AUTO: return 1;
   }
