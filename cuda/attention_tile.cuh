@@ -1,6 +1,7 @@
-// attention_tile.cuh - device helpers shared by the forward kernels (forward_simt.cu,
-// forward_wmma.cu): which query rows a tile holds, which keys each row sees, element
-// conversions, the online-softmax step and the LSE merge of SPEC 5.
+// attention_tile.cuh - what a forward kernel's tile is made of: the launch parameters, which
+// query rows a tile holds, which keys each row sees, and element loads and conversions. The
+// loop that walks a tile's keys is forward_tile_loop.cuh; the kernels are forward_simt.cu and
+// forward_wmma.cu.
 //
 // SPEC 2-4 through lib/index_rules.h: a tile never re-derives a segment, offset or causal limit.
 //   Dense (SPEC 2)    tile t holds rows t*BR ..; keys dense_keys(i) (0, 1, 2, ..., causal cut).
@@ -11,7 +12,6 @@
 //                     of the BSR row (one "span" per block), cut by block_keys(i, jb).
 // Every row's keys are an arithmetic progression (first, step, count); rows of one tile share
 // first and step and differ only in count (the causal cut), so a tile gathers key chunks once.
-// Branches merge into a running (O, LSE) in f32 workspace with SPEC 5's stable update.
 //
 // Checked by tests/kernels/test_forward_kernels.cpp against the reference.
 #ifndef DILATTN_ATTENTION_TILE_CUH
@@ -34,10 +34,11 @@ struct ForwardParams {
   const void* k;
   const void* v;
   int64_t q_stride[4], k_stride[4], v_stride[4];  // elements, [B, N, H, D] order
-  float* o_acc;    // [B, H, Nq, D] f32 running output
-  float* lse_acc;  // [B, H, Nq] f32 running LSE
+  float* o_acc;     // [B, H, Nq, D] f32 running output
+  double* lse_acc;  // [B, H, Nq] running LSE, f64: scale * <q, k> may exceed f32's range
   int64_t B, Nq, Nk, H, Hkv, D;
-  float scale;
+  // lib/softmax_rules.h's score_scale(scale): s = pre * <q, k>, p = 2^(post * (s - m)).
+  float score_pre, score_post;
   int32_t causal;
   int32_t kind;
   // Dilated: this launch's branch.
@@ -149,114 +150,19 @@ __device__ __forceinline__ void read_span(const ForwardParams& p, int64_t h, int
 }
 
 // ---------------------------------------------------------------- gathers
-// Element [b, n, hh, d] of a [B, N, H, D] view with element strides.
+// Element [b, n, hh, d] of a [B, N, H, D] view with element strides (SPEC 1: any strides).
 template <class T>
-__device__ __forceinline__ float load_bnhd(const void* base, const int64_t* stride, int64_t b,
-                                           int64_t n, int64_t hh, int64_t d) {
+__device__ __forceinline__ T load_bnhd(const void* base, const int64_t* stride, int64_t b,
+                                       int64_t n, int64_t hh, int64_t d) {
   const T* x = static_cast<const T*>(base);
-  return to_float(x[b * stride[0] + n * stride[1] + hh * stride[2] + d * stride[3]]);
+  return x[b * stride[0] + n * stride[1] + hh * stride[2] + d * stride[3]];
 }
 
-// ---------------------------------------------------------------- softmax and merge
-// One online-softmax step for a row (FlashAttention's m, l): the chunk's max mx and the new
-// running max. Returns the factor alpha that rescales the old O and l. A row that has seen no
-// key keeps m = -inf and gets alpha = 1 (nothing to rescale, no NaN from -inf - -inf).
-__device__ __forceinline__ float online_rescale(float m_old, float m_new) {
-  return m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
-}
-__device__ __forceinline__ float online_prob(float s, float m_new) {
-  return m_new == -INFINITY ? 0.0f : expf(s - m_new);
-}
-
-// SPEC 5's stable merge of a branch's (o_b, lse_b) into the running (o, lse):
-//   lse' = max(lse, lse_b) + log1p(exp(-|lse - lse_b|)),  o' = o e^(lse-lse') + o_b e^(lse_b-lse')
-// A branch that gives the row nothing (lse_b = -inf) leaves it unchanged.
-__device__ __forceinline__ float merged_lse(float lse, float lse_b) {
-  if (lse_b == -INFINITY) return lse;
-  if (lse == -INFINITY) return lse_b;
-  return fmaxf(lse, lse_b) + log1pf(expf(-fabsf(lse - lse_b)));
-}
-__device__ __forceinline__ float merged_o(float o, float lse, float o_b, float lse_b,
-                                          float lse_new) {
-  if (lse_b == -INFINITY) return o;
-  if (lse == -INFINITY) return o_b;
-  return o * expf(lse - lse_new) + o_b * expf(lse_b - lse_new);
-}
-
-// ---------------------------------------------------------------- warp reductions
-// Butterfly over the 32 lanes: every lane ends with the same value, in a fixed order (so the
-// result does not depend on the order threads run in).
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-// One row's online-softmax step over a chunk of scores s[0 .. n) (masked ones -inf), done by
-// one warp: turns the scores into probabilities in place and updates the row's m and l;
-// alpha receives the factor the row's O must be scaled by.
-__device__ __forceinline__ void softmax_chunk_row(float* s, int n, float* m, float* l,
-                                                  float* alpha) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  float mx = -INFINITY;
-  for (int c = lane; c < n; c += 32) mx = fmaxf(mx, s[c]);
-  mx = warp_max(mx);
-  const float m_old = *m;
-  const float m_new = fmaxf(m_old, mx);
-  const float a = online_rescale(m_old, m_new);
-  float sum = 0.0f;
-  for (int c = lane; c < n; c += 32) {
-    const float pr = online_prob(s[c], m_new);
-    s[c] = pr;
-    sum += pr;
-  }
-  sum = warp_sum(sum);
-  __syncwarp();
-  if (lane == 0) {
-    *l = *l * a + sum;
-    *m = m_new;
-    *alpha = a;
-  }
-}
-
-// The end of a tile: row t's branch result is o_b = O[t][:] / l[t], lse_b = m[t] + log l[t];
-// merge it into the running (o_acc, lse_acc) of the workspace. Each row of a (b, h) belongs to
-// exactly one tile per launch, so no two blocks touch the same row. lse_old and lse_new are
-// br floats of scratch shared memory.
-__device__ __forceinline__ void merge_tile_into_workspace(const ForwardParams& p, int64_t b,
-                                                          int64_t h, const int64_t* rows,
-                                                          const float* O, const float* m,
-                                                          const float* l, float* lse_old,
-                                                          float* lse_new, int br) {
-  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
-  const int64_t row_base = (b * p.H + h) * p.Nq;
-  for (int t = tid; t < br; t += nt) {
-    if (rows[t] < 0) continue;
-    const float lse_b = l[t] > 0.0f ? m[t] + logf(l[t]) : -INFINITY;
-    float* lse_acc = p.lse_acc + row_base + rows[t];
-    lse_old[t] = *lse_acc;
-    lse_new[t] = merged_lse(lse_old[t], lse_b);
-    *lse_acc = lse_new[t];
-  }
-  __syncthreads();
-  const int64_t D = p.D;
-  for (int64_t idx = tid; idx < br * D; idx += nt) {
-    const int64_t t = idx / D, d = idx % D;
-    if (rows[t] < 0 || !(l[t] > 0.0f)) continue;
-    const float lse_b = m[t] + logf(l[t]);
-    float* acc = p.o_acc + (row_base + rows[t]) * D + d;
-    *acc = merged_o(*acc, lse_old[t], O[t * D + d] / l[t], lse_b, lse_new[t]);
-  }
-}
-
-// Shared-memory carving: bump allocator over the dynamic buffer, 128-byte aligned pieces
-// (WMMA needs 32-byte aligned tiles).
-__host__ __device__ __forceinline__ size_t smem_align(size_t bytes) {
-  return (bytes + 127) & ~static_cast<size_t>(127);
+// An input element as a tile element of type E: f32 (SIMT tiles) or the input dtype itself
+// (WMMA tiles; f16 -> f32 -> f16 is exact).
+template <class E, class T>
+__device__ __forceinline__ E to_tile(T x) {
+  return from_float<E>(to_float(x));
 }
 
 }  // namespace DILATTN_BACKEND_NS

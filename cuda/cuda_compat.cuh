@@ -30,10 +30,10 @@
 #include "simt.h"
 #endif
 
-// The namespace the launcher and its kernels live in: gpu under nvcc, emu when
+// The namespace the launcher and its kernels live in: cuda under nvcc, emu when
 // cuda/launch_emu.cpp includes cuda/launch.cu for the host compiler.
 #ifndef DILATTN_BACKEND_NS
-#define DILATTN_BACKEND_NS gpu
+#define DILATTN_BACKEND_NS cuda
 #endif
 
 #endif  // DILATTN_CUDA_COMPAT_CUH

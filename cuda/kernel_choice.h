@@ -3,17 +3,16 @@
 // exercises (tests/kernels/test_forward_kernels.cpp asserts it for every case).
 //
 //   WMMA (forward_wmma.cu): f16 or bf16, D in {64, 128}, sm_80 or newer (bf16 tensor cores).
-//   SIMT (forward_simt.cu): everything else the backend takes: f32/f16/bf16, D <= 256.
+//   SIMT (forward_simt.cu): everything else the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
 #include <stdint.h>
 
 #include "dilattn.h"
+#include "softmax_rules.h"  // kMaxHeadDim
 
 namespace dilattn {
-
-constexpr int kMaxHeadDim = 256;
 
 enum class KernelChoice { simt, wmma };
 

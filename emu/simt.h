@@ -1,6 +1,6 @@
 // simt.h - the SIMT emulator: runs unmodified CUDA kernel sources on the CPU (host compiler).
 //
-// Issue 5, part 1; how it works and its limits: emu/README.md. The single include of the
+// How it works and its limits: emu/README.md. The single include of the
 // emulator; cuda/cuda_compat.cuh includes it when __CUDACC__ is not defined. Pieces:
 //   simt_types.h      qualifiers, dim3/uint3, __half/__nv_bfloat16 (the CUDA headers' host paths)
 //   simt_scheduler.h  fibers, thread order, __syncthreads and warp-collective scheduling,

@@ -1,6 +1,6 @@
 // simt_device.h - device functions for the host: barriers, warp shuffles/votes, atomics, math.
 //
-// Part of the SIMT emulator (emu/README.md; issue 5).
+// Part of the SIMT emulator (emu/README.md).
 //   - __syncthreads / __syncwarp / shuffles / votes are collectives of the block scheduler
 //     (simt_scheduler.h): a lane posts its value, the scheduler resolves the group once every
 //     lane of the mask arrived, using CUDA's rules for srcLane, delta, laneMask and width.

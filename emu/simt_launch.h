@@ -1,6 +1,6 @@
 // simt_launch.h - DILATTN_LAUNCH and DILATTN_DYNAMIC_SHARED for the emulator; the launch error.
 //
-// Part of the SIMT emulator (emu/README.md; issue 5). A launch checks the configuration as the
+// Part of the SIMT emulator (emu/README.md). A launch checks the configuration as the
 // CUDA runtime does (block <= 1024 threads, z <= 64, grid y/z <= 65535, dynamic shared memory
 // <= the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize, 48 KB by default), then runs
 // every block before it returns: block order follows the thread order (descending reverses it),

@@ -1,6 +1,6 @@
 // simt_runtime.h - host shims of the CUDA runtime for the emulator: memory, streams, events.
 //
-// Part of the SIMT emulator (emu/README.md; issue 5). "Device" memory is host memory
+// Part of the SIMT emulator (emu/README.md). "Device" memory is host memory
 // (256-byte aligned), copies are memcpy, every call is synchronous (streams and events exist
 // so launcher code compiles unchanged; an event records the host clock).
 // Why macros: libdilattn links the real libcudart for the GPU backend into the same .so as the

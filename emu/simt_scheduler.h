@@ -1,6 +1,6 @@
 // simt_scheduler.h - runs one thread block as fibers: barriers, warp collectives, thread order.
 //
-// Part of the SIMT emulator (emu/README.md; issue 5). Algorithm:
+// Part of the SIMT emulator (emu/README.md). Algorithm:
 //   - Each CUDA thread of a block is a fiber on a reused 256 KB stack (SIMT_STACK_KB overrides).
 //     On x86-64 a switch is a few instructions (callee-saved registers, MXCSR and the x87
 //     control word; about 10 ns); elsewhere, or with -DSIMT_USE_UCONTEXT, it is ucontext

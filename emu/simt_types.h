@@ -1,6 +1,6 @@
 // simt_types.h - the CUDA vocabulary a host compiler lacks: qualifiers, dim3/uint3, __half, bf16.
 //
-// Part of the SIMT emulator (emu/README.md; issue 5). The CUDA headers' own host paths give
+// Part of the SIMT emulator (emu/README.md). The CUDA headers' own host paths give
 // __half, __nv_bfloat16, their conversions, dim3/uint3 and the runtime's enums (cudaError_t,
 // cudaMemcpyKind, cudaDeviceProp): we include them and add the execution-space qualifiers, which
 // are empty on the host. No runtime function is *defined* here (see simt_host.h for why).

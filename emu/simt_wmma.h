@@ -1,6 +1,6 @@
 // simt_wmma.h - nvcuda::wmma for the emulator: 16x16x16 fragments, fill, load, mma, store.
 //
-// Part of the SIMT emulator (emu/README.md; issue 5). The emulator's own element layout: lane l
+// Part of the SIMT emulator (emu/README.md). The emulator's own element layout: lane l
 // holds elements l*8 .. l*8+7 of the fragment's 16x16 matrix in row-major order (matrix_a is
 // M x K, matrix_b is K x N, accumulator is M x N). Kernels that only use fill/load/mma/store
 // and elementwise loops over x[] (as CUDA requires: the GPU layout is unspecified) see no

@@ -76,14 +76,14 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 }  // namespace cpu
 
 // The CUDA backend: one launcher source (cuda/launch.cu) built twice, by nvcc into namespace
-// gpu (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
-// (the same kernels executed on the CPU). A build without one gets its stub (cuda/*_stub.cpp).
-namespace gpu {
+// cuda (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
+// (the same kernels executed on the CPU). A build without one gets its stub (cuda/cuda_backend_stub.cpp, cuda/emu_backend_stub.cpp).
+namespace cuda {
 dilattn_status can_run(const Problem& p);
 WorkspaceBytes workspace_bytes(const Problem& p);
 dilattn_status forward(const Problem& p, const ForwardArgs& a);
 dilattn_status backward(const Problem& p, const BackwardArgs& a);
-}  // namespace gpu
+}  // namespace cuda
 
 namespace emu {
 dilattn_status can_run(const Problem& p);

@@ -12,8 +12,8 @@ dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
 const Backend kBackends[] = {
-    {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, gpu::can_run, gpu::workspace_bytes,
-     gpu::forward, gpu::backward},
+    {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
+     cuda::forward, cuda::backward},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
      cpu::forward, cpu::backward},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,

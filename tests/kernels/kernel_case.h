@@ -18,6 +18,7 @@
 #include "dilattn.h"
 #include "../common/spec_tolerance.h"
 #include "dtype_convert.h"
+#include "simt.h"
 
 namespace kcase {
 
@@ -33,6 +34,7 @@ struct Case {
   int64_t bq = 16, bk = 16, mask_heads = 1;
   std::vector<int64_t> row_ptr, col_idx, head_ptr;
   int64_t pad = 0;  // extra elements after each row of D in Q, K, V, O
+  double scale = 0;  // 0: the default 1/sqrt(D)
 };
 
 // Storage for a [d0, d1, d2, D] view whose rows of D are `pad` elements apart.
@@ -103,6 +105,8 @@ inline bool check(dilattn_status s, const char* what, const std::string& name) {
 inline bool make_desc(const Case& c, dilattn_desc* desc) {
   if (!check(dilattn_desc_create(desc), "desc_create", c.name)) return false;
   if (!check(dilattn_desc_set_causal(*desc, c.causal ? 1 : 0), "set_causal", c.name)) return false;
+  if (c.scale != 0 && !check(dilattn_desc_set_scale(*desc, c.scale), "set_scale", c.name))
+    return false;
   if (c.kind == DILATTN_KIND_DILATED)
     return check(dilattn_desc_set_dilated(*desc, static_cast<int32_t>(c.segments.size()),
                                           c.segments.data(), c.dilations.data(), c.head_mode),
@@ -159,6 +163,31 @@ inline bool run(const Case& c, dilattn_backend backend, const dilattn_tensor& q,
   out->o_bytes = o.bytes;
   out->lse_bytes = lse.bytes;
   return true;
+}
+
+// Runs the case on emu under the emulator's ascending, descending and shuffled thread orders;
+// *asc receives the ascending run. False when a run fails or the three differ in any bit (a
+// race, or a sum whose order depends on the thread order).
+inline bool run_emu_in_thread_orders(const Case& c, const dilattn_tensor& q,
+                                     const dilattn_tensor& k, const dilattn_tensor& v,
+                                     Outputs* asc) {
+  Outputs desc, shuffled;
+  {
+    simt::ScopedThreadOrder order(simt::ThreadOrder::ascending);
+    if (!run(c, DILATTN_BACKEND_EMU, q, k, v, asc)) return false;
+  }
+  {
+    simt::ScopedThreadOrder order(simt::ThreadOrder::descending);
+    if (!run(c, DILATTN_BACKEND_EMU, q, k, v, &desc)) return false;
+  }
+  {
+    simt::ScopedThreadOrder order(simt::ThreadOrder::shuffled, 12345);
+    if (!run(c, DILATTN_BACKEND_EMU, q, k, v, &shuffled)) return false;
+  }
+  const bool same = asc->o_bytes == desc.o_bytes && asc->lse_bytes == desc.lse_bytes &&
+                    asc->o_bytes == shuffled.o_bytes && asc->lse_bytes == shuffled.lse_bytes;
+  if (!same) std::fprintf(stderr, "%s: thread orders give different bits\n", c.name.c_str());
+  return same;
 }
 
 // Widens f64 values into a new contiguous f64 view.

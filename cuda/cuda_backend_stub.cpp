@@ -1,14 +1,14 @@
-// gpu_backend_stub.cpp - the cuda backend in a build without CUDA (nvcc not found): every
+// cuda_backend_stub.cpp - the cuda backend in a build without CUDA (nvcc not found): every
 // call answers DILATTN_ERROR_DEVICE_NOT_BUILT. With CUDA, cuda/launch.cu replaces it.
 // Checked by the error tests (a device the build lacks, SPEC 7).
 #include "backend.h"
 #include "errors.h"
 
-namespace dilattn::gpu {
+namespace dilattn::cuda {
 dilattn_status can_run(const Problem&) {
   return set_error(DILATTN_ERROR_DEVICE_NOT_BUILT, "backend 'cuda': this build has no CUDA kernels");
 }
 WorkspaceBytes workspace_bytes(const Problem&) { return {}; }
 dilattn_status forward(const Problem& p, const ForwardArgs&) { return can_run(p); }
 dilattn_status backward(const Problem& p, const BackwardArgs&) { return can_run(p); }
-}  // namespace dilattn::gpu
+}  // namespace dilattn::cuda

@@ -1,0 +1,170 @@
+// test_nonfinite_kernels.cpp - the CUDA forward kernels (run by the SIMT emulator as backend
+// emu) on inputs where a softmax that hides NaN or overflows f32 gives a wrong answer, against
+// the f64 reference (backend ref). The rules (lib/softmax_rules.h, README "Decisions"):
+//   - a NaN anywhere in a row's scores makes that row's O and LSE NaN, in every backend;
+//   - a row is empty (O = 0, LSE = -inf, SPEC 2) only when the index rules give it no key,
+//     never because its sum underflowed;
+//   - huge finite scores are handled by subtracting the max, as the reference does.
+//
+// Usage: test_nonfinite_kernels simt|wmma. Cases:
+//   nan_*   one NaN element in one K row, for dense, causal (the NaN key in a later chunk than
+//           the first, so the running max goes from finite to NaN), dilated with three
+//           branches (the LSE merge meets a NaN branch) and block-sparse: O and LSE must be NaN
+//           exactly where the reference's are, and within SPEC 8 elsewhere;
+//   scale_* scale = +1e38 and -1e38, dense and causal: scale * <q, k> overflows f32 although
+//           the reference is finite; O within SPEC 8, LSE (f32) within a relative bound of the
+//           reference rounded to f32 (+-inf where the reference lies outside f32's range).
+// Every case runs in the emulator's ascending, descending and shuffled thread orders, which
+// must agree bit for bit.
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernel_case.h"
+
+namespace {
+
+using kcase::Case;
+
+// A NaN at element d = 1 of key row j, batch 0, kv head kv_head.
+struct NanAt {
+  int64_t j = -1, kv_head = 0;
+};
+
+struct NonfiniteCase {
+  Case c;
+  NanAt nan;
+};
+
+std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
+  const bool wmma = kernel == "wmma";
+  const dilattn_dtype dtype = wmma ? DILATTN_F16 : DILATTN_F32;
+  std::vector<NonfiniteCase> out;
+  auto base = [&](const char* name) {
+    NonfiniteCase n;
+    n.c.name = kernel + "/" + dilattn::dtype_name(dtype) + "/" + name;
+    n.c.dtype = dtype;
+    n.c.D = wmma ? 64 : 8;
+    return n;
+  };
+  NonfiniteCase n = base("nan_dense");
+  n.c.B = 2; n.c.Nq = n.c.Nk = 33; n.c.H = n.c.Hkv = 2;
+  n.nan = {5, 1};
+  out.push_back(n);
+  n = base("nan_causal_in_second_chunk");
+  n.c.Nq = n.c.Nk = 80; n.c.causal = true;
+  n.nan = {70, 0};  // chunks are 32 (SIMT) and 64 (WMMA) keys
+  out.push_back(n);
+  n = base("nan_dilated_three_branches");
+  n.c.kind = DILATTN_KIND_DILATED; n.c.Nq = n.c.Nk = 50; n.c.H = 4; n.c.Hkv = 2;
+  n.c.segments = {8, 16, 32}; n.c.dilations = {1, 2, 4}; n.c.head_mode = DILATTN_HEADS_MOD;
+  n.nan = {21, 0};
+  out.push_back(n);
+  n = base("nan_sparse_local_band");
+  n.c.kind = DILATTN_KIND_BLOCK_SPARSE; n.c.Nq = n.c.Nk = 64; n.c.bq = n.c.bk = 16;
+  // Row block ib lists key blocks ib - 1 and ib: the NaN key (block 2) reaches row blocks 2, 3.
+  n.c.row_ptr = {0, 1, 3, 5, 7};
+  n.c.col_idx = {0, 0, 1, 1, 2, 2, 3};
+  n.nan = {40, 0};
+  out.push_back(n);
+  for (double scale : {1e38, -1e38}) {
+    const std::string sign = scale > 0 ? "plus" : "minus";
+    n = base(("scale_" + sign + "1e38_dense").c_str());
+    n.c.B = 2; n.c.Nq = n.c.Nk = 33; n.c.H = n.c.Hkv = 2; n.c.scale = scale;
+    out.push_back(n);
+    n = base(("scale_" + sign + "1e38_causal").c_str());
+    n.c.Nq = n.c.Nk = 80; n.c.causal = true; n.c.scale = scale;
+    out.push_back(n);
+  }
+  return out;
+}
+
+// Elements where NaN-ness differs from the reference's, or a non-NaN value is outside
+// |x - ref| <= atol + rtol |ref| (infinities must match exactly). Counts the reference's NaNs.
+int64_t count_bad(const std::string& what, const std::vector<double>& got,
+                  const std::vector<double>& want, double atol, double rtol, int64_t* ref_nans) {
+  if (got.size() != want.size()) {
+    std::fprintf(stderr, "%s: %zu values, reference has %zu\n", what.c_str(), got.size(),
+                 want.size());
+    return 1;
+  }
+  int64_t bad = 0;
+  for (size_t n = 0; n < got.size(); ++n) {
+    const double g = got[n], w = want[n];
+    bool ok;
+    if (std::isnan(w) || std::isnan(g)) ok = std::isnan(w) && std::isnan(g);
+    else if (std::isinf(w) || std::isinf(g)) ok = g == w;
+    else ok = std::fabs(g - w) <= atol + rtol * std::fabs(w);
+    *ref_nans += std::isnan(w) ? 1 : 0;
+    if (!ok && bad++ < 5)
+      std::fprintf(stderr, "%s[%zu]: got %.9g, reference %.9g\n", what.c_str(), n, g, w);
+  }
+  return bad;
+}
+
+int run_case(const NonfiniteCase& n) {
+  const Case& c = n.c;
+  kcase::Buffer q = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, 0);
+  kcase::Buffer k = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, 0);
+  kcase::Buffer v = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, 0);
+  const std::vector<double> qx = kcase::fill_random(q, 1), vx = kcase::fill_random(v, 3);
+  std::vector<double> kx = kcase::fill_random(k, 2);
+  if (n.nan.j >= 0) {
+    const int64_t at = dilattn::element_offset(k.view, 0, n.nan.j, n.nan.kv_head, 1);
+    dilattn::store_element(k.view.data, c.dtype, at, NAN);
+    kx[static_cast<size_t>(at)] = NAN;  // contiguous: the view's offset is the vector's index
+  }
+  kcase::Buffer q64 = kcase::f64_copy(qx, c.B, c.Nq, c.H, c.D);
+  kcase::Buffer k64 = kcase::f64_copy(kx, c.B, c.Nk, c.Hkv, c.D);
+  kcase::Buffer v64 = kcase::f64_copy(vx, c.B, c.Nk, c.Hkv, c.D);
+
+  kcase::Outputs ref, emu;
+  if (!kcase::run(c, DILATTN_BACKEND_REF, q64.view, k64.view, v64.view, &ref)) return 1;
+  const bool same = kcase::run_emu_in_thread_orders(c, q.view, k.view, v.view, &emu);
+
+  double atol = 0, rtol = 0;
+  kcase::tolerances(c.dtype, &atol, &rtol);
+  int64_t o_nans = 0, lse_nans = 0;
+  int64_t bad = count_bad(c.name + " o", emu.o, ref.o, atol, rtol, &o_nans);
+  std::vector<double> ref_lse = ref.lse;
+  double lse_rtol = 0;
+  if (c.scale != 0) {
+    // LSE is about scale * max <q, k>, up to 1e38 or beyond: the f32 LSE holds the reference's
+    // value rounded to f32 (+-inf outside f32's range), and no absolute bound can hold at that
+    // size, so the bound is relative: rtol 1e-4 (SPEC 8's f32 O bound) covers the f32 dot
+    // product's rounding, which the huge scale multiplies.
+    for (double& x : ref_lse) x = static_cast<float>(x);
+    lse_rtol = 1e-4;
+  }
+  bad += count_bad(c.name + " lse", emu.lse, ref_lse, spec8::kLseAtol, lse_rtol, &lse_nans);
+  // The case must check what it is about: NaN rows next to finite ones, or (scale) no NaN.
+  int64_t finite = 0;
+  for (double x : ref.lse) finite += std::isfinite(x) ? 1 : 0;
+  const bool meaningful = n.nan.j >= 0 ? (lse_nans > 0 && finite > 0) : (o_nans == 0 && finite > 0);
+  if (!meaningful)
+    std::fprintf(stderr, "%s: the reference has %lld NaN and %lld finite LSE values\n",
+                 c.name.c_str(), static_cast<long long>(lse_nans), static_cast<long long>(finite));
+  const bool ok = bad == 0 && same && meaningful;
+  std::printf("%-60s %s (%lld elements off, reference %lld NaN LSE)\n", c.name.c_str(),
+              ok ? "ok" : "FAILED", static_cast<long long>(bad), static_cast<long long>(lse_nans));
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "wmma") != 0)) {
+    std::fprintf(stderr, "usage: %s simt|wmma\n", argv[0]);
+    return 2;
+  }
+  int failures = 0, count = 0;
+  for (const NonfiniteCase& n : cases_for(argv[1])) {
+    failures += run_case(n);
+    ++count;
+  }
+  std::printf("%d of %d cases failed\n", failures, count);
+  return failures == 0 && count > 0 ? 0 : 1;
+}
