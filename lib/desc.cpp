@@ -8,21 +8,6 @@
 
 using dilattn::set_error;
 
-namespace dilattn {
-template <class Handle>
-dilattn_status check_handle(const Handle* h, const char* what) {
-  if (h == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", what);
-  if (h->magic != Handle::kMagic)
-    return set_error(DILATTN_ERROR_INVALID_VALUE,
-                     "argument '%s' = %p is not a live handle (destroyed already?)", what,
-                     static_cast<const void*>(h));
-  return DILATTN_SUCCESS;
-}
-template dilattn_status check_handle(const dilattn_desc_s*, const char*);
-template dilattn_status check_handle(const dilattn_mask_s*, const char*);
-template dilattn_status check_handle(const dilattn_plan_s*, const char*);
-}  // namespace dilattn
-
 #define CHECK_DESC(d)                                                     \
   do {                                                                    \
     dilattn_status s_ = dilattn::check_handle(d, "desc");                 \
@@ -40,8 +25,7 @@ extern "C" dilattn_status dilattn_desc_create(dilattn_desc* desc) {
 extern "C" dilattn_status dilattn_desc_destroy(dilattn_desc desc) {
   DILATTN_ABI_BEGIN
   if (desc == nullptr) return DILATTN_SUCCESS;  // like free(NULL)
-  CHECK_DESC(desc);
-  desc->magic = 0;
+  if (dilattn_status s = dilattn::release_handle(desc, "desc")) return s;
   delete desc;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

@@ -124,9 +124,7 @@ extern "C" dilattn_status dilattn_mask_create(dilattn_mask* mask, const dilattn_
 extern "C" dilattn_status dilattn_mask_destroy(dilattn_mask mask) {
   DILATTN_ABI_BEGIN
   if (mask == nullptr) return DILATTN_SUCCESS;
-  dilattn_status s = dilattn::check_handle(mask, "mask");
-  if (s != DILATTN_SUCCESS) return s;
-  mask->magic = 0;
+  if (dilattn_status s = dilattn::release_handle(mask, "mask")) return s;
   delete mask;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

@@ -11,6 +11,7 @@
 // independent splitmix64).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -224,7 +225,9 @@ extern "C" dilattn_status dilattn_mask_union(dilattn_mask* mask, const dilattn_m
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'count' = %d: must be >= 1", count);
   int64_t heads = 1;
   for (int32_t t = 0; t < count; ++t) {
-    if (dilattn_status s = dilattn::check_handle(masks[t], "masks[t]")) return s;
+    char what[24];
+    std::snprintf(what, sizeof what, "masks[%d]", static_cast<int>(t));
+    if (dilattn_status s = dilattn::check_handle(masks[t], what)) return s;
     const dilattn::BsrMask& a = *masks[t]->mask;
     const dilattn::BsrMask& m0 = *masks[0]->mask;
     if (a.Nq != m0.Nq || a.Nk != m0.Nk || a.bq != m0.bq || a.bk != m0.bk)

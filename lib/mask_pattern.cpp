@@ -31,11 +31,10 @@ struct Shape {
 // Owns the masks built so far, so every return path frees them.
 struct MaskList {
   std::vector<dilattn_mask> masks;
-  ~MaskList() {  // not dilattn_mask_destroy: that would clear the error being returned
-    for (dilattn_mask m : masks) {
-      m->magic = 0;
-      delete m;
-    }
+  // Not dilattn_mask_destroy: that would clear the error being returned. Deleting a mask
+  // unregisters it (handles.h).
+  ~MaskList() {
+    for (dilattn_mask m : masks) delete m;
   }
 };
 
