@@ -3,6 +3,7 @@
 #include <cmath>
 #include <new>
 
+#include "abi_enum.h"
 #include "errors.h"
 #include "handles.h"
 
@@ -54,10 +55,10 @@ extern "C" dilattn_status dilattn_desc_set_dilated(dilattn_desc desc, int32_t nu
     return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'segments' is NULL");
   if (dilations == nullptr)
     return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'dilations' is NULL");
-  if (head_mode != DILATTN_HEADS_MOD && head_mode != DILATTN_HEADS_BLOCK &&
-      head_mode != DILATTN_HEADS_GROUPS)
+  const int32_t mode = dilattn::enum_value(head_mode);  // any int may arrive from C
+  if (mode != DILATTN_HEADS_MOD && mode != DILATTN_HEADS_BLOCK && mode != DILATTN_HEADS_GROUPS)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'head_mode' = %d is not a head mode",
-                     static_cast<int>(head_mode));
+                     static_cast<int>(mode));
   std::vector<dilattn::Branch> branches;
   for (int32_t b = 0; b < num_branches; ++b) {
     const int64_t w = segments[b], r = dilations[b];
@@ -72,7 +73,7 @@ extern "C" dilattn_status dilattn_desc_set_dilated(dilattn_desc desc, int32_t nu
   }
   desc->kind = DILATTN_KIND_DILATED;
   desc->branches = std::move(branches);
-  desc->head_mode = head_mode;
+  desc->head_mode = mode;
   desc->mask.reset();
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

@@ -350,8 +350,13 @@ extern "C" dilattn_status dilattn_mask_topk(dilattn_mask* mask, const dilattn_te
                                             int64_t block_k, int64_t k_keep, int32_t causal) {
   DILATTN_ABI_BEGIN
   if (dilattn_status s = check_out(mask)) return s;
-  if (q == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'q' is NULL");
-  if (k == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'k' is NULL");
+  // q's dtype becomes the one k must match, so q's own fields are checked first and a bad q
+  // dtype is blamed on q.
+  if (dilattn_status s = dilattn::check_tensor_view(q, "q")) return s;
+  if (dilattn_status s = dilattn::check_tensor_view(k, "k")) return s;
+  if (k->dtype != q->dtype)
+    return set_error(DILATTN_ERROR_DTYPE_MISMATCH, "argument 'k': dtype %s, q has %s",
+                     dilattn::dtype_name(k->dtype), dilattn::dtype_name(q->dtype));
   for (int a = 0; a < 4; ++a)
     if (q->shape[a] < 1 || k->shape[a] < 1)
       return set_error(DILATTN_ERROR_INVALID_VALUE, "argument '%s' shape[%d] = %lld: must be >= 1",
