@@ -101,7 +101,7 @@ void many_threads() {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([t, &bad] {
-      for (int round = 0; round < 2000; ++round) {
+      for (int round = 0; round < 20000; ++round) {
         dilattn_desc d = nullptr;
         dilattn_mask m = nullptr;
         if (dilattn_desc_create(&d) != DILATTN_SUCCESS) ++bad[t];
