@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "abi_enum.h"
 #include "buddy_allocator.h"
 #include "dilattn_config.h"
 #include "errors.h"
@@ -372,9 +373,10 @@ extern "C" dilattn_status dilattn_pool_create_from_memory(dilattn_pool* pool, vo
   if (reinterpret_cast<uintptr_t>(memory) % DILATTN_POOL_MIN_BLOCK != 0)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'memory' = %p: not %d-byte aligned",
                      memory, DILATTN_POOL_MIN_BLOCK);
-  if (device != DILATTN_DEVICE_CPU && device != DILATTN_DEVICE_CUDA)
+  const int32_t device_value = dilattn::enum_value(device);  // any int may arrive from C
+  if (device_value != DILATTN_DEVICE_CPU && device_value != DILATTN_DEVICE_CUDA)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'device' = %d: not a device type",
-                     static_cast<int>(device));
+                     static_cast<int>(device_value));
   if (min_block_bytes == 0) min_block_bytes = DILATTN_POOL_MIN_BLOCK;
   dilattn_status s = check_sizes(bytes, min_block_bytes, "bytes");
   if (s != DILATTN_SUCCESS) return s;

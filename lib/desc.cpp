@@ -3,25 +3,11 @@
 #include <cmath>
 #include <new>
 
+#include "abi_enum.h"
 #include "errors.h"
 #include "handles.h"
 
 using dilattn::set_error;
-
-namespace dilattn {
-template <class Handle>
-dilattn_status check_handle(const Handle* h, const char* what) {
-  if (h == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", what);
-  if (h->magic != Handle::kMagic)
-    return set_error(DILATTN_ERROR_INVALID_VALUE,
-                     "argument '%s' = %p is not a live handle (destroyed already?)", what,
-                     static_cast<const void*>(h));
-  return DILATTN_SUCCESS;
-}
-template dilattn_status check_handle(const dilattn_desc_s*, const char*);
-template dilattn_status check_handle(const dilattn_mask_s*, const char*);
-template dilattn_status check_handle(const dilattn_plan_s*, const char*);
-}  // namespace dilattn
 
 #define CHECK_DESC(d)                                                     \
   do {                                                                    \
@@ -40,8 +26,7 @@ extern "C" dilattn_status dilattn_desc_create(dilattn_desc* desc) {
 extern "C" dilattn_status dilattn_desc_destroy(dilattn_desc desc) {
   DILATTN_ABI_BEGIN
   if (desc == nullptr) return DILATTN_SUCCESS;  // like free(NULL)
-  CHECK_DESC(desc);
-  desc->magic = 0;
+  if (dilattn_status s = dilattn::release_handle(desc, "desc")) return s;
   delete desc;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END
@@ -70,10 +55,10 @@ extern "C" dilattn_status dilattn_desc_set_dilated(dilattn_desc desc, int32_t nu
     return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'segments' is NULL");
   if (dilations == nullptr)
     return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'dilations' is NULL");
-  if (head_mode != DILATTN_HEADS_MOD && head_mode != DILATTN_HEADS_BLOCK &&
-      head_mode != DILATTN_HEADS_GROUPS)
+  const int32_t mode = dilattn::enum_value(head_mode);  // any int may arrive from C
+  if (mode != DILATTN_HEADS_MOD && mode != DILATTN_HEADS_BLOCK && mode != DILATTN_HEADS_GROUPS)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'head_mode' = %d is not a head mode",
-                     static_cast<int>(head_mode));
+                     static_cast<int>(mode));
   std::vector<dilattn::Branch> branches;
   for (int32_t b = 0; b < num_branches; ++b) {
     const int64_t w = segments[b], r = dilations[b];
@@ -88,7 +73,7 @@ extern "C" dilattn_status dilattn_desc_set_dilated(dilattn_desc desc, int32_t nu
   }
   desc->kind = DILATTN_KIND_DILATED;
   desc->branches = std::move(branches);
-  desc->head_mode = head_mode;
+  desc->head_mode = mode;
   desc->mask.reset();
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

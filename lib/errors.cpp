@@ -4,6 +4,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "abi_enum.h"
+
 namespace dilattn {
 
 namespace {
@@ -25,7 +27,7 @@ void clear_error() { t_last_error[0] = '\0'; }
 extern "C" const char* dilattn_last_error(void) { return dilattn::t_last_error; }
 
 extern "C" const char* dilattn_status_string(dilattn_status status) {
-  switch (status) {
+  switch (dilattn::enum_value(status)) {  // any int may arrive from C
     case DILATTN_SUCCESS: return "DILATTN_SUCCESS: no error";
     case DILATTN_ERROR_NULL_POINTER: return "DILATTN_ERROR_NULL_POINTER: a required pointer is NULL";
     case DILATTN_ERROR_SHAPE_MISMATCH: return "DILATTN_ERROR_SHAPE_MISMATCH: tensor shapes disagree";

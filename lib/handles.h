@@ -1,7 +1,7 @@
 // handles.h - what the opaque handles of dilattn.h point to.
 //
-// Each handle starts with a magic number, cleared on destroy, so a handle used after destroy is
-// caught where the memory has not been reused yet (a best effort, not a guarantee).
+// Each handle's first member registers it as live (handle_registry.h) until it is destroyed, so
+// a destroyed, forged or wrong-kind handle is refused without reading the memory it points to.
 #ifndef DILATTN_HANDLES_H
 #define DILATTN_HANDLES_H
 
@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "backend.h"
+#include "handle_registry.h"
 #include "problem.h"
 
 struct dilattn_desc_s {
-  static constexpr uint32_t kMagic = 0xd1a7de5cu;
-  uint32_t magic = kMagic;
+  static constexpr dilattn::HandleKind kKind = dilattn::HandleKind::desc;
+  dilattn::LiveHandle live{this, kKind};
   dilattn_kind kind = DILATTN_KIND_DENSE;
   std::vector<dilattn::Branch> branches;
   int32_t head_mode = dilattn::kHeadsMod;
@@ -27,14 +28,14 @@ struct dilattn_desc_s {
 };
 
 struct dilattn_mask_s {
-  static constexpr uint32_t kMagic = 0xd1a7a5cbu;
-  uint32_t magic = kMagic;
+  static constexpr dilattn::HandleKind kKind = dilattn::HandleKind::mask;
+  dilattn::LiveHandle live{this, kKind};
   std::shared_ptr<const dilattn::BsrMask> mask;
 };
 
 struct dilattn_plan_s {
-  static constexpr uint32_t kMagic = 0xd1a7b1a0u;
-  uint32_t magic = kMagic;
+  static constexpr dilattn::HandleKind kKind = dilattn::HandleKind::plan;
+  dilattn::LiveHandle live{this, kKind};
   dilattn::Problem problem;
   const dilattn::Backend* backend = nullptr;  // the table entry of problem.backend
   dilattn::WorkspaceBytes workspace;
@@ -42,9 +43,16 @@ struct dilattn_plan_s {
 
 namespace dilattn {
 // Returns SUCCESS when h is a live handle of its kind, else NULL_POINTER / INVALID_VALUE with
-// the last error naming `what`.
+// the last error naming `what`. Reads only the registry, never *h.
 template <class Handle>
-dilattn_status check_handle(const Handle* h, const char* what);
+dilattn_status check_handle(const Handle* h, const char* what) {
+  return check_live(h, Handle::kKind, what);
+}
+// For *_destroy: check_handle and unregister in one step; on SUCCESS the caller deletes h.
+template <class Handle>
+dilattn_status release_handle(const Handle* h, const char* what) {
+  return release_live(h, Handle::kKind, what);
+}
 }  // namespace dilattn
 
 #endif  // DILATTN_HANDLES_H

@@ -5,6 +5,7 @@
 // tests/sparse/test_sparse_masks.cpp.
 #include <memory>
 
+#include "abi_enum.h"
 #include "errors.h"
 #include "handles.h"
 
@@ -20,9 +21,10 @@ int64_t read_index(const void* base, dilattn_index_type t, int64_t i) {
 #define LL(x) static_cast<long long>(x)
 
 dilattn_status build_mask(const dilattn_bsr_view& v, dilattn::BsrMask* m) {
-  if (v.index_type != DILATTN_INDEX_INT32 && v.index_type != DILATTN_INDEX_INT64)
+  const int32_t index_type = dilattn::enum_value(v.index_type);  // any int may arrive from C
+  if (index_type != DILATTN_INDEX_INT32 && index_type != DILATTN_INDEX_INT64)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "mask index_type = %d is not an index type",
-                     static_cast<int>(v.index_type));
+                     static_cast<int>(index_type));
   const struct { const char* name; int64_t value; } dims[] = {
       {"seqlen_q", v.seqlen_q}, {"seqlen_k", v.seqlen_k}, {"block_q", v.block_q},
       {"block_k", v.block_k}, {"num_heads", v.num_heads}};
@@ -128,9 +130,7 @@ extern "C" dilattn_status dilattn_mask_create(dilattn_mask* mask, const dilattn_
 extern "C" dilattn_status dilattn_mask_destroy(dilattn_mask mask) {
   DILATTN_ABI_BEGIN
   if (mask == nullptr) return DILATTN_SUCCESS;
-  dilattn_status s = dilattn::check_handle(mask, "mask");
-  if (s != DILATTN_SUCCESS) return s;
-  mask->magic = 0;
+  if (dilattn_status s = dilattn::release_handle(mask, "mask")) return s;
   delete mask;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

@@ -4,13 +4,18 @@
 // What each builder keeps is defined, pair by pair, in dilattn_mask.h; this file follows those
 // definitions literally. Every builder works the same way: for each (head, row block) it lists
 // the kept key blocks in ascending order, then finish() packs the lists into a BsrMask (SPEC 4's
-// BSR layout). Cost is O(nnz) for local/sink/strided/union, O(I*J) for random and top-k.
+// BSR layout). Cost is O(nnz) for local/sink/strided/union, O(I*J) for random and top-k, and
+// O(I*J + anchor rows) for hierarchical; I*J and the anchor rows are each bounded by 2^34 so a
+// huge size is refused (SIZE_OVERFLOW) instead of running for hours. Sizes up to INT64_MAX are
+// accepted, so no sum or product below may pass it: each is written from a value known to be
+// in range (a block's first row, a clipped window) rather than clamped after it is formed.
 //
 // Checked by tests/sparse/test_sparse_masks.cpp (hand-computed masks) and
 // tests/sparse/test_sparse.py (every builder against a brute-force definition, random against an
 // independent splitmix64).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -31,7 +36,12 @@ namespace {
 struct Geometry {
   int64_t Nq = 0, Nk = 0, bq = 0, bk = 0, I = 0, J = 0;
 
-  int64_t last_row(int64_t ib) const { return dilattn::min_i64((ib + 1) * bq, Nq) - 1; }
+  // min((ib+1)*bq, Nq) - 1, written from the block's first row ib*bq < Nq so that (ib+1)*bq,
+  // which can pass INT64_MAX when Nq is near it, is never formed.
+  int64_t last_row(int64_t ib) const {
+    const int64_t r0 = ib * bq;
+    return r0 + dilattn::min_i64(bq, Nq - r0) - 1;
+  }
   int64_t aligned_block(int64_t i) const {  // key block of clamp(i + off, 0, Nk - 1)
     const int64_t a = dilattn::causal_last_key(i, Nq, Nk);
     return dilattn::max_i64(0, dilattn::min_i64(a, Nk - 1)) / bk;
@@ -43,6 +53,9 @@ struct Geometry {
     return jb * bk <= dilattn::causal_last_key(last_row(ib), Nq, Nk);
   }
 };
+
+// Limit on the anchor rows the hierarchical builder visits, as 2^34 bounds block pairs.
+constexpr int64_t kMaxAnchorRows = int64_t{1} << 34;
 
 dilattn_status make_geometry(int64_t Nq, int64_t Nk, int64_t bq, int64_t bk, Geometry* g) {
   const struct { const char* name; int64_t value; } dims[] = {
@@ -224,7 +237,9 @@ extern "C" dilattn_status dilattn_mask_union(dilattn_mask* mask, const dilattn_m
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'count' = %d: must be >= 1", count);
   int64_t heads = 1;
   for (int32_t t = 0; t < count; ++t) {
-    if (dilattn_status s = dilattn::check_handle(masks[t], "masks[t]")) return s;
+    char what[24];
+    std::snprintf(what, sizeof what, "masks[%d]", static_cast<int>(t));
+    if (dilattn_status s = dilattn::check_handle(masks[t], what)) return s;
     const dilattn::BsrMask& a = *masks[t]->mask;
     const dilattn::BsrMask& m0 = *masks[0]->mask;
     if (a.Nq != m0.Nq || a.Nk != m0.Nk || a.bq != m0.bq || a.bk != m0.bk)
@@ -282,31 +297,49 @@ extern "C" dilattn_status dilattn_mask_hierarchical(dilattn_mask* mask, int64_t 
       return set_error(DILATTN_ERROR_INVALID_VALUE, "block_sizes[%d] = %lld: must be >= 1", l,
                        LL(block_sizes[l]));
   }
+  // Every anchor row is visited once, so bound their number as make_geometry bounds block
+  // pairs: sum over levels of ceil(Nq / s) <= 2^34 (strides >= 1 were checked above).
+  int64_t anchors = 0;
+  for (int32_t l = 0; l < levels; ++l) {
+    const int64_t level_anchors = dilattn::ceil_div(g.Nq, strides[l]);
+    if (level_anchors > kMaxAnchorRows - anchors)  // not anchors + level_anchors: may overflow
+      return set_error(DILATTN_ERROR_SIZE_OVERFLOW,
+                       "strides[%d] = %lld: the levels anchor more than 2^34 query rows of "
+                       "seqlen_q = %lld (each anchor row is visited; raise the strides)",
+                       l, LL(strides[l]), LL(g.Nq));
+    anchors += level_anchors;
+  }
   // Per row block, mark the key blocks each anchor reaches with a difference array over [0, J].
+  // Sizes may be near INT64_MAX, so every sum below is ordered to stay inside [0, Nk) or
+  // (-Nq, Nk) instead of being clamped after it is formed.
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(g.I));
   std::vector<int64_t> diff(static_cast<size_t>(g.J + 1));
   for (int64_t ib = 0; ib < g.I; ++ib) {
     std::fill(diff.begin(), diff.end(), 0);
     const int64_t r0 = ib * g.bq, r1 = g.last_row(ib);
     for (int32_t l = 0; l < levels; ++l) {
-      // Clamps that change nothing but keep i + s, a + w/2 and (hi/c + 1)*c inside int64:
-      // a stride >= Nq has the one anchor 0, a half window >= Nq + Nk reaches every key, and
-      // a level block >= Nk widens to all of [0, Nk).
-      const int64_t s = dilattn::min_i64(strides[l], g.Nq);
-      const int64_t w = windows[l] < 0 ? -1 : dilattn::min_i64(windows[l], 2 * (g.Nq + g.Nk));
-      const int64_t c = dilattn::min_i64(block_sizes[l], g.Nk);
-      for (int64_t i = dilattn::ceil_div(r0, s) * s; i <= r1; i += s) {
-        int64_t lo = 0, hi = g.Nk - 1;  // keys reached, inclusive
-        if (w >= 0) {
-          const int64_t a = dilattn::causal_last_key(i, g.Nq, g.Nk);
-          lo = dilattn::max_i64(0, a - w / 2);
-          hi = dilattn::min_i64(g.Nk - 1, a + w / 2);
-          if (lo > hi) continue;  // the window lies wholly outside [0, Nk)
-          lo = (lo / c) * c;
-          hi = dilattn::min_i64(g.Nk - 1, (hi / c + 1) * c - 1);
+      const int64_t s = strides[l], half = windows[l] < 0 ? -1 : windows[l] / 2;
+      const int64_t c = block_sizes[l];
+      // The first anchor i >= r0 with i mod s == 0, if it is <= r1.
+      const int64_t to_next = (s - r0 % s) % s;
+      if (to_next > r1 - r0) continue;
+      for (int64_t i = r0 + to_next;; i += s) {
+        int64_t lo = 0, hi = g.Nk - 1;  // keys reached, inclusive; w = -1: every key
+        if (half >= 0) {
+          const int64_t a = dilattn::causal_last_key(i, g.Nq, g.Nk);  // in (-Nq, Nk)
+          lo = a <= half ? 0 : a - half;
+          hi = a >= 0 && half >= g.Nk - 1 - a ? g.Nk - 1 : dilattn::min_i64(g.Nk - 1, a + half);
+          if (lo <= hi) {  // else the window lies wholly outside [0, Nk)
+            lo = lo / c * c;  // widened outward to multiples of c, clipped to [0, Nk)
+            const int64_t hi_start = hi / c * c;
+            hi = g.Nk - 1 - hi_start < c ? g.Nk - 1 : hi_start + c - 1;
+          }
         }
-        ++diff[static_cast<size_t>(lo / g.bk)];
-        --diff[static_cast<size_t>(hi / g.bk + 1)];
+        if (lo <= hi) {
+          ++diff[static_cast<size_t>(lo / g.bk)];
+          --diff[static_cast<size_t>(hi / g.bk + 1)];
+        }
+        if (r1 - i < s) break;  // the next anchor is past the block (i + s may pass INT64_MAX)
       }
     }
     int64_t run = 0;
@@ -329,12 +362,12 @@ std::vector<double> block_means(const dilattn_tensor& x, int64_t B, int64_t N, i
   for (int64_t hd = 0; hd < heads; ++hd)
     for (int64_t blk = 0; blk < nblocks; ++blk) {
       double* acc = out.data() + (hd * nblocks + blk) * D;
-      const int64_t n0 = blk * bsz, n1 = dilattn::min_i64(n0 + bsz, N);
+      const int64_t n0 = blk * bsz, n1 = n0 + dilattn::min_i64(bsz, N - n0);  // no n0 + bsz
       for (int64_t b = 0; b < B; ++b)
         for (int64_t n = n0; n < n1; ++n)
           for (int64_t d = 0; d < D; ++d)
             acc[d] += dilattn::load_element(x.data, x.dtype, dilattn::element_offset(x, b, n, hd, d));
-      const double count = static_cast<double>(B * (n1 - n0));
+      const double count = static_cast<double>(B) * static_cast<double>(n1 - n0);
       for (int64_t d = 0; d < D; ++d) acc[d] /= count;
     }
   return out;
@@ -347,8 +380,13 @@ extern "C" dilattn_status dilattn_mask_topk(dilattn_mask* mask, const dilattn_te
                                             int64_t block_k, int64_t k_keep, int32_t causal) {
   DILATTN_ABI_BEGIN
   if (dilattn_status s = check_out(mask)) return s;
-  if (q == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'q' is NULL");
-  if (k == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'k' is NULL");
+  // q's dtype becomes the one k must match, so q's own fields are checked first and a bad q
+  // dtype is blamed on q.
+  if (dilattn_status s = dilattn::check_tensor_view(q, "q")) return s;
+  if (dilattn_status s = dilattn::check_tensor_view(k, "k")) return s;
+  if (k->dtype != q->dtype)
+    return set_error(DILATTN_ERROR_DTYPE_MISMATCH, "argument 'k': dtype %s, q has %s",
+                     dilattn::dtype_name(k->dtype), dilattn::dtype_name(q->dtype));
   for (int a = 0; a < 4; ++a)
     if (q->shape[a] < 1 || k->shape[a] < 1)
       return set_error(DILATTN_ERROR_INVALID_VALUE, "argument '%s' shape[%d] = %lld: must be >= 1",

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,10 @@ struct Shape {
 // Owns the masks built so far, so every return path frees them.
 struct MaskList {
   std::vector<dilattn_mask> masks;
-  ~MaskList() {  // not dilattn_mask_destroy: that would clear the error being returned
-    for (dilattn_mask m : masks) {
-      m->magic = 0;
-      delete m;
-    }
+  // Not dilattn_mask_destroy: that would clear the error being returned. Deleting a mask
+  // unregisters it (handles.h).
+  ~MaskList() {
+    for (dilattn_mask m : masks) delete m;
   }
 };
 
@@ -163,8 +163,10 @@ dilattn_status build_term(const std::string& term, int index, const Shape& sh, d
     s = dilattn_mask_random(out, sh.Nq, sh.Nk, sh.bq, sh.bk, 1, density, seed, causal);
   } else if (name == "dense") {
     if ((s = want(0, "dense (no values)")) != DILATTN_SUCCESS) return s;
-    s = dilattn_mask_sink(out, sh.Nq, sh.Nk, sh.bq, sh.bk,
-                          (sh.Nq + sh.bq - 1) / sh.bq, causal);  // every query block is global
+    // Every query block is global: G = INT64_MAX >= I for any shape, with no division by a
+    // block size the builder has not checked yet.
+    s = dilattn_mask_sink(out, sh.Nq, sh.Nk, sh.bq, sh.bk, std::numeric_limits<int64_t>::max(),
+                          causal);
   } else if (name == "hier") {
     if ((s = want(1, "hier:PRESET or hier:S/W/C[,S/W/C...]")) != DILATTN_SUCCESS) return s;
     std::vector<Level> levels;

@@ -142,9 +142,7 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
 extern "C" dilattn_status dilattn_plan_destroy(dilattn_plan plan) {
   DILATTN_ABI_BEGIN
   if (plan == nullptr) return DILATTN_SUCCESS;
-  dilattn_status s = dilattn::check_handle(plan, "plan");
-  if (s != DILATTN_SUCCESS) return s;
-  plan->magic = 0;
+  if (dilattn_status s = dilattn::release_handle(plan, "plan")) return s;
   delete plan;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

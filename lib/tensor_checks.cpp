@@ -1,6 +1,7 @@
 // tensor_checks.cpp - one check for every tensor argument (SPEC 1 and 7).
 #include "tensor_checks.h"
 
+#include "abi_enum.h"
 #include "dtype_convert.h"
 #include "errors.h"
 
@@ -12,8 +13,7 @@ dilattn_device_type backend_device(dilattn_backend b) {
 }
 }  // namespace
 
-dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const char* name,
-                            TensorRole role) {
+dilattn_status check_tensor_view(const dilattn_tensor* t, const char* name) {
   if (t == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", name);
   if (t->struct_size != sizeof(dilattn_tensor))
     return set_error(DILATTN_ERROR_INVALID_VALUE,
@@ -22,6 +22,19 @@ dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const cha
                      name, t->struct_size, sizeof(dilattn_tensor));
   if (t->data == nullptr)
     return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s': data is NULL", name);
+  const int32_t dtype = enum_value(t->dtype), device = enum_value(t->device);
+  if (dtype != DILATTN_F32 && dtype != DILATTN_F64 && dtype != DILATTN_F16 && dtype != DILATTN_BF16)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument '%s': dtype = %d is not a dtype", name,
+                     static_cast<int>(dtype));
+  if (device != DILATTN_DEVICE_CPU && device != DILATTN_DEVICE_CUDA)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument '%s': device = %d is not a device type",
+                     name, static_cast<int>(device));
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const char* name,
+                            TensorRole role) {
+  if (dilattn_status s = check_tensor_view(t, name)) return s;
   if (role == TensorRole::lse) {
     if (t->dtype != DILATTN_F32 && t->dtype != DILATTN_F64)
       return set_error(DILATTN_ERROR_DTYPE_MISMATCH, "argument '%s': dtype %s, LSE must be f32 or f64",

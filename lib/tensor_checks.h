@@ -8,7 +8,12 @@ namespace dilattn {
 
 enum class TensorRole { q, kv, o, lse };
 
-// Checks pointer, data, dtype, device, shape, strides >= 0 and that the largest element offset
+// Checks what a view must be on its own: t and its data not NULL, dtype and device values of
+// their enums (read as integers first: abi_enum.h). INVALID_VALUE names `name` and the value.
+// Call before reading t->dtype or t->device as enums.
+dilattn_status check_tensor_view(const dilattn_tensor* t, const char* name);
+
+// Checks check_tensor_view, then dtype and device against the plan, shape, strides >= 0 and that the largest element offset
 // fits int64. `name` is the argument's name for the message ("q", "dk", ...). For LSE any of
 // f32 or f64 is accepted.
 dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const char* name,
