@@ -52,7 +52,7 @@ struct Backend {
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
-const Backend* find_backend(dilattn_backend id);
+const Backend* find_backend(int32_t id);
 // AUTO: the first backend, in the table's order of preference, that can run the problem.
 const Backend& resolve_auto_backend(const Problem& p);
 

@@ -24,7 +24,7 @@ const Backend kBackends[] = {
 
 }  // namespace
 
-const Backend* find_backend(dilattn_backend id) {
+const Backend* find_backend(int32_t id) {
   for (const Backend& b : kBackends)
     if (b.id == id) return &b;
   return nullptr;

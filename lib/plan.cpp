@@ -5,6 +5,7 @@
 #include <limits>
 #include <thread>
 
+#include "abi_enum.h"
 #include "errors.h"
 #include "handles.h"
 
@@ -95,13 +96,17 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
                      "argument 'shape': struct_size = %zu, expected sizeof(dilattn_shape) = %zu "
                      "(fill it with dilattn_shape_make)",
                      shape->struct_size, sizeof(dilattn_shape));
-  if (dtype != DILATTN_F32 && dtype != DILATTN_F64 && dtype != DILATTN_F16 &&
-      dtype != DILATTN_BF16)
+  // Any int may arrive from C: both are read as integers before they are used as enums.
+  const int32_t dtype_value = dilattn::enum_value(dtype);
+  const int32_t backend_value = dilattn::enum_value(backend);
+  if (dtype_value != DILATTN_F32 && dtype_value != DILATTN_F64 && dtype_value != DILATTN_F16 &&
+      dtype_value != DILATTN_BF16)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'dtype' = %d is not a dtype",
-                     static_cast<int>(dtype));
-  if (backend != DILATTN_BACKEND_AUTO && dilattn::find_backend(backend) == nullptr)
+                     static_cast<int>(dtype_value));
+  const bool auto_backend = backend_value == DILATTN_BACKEND_AUTO;
+  if (!auto_backend && dilattn::find_backend(backend_value) == nullptr)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'backend' = %d is not a backend",
-                     static_cast<int>(backend));
+                     static_cast<int>(backend_value));
 
   dilattn::Problem p;
   p.B = shape->batch;
@@ -124,10 +129,9 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
 
   // AUTO takes the first backend of the table that can run the problem; a named backend
   // must be able to (its can_run says why not).
-  const dilattn::Backend* chosen = backend == DILATTN_BACKEND_AUTO
-                                       ? &dilattn::resolve_auto_backend(p)
-                                       : dilattn::find_backend(backend);
-  if (backend != DILATTN_BACKEND_AUTO && (s = chosen->can_run(p)) != DILATTN_SUCCESS) return s;
+  const dilattn::Backend* chosen =
+      auto_backend ? &dilattn::resolve_auto_backend(p) : dilattn::find_backend(backend_value);
+  if (!auto_backend && (s = chosen->can_run(p)) != DILATTN_SUCCESS) return s;
   p.backend = chosen->id;
 
   auto* made = new dilattn_plan_s();

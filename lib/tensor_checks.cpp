@@ -2,16 +2,11 @@
 #include "tensor_checks.h"
 
 #include "abi_enum.h"
+#include "backend.h"
 #include "dtype_convert.h"
 #include "errors.h"
 
 namespace dilattn {
-
-namespace {
-dilattn_device_type backend_device(dilattn_backend b) {
-  return b == DILATTN_BACKEND_CUDA ? DILATTN_DEVICE_CUDA : DILATTN_DEVICE_CPU;
-}
-}  // namespace
 
 dilattn_status check_tensor_view(const dilattn_tensor* t, const char* name) {
   if (t == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", name);
@@ -43,11 +38,11 @@ dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const cha
     return set_error(DILATTN_ERROR_DTYPE_MISMATCH, "argument '%s': dtype %s, the plan has %s", name,
                      dtype_name(t->dtype), dtype_name(p.dtype));
   }
-  if (t->device != backend_device(p.backend))
+  const Backend& backend = *find_backend(p.backend);  // the plan's, never AUTO
+  if (t->device != backend.device)
     return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
                      "argument '%s': on device %d, backend %s needs device %d", name,
-                     static_cast<int>(t->device), dilattn_backend_name(p.backend),
-                     static_cast<int>(backend_device(p.backend)));
+                     static_cast<int>(t->device), backend.name, static_cast<int>(backend.device));
   int64_t expected[4] = {0, 0, 0, 0};
   switch (role) {
     case TensorRole::q:

@@ -1,7 +1,9 @@
 // version.cpp - version, build information and small conveniences of the C ABI.
 #include <cstdio>
+#include <cstring>
 #include <string>
 
+#include "abi_enum.h"
 #include "backend.h"
 #include "dilattn.h"
 #include "dilattn_config.h"
@@ -13,7 +15,7 @@ extern "C" dilattn_tensor dilattn_tensor_contiguous(void* data, dilattn_dtype dt
   dilattn_tensor t{};
   t.struct_size = sizeof(dilattn_tensor);
   t.data = data;
-  t.dtype = dtype;
+  std::memcpy(&t.dtype, &dtype, sizeof t.dtype);  // copied as bytes: checked when used (abi_enum.h)
   t.device = DILATTN_DEVICE_CPU;
   t.device_index = 0;
   t.shape[0] = d0; t.shape[1] = d1; t.shape[2] = d2; t.shape[3] = d3;
@@ -39,14 +41,16 @@ extern "C" dilattn_shape dilattn_shape_make(int64_t batch, int64_t seqlen_q, int
 }
 
 extern "C" const char* dilattn_backend_name(dilattn_backend backend) {
-  if (backend == DILATTN_BACKEND_AUTO) return "auto";
-  const dilattn::Backend* entry = dilattn::find_backend(backend);
+  const int32_t id = dilattn::enum_value(backend);  // any int may arrive from C
+  if (id == DILATTN_BACKEND_AUTO) return "auto";
+  const dilattn::Backend* entry = dilattn::find_backend(id);
   return entry != nullptr ? entry->name : "unknown";
 }
 
 extern "C" int dilattn_backend_available(dilattn_backend backend) {
-  if (backend == DILATTN_BACKEND_AUTO) return 1;
-  const dilattn::Backend* entry = dilattn::find_backend(backend);
+  const int32_t id = dilattn::enum_value(backend);  // any int may arrive from C
+  if (id == DILATTN_BACKEND_AUTO) return 1;
+  const dilattn::Backend* entry = dilattn::find_backend(id);
   if (entry == nullptr) return 0;
   dilattn::Problem probe;  // a tiny f32 problem: does the backend exist at all?
   probe.B = probe.Nq = probe.Nk = probe.H = probe.Hkv = 1;

@@ -108,8 +108,6 @@ def test_mask_command_writes_well_formed_masks_near_2_63(tmp_path, n, block, row
     assert again["row_ptr"].tolist() == row_ptr and again["col_idx"].tolist() == col_idx
 
 
-@pytest.mark.xfail(strict=True, reason="library: mask_pattern.cpp's 'dense' term computes its "
-                   "global block count as (Nq + bq - 1) / bq, which overflows here")
 def test_dense_pattern_near_2_63_is_one_full_block(tmp_path):
     run("mask", "--pattern", "dense", "--n", BIG, "--block-size", BIG, "--out", tmp_path / "m.npz",
         expect=0)

@@ -54,6 +54,7 @@ static void mask_index_type_field(void) {
   dilattn_mask mask = NULL;
   int t;
   memset(&v, 0, sizeof v);
+  v.struct_size = sizeof v;
   v.seqlen_q = v.seqlen_k = v.block_q = v.block_k = 4;
   v.num_heads = 1;
   v.row_ptr = row_ptr;
@@ -107,8 +108,9 @@ static void forward_tensor_fields(void) {
   dilattn_desc desc = NULL;
   dilattn_plan plan = NULL;
   int t;
+  const dilattn_shape shape = dilattn_shape_make(1, 4, 4, 1, 1, 1);
   if (dilattn_desc_create(&desc) != DILATTN_SUCCESS ||
-      dilattn_plan_create(&plan, desc, 1, 4, 4, 1, 1, 1, DILATTN_F32, DILATTN_BACKEND_REF) !=
+      dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF) !=
           DILATTN_SUCCESS) {
     fprintf(stderr, "FAILED: plan: %s\n", dilattn_last_error());
     ++failures;

@@ -38,8 +38,8 @@ int main() {
   errtest::Problem p;
   dilattn_plan autoplan = nullptr;
   provoke_error(bad);
-  EXPECT_CLEARS(dilattn_plan_create(&autoplan, p.desc, 1, 4, 4, 2, 1, 3, DILATTN_F32,
-                                    DILATTN_BACKEND_AUTO));
+  const dilattn_shape shape = dilattn_shape_make(1, 4, 4, 2, 1, 3);
+  EXPECT_CLEARS(dilattn_plan_create(&autoplan, p.desc, &shape, DILATTN_F32, DILATTN_BACKEND_AUTO));
   dilattn_backend chosen = DILATTN_BACKEND_AUTO;
   provoke_error(bad);
   EXPECT_CLEARS(dilattn_plan_backend(autoplan, &chosen));

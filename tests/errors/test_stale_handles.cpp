@@ -21,8 +21,8 @@ void stale_desc() {
                "destroyed");
   EXPECT_ERROR(dilattn_desc_destroy(desc), DILATTN_ERROR_INVALID_VALUE, "'desc'", "destroyed");
   dilattn_plan plan = nullptr;
-  EXPECT_ERROR(dilattn_plan_create(&plan, desc, 1, 4, 4, 1, 1, 1, DILATTN_F32,
-                                   DILATTN_BACKEND_REF),
+  const dilattn_shape shape = dilattn_shape_make(1, 4, 4, 1, 1, 1);
+  EXPECT_ERROR(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF),
                DILATTN_ERROR_INVALID_VALUE, "'desc'", "destroyed");
   EXPECT_TRUE(plan == nullptr);
 }
