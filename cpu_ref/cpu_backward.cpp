@@ -20,10 +20,10 @@
 
 #include "backend.h"
 #include "cpu_microkernel.h"
-#include "cpu_scratch.h"
+#include "cpu_workspace.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
-#include "thread_pool.h"
+#include "cpu_thread_pool.h"
 
 namespace dilattn::cpu {
 
@@ -76,7 +76,7 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 }
 
 // ---------------------------------------------------------------- dQ, per query block
-void dq_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64_t b, int64_t h,
+void dq_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b, int64_t h,
               int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const float mul = static_cast<float>(p.scale) * kLog2e;
@@ -118,7 +118,7 @@ void dq_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64_t
 }
 
 // ---------------------------------------------------------------- dK, dV, per key block
-void dkdv_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64_t b, int64_t g,
+void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b, int64_t g,
                 int64_t j0, int64_t j1) {
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
   const float mul = static_cast<float>(p.scale) * kLog2e;
@@ -179,13 +179,13 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   ThreadPool pool(p.num_threads);
   const int64_t T = block_rows(p), q_blocks = ceil_div(p.Nq, T), k_blocks = ceil_div(p.Nk, T);
   pool.run(p.B * p.H * q_blocks, [&](int64_t item, int worker) {
-    const Scratch w = carve_scratch(a.workspace, worker, p.D, T);
+    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;
     const int64_t i0 = blk * T;
     dq_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
   });
   pool.run(p.B * p.Hkv * k_blocks, [&](int64_t item, int worker) {
-    const Scratch w = carve_scratch(a.workspace, worker, p.D, T);
+    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % k_blocks, bg = item / k_blocks;
     const int64_t j0 = blk * T;
     dkdv_block(p, a, w, bg / p.Hkv, bg % p.Hkv, j0, min_i64(j0 + T, p.Nk));

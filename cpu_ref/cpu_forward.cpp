@@ -19,10 +19,10 @@
 
 #include "backend.h"
 #include "cpu_microkernel.h"
-#include "cpu_scratch.h"
+#include "cpu_workspace.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
-#include "thread_pool.h"
+#include "cpu_thread_pool.h"
 
 namespace dilattn::cpu {
 
@@ -65,7 +65,7 @@ void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t
 }
 
 // One work item: rows [i0, i1) of head h, batch b.
-void forward_block(const Problem& p, const ForwardArgs& a, const Scratch& w, int64_t b,
+void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, int64_t b,
                    int64_t h, int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const float mul = static_cast<float>(p.scale) * kLog2e;
@@ -124,7 +124,7 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   const int64_t T = block_rows(p), blocks = ceil_div(p.Nq, T);
   ThreadPool pool(p.num_threads);
   pool.run(p.B * p.H * blocks, [&](int64_t item, int worker) {
-    const Scratch w = carve_scratch(a.workspace, worker, p.D, T);
+    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % blocks, bh = item / blocks;
     const int64_t i0 = blk * T;
     forward_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));

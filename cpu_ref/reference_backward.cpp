@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "backend.h"
-#include "reference.h"
+#include "reference_rows.h"
 
 namespace dilattn::ref {
 

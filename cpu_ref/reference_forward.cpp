@@ -1,7 +1,7 @@
 // reference_forward.cpp - the f64 reference forward: SPEC 2 (dense softmax), 3 (dilated
 // branches combined by LSE) and 4 (block-sparse), written to be read, not to be fast.
 //
-// For each (b, h, i): split A(i) into softmax groups (key_sets.cpp), compute each group's
+// For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
 // Checked by tests/reference/ (hand-computed cases, identities) and tests/python/
 // (an independent numpy implementation).
@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "backend.h"
-#include "reference.h"
+#include "reference_rows.h"
 
 namespace dilattn::ref {
 
