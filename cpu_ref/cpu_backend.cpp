@@ -8,10 +8,9 @@
 #include "backend.h"
 #include "cpu_workspace.h"
 #include "errors.h"
+#include "softmax_rules.h"  // kMaxHeadDim
 
 namespace dilattn::cpu {
-
-constexpr int64_t kMaxHeadDim = 256;
 
 dilattn_status can_run(const Problem& p) {
   if (p.D > kMaxHeadDim)
