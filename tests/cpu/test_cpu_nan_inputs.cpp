@@ -4,7 +4,8 @@
 // where the reference's are, SPEC 8 elsewhere. Backward (from the reference's O and LSE, SPEC 6):
 // dQ, dK, dV NaN exactly where the reference's are, SPEC 8 elsewhere. Cases: dense, causal
 // (rows before the key must stay finite: a masked key is never multiplied in), dilated
-// (causal, GQA) and block-sparse (causal).
+// (causal, GQA) and block-sparse (causal). Also: a row whose only score is -inf (softmax_rules.h:
+// m stays -inf) is empty, O = 0 and LSE = -inf, in the reference and the cpu backend alike.
 #include <limits>
 
 #include "cpu_test_util.h"
@@ -80,9 +81,35 @@ void check(const Case& c, bool in_v) {
   expect_close(named, "dV", ggot.dv, gwant.dv, tolerance_of(c.dtype));
 }
 
+// Causal row 0 sees key 0 alone; K row 0 = -inf and Q row 0 = 1 make its one score -inf.
+void check_all_neg_inf_row_is_empty() {
+  Case c;
+  c.name = "causal_row0_score_neg_inf";
+  c.Nq = c.Nk = 70; c.D = 4; c.causal = true;
+  Inputs in = make_inputs(c, 6);
+  for (int64_t d = 0; d < c.D; ++d) {
+    dilattn::store_element(in.k.view.data, c.dtype, dilattn::element_offset(in.k.view, 0, 0, 0, d),
+                           -std::numeric_limits<double>::infinity());
+    dilattn::store_element(in.q.view.data, c.dtype, dilattn::element_offset(in.q.view, 0, 0, 0, d),
+                           1.0);
+  }
+  const ForwardOut want = run_forward(c, in, DILATTN_BACKEND_REF, 1, DILATTN_F64);
+  if (!(want.lse.at(0, 0, 0, 0) == -std::numeric_limits<double>::infinity() &&
+        want.o.at(0, 0, 0, 0) == 0)) {
+    std::fprintf(stderr, "FAILED [%s] reference row 0: O %g, LSE %g; want 0, -inf\n",
+                 c.name.c_str(), want.o.at(0, 0, 0, 0), want.lse.at(0, 0, 0, 0));
+    ++failure_count();
+  }
+  const ForwardOut got = run_forward(c, in, DILATTN_BACKEND_CPU, 1, DILATTN_F32);
+  // Rows after 0 meet key 0 as a -inf score too: weight 0, finite results.
+  expect_close(c, "O", got.o, want.o, tolerance_of(c.dtype));
+  expect_close(c, "LSE", got.lse, want.lse, Tolerance{spec8::kLseAtol, 0});
+}
+
 }  // namespace
 
 int main() {
+  check_all_neg_inf_row_is_empty();
   for (const Case& c : nan_cases()) {
     check(c, false);
     check(c, true);
