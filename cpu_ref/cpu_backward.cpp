@@ -48,8 +48,8 @@ void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
     }
   }
   for (int64_t t = 0; t < count; ++t) {
-    const double lse = load_element(a.lse->data, a.lse->dtype,
-                                    element_offset(*a.lse, b, h, progression_at(rows, first + t), 0));
+    const int64_t i = progression_at(rows, first + t);
+    const double lse = load_element(a.lse->data, a.lse->dtype, element_offset(*a.lse, b, h, i, 0));
     lse_s[t] = lse_in_score_domain(lse, post);
   }
 }
