@@ -2,16 +2,15 @@
 // how much workspace a plan must hand it (backend.h).
 //
 // It runs every kind, dtype, stride and head count the plan validates; it refuses only head
-// dims above kMaxHeadDim (its tiles are sized for at most that). Workspace: one set of scratch
-// tiles per thread (cpu_scratch.h), O(threads x tile), independent of N.
+// dims above kMaxHeadDim (its tiles are sized for at most that). Workspace: one set of f32
+// tiles per thread (cpu_workspace.h), O(threads x tile), independent of N.
 // Checked by tests/cpu/test_cpu_forward.cpp (can_run refusal, AUTO choice).
 #include "backend.h"
-#include "cpu_scratch.h"
+#include "cpu_workspace.h"
 #include "errors.h"
+#include "softmax_rules.h"  // kMaxHeadDim
 
 namespace dilattn::cpu {
-
-constexpr int64_t kMaxHeadDim = 256;
 
 dilattn_status can_run(const Problem& p) {
   if (p.D > kMaxHeadDim)

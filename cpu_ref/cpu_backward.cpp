@@ -6,37 +6,37 @@
 // pair, a block's pair) has P_ij = exp(S_ij - LSE_i) directly, so branches are just more pairs.
 // Two passes over the same pieces (cpu_tile_loop.h), each recomputing S:
 //   dQ pass, work item (b, h, block of query rows), as the forward walks it:
-//     P = 2^(S log2 e - LSE log2 e), dP = dO V^T, dS = P (dP - D_i), dQ += dS K
+//     S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
+//     (lib/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), dQ += dS K
 //   dK/dV pass, work item (b, kv head g, block of key rows): for each query head of g in
 //   order, each piece (own = the keys, gathered once), each range of queries meeting it, each
 //   query tile, each key tile:
 //     the same P and dS, dV += P^T dO, dK += dS^T Q
 // D_i = <dO_i, O_i> is formed per query tile. Scale is applied once when dQ and dK are stored.
+// A causally masked pair is left out of every product (P and dS zeroed, dQ summed over each
+// row's allowed keys), so a NaN in a K or V row reaches only the rows that meet it, as in the
+// reference (README "Decisions"); a NaN LSE (a NaN row) makes that row's terms NaN.
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
 // checked against the reference by tests/cpu/test_cpu_backward.cpp.
-#include <cmath>
-#include <limits>
-
 #include "backend.h"
 #include "cpu_microkernel.h"
-#include "cpu_scratch.h"
+#include "cpu_workspace.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
-#include "thread_pool.h"
+#include "cpu_thread_pool.h"
+#include "softmax_rules.h"
 
 namespace dilattn::cpu {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-
-// Per query row t < count of rows.at(first + t): D_t = <dO_t, O_t> (dO already in `d_o`, ld
-// Dp) and LSE_t log2(e), +inf where LSE = -inf (a row with no key: every P is then 0, never
-// NaN).
-void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h, const RowSet& rows,
-               int64_t first, int64_t count, const float* d_o, float* o_tile, float* di,
-               float* lse2) {
+// Per query row t < count of term first + t of `rows`: D_t = <dO_t, O_t> (dO already in
+// `d_o`, ld Dp) and the LSE in the score domain (lse_in_score_domain: +inf where LSE = -inf,
+// a row with no key, so every P is 0, never NaN).
+void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
+               const KeyProgression& rows, int64_t first, int64_t count, float post,
+               const float* d_o, float* o_tile, float* di, float* lse_s) {
   const int64_t D = p.D, Dp = padded(D);
   for (int64_t t0 = 0; t0 < count; t0 += kBR) {
     const int64_t n = min_i64(kBR, count - t0);
@@ -48,24 +48,27 @@ void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h, co
     }
   }
   for (int64_t t = 0; t < count; ++t) {
-    const double lse = load_element(a.lse->data, a.lse->dtype,
-                                    element_offset(*a.lse, b, h, rows.at(first + t), 0));
-    lse2[t] = lse == -std::numeric_limits<double>::infinity()
-                  ? std::numeric_limits<float>::infinity()
-                  : static_cast<float>(lse * kLog2e);
+    const int64_t i = progression_at(rows, first + t);
+    const double lse = load_element(a.lse->data, a.lse->dtype, element_offset(*a.lse, b, h, i, 0));
+    lse_s[t] = lse_in_score_domain(lse, post);
   }
 }
 
-// For `rows` rows of a masked, scaled S tile: S becomes P = 2^(S - lse2[t]) and dP becomes
-// dS = P (dP - D_t).
-void probabilities_and_ds(float* S, float* dP, int64_t rows, const float* lse2, const float* di) {
+// For `rows` rows of a masked, pre-scaled S tile: S becomes P = 2^(post (S - lse_s[t]))
+// (online_prob with the final LSE as the shift) and dP becomes dS = P (dP - D_t). In a cut
+// tile (mask_tile) P and dS are 0 past each row's allowed keys, whatever dP or lse_s hold.
+void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const float* lse_s,
+                          const float* di, bool cut, const int64_t* allowed) {
+  const vfloat vpost = splat(post);
   for (int64_t t = 0; t < rows; ++t) {
-    const vfloat l = splat(lse2[t]), dt = splat(di[t]);
+    const vfloat l = splat(lse_s[t]), dt = splat(di[t]);
     for (int c = 0; c < kBC; c += kW) {
-      const vfloat prob = exp2v(vload(S + t * kBC + c) - l);
+      const vfloat prob = exp2v(vpost * (vload(S + t * kBC + c) - l));
       vstore(S + t * kBC + c, prob);
       vstore(dP + t * kBC + c, prob * (vload(dP + t * kBC + c) - dt));
     }
+    if (cut)
+      for (int64_t c = allowed[t]; c < kBC; ++c) S[t * kBC + c] = dP[t * kBC + c] = 0;
   }
 }
 
@@ -76,23 +79,24 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 }
 
 // ---------------------------------------------------------------- dQ, per query block
-void dq_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64_t b, int64_t h,
+void dq_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b, int64_t h,
               int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
-  const float mul = static_cast<float>(p.scale) * kLog2e;
+  const ScoreScale scaling = score_scale(p.scale);
+  int64_t allowed[kBR];
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
-    const RowSet& own = piece.own;
+    const KeyProgression& own = piece.own;
     gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
     gather_rows(*a.d_o, b, h, own, 0, own.count, D, w.block_b, Dp);
-    row_terms(p, a, b, h, own, 0, own.count, w.block_b, w.tile_o, w.row_a, w.row_b);
-    const int64_t ldo = own.step * Dp;
+    row_terms(p, a, b, h, own, 0, own.count, scaling.post, w.block_b, w.tile_o, w.row_a, w.row_b);
+    const int64_t ldo = row_stride(own) * Dp;
     float* dq = w.block_c + (own.first - i0) * Dp;
     bool done = false;
-    for_each_other_range(p, h, piece, true, [&](const RowSet& keys) {
+    for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
       for (int64_t k0 = 0; k0 < keys.count && !done; k0 += kBC) {
-        if (tile_skipped(p.causal, own, 0, own.count, keys, k0, piece.shift)) {
+        if (tile_skipped(p, own, 0, own.count, keys, k0)) {
           done = true;
           return;
         }
@@ -102,32 +106,35 @@ void dq_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64_t
         gather_rows(*a.k, b, kvh, keys, k0, kcount, D, w.kv, Dp);
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
-          if (tile_skipped(p.causal, own, t0, rows, keys, k0, piece.shift)) continue;
-          scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, mul, w.s);
-          mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p.causal, piece.shift);
+          if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
+          scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
+          const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, 1.0f, w.dp);
-          probabilities_and_ds(w.s, w.dp, rows, w.row_b + t0, w.row_a + t0);
-          accumulate_tile(dq + t0 * ldo, ldo, rows, w.dp, kBC, kcount, w.kv, Dp, Dp);
+          probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
+                               allowed);
+          accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
+                             Dp, Dp);
         }
       }
     });
   });
 
-  const float scale = static_cast<float>(p.scale);
+  const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t t = 0; t < i1 - i0; ++t) store_row(*a.dq, b, i0 + t, h, D, w.block_c + t * Dp, scale);
 }
 
 // ---------------------------------------------------------------- dK, dV, per key block
-void dkdv_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64_t b, int64_t g,
+void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b, int64_t g,
                 int64_t j0, int64_t j1) {
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
-  const float mul = static_cast<float>(p.scale) * kLog2e;
+  const ScoreScale scaling = score_scale(p.scale);
+  int64_t allowed[kBR];
   for (int64_t x = 0; x < (j1 - j0) * Dp; ++x) w.block_a[x] = w.block_b[x] = 0;
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {  // query heads of kv head g, in order
     for_each_piece(p, h, j0, j1, false, [&](const Piece& piece) {
-      const RowSet& own = piece.own;
-      const int64_t ldo = own.step * Dp;
+      const KeyProgression& own = piece.own;
+      const int64_t ldo = row_stride(own) * Dp;
       float* dk = w.block_a + (own.first - j0) * Dp;
       float* dv = w.block_b + (own.first - j0) * Dp;
       // K^T and V^T of all the piece's key tiles, gathered once; the query tiles stream past.
@@ -136,26 +143,25 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64
         gather_columns(*a.k, b, g, own, k0, kcount, D, w.block_c + k0 * Dp);
         gather_columns(*a.v, b, g, own, k0, kcount, D, w.block_d + k0 * Dp);
       }
-      for_each_other_range(p, h, piece, false, [&](const RowSet& queries) {
-        // Causal: the first query that may see key own.first is at or after it - shift.
-        int64_t t_start = 0;
-        if (p.causal) {
-          const int64_t need = own.first - piece.shift;
-          if (need > queries.first) t_start = ceil_div(need - queries.first, queries.step);
-        }
+      for_each_other_range(p, h, piece, false, [&](const KeyProgression& queries) {
+        // Causal: queries before the first one that may see key own.first see none of them.
+        const int64_t t_start =
+            p.causal ? first_term_at_least(queries, causal_first_query(own.first, p.Nq, p.Nk)) : 0;
         for (int64_t t0 = t_start; t0 < queries.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, queries.count - t0);
           gather_rows(*a.q, b, h, queries, t0, rows, D, w.tile_q, Dp);
           gather_rows(*a.d_o, b, h, queries, t0, rows, D, w.tile_do, Dp);
-          row_terms(p, a, b, h, queries, t0, rows, w.tile_do, w.tile_o, w.row_a, w.row_b);
+          row_terms(p, a, b, h, queries, t0, rows, scaling.post, w.tile_do, w.tile_o, w.row_a,
+                    w.row_b);
           for (int64_t k0 = 0; k0 < own.count; k0 += kBC) {
             // Keys ascend: once a tile is past every row's limit, so are the later ones.
-            if (tile_skipped(p.causal, queries, t0, rows, own, k0, piece.shift)) break;
+            if (tile_skipped(p, queries, t0, rows, own, k0)) break;
             const int64_t kcount = min_i64(kBC, own.count - k0);
-            scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, mul, w.s);
-            mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p.causal, piece.shift);
+            scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
+            const bool cut =
+                mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
             scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, 1.0f, w.dp);
-            probabilities_and_ds(w.s, w.dp, rows, w.row_b, w.row_a);
+            probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed);
             transpose(w.s, rows, kcount, w.pt);
             transpose(w.dp, rows, kcount, w.dst);
             accumulate_tile(dv + k0 * ldo, ldo, kcount, w.pt, kBR, rows, w.tile_do, Dp, Dp);
@@ -166,7 +172,7 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Scratch& w, int64
     });
   }
 
-  const float scale = static_cast<float>(p.scale);
+  const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t t = 0; t < j1 - j0; ++t) {
     store_row(*a.dk, b, j0 + t, g, D, w.block_a + t * Dp, scale);
     store_row(*a.dv, b, j0 + t, g, D, w.block_b + t * Dp, 1.0f);
@@ -179,13 +185,13 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   ThreadPool pool(p.num_threads);
   const int64_t T = block_rows(p), q_blocks = ceil_div(p.Nq, T), k_blocks = ceil_div(p.Nk, T);
   pool.run(p.B * p.H * q_blocks, [&](int64_t item, int worker) {
-    const Scratch w = carve_scratch(a.workspace, worker, p.D, T);
+    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;
     const int64_t i0 = blk * T;
     dq_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
   });
   pool.run(p.B * p.Hkv * k_blocks, [&](int64_t item, int worker) {
-    const Scratch w = carve_scratch(a.workspace, worker, p.D, T);
+    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % k_blocks, bg = item / k_blocks;
     const int64_t j0 = blk * T;
     dkdv_block(p, a, w, bg / p.Hkv, bg % p.Hkv, j0, min_i64(j0 + T, p.Nk));

@@ -5,52 +5,52 @@
 //
 // Work item = (batch b, head h, block of block_rows(p) query rows). For each piece of the block
 // (cpu_tile_loop.h: the rows one dilated branch selects in one segment, or the whole block)
-// and each key tile of kBC keys it meets (gathered with the branch's stride, converted to f32):
-//   S = scale * log2(e) * Q K^T                    (cpu_microkernel.h, register-blocked)
+// and each key tile of kBC keys it meets (gathered with the branch's stride, converted to f32),
+// with the softmax rules of lib/softmax_rules.h (pre * post = scale * log2(e), score_scale):
+//   S = pre * Q K^T                                 (cpu_microkernel.h, register-blocked)
 //   mask padding and, causal, keys past the row's limit; skip tiles past every row's limit
-//   m' = max(m, rowmax S); alpha = 2^(m - m'); P = 2^(S - m'); l = alpha l + rowsum P
-//   O = alpha O + P V
+//   m' = max_nan(m, rowmax S); alpha = online_rescale(m, m'); P = 2^(post (S - shift(m')))
+//   l = alpha l + rowsum P;  O = alpha O + P V
 // A row selected by several branches keeps one running state across them: one softmax over the
-// union of their keys is exactly SPEC 3's LSE combination. At the end O / l and
-// LSE = (m + log2 l) ln 2; a row no key reached gets O = 0, LSE = -inf (SPEC 2).
-// Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference.
-#include <cmath>
+// union of their keys is exactly SPEC 3's LSE combination. At the end O * finalize_o_factor and
+// finalize_lse; a row no key reached gets O = 0, LSE = -inf (SPEC 2); a NaN score makes the row
+// NaN (README "Decisions").
+// Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
+// tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
 #include <limits>
 
 #include "backend.h"
 #include "cpu_microkernel.h"
-#include "cpu_scratch.h"
+#include "cpu_workspace.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
-#include "thread_pool.h"
+#include "cpu_thread_pool.h"
+#include "softmax_rules.h"
 
 namespace dilattn::cpu {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// The online softmax step for `rows` rows of S (already scaled and masked): S becomes P, the
+// The online softmax step for `rows` rows of S (pre-scaled and masked): S becomes P, the
 // running max m and sum l (rows `stride` apart) are updated, alpha[t] says how much to shrink
-// the row's old O.
-void online_softmax(float* S, int64_t rows, float* m, float* l, int64_t stride, float* alpha) {
+// the row's old O. The vector max keeps a NaN (vmax), so a NaN score reaches m and the row.
+void online_softmax(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
+                    float* alpha) {
+  const vfloat vpost = splat(post);
   for (int64_t t = 0; t < rows; ++t) {
     float* s = S + t * kBC;
     vfloat vm = vload(s);
     for (int c = kW; c < kBC; c += kW) vm = vmax(vm, vload(s + c));
     const float m_old = m[t * stride];
-    const float m_new = std::fmax(m_old, hmax(vm));
-    // A row that has seen only masked keys keeps m = -inf; subtracting 0 keeps 2^-inf = 0.
-    const float m_use = m_new == -std::numeric_limits<float>::infinity() ? 0.0f : m_new;
-    const vfloat vm_use = splat(m_use);
+    const float m_new = max_nan(m_old, hmax(vm));
+    const vfloat shift = splat(online_shift(m_new));
     vfloat sum = vfloat{};
     for (int c = 0; c < kBC; c += kW) {
-      const vfloat e = exp2v(vload(s + c) - vm_use);
+      const vfloat e = exp2v(vpost * (vload(s + c) - shift));  // online_prob, a vector at a time
       vstore(s + c, e);
       sum += e;
     }
-    alpha[t] = m_new == m_old ? 1.0f : std::exp2(m_old - m_use);  // 1: O needs no rescaling
+    alpha[t] = online_rescale(m_old, m_new, post);
     l[t * stride] = l[t * stride] * alpha[t] + hsum(sum);
     m[t * stride] = m_new;
   }
@@ -65,10 +65,11 @@ void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t
 }
 
 // One work item: rows [i0, i1) of head h, batch b.
-void forward_block(const Problem& p, const ForwardArgs& a, const Scratch& w, int64_t b,
+void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, int64_t b,
                    int64_t h, int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
-  const float mul = static_cast<float>(p.scale) * kLog2e;
+  const ScoreScale scaling = score_scale(p.scale);
+  int64_t allowed[kBR];
   for (int64_t t = 0; t < i1 - i0; ++t) {
     w.row_a[t] = -std::numeric_limits<float>::infinity();
     w.row_b[t] = 0;
@@ -76,17 +77,17 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Scratch& w, int
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
-    const RowSet& own = piece.own;
+    const KeyProgression& own = piece.own;
     gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
-    // This piece's rows in the block state: `own.step` rows apart.
-    const int64_t at = own.first - i0, ldo = own.step * Dp;
+    // This piece's rows in the block state: `stride` rows apart.
+    const int64_t at = own.first - i0, stride = row_stride(own), ldo = stride * Dp;
     float* acc = w.block_c + at * Dp;
     float* m = w.row_a + at;
     float* l = w.row_b + at;
     bool done = false;
-    for_each_other_range(p, h, piece, true, [&](const RowSet& keys) {
+    for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
       for (int64_t k0 = 0; k0 < keys.count && !done; k0 += kBC) {
-        if (tile_skipped(p.causal, own, 0, own.count, keys, k0, piece.shift)) {
+        if (tile_skipped(p, own, 0, own.count, keys, k0)) {
           done = true;  // keys ascend: every later tile is past every row's limit too
           return;
         }
@@ -95,26 +96,25 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Scratch& w, int
         gather_rows(*a.v, b, kvh, keys, k0, kcount, D, w.kv, Dp);
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
-          if (tile_skipped(p.causal, own, t0, rows, keys, k0, piece.shift)) continue;
-          scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, mul, w.s);
-          mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p.causal, piece.shift);
-          online_softmax(w.s, rows, m + t0 * own.step, l + t0 * own.step, own.step, w.small);
+          if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
+          scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
+          const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
+          online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride, w.small);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
-          accumulate_tile(acc + t0 * ldo, ldo, rows, w.s, kBC, kcount, w.kv, Dp, Dp);
+          accumulate_allowed(acc + t0 * ldo, ldo, rows, w.s, kBC, cut, allowed, kcount, w.kv, Dp,
+                             Dp);
         }
       }
     });
   });
 
+  // Empty by the index rules alone: m stays -inf only when no key reached the row (SPEC 2).
   for (int64_t t = 0; t < i1 - i0; ++t) {
-    const float l = w.row_b[t];
-    const bool empty = !(l > 0);
-    store_row(*a.o, b, i0 + t, h, D, w.block_c + t * Dp, empty ? 0.0f : 1.0f / l);
-    if (a.lse) {
-      const double lse = empty ? -std::numeric_limits<double>::infinity()
-                               : (static_cast<double>(w.row_a[t]) + std::log2(static_cast<double>(l))) * kLn2;
-      store_element(a.lse->data, a.lse->dtype, element_offset(*a.lse, b, h, i0 + t, 0), lse);
-    }
+    const float m = w.row_a[t], l = w.row_b[t];
+    store_row(*a.o, b, i0 + t, h, D, w.block_c + t * Dp, finalize_o_factor(m, l));
+    if (a.lse)
+      store_element(a.lse->data, a.lse->dtype, element_offset(*a.lse, b, h, i0 + t, 0),
+                    finalize_lse(m, l, scaling.post));
   }
 }
 
@@ -124,7 +124,7 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   const int64_t T = block_rows(p), blocks = ceil_div(p.Nq, T);
   ThreadPool pool(p.num_threads);
   pool.run(p.B * p.H * blocks, [&](int64_t item, int worker) {
-    const Scratch w = carve_scratch(a.workspace, worker, p.D, T);
+    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % blocks, bh = item / blocks;
     const int64_t i0 = blk * T;
     forward_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));

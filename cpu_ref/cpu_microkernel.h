@@ -1,4 +1,4 @@
-// cpu_microkernel.h - the hot loops of the cpu backend: S = mul * Q K^T, O += A B, and a
+// cpu_microkernel.h - the hot loops of the cpu backend: S = pre * Q K^T, O += A B, and a
 // vectorised exp2 (SPEC 2, accumulated in f32 as SPEC 1 allows for fast paths).
 //
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while
@@ -79,18 +79,25 @@ inline vfloat madd(vfloat a, vfloat b, vfloat c) {
 #endif
 }
 
+// Lane-wise max that keeps a NaN from either side, as softmax_rules.h's max_nan does: a NaN
+// score must reach the row's running max (README "Decisions"), where a plain compare or
+// max instruction would drop it.
 inline vfloat vmax(vfloat a, vfloat b) {
-  const vint take_b = b > a;
+  const vint take_b = (b > a) | (b != b);
   return (vfloat)(((vint)b & take_b) | ((vint)a & ~take_b));
 }
 
-// Horizontal max and sum of one vector: halve the lanes until one is left (fixed-size loops
-// the compiler turns into a few vector ops; the order is fixed, so results are too).
+// Horizontal max (NaN-keeping, as vmax) and sum of one vector: halve the lanes until one is
+// left (fixed-size loops the compiler turns into a few vector ops; the order is fixed, so
+// results are too).
 inline float hmax(vfloat v) {
   float lanes[kW];
   vstore(lanes, v);
   for (int half = kW / 2; half >= 1; half /= 2)
-    for (int i = 0; i < half; ++i) lanes[i] = lanes[i + half] > lanes[i] ? lanes[i + half] : lanes[i];
+    for (int i = 0; i < half; ++i) {
+      const float b = lanes[i + half];
+      lanes[i] = (b > lanes[i] || b != b) ? b : lanes[i];
+    }
   return lanes[0];
 }
 inline float hsum(vfloat v) {
@@ -101,10 +108,12 @@ inline float hsum(vfloat v) {
   return lanes[0];
 }
 
-// 2^x for x <= 128, exactly 0 for x < -126 (and for -inf, the masked scores), relative error
-// about 2e-7: round x to n, 2^(x-n) by its degree-6 Taylor polynomial on [-1/2, 1/2], times 2^n
-// built in the exponent bits.
+// 2^x for x <= 128, exactly 0 for x < -126 (and for -inf, the masked scores), NaN for NaN
+// (a NaN score's probability stays NaN), relative error about 2e-7: round x to n, 2^(x-n) by
+// its degree-6 Taylor polynomial on [-1/2, 1/2], times 2^n built in the exponent bits.
 inline vfloat exp2v(vfloat x) {
+  const vint nan = x != x;
+  const vfloat x_in = x;
   const vint alive = x >= splat(-126.0f);
   x = (vfloat)(((vint)x & alive) | ((vint)splat(-126.0f) & ~alive));
   const vint small = x <= splat(127.0f);
@@ -119,14 +128,14 @@ inline vfloat exp2v(vfloat x) {
   p = madd(p, f, splat(6.9314718e-1f));
   p = madd(p, f, splat(1.0f));
   const vfloat two_n = (vfloat)(n << 23);
-  return (vfloat)((vint)(p * two_n) & alive);
+  return (vfloat)(((vint)(p * two_n) & alive) | ((vint)x_in & nan));
 }
 
-// ---------------------------------------------------------------- S = mul * Q Kt
+// ---------------------------------------------------------------- S = pre * Q Kt
 // kMR_ rows of S (all kBC columns): the K vector of a column block is loaded once per d and
 // multiplied by kMR_ broadcast Q values.
 template <int kMR_>
-inline void scores_rows(const float* Q, int64_t ldq, const float* Kt, int64_t D, float mul,
+inline void scores_rows(const float* Q, int64_t ldq, const float* Kt, int64_t D, float pre,
                         float* S) {
   constexpr int kCols = kNV * kW;
   for (int cb = 0; cb < kBC; cb += kCols) {
@@ -142,19 +151,20 @@ inline void scores_rows(const float* Q, int64_t ldq, const float* Kt, int64_t D,
       }
     }
     for (int r = 0; r < kMR_; ++r)
-      for (int n = 0; n < kNV; ++n) vstore(S + r * kBC + cb + n * kW, acc[r][n] * mul);
+      for (int n = 0; n < kNV; ++n) vstore(S + r * kBC + cb + n * kW, acc[r][n] * pre);
   }
 }
 
-// S[r][c] = mul * <Q_r, Kt[:, c]> for r < rows, every c < kBC.
+// S[r][c] = pre * <Q_r, Kt[:, c]> for r < rows, every c < kBC (pre: softmax_rules.h's
+// score_scale; 1 for dO V^T).
 inline void scores_tile(const float* Q, int64_t ldq, int64_t rows, const float* Kt, int64_t D,
-                        float mul, float* S) {
+                        float pre, float* S) {
   int64_t r = 0;
-  for (; r + kMR <= rows; r += kMR) scores_rows<kMR>(Q + r * ldq, ldq, Kt, D, mul, S + r * kBC);
+  for (; r + kMR <= rows; r += kMR) scores_rows<kMR>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC);
   switch (rows - r) {
-    case 3: scores_rows<3>(Q + r * ldq, ldq, Kt, D, mul, S + r * kBC); break;
-    case 2: scores_rows<2>(Q + r * ldq, ldq, Kt, D, mul, S + r * kBC); break;
-    case 1: scores_rows<1>(Q + r * ldq, ldq, Kt, D, mul, S + r * kBC); break;
+    case 3: scores_rows<3>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC); break;
+    case 2: scores_rows<2>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC); break;
+    case 1: scores_rows<1>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC); break;
     default: break;
   }
 }

@@ -1,8 +1,9 @@
 // cpu_tile_io.h - moving rows between caller tensors (any dtype, any strides) and f32 tiles.
 //
 // SPEC 1: inputs are converted per tile (f16, bf16, f64 -> f32) while they are gathered, so the
-// backend never copies a whole tensor; a dilated branch's rows are gathered with a stride
-// (RowSet::step), which is how dilation costs no copy. Outputs are rounded once to their dtype.
+// backend never copies a whole tensor; a dilated branch's rows are gathered with a stride (the
+// KeyProgression step, index_rules.h), which is how dilation costs no copy. Outputs are rounded
+// once to their dtype.
 // Checked through tests/cpu/ (every dtype, strided outputs).
 #ifndef DILATTN_CPU_TILE_IO_H
 #define DILATTN_CPU_TILE_IO_H
@@ -26,16 +27,17 @@ inline float load_f32(const void* data, int64_t index) {
   return 0;
 }
 
-// dst[t * ld_row + d * ld_col] = row rows.at(first + t) of head h, batch b, element d, for
-// t < count and d < D. Rows past count (up to pad_rows) and elements past D (up to pad_cols)
-// are zero, so kernels may read whole padded tiles.
+// dst[t * ld_row + d * ld_col] = element d of row progression_at(rows, first + t) of head h,
+// batch b, for t < count and d < D. Rows past count (up to pad_rows) and elements past D (up to
+// pad_cols) are zero, so kernels may read whole padded tiles.
 template <dilattn_dtype kType>
-inline void gather_typed(const dilattn_tensor& t, int64_t b, int64_t h, const RowSet& rows,
-                         int64_t first, int64_t count, int64_t D, float* dst, int64_t ld_row,
-                         int64_t ld_col, int64_t pad_rows, int64_t pad_cols) {
+inline void gather_typed(const dilattn_tensor& t, int64_t b, int64_t h,
+                         const KeyProgression& rows, int64_t first, int64_t count, int64_t D,
+                         float* dst, int64_t ld_row, int64_t ld_col, int64_t pad_rows,
+                         int64_t pad_cols) {
   const int64_t sd = t.strides[3];
   for (int64_t r = 0; r < count; ++r) {
-    const int64_t base = element_offset(t, b, rows.at(first + r), h, 0);
+    const int64_t base = element_offset(t, b, progression_at(rows, first + r), h, 0);
     float* out = dst + r * ld_row;
     if (kType == DILATTN_F32 && sd == 1 && ld_col == 1)  // the common case: a plain copy
       std::memcpy(out, static_cast<const float*>(t.data) + base, sizeof(float) * D);
@@ -47,7 +49,7 @@ inline void gather_typed(const dilattn_tensor& t, int64_t b, int64_t h, const Ro
     for (int64_t d = 0; d < pad_cols; ++d) dst[r * ld_row + d * ld_col] = 0;
 }
 
-inline void gather(const dilattn_tensor& t, int64_t b, int64_t h, const RowSet& rows,
+inline void gather(const dilattn_tensor& t, int64_t b, int64_t h, const KeyProgression& rows,
                    int64_t first, int64_t count, int64_t D, float* dst, int64_t ld_row,
                    int64_t ld_col, int64_t pad_rows, int64_t pad_cols) {
   switch (t.dtype) {
@@ -63,14 +65,16 @@ inline void gather(const dilattn_tensor& t, int64_t b, int64_t h, const RowSet& 
 }
 
 // Rows as a row-major tile [count][ld] (Q, dO, O, and K or V as the right side of O += A B).
-inline void gather_rows(const dilattn_tensor& t, int64_t b, int64_t h, const RowSet& rows,
-                        int64_t first, int64_t count, int64_t D, float* dst, int64_t ld) {
+inline void gather_rows(const dilattn_tensor& t, int64_t b, int64_t h,
+                        const KeyProgression& rows, int64_t first, int64_t count, int64_t D,
+                        float* dst, int64_t ld) {
   gather(t, b, h, rows, first, count, D, dst, ld, 1, count, ld);
 }
 
 // Rows as a transposed tile [D][kBC]: row t becomes column t (K or V as the right side of S).
-inline void gather_columns(const dilattn_tensor& t, int64_t b, int64_t h, const RowSet& rows,
-                           int64_t first, int64_t count, int64_t D, float* dst) {
+inline void gather_columns(const dilattn_tensor& t, int64_t b, int64_t h,
+                           const KeyProgression& rows, int64_t first, int64_t count, int64_t D,
+                           float* dst) {
   gather(t, b, h, rows, first, count, D, dst, 1, kBC, kBC, D);
 }
 

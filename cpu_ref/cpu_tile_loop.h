@@ -1,15 +1,16 @@
 // cpu_tile_loop.h - the work decomposition of the cpu backend: which rows a work item owns and
 // which rows on the other side they meet, for dense (SPEC 2), dilated (SPEC 3) and
-// block-sparse (SPEC 4) attention. All index math comes from lib/index_rules.h.
+// block-sparse (SPEC 4) attention. All index math comes from lib/index_rules.h: rows are its
+// KeyProgressions, the causal limit is its causal_last_key.
 //
 // A work item owns a block of block_rows(p) consecutive natural rows: query rows [i0, i1) for the forward and
 // dQ, key rows [j0, j1) for dK/dV. It walks the block as *pieces*: a piece is an arithmetic
 // progression of its own rows (`own`) and the ranges of rows on the other side they meet
-// (`for_each_other_range`), plus the causal rule key <= query + shift.
-//   dense:   one piece, own = the block, other = all keys (or all queries), shift = Nk - Nq.
+// (`for_each_other_range`), plus the causal rule key <= causal_last_key(query).
+//   dense:   one piece, own = the block, other = all keys (or all queries).
 //   dilated: per branch the head uses, per segment the block touches: own = the branch's
 //            selected rows of that segment inside the block (step r), other = the segment's
-//            selected rows (step r), shift = 0. Branches are just more pieces over the same
+//            selected rows (step r). Branches are just more pieces over the same
 //            rows: the forward keeps one online softmax per row across all of them, which is
 //            SPEC 3's LSE combination; backward adds each occurrence's gradient.
 //   sparse:  per mask block the block touches: forward own = rows of row block ib, other = its
@@ -23,21 +24,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cpu_microkernel.h"
 #include "problem.h"
 
 namespace dilattn::cpu {
 
-// Rows first, first + step, ... (count of them), in natural positions.
-struct RowSet {
-  int64_t first = 0, step = 1, count = 0;
-  int64_t at(int64_t t) const { return first + t * step; }
-  int64_t last() const { return at(count - 1); }
-};
-
 struct Piece {
-  RowSet own;
-  RowSet other;          // dense, dilated: the one progression on the other side
-  int64_t shift = 0;     // causal: key <= query + shift
+  KeyProgression own;
+  KeyProgression other;     // dense, dilated: the one progression on the other side
   int64_t mask_block = -1;  // sparse: row block ib (forward) or key block jb (dK/dV)
 };
 
@@ -53,12 +47,9 @@ inline int64_t block_rows(const Problem& p) {
   return kBaseBlockRows * min_i64(r_max, kMaxBlockRows / kBaseBlockRows);
 }
 
-// The selected rows of segment [s0, s1) (dilation r, offset o) that lie in [lo, hi).
-inline RowSet selected_in(int64_t s0, int64_t s1, int64_t r, int64_t o, int64_t lo, int64_t hi) {
-  const int64_t t_lo = lo > s0 + o ? ceil_div(lo - s0 - o, r) : 0;
-  const int64_t t_hi = selected_count(s0, min_i64(s1, hi), r, o);
-  return RowSet{selected_position(s0, r, o, t_lo), r, max_i64(0, t_hi - t_lo)};
-}
+// How far apart a piece's rows lie in the block state. A one-row piece's step may be near
+// INT64_MAX (dilation r >= N); it is never used, so it must not be multiplied either.
+inline int64_t row_stride(const KeyProgression& own) { return own.count > 1 ? own.step : 1; }
 
 // Calls f(piece) for the pieces of rows [lo, hi) of head h; queries_own: the block holds
 // query rows (forward, dQ) or key rows (dK/dV).
@@ -67,9 +58,9 @@ void for_each_piece(const Problem& p, int64_t h, int64_t lo, int64_t hi, bool qu
                     F&& f) {
   if (p.kind == DILATTN_KIND_DENSE) {
     Piece piece;
-    piece.own = RowSet{lo, 1, hi - lo};
-    piece.other = RowSet{0, 1, queries_own ? p.Nk : p.Nq};
-    piece.shift = p.Nk - p.Nq;
+    piece.own = KeyProgression{lo, 1, hi - lo};
+    piece.other = queries_own ? dense_keys(0, p.Nq, p.Nk, false)
+                              : KeyProgression{0, 1, p.Nq};  // every query meets every key
     f(piece);
     return;
   }
@@ -83,10 +74,10 @@ void for_each_piece(const Problem& p, int64_t h, int64_t lo, int64_t hi, bool qu
       for (int64_t s0 = segment_start(lo, wc); s0 < hi; s0 += wc) {
         const int64_t s1 = segment_end(s0, wc, N);
         Piece piece;
-        piece.own = selected_in(s0, s1, r, o, lo, hi);
+        piece.own = selected_in_range(s0, s1, r, o, lo, hi);
         if (piece.own.count == 0) continue;
-        piece.other = RowSet{s0 + o, r, selected_count(s0, s1, r, o)};
-        piece.shift = 0;
+        // Rows meet the selected rows of their own segment, the same set for queries and keys.
+        piece.other = dilated_keys(piece.own.first, N, branch.w, r, o, false);
         f(piece);
       }
     }
@@ -96,10 +87,10 @@ void for_each_piece(const Problem& p, int64_t h, int64_t lo, int64_t hi, bool qu
   const int64_t bs = queries_own ? mask.bq : mask.bk;
   const int64_t n = queries_own ? p.Nq : p.Nk;
   for (int64_t blk = lo / bs; blk * bs < hi; ++blk) {
+    const KeyProgression rows = block_range(blk, bs, n);
+    const int64_t a = max_i64(lo, rows.first), e = min_i64(hi, rows.first + rows.count);
     Piece piece;
-    const int64_t a = max_i64(lo, blk * bs), e = min_i64(hi, min_i64(n, (blk + 1) * bs));
-    piece.own = RowSet{a, 1, e - a};
-    piece.shift = p.Nk - p.Nq;
+    piece.own = KeyProgression{a, 1, e - a};
     piece.mask_block = blk;
     f(piece);
   }
@@ -117,47 +108,58 @@ void for_each_other_range(const Problem& p, int64_t h, const Piece& piece, bool 
   if (queries_own) {  // the key blocks row block ib lists
     int64_t count = 0;
     const int64_t* cols = mask.row_cols(h, piece.mask_block, &count);
-    for (int64_t e = 0; e < count; ++e) {
-      const int64_t first = cols[e] * mask.bk;
-      f(RowSet{first, 1, min_i64(mask.bk, p.Nk - first)});
-    }
+    for (int64_t e = 0; e < count; ++e) f(block_range(cols[e], mask.bk, p.Nk));
     return;
   }
   for (int64_t ib = 0; ib < mask.I; ++ib) {  // the row blocks that list key block jb
     int64_t count = 0;
     const int64_t* cols = mask.row_cols(h, ib, &count);
     if (!std::binary_search(cols, cols + count, piece.mask_block)) continue;
-    const int64_t first = ib * mask.bq;
-    f(RowSet{first, 1, min_i64(mask.bq, p.Nq - first)});
+    f(block_range(ib, mask.bq, p.Nq));
   }
 }
 
 
 // ---------------------------------------------------------------- masking a tile
-// The S tile pairs query rows q.at(q0 + t), t < rows, with keys k.at(k0 + c), c < kcount.
+// The S tile pairs query rows q term q0 + t, t < rows, with keys k term k0 + c, c < kcount.
 // True when causal rules out every pair (the first key lies past the last row's limit).
-inline bool tile_skipped(bool causal, const RowSet& q, int64_t q0, int64_t rows,
-                         const RowSet& k, int64_t k0, int64_t shift) {
-  return causal && k.at(k0) > q.at(q0 + rows - 1) + shift;
+inline bool tile_skipped(const Problem& p, const KeyProgression& q, int64_t q0, int64_t rows,
+                         const KeyProgression& k, int64_t k0) {
+  return p.causal &&
+         progression_at(k, k0) > causal_last_key(progression_at(q, q0 + rows - 1), p.Nq, p.Nk);
 }
 
-// Sets S[t][c] = -inf for c >= kcount (padding) and, when causal, for keys past row t's limit
-// key <= query + shift. Keys ascend, so the allowed keys of a row are a prefix of the tile.
-inline void mask_tile(float* S, int64_t lds, const RowSet& q, int64_t q0, int64_t rows,
-                      const RowSet& k, int64_t k0, int64_t kcount, int64_t width, bool causal,
-                      int64_t shift) {
-  const bool cut = causal && k.at(k0 + kcount - 1) > q.at(q0) + shift;
-  if (!cut && kcount == width) return;
+// Sets S[t][c] = -inf for c >= kcount (padding) and, when causal, for keys past row t's limit;
+// allowed[t] = how many of the tile's keys row t sees (a prefix: keys ascend). Returns true when
+// some row sees fewer than kcount: such a tile is multiplied row by row over its allowed keys
+// (accumulate_allowed), because a masked key's V or K must not enter a row even as 0 * x,
+// which is NaN for x = NaN or inf (README "Decisions").
+inline bool mask_tile(float* S, int64_t lds, const KeyProgression& q, int64_t q0, int64_t rows,
+                      const KeyProgression& k, int64_t k0, int64_t kcount, int64_t width,
+                      const Problem& p, int64_t* allowed) {
+  const bool cut = p.causal && progression_at(k, k0 + kcount - 1) >
+                                   causal_last_key(progression_at(q, q0), p.Nq, p.Nk);
+  for (int64_t t = 0; t < rows; ++t) allowed[t] = kcount;
+  if (!cut && kcount == width) return false;
   const float neg_inf = -__builtin_inff();
   for (int64_t t = 0; t < rows; ++t) {
-    int64_t allowed = kcount;
     if (cut) {
-      const int64_t limit = q.at(q0 + t) + shift;  // last key row t may see
-      const int64_t reach = limit < k.at(k0) ? 0 : (limit - k.at(k0)) / k.step + 1;
-      allowed = min_i64(kcount, reach);
+      const int64_t limit = causal_last_key(progression_at(q, q0 + t), p.Nq, p.Nk);
+      allowed[t] = max_i64(0, min_i64(kcount, terms_at_most(k, limit) - k0));
     }
-    for (int64_t c = allowed; c < width; ++c) S[t * lds + c] = neg_inf;
+    for (int64_t c = allowed[t]; c < width; ++c) S[t * lds + c] = neg_inf;
   }
+  return cut;
+}
+
+// O[t] += sum_{c < allowed[t]} A[t][c] B[c] for t < rows (accumulate_tile's layout): one
+// register-blocked call when every row sees all kcount keys, else one call per row.
+inline void accumulate_allowed(float* O, int64_t ldo, int64_t rows, const float* A, int64_t lda,
+                               bool cut, const int64_t* allowed, int64_t kcount, const float* Bm,
+                               int64_t ldb, int64_t width) {
+  if (!cut) return accumulate_tile(O, ldo, rows, A, lda, kcount, Bm, ldb, width);
+  for (int64_t t = 0; t < rows; ++t)
+    accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, allowed[t], Bm, ldb, width);
 }
 
 }  // namespace dilattn::cpu

@@ -11,7 +11,8 @@
 #include <cmath>
 
 #include "backend.h"
-#include "reference.h"
+#include "reference_rows.h"
+#include "softmax_rules.h"
 
 namespace dilattn::ref {
 
@@ -38,6 +39,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
         load_row(*a.o, b, i, h, D, o_row.data());
         load_row(*a.d_o, b, i, h, D, do_row.data());
         const double lse = load_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i));
+        // A row the forward found empty (LSE = -inf) has no term: P would be -inf - -inf.
+        if (row_is_empty(lse)) continue;
         const double D_i = dot(do_row.data(), o_row.data(), D);
         double* dq_i = dq_acc + q_at(b, i, h);
         for (const KeyGroup& group : groups)

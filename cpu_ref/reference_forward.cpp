@@ -1,15 +1,19 @@
 // reference_forward.cpp - the f64 reference forward: SPEC 2 (dense softmax), 3 (dilated
 // branches combined by LSE) and 4 (block-sparse), written to be read, not to be fast.
 //
-// For each (b, h, i): split A(i) into softmax groups (key_sets.cpp), compute each group's
+// For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
+// Maxima and the empty-row rule come from lib/softmax_rules.h: a NaN score makes the row NaN
+// (max_nan keeps it where std::fmax would drop it), and a group whose scores are all -inf
+// counts as reaching nothing (O = 0, LSE = -inf), never as -inf - -inf = NaN.
 // Checked by tests/reference/ (hand-computed cases, identities) and tests/python/
 // (an independent numpy implementation).
 #include <cmath>
 #include <limits>
 
 #include "backend.h"
-#include "reference.h"
+#include "reference_rows.h"
+#include "softmax_rules.h"
 
 namespace dilattn::ref {
 
@@ -36,12 +40,16 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
     scores.push_back(p.scale * dot(q_row, key.data(), D));
   });
   double max_score = kNegInf;
-  for (double s : scores) max_score = std::fmax(max_score, s);
+  for (double s : scores) max_score = max_nan(max_score, s);
+  for (int64_t d = 0; d < D; ++d) o[d] = 0;
+  if (row_is_empty(max_score)) {  // every score -inf: no weight anywhere
+    *lse = kNegInf;
+    return;
+  }
   double sum = 0;
   for (double s : scores) sum += std::exp(s - max_score);
   *lse = max_score + std::log(sum);
 
-  for (int64_t d = 0; d < D; ++d) o[d] = 0;
   std::vector<double> value(static_cast<size_t>(D));
   size_t n = 0;
   for_each_key(group, [&](int64_t j) {
@@ -71,9 +79,9 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
   // SPEC 3: LSE = log sum_g exp(LSE^g), O = sum_g exp(LSE^g - LSE) O^g. No group: O = 0,
   // LSE = -inf (SPEC 2, empty A(i)).
   double max_lse = kNegInf;
-  for (double l : group_lse) max_lse = std::fmax(max_lse, l);
+  for (double l : group_lse) max_lse = max_nan(max_lse, l);
   for (int64_t d = 0; d < D; ++d) o[d] = 0;
-  if (groups.empty()) {
+  if (row_is_empty(max_lse)) {  // no group, or none that reached anything
     *lse = kNegInf;
     return;
   }

@@ -120,6 +120,44 @@ DILATTN_HD KeyProgression block_keys(int64_t i, int64_t jb, int64_t bk, int64_t 
   return KeyProgression{first, 1, max_i64(0, end - first)};
 }
 
+// ---------------------------------------------------------------- walking progressions
+// The t-th term of a progression, for t < count: a real position, so it cannot overflow even
+// when the step is near INT64_MAX (r >= N leaves one term).
+DILATTN_HD int64_t progression_at(const KeyProgression& kp, int64_t t) {
+  return kp.first + t * kp.step;
+}
+// How many terms of kp are <= limit (terms ascend).
+DILATTN_HD int64_t terms_at_most(const KeyProgression& kp, int64_t limit) {
+  if (kp.count == 0 || limit < kp.first) return 0;
+  return min_i64(kp.count, (limit - kp.first) / kp.step + 1);
+}
+// The index of the first term >= x (count when there is none).
+DILATTN_HD int64_t first_term_at_least(const KeyProgression& kp, int64_t x) {
+  if (x <= kp.first) return 0;
+  return min_i64(kp.count, ceil_div(x - kp.first, kp.step));
+}
+
+// SPEC 2: the first query row that may see key j under the causal rule (the inverse of
+// causal_last_key).
+DILATTN_HD int64_t causal_first_query(int64_t j, int64_t Nq, int64_t Nk) { return j - (Nk - Nq); }
+
+// SPEC 3: the selected positions of segment [s0, s1) (dilation r, offset o) inside [lo, hi).
+// Written so that no term past the last one is formed: with r near INT64_MAX that term
+// would overflow.
+DILATTN_HD KeyProgression selected_in_range(int64_t s0, int64_t s1, int64_t r, int64_t o,
+                                            int64_t lo, int64_t hi) {
+  const int64_t t_lo = lo > s0 + o ? ceil_div(lo - s0 - o, r) : 0;
+  const int64_t t_hi = selected_count(s0, min_i64(s1, hi), r, o);
+  if (t_hi <= t_lo) return KeyProgression{s0 + o, r, 0};
+  return KeyProgression{selected_position(s0, r, o, t_lo), r, t_hi - t_lo};
+}
+
+// SPEC 4: the rows (or keys) of block jb of size bs, cut at n.
+DILATTN_HD KeyProgression block_range(int64_t jb, int64_t bs, int64_t n) {
+  const int64_t first = jb * bs;
+  return KeyProgression{first, 1, max_i64(0, min_i64(first + bs, n) - first)};
+}
+
 }  // namespace dilattn
 
 #endif  // DILATTN_INDEX_RULES_H

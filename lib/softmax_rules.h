@@ -33,6 +33,13 @@ namespace dilattn {
 
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
+// The same constants rounded to f32, the ones the f32 fast paths multiply by. score_scale,
+// finalize_lse and lse_in_score_domain use them, so the cpu backend's results with post = 1
+// are bitwise those it gave before these rules moved here (its scale was the f32 product
+// float(scale) * float(log2 e)); the difference from the f64 constants (3e-9 relative) is far
+// below f32 resolution.
+constexpr float kLog2eF = static_cast<float>(kLog2e);
+constexpr float kLn2F = static_cast<float>(kLn2);
 // The largest head dimension the fast backends' tiles are sized for.
 constexpr int64_t kMaxHeadDim = 256;
 
@@ -48,7 +55,7 @@ struct ScoreScale {
 inline ScoreScale score_scale(double scale) {
   const double folded = scale * kLog2e;
   if (folded <= kMaxFoldedScale && folded >= -kMaxFoldedScale)
-    return ScoreScale{static_cast<float>(folded), 1.0f};
+    return ScoreScale{static_cast<float>(scale) * kLog2eF, 1.0f};
   return ScoreScale{folded > 0 ? 1.0f : -1.0f, static_cast<float>(folded > 0 ? folded : -folded)};
 }
 
@@ -94,7 +101,8 @@ DILATTN_HD bool row_is_empty(T m) {
 // The natural LSE of a finished row; -inf for an empty row, NaN for a NaN row.
 DILATTN_HD double finalize_lse(float m, float l, float post) {
   if (row_is_empty(m)) return -static_cast<double>(INFINITY);
-  return (static_cast<double>(post) * static_cast<double>(m) + log2(static_cast<double>(l))) * kLn2;
+  return (static_cast<double>(post) * static_cast<double>(m) + log2(static_cast<double>(l))) *
+         static_cast<double>(kLn2F);
 }
 // The factor O is multiplied by at the end: 1/l, or 0 for an empty row (O = 0, SPEC 2).
 DILATTN_HD float finalize_o_factor(float m, float l) { return row_is_empty(m) ? 0.0f : 1.0f / l; }
@@ -104,7 +112,7 @@ DILATTN_HD float finalize_o_factor(float m, float l) { return row_is_empty(m) ? 
 // (online_prob with shift = lse_s). An empty row gets +inf: every P is then 0, never NaN.
 DILATTN_HD float lse_in_score_domain(double lse, float post) {
   if (lse == -static_cast<double>(INFINITY)) return INFINITY;
-  return static_cast<float>(lse * kLog2e / static_cast<double>(post));
+  return static_cast<float>(lse * static_cast<double>(kLog2eF) / static_cast<double>(post));
 }
 
 // ---------------------------------------------------------------- SPEC 3/5: merging partials

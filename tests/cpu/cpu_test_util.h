@@ -50,6 +50,7 @@ struct Case {
   bool causal = false;
   dilattn_dtype dtype = DILATTN_F32;
   bool permuted_outputs = false;  // O, dQ, dK, dV through [B, H, N, D] memory
+  double scale = 0;               // 0: the default 1/sqrt(D)
 };
 
 // A tensor [d0, N, heads, D] (or an LSE [B, H, N, 1]) owning its bytes.
@@ -94,6 +95,7 @@ inline dilattn_desc make_desc(const Case& c, int32_t threads, dilattn_mask* mask
     CPU_CHECK_OK(dilattn_desc_set_block_sparse(desc, *mask_out), c.name.c_str());
   }
   CPU_CHECK_OK(dilattn_desc_set_causal(desc, c.causal ? 1 : 0), c.name.c_str());
+  if (c.scale != 0) CPU_CHECK_OK(dilattn_desc_set_scale(desc, c.scale), c.name.c_str());
   CPU_CHECK_OK(dilattn_desc_set_num_threads(desc, threads), c.name.c_str());
   return desc;
 }
@@ -132,7 +134,9 @@ inline Inputs make_inputs(const Case& c, uint64_t seed) {
 using Tolerance = spec8::Tolerance;
 inline Tolerance tolerance_of(dilattn_dtype t) { return spec8::of(t); }  // SPEC 8
 
-// |got - want| <= atol + rtol |want| elementwise; reports the first few misses.
+// |got - want| <= atol + rtol |want| elementwise; reports the first few misses. Where the
+// reference is NaN the backend must be NaN too, and only there (README "Decisions": a NaN
+// score makes its row NaN in every backend); infinities must match exactly.
 inline void expect_close(const Case& c, const char* what, const Buffer& got, const Buffer& want,
                          Tolerance tol) {
   int misses = 0;
@@ -143,9 +147,14 @@ inline void expect_close(const Case& c, const char* what, const Buffer& got, con
       for (int64_t h = 0; h < s[2]; ++h)
         for (int64_t d = 0; d < s[3]; ++d) {
           const double g = got.at(a, b, h, d), w = want.at(a, b, h, d);
-          const bool ok = std::isinf(w) || std::isinf(g) ? g == w
-                                                         : std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
-          if (!ok || std::isnan(g)) {
+          bool ok;
+          if (std::isnan(w) || std::isnan(g))
+            ok = std::isnan(w) && std::isnan(g);
+          else if (std::isinf(w) || std::isinf(g))
+            ok = g == w;
+          else
+            ok = std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
+          if (!ok) {
             worst = std::fmax(worst, std::fabs(g - w));
             if (misses++ < 3)
               std::fprintf(stderr, "FAILED [%s] %s[%lld,%lld,%lld,%lld] = %.9g, reference %.9g\n",
@@ -159,6 +168,17 @@ inline void expect_close(const Case& c, const char* what, const Buffer& got, con
                  c.name.c_str(), what, misses, worst);
     ++failure_count();
   }
+}
+
+// How many elements of a buffer are NaN.
+inline int64_t nan_count(const Buffer& b) {
+  int64_t n = 0;
+  const int64_t* s = b.view.shape;
+  for (int64_t a = 0; a < s[0]; ++a)
+    for (int64_t x = 0; x < s[1]; ++x)
+      for (int64_t y = 0; y < s[2]; ++y)
+        for (int64_t d = 0; d < s[3]; ++d) n += std::isnan(b.at(a, x, y, d)) ? 1 : 0;
+  return n;
 }
 
 struct ForwardOut {

@@ -1,14 +1,15 @@
-// thread_pool.h - a small pool of std::thread that runs numbered work items (cpu backend).
+// cpu_thread_pool.h - a small pool of std::thread that runs numbered work items (cpu backend).
 //
 // run(items, body) calls body(item, worker) once for every item in [0, items), on `threads`
 // workers (the calling thread is worker 0). Items are handed out by an atomic counter, so which
 // worker runs an item varies from run to run; the cpu backend keeps results independent of that
-// by giving each item its own output rows and its own scratch (indexed by worker), which is why
-// its backward is bitwise identical for any thread count (tests/cpu/test_cpu_determinism.cpp).
+// by giving each item its own output rows and its own workspace tiles (indexed by worker), which
+// is why its backward is bitwise identical for any thread count
+// (tests/cpu/test_cpu_determinism.cpp).
 // Threads live for one run: a plan may be used from several threads at once, so the pool holds
 // no state between calls and needs no lock.
-#ifndef DILATTN_THREAD_POOL_H
-#define DILATTN_THREAD_POOL_H
+#ifndef DILATTN_CPU_THREAD_POOL_H
+#define DILATTN_CPU_THREAD_POOL_H
 
 #include <cstdint>
 #include <functional>
@@ -28,4 +29,4 @@ class ThreadPool {
 
 }  // namespace dilattn::cpu
 
-#endif  // DILATTN_THREAD_POOL_H
+#endif  // DILATTN_CPU_THREAD_POOL_H

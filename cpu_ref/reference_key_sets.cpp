@@ -1,5 +1,5 @@
-// key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4).
-#include "key_sets.h"
+// reference_key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4).
+#include "reference_key_sets.h"
 
 namespace dilattn::ref {
 

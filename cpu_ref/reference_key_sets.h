@@ -1,11 +1,11 @@
-// key_sets.h - the allowed keys A(i) of one query row, as the reference walks them.
+// reference_key_sets.h - the allowed keys A(i) of one query row, as the reference walks them.
 //
 // A(i) is a multiset (SPEC 2-4). The reference splits it into softmax groups: one group for
 // dense and block-sparse attention, one per dilated branch that selects row i (SPEC 3 combines
 // the groups by their LSE). Each group is a list of arithmetic key progressions from
 // lib/index_rules.h, so the rules themselves live in one place.
-#ifndef DILATTN_KEY_SETS_H
-#define DILATTN_KEY_SETS_H
+#ifndef DILATTN_REFERENCE_KEY_SETS_H
+#define DILATTN_REFERENCE_KEY_SETS_H
 
 #include <vector>
 
@@ -20,4 +20,4 @@ void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup
 
 }  // namespace dilattn::ref
 
-#endif  // DILATTN_KEY_SETS_H
+#endif  // DILATTN_REFERENCE_KEY_SETS_H

@@ -1,11 +1,11 @@
-// cpu_scratch.h - each worker's f32 scratch tiles, carved from the plan's workspace.
+// cpu_workspace.h - each worker's f32 tiles, carved from the plan's workspace.
 //
 // The workspace is workers x floats_per_worker(D, T) floats, T = block_rows(p) <= 1024:
 // O(threads x tile), never O(N^2) and never O(N x segment). Tiles start on 64-byte boundaries.
 // One layout serves forward and backward (the forward leaves some tiles unused). The plan sizes
 // it once (cpu_backend.cpp); the hot loops never allocate.
-#ifndef DILATTN_CPU_SCRATCH_H
-#define DILATTN_CPU_SCRATCH_H
+#ifndef DILATTN_CPU_WORKSPACE_H
+#define DILATTN_CPU_WORKSPACE_H
 
 #include <cstdint>
 
@@ -14,7 +14,7 @@
 
 namespace dilattn::cpu {
 
-struct Scratch {
+struct Workspace {
   // T = block_rows(p) rows each:
   float* block_a;  // [T][Dp]: Q of a piece (forward, dQ); dK accumulator (dK/dV)
   float* block_b;  // [T][Dp]: dO of a piece (dQ); dV accumulator (dK/dV)
@@ -43,14 +43,14 @@ inline int64_t floats_per_worker(int64_t D, int64_t T) {
          4 * round16(kBR * kBC) + 3 * round16(kBR * Dp) + round16(kBR) + 16;  // +16: alignment
 }
 
-inline Scratch carve_scratch(void* workspace, int worker, int64_t D, int64_t T) {
+inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t T) {
   const int64_t Dp = padded(D);
   uintptr_t at = reinterpret_cast<uintptr_t>(static_cast<float*>(workspace) +
                                              worker * floats_per_worker(D, T));
   at = (at + 63) / 64 * 64;
   float* next = reinterpret_cast<float*>(at);
   auto take = [&](int64_t n) { float* t = next; next += round16(n); return t; };
-  Scratch s;
+  Workspace s;
   s.block_a = take(T * Dp);
   s.block_b = take(T * Dp);
   s.block_c = take(T * Dp);
@@ -73,4 +73,4 @@ inline Scratch carve_scratch(void* workspace, int worker, int64_t D, int64_t T) 
 
 }  // namespace dilattn::cpu
 
-#endif  // DILATTN_CPU_SCRATCH_H
+#endif  // DILATTN_CPU_WORKSPACE_H

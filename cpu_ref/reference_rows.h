@@ -1,11 +1,11 @@
-// reference.h - pieces of the f64 reference shared by its forward and backward files.
-#ifndef DILATTN_REFERENCE_H
-#define DILATTN_REFERENCE_H
+// reference_rows.h - pieces of the f64 reference shared by its forward and backward files.
+#ifndef DILATTN_REFERENCE_ROWS_H
+#define DILATTN_REFERENCE_ROWS_H
 
 #include <vector>
 
 #include "dtype_convert.h"
-#include "key_sets.h"
+#include "reference_key_sets.h"
 
 namespace dilattn::ref {
 
@@ -40,4 +40,4 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
 
 }  // namespace dilattn::ref
 
-#endif  // DILATTN_REFERENCE_H
+#endif  // DILATTN_REFERENCE_ROWS_H

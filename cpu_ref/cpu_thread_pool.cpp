@@ -1,7 +1,7 @@
-// thread_pool.cpp - ThreadPool::run: an atomic item counter shared by std::thread workers.
-// See thread_pool.h. A worker that cannot be started (std::system_error) is simply not used:
+// cpu_thread_pool.cpp - ThreadPool::run: an atomic item counter shared by std::thread workers.
+// See cpu_thread_pool.h. A worker that cannot be started (std::system_error) is simply not used:
 // the remaining workers, at least the caller, take its items.
-#include "thread_pool.h"
+#include "cpu_thread_pool.h"
 
 #include <atomic>
 #include <system_error>
