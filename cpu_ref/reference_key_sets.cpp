@@ -36,4 +36,17 @@ void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup
   }
 }
 
+int64_t score_count(const Problem& p) {
+  int64_t per_batch = 0, total = 0;
+  std::vector<KeyGroup> groups;
+  for (int64_t h = 0; h < p.H; ++h)
+    for (int64_t i = 0; i < p.Nq; ++i) {
+      row_key_groups(p, h, i, &groups);
+      for (const KeyGroup& group : groups)
+        for (const KeyProgression& kp : group)
+          if (__builtin_add_overflow(per_batch, kp.count, &per_batch)) return -1;
+    }
+  return __builtin_mul_overflow(per_batch, p.B, &total) ? -1 : total;
+}
+
 }  // namespace dilattn::ref

@@ -18,6 +18,11 @@ using KeyGroup = std::vector<KeyProgression>;
 // Softmax groups of query row i of head h; groups that contribute no key are left out.
 void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup>* groups);
 
+// The number of score terms S_ij of the whole problem: the sizes of every A(i), duplicates
+// counted, summed over batches, heads and rows (dilattn_plan_score_count); -1 when the count
+// overflows int64.
+int64_t score_count(const Problem& p);
+
 }  // namespace dilattn::ref
 
 #endif  // DILATTN_REFERENCE_KEY_SETS_H

@@ -66,6 +66,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 dilattn_status forward_rows(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
                             const dilattn_tensor& v, const int64_t* rows, int64_t num_rows,
                             double* o_rows, double* lse_rows);
+// The number of score terms of the problem (reference_key_sets.h).
+int64_t score_count(const Problem& p);
 }  // namespace ref
 
 namespace cpu {

@@ -204,6 +204,12 @@ DILATTN_API dilattn_status dilattn_plan_backend(dilattn_plan plan, dilattn_backe
 DILATTN_API dilattn_status dilattn_plan_workspace_size(dilattn_plan plan, size_t* forward_bytes,
                                                        size_t* backward_bytes);
 
+/* The number of score terms S_ij the plan computes: the sizes of every allowed-key set A(i),
+ * a key counted once per occurrence, summed over batches, heads and query rows. A forward does
+ * 4 * D floating-point operations per term (Q K^T and P V), a backward 10 * D: benchmarks report
+ * useful FLOP/s from it. Walks every row once: O(H * Nq * branches). */
+DILATTN_API dilattn_status dilattn_plan_score_count(dilattn_plan plan, int64_t* score_terms);
+
 /* O = attention(Q, K, V). lse may be NULL; else [B, H, Nq, 1] in f32 or f64. */
 DILATTN_API dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
                                            const dilattn_tensor* k, const dilattn_tensor* v,

@@ -162,6 +162,20 @@ extern "C" dilattn_status dilattn_plan_backend(dilattn_plan plan, dilattn_backen
   DILATTN_ABI_END
 }
 
+extern "C" dilattn_status dilattn_plan_score_count(dilattn_plan plan, int64_t* score_terms) {
+  DILATTN_ABI_BEGIN
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  if (score_terms == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'score_terms' is NULL");
+  const int64_t count = dilattn::ref::score_count(plan->problem);
+  if (count < 0)
+    return set_error(DILATTN_ERROR_SIZE_OVERFLOW, "the plan's score count overflows int64");
+  *score_terms = count;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
 extern "C" dilattn_status dilattn_plan_workspace_size(dilattn_plan plan, size_t* forward_bytes,
                                                       size_t* backward_bytes) {
   DILATTN_ABI_BEGIN
