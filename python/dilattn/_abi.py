@@ -87,7 +87,8 @@ _PI64 = C.POINTER(C.c_int64)
 _I32 = C.c_int32
 _ST = C.c_int  # dilattn_status and the other enums are C ints
 
-# name: (argument types, result type); the order and count follow the header.
+# name: (argument types, result type); the order and count follow the header. Every function
+# of dilattn.h and dilattn_mask.h is here (the pools of dilattn_pool.h are not bound).
 SIGNATURES = {
     "dilattn_version": ([], C.c_int),
     "dilattn_status_string": ([_ST], C.c_char_p),
@@ -101,12 +102,16 @@ SIGNATURES = {
     "dilattn_desc_set_causal": ([_P, _I32], _ST),
     "dilattn_desc_set_scale": ([_P, C.c_double], _ST),
     "dilattn_desc_set_num_threads": ([_P, _I32], _ST),
+    "dilattn_desc_set_pool": ([_P, _P], _ST),
     "dilattn_shape_make": ([_I64, _I64, _I64, _I64, _I64, _I64], Shape),
     "dilattn_plan_create": ([_PP, _P, C.POINTER(Shape), C.c_int, C.c_int], _ST),
     "dilattn_plan_destroy": ([_P], _ST),
     "dilattn_plan_backend": ([_P, C.POINTER(C.c_int)], _ST),
+    "dilattn_plan_workspace_size": ([_P, C.POINTER(C.c_size_t), C.POINTER(C.c_size_t)], _ST),
     "dilattn_forward": ([_P, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
     "dilattn_backward": ([_P, _T, _T, _T, _T, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
+    "dilattn_reference_rows": ([_P, _T, _T, _T, _PI64, _I64, C.POINTER(C.c_double),
+                                C.POINTER(C.c_double)], _ST),
     "dilattn_backend_available": ([C.c_int], C.c_int),
     "dilattn_backend_name": ([C.c_int], C.c_char_p),
     "dilattn_build_info": ([], C.c_char_p),
