@@ -161,7 +161,7 @@ def test_signatures_are_those_of_dilated_attention_pytorch():
 def test_dropout_is_refused_by_name():
     with pytest.raises(NotImplementedError, match="attention_dropout=0.1"):
         DilatedAttention([4], [1], attention_dropout=0.1)
-    with pytest.raises(dilattn.UnsupportedError, match="dropout=0.2"):
+    with pytest.raises(dilattn.UnsupportedError, match="DILATTN_ERROR_UNSUPPORTED: dropout=0.2"):
         MultiheadDilatedAttention(8, 2, [1], [4], dropout=0.2)
 
 
