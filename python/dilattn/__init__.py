@@ -1,0 +1,29 @@
+"""dilattn - dense, dilated (LongNet) and block-sparse attention, forward and backward, from
+the dilattn C library (SPEC.md defines what it computes).
+
+numpy:   o, lse = dilattn.forward(q, k, v, segments=[8, 16], dilations=[1, 2])
+         dq, dk, dv = dilattn.backward(q, k, v, o, lse, do, segments=[8, 16], dilations=[1, 2])
+masks:   dilattn.forward(q, k, v, mask=dilattn.mask.pattern("local:2+sink:1", n, 64))
+PyTorch: dilattn.torch.attention(q, k, v, ...), dilattn.torch.DilatedAttention,
+         dilattn.torch.MultiheadDilatedAttention (torch is optional: import dilattn.torch)
+errors:  dilattn.Error and its subclasses, with .status, .status_name and .message
+build:   python -m dilattn info
+"""
+from . import mask
+from ._abi import library_path
+from ._errors import (DeviceError, Error, InternalError, InvalidArgumentError, OutOfMemoryError,
+                      UnsupportedError)
+from ._info import __version__, backend_available, build_info, info, library_version
+from ._numpy import backward, forward
+
+__all__ = ["forward", "backward", "mask", "Error", "InvalidArgumentError", "UnsupportedError",
+           "DeviceError", "OutOfMemoryError", "InternalError", "backend_available",
+           "build_info", "info", "library_path", "library_version", "__version__"]
+
+
+def __getattr__(name):
+    # dilattn.torch without importing torch for numpy-only users.
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'dilattn' has no attribute {name!r}")

@@ -1,0 +1,167 @@
+"""_abi.py - every ctypes declaration of the dilattn C ABI (lib/dilattn.h, lib/dilattn_mask.h)
+the package uses, in one place: enums, structs, function signatures and loading the library.
+
+A change of the C ABI is a change of this file only (tests/packages/test_abi.py compares the
+declarations below with the header, so a forgotten change fails there).
+
+The shared library is the one meson-python installed next to this file; DILATTN_LIB (a path)
+overrides it, e.g. to run the package's Python code against a meson build directory.
+"""
+import ctypes as C
+import glob
+import os
+
+# ---------------------------------------------------------------- enums of dilattn.h
+SUCCESS = 0
+STATUS_NAMES = (
+    "DILATTN_SUCCESS", "DILATTN_ERROR_NULL_POINTER", "DILATTN_ERROR_SHAPE_MISMATCH",
+    "DILATTN_ERROR_DTYPE_MISMATCH", "DILATTN_ERROR_HEADS_NOT_DIVISIBLE",
+    "DILATTN_ERROR_BAD_SEGMENT", "DILATTN_ERROR_BAD_DILATION", "DILATTN_ERROR_NO_BRANCHES",
+    "DILATTN_ERROR_GROUPS_TOO_FEW_HEADS", "DILATTN_ERROR_BAD_SCALE",
+    "DILATTN_ERROR_SIZE_OVERFLOW", "DILATTN_ERROR_BAD_MASK", "DILATTN_ERROR_DEVICE_NOT_BUILT",
+    "DILATTN_ERROR_DEVICE_MISMATCH", "DILATTN_ERROR_INVALID_VALUE",
+    "DILATTN_ERROR_SEQLEN_MISMATCH", "DILATTN_ERROR_UNSUPPORTED",
+    "DILATTN_ERROR_BACKEND_NOT_BUILT", "DILATTN_ERROR_OUT_OF_MEMORY",
+    "DILATTN_ERROR_WORKSPACE_TOO_SMALL", "DILATTN_ERROR_CUDA", "DILATTN_ERROR_INTERNAL",
+    "DILATTN_ERROR_POOL_DOUBLE_FREE", "DILATTN_ERROR_POOL_FOREIGN_POINTER",
+    "DILATTN_ERROR_POOL_INTERIOR_POINTER", "DILATTN_ERROR_POOL_ZERO_SIZE",
+    "DILATTN_ERROR_POOL_TOO_LARGE", "DILATTN_ERROR_POOL_DESTROYED",
+)
+STATUS = {name: value for value, name in enumerate(STATUS_NAMES)}
+
+DTYPES = {"f32": 0, "f64": 1, "f16": 2, "bf16": 3}
+DEVICE_CPU = 0
+HEAD_MODES = {"mod": 0, "block": 1, "groups": 2}
+BACKENDS = {"auto": 0, "ref": 1, "cpu": 2, "cuda": 3, "emu": 4}
+BACKEND_NAMES = {value: name for name, value in BACKENDS.items()}
+INDEX_INT64 = 1
+
+
+# ---------------------------------------------------------------- structs
+class Tensor(C.Structure):
+    """struct dilattn_tensor. struct_size must be sizeof(dilattn_tensor): tensor() sets it."""
+    _fields_ = [("struct_size", C.c_size_t), ("data", C.c_void_p), ("dtype", C.c_int),
+                ("device", C.c_int), ("device_index", C.c_int32),
+                ("shape", C.c_int64 * 4), ("strides", C.c_int64 * 4)]
+
+
+class Shape(C.Structure):
+    """struct dilattn_shape: B, Nq, Nk, H, Hkv, D by name."""
+    _fields_ = [("struct_size", C.c_size_t), ("batch", C.c_int64), ("seqlen_q", C.c_int64),
+                ("seqlen_k", C.c_int64), ("heads_q", C.c_int64), ("heads_kv", C.c_int64),
+                ("head_dim", C.c_int64)]
+
+
+class BsrView(C.Structure):
+    """struct dilattn_bsr_view (dilattn_mask.h)."""
+    _fields_ = [("struct_size", C.c_size_t), ("seqlen_q", C.c_int64), ("seqlen_k", C.c_int64),
+                ("block_q", C.c_int64), ("block_k", C.c_int64), ("num_heads", C.c_int64),
+                ("index_type", C.c_int), ("row_ptr", C.c_void_p), ("col_idx", C.c_void_p),
+                ("head_ptr", C.c_void_p)]
+
+
+def tensor(data_ptr, dtype, shape, strides):
+    """A dilattn_tensor view of host memory; shape and strides (in elements) have 4 entries."""
+    t = Tensor()
+    t.struct_size = C.sizeof(Tensor)
+    t.data = data_ptr
+    t.dtype = DTYPES[dtype]
+    t.device = DEVICE_CPU
+    t.device_index = 0
+    for i in range(4):
+        t.shape[i] = shape[i]
+        t.strides[i] = strides[i]
+    return t
+
+
+def shape(B, Nq, Nk, H, Hkv, D):
+    return Shape(C.sizeof(Shape), B, Nq, Nk, H, Hkv, D)
+
+
+# ---------------------------------------------------------------- function signatures
+_P = C.c_void_p
+_PP = C.POINTER(C.c_void_p)
+_T = C.POINTER(Tensor)
+_I64 = C.c_int64
+_PI64 = C.POINTER(C.c_int64)
+_I32 = C.c_int32
+_ST = C.c_int  # dilattn_status and the other enums are C ints
+
+# name: (argument types, result type); the order and count follow the header. Every function
+# of dilattn.h and dilattn_mask.h is here (the pools of dilattn_pool.h are not bound).
+SIGNATURES = {
+    "dilattn_version": ([], C.c_int),
+    "dilattn_status_string": ([_ST], C.c_char_p),
+    "dilattn_last_error": ([], C.c_char_p),
+    "dilattn_tensor_contiguous": ([_P, C.c_int, _I64, _I64, _I64, _I64], Tensor),
+    "dilattn_desc_create": ([_PP], _ST),
+    "dilattn_desc_destroy": ([_P], _ST),
+    "dilattn_desc_set_dense": ([_P], _ST),
+    "dilattn_desc_set_dilated": ([_P, _I32, _PI64, _PI64, C.c_int], _ST),
+    "dilattn_desc_set_block_sparse": ([_P, _P], _ST),
+    "dilattn_desc_set_causal": ([_P, _I32], _ST),
+    "dilattn_desc_set_scale": ([_P, C.c_double], _ST),
+    "dilattn_desc_set_num_threads": ([_P, _I32], _ST),
+    "dilattn_desc_set_pool": ([_P, _P], _ST),
+    "dilattn_shape_make": ([_I64, _I64, _I64, _I64, _I64, _I64], Shape),
+    "dilattn_plan_create": ([_PP, _P, C.POINTER(Shape), C.c_int, C.c_int], _ST),
+    "dilattn_plan_destroy": ([_P], _ST),
+    "dilattn_plan_backend": ([_P, C.POINTER(C.c_int)], _ST),
+    "dilattn_plan_workspace_size": ([_P, C.POINTER(C.c_size_t), C.POINTER(C.c_size_t)], _ST),
+    "dilattn_forward": ([_P, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
+    "dilattn_backward": ([_P, _T, _T, _T, _T, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
+    "dilattn_reference_rows": ([_P, _T, _T, _T, _PI64, _I64, C.POINTER(C.c_double),
+                                C.POINTER(C.c_double)], _ST),
+    "dilattn_backend_available": ([C.c_int], C.c_int),
+    "dilattn_backend_name": ([C.c_int], C.c_char_p),
+    "dilattn_build_info": ([], C.c_char_p),
+    # dilattn_mask.h
+    "dilattn_mask_create": ([_PP, C.POINTER(BsrView)], _ST),
+    "dilattn_mask_destroy": ([_P], _ST),
+    "dilattn_mask_get": ([_P, C.POINTER(BsrView), _PI64], _ST),
+    "dilattn_mask_from_pattern": ([_PP, C.c_char_p, _I64, _I64, _I64, _I64], _ST),
+    "dilattn_mask_local": ([_PP, _I64, _I64, _I64, _I64, _I64, _I32], _ST),
+    "dilattn_mask_sink": ([_PP, _I64, _I64, _I64, _I64, _I64, _I32], _ST),
+    "dilattn_mask_strided": ([_PP, _I64, _I64, _I64, _I64, _I64, _I32], _ST),
+    "dilattn_mask_random": ([_PP, _I64, _I64, _I64, _I64, _I64, C.c_double, C.c_uint64, _I32],
+                            _ST),
+    "dilattn_mask_union": ([_PP, _PP, _I32], _ST),
+    "dilattn_mask_hierarchical": ([_PP, _I64, _I64, _I64, _I64, _I32, _PI64, _PI64, _PI64, _I32],
+                                  _ST),
+    "dilattn_mask_topk": ([_PP, _T, _T, _I64, _I64, _I64, _I32], _ST),
+}
+
+
+# ---------------------------------------------------------------- loading
+def library_path():
+    """DILATTN_LIB if set, else the shared library installed inside this package."""
+    path = os.environ.get("DILATTN_LIB")
+    if path:
+        return path
+    here = os.path.dirname(os.path.abspath(__file__))
+    for pattern in ("libdilattn.so*", "libdilattn*.dylib", "dilattn*.dll", "libdilattn*.dll"):
+        found = sorted(glob.glob(os.path.join(here, pattern)))
+        if found:
+            return found[0]
+    raise OSError(f"dilattn: no shared library in {here} (was the package installed with "
+                  "pip install .?); set DILATTN_LIB to the path of libdilattn")
+
+
+def _load():
+    lib = C.CDLL(library_path())
+    for name, (args, result) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = result
+    return lib
+
+
+_lib = None
+
+
+def lib():
+    """The loaded library, loaded on first use."""
+    global _lib
+    if _lib is None:
+        _lib = _load()
+    return _lib

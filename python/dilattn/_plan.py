@@ -1,0 +1,119 @@
+"""_plan.py - attention options and plans, independent of numpy and torch: both front ends
+(_numpy.py, torch.py) turn their arrays into dilattn_tensor views and call Plan.forward /
+Plan.backward here.
+
+Options (SPEC 2-4): dense attention by default; dilated with segments and dilations (one entry
+per branch) and a heads_mode; block-sparse with a dilattn.mask.Mask; causal; scale (default
+1/sqrt(D)); backend "auto" (cuda when a GPU can run the problem, else cpu, else the f64
+reference for f64 inputs), "ref", "cpu", "cuda" or "emu".
+"""
+import ctypes as C
+import numbers
+
+from . import _abi
+from ._errors import check, error_for
+
+
+class Options:
+    """Validated attention options; the same for forward and backward."""
+
+    def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
+                 scale=None, mask=None, backend="auto"):
+        def as_list(name, value):
+            if value is None:
+                return None
+            if isinstance(value, numbers.Integral):
+                value = [value]
+            try:
+                return [int(x) for x in value]
+            except (TypeError, ValueError):
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"{name}={value!r}: expected a sequence of integers") from None
+
+        self.segments = as_list("segments", segments)
+        self.dilations = as_list("dilations", dilations)
+        if (self.segments is None) != (self.dilations is None):
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"segments={segments!r}, dilations={dilations!r}: dilated attention "
+                            "needs both (one entry per branch), dense attention neither")
+        if self.segments is not None and len(self.segments) != len(self.dilations):
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"segments has {len(self.segments)} entries, dilations "
+                            f"{len(self.dilations)}: one (segment, dilation) pair per branch")
+        if heads_mode not in _abi.HEAD_MODES:
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"heads_mode={heads_mode!r}: expected one of "
+                            f"{sorted(_abi.HEAD_MODES)}")
+        if backend not in _abi.BACKENDS:
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"backend={backend!r}: expected one of {sorted(_abi.BACKENDS)}")
+        if mask is not None:
+            from .mask import Mask
+            if not isinstance(mask, Mask):
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"mask={mask!r}: expected a dilattn.mask.Mask "
+                                "(dilattn.mask.pattern, local, ...)")
+            if self.segments is not None:
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                "mask and segments/dilations given together: attention is "
+                                "either block-sparse or dilated")
+        self.heads_mode = heads_mode
+        self.causal = bool(causal)
+        self.scale = None if scale is None else float(scale)
+        self.mask = mask
+        self.backend = backend
+
+
+class Plan:
+    """A dilattn plan: options, sizes (B, Nq, Nk, H, Hkv, D), a dtype name and a backend.
+    Immutable; may be used from several threads at once (dilattn.h)."""
+
+    def __init__(self, options, sizes, dtype):
+        L = _abi.lib()
+        self.options = options
+        self.sizes = tuple(int(s) for s in sizes)
+        self.dtype = dtype
+        self._plan = C.c_void_p()
+        desc = C.c_void_p()
+        check(L.dilattn_desc_create(C.byref(desc)))
+        try:
+            if options.segments is not None:
+                n = len(options.segments)
+                w = (C.c_int64 * max(n, 1))(*options.segments)
+                r = (C.c_int64 * max(n, 1))(*options.dilations)
+                check(L.dilattn_desc_set_dilated(desc, n, w, r,
+                                                 _abi.HEAD_MODES[options.heads_mode]))
+            if options.mask is not None:
+                check(L.dilattn_desc_set_block_sparse(desc, options.mask._handle))
+            check(L.dilattn_desc_set_causal(desc, 1 if options.causal else 0))
+            if options.scale is not None:
+                check(L.dilattn_desc_set_scale(desc, options.scale))
+            shape = _abi.shape(*self.sizes)
+            check(L.dilattn_plan_create(C.byref(self._plan), desc, C.byref(shape),
+                                        _abi.DTYPES[dtype], _abi.BACKENDS[options.backend]))
+        finally:
+            L.dilattn_desc_destroy(desc)
+        chosen = C.c_int()
+        check(L.dilattn_plan_backend(self._plan, C.byref(chosen)))
+        self.backend = _abi.BACKEND_NAMES[chosen.value]
+
+    def lse_dtype(self):
+        """SPEC 1: LSE is f64 in the reference, f32 elsewhere."""
+        return "f64" if self.backend == "ref" else "f32"
+
+    def close(self):
+        if self._plan:
+            _abi.lib().dilattn_plan_destroy(self._plan)
+            self._plan = C.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+    def forward(self, q, k, v, o, lse):
+        """Views (dilattn_tensor) in, results written into the views o and lse."""
+        check(_abi.lib().dilattn_forward(self._plan, C.byref(q), C.byref(k), C.byref(v),
+                                         C.byref(o), C.byref(lse), None, 0))
+
+    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv):
+        views = [C.byref(t) for t in (q, k, v, o, lse, d_o, dq, dk, dv)]
+        check(_abi.lib().dilattn_backward(self._plan, *views, None, 0))

@@ -1,0 +1,101 @@
+"""helpers.py - what the package tests share: the installed dilattn, the independent numpy
+SPEC implementation (tests/python/spec_numpy.py, imported by path, not copied), the problem
+cases (the Rust crate's tests use the same ones), SPEC 8 tolerances and torch loading.
+
+Torch: DILATTN_REQUIRE_TORCH=1 (CI) turns a missing torch into a failure, not a skip.
+"""
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _load_spec_numpy():
+    path = os.path.join(REPO, "tests", "python", "spec_numpy.py")
+    spec = importlib.util.spec_from_file_location("spec_numpy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+spec_numpy = _load_spec_numpy()
+
+
+def import_torch():
+    """torch, or a module-level skip; a failure instead when DILATTN_REQUIRE_TORCH=1."""
+    try:
+        import torch
+    except ImportError as e:
+        if os.environ.get("DILATTN_REQUIRE_TORCH") == "1":
+            raise ImportError(f"DILATTN_REQUIRE_TORCH=1 but torch cannot be imported: {e}") from e
+        pytest.skip("torch is not installed", allow_module_level=True)
+    return torch
+
+
+# ---------------------------------------------------------------- cases
+# (name, sizes (B, Nq, Nk, H, Hkv, D), options). The same list is in rust/dilattn/tests/cases.rs.
+CASES = [
+    ("dense_gqa", (2, 7, 9, 4, 2, 5), dict()),
+    ("dense_causal_bottom_right", (2, 7, 9, 4, 2, 5), dict(causal=True)),
+    ("dilated_mod_partial_segment", (1, 13, 13, 3, 1, 4),
+     dict(segments=[4, 8], dilations=[1, 2], heads_mode="mod")),
+    ("dilated_block_causal", (1, 12, 12, 4, 2, 3),
+     dict(segments=[6, 12], dilations=[2, 3], heads_mode="block", causal=True)),
+    ("dilated_groups_uneven", (2, 16, 16, 5, 5, 4),
+     dict(segments=[4, 8, 16], dilations=[1, 2, 4], heads_mode="groups")),
+    ("dilated_repeated_branch_scale", (1, 10, 10, 2, 1, 3),
+     dict(segments=[5, 5], dilations=[1, 1], scale=0.3)),
+]
+DENSE_DILATED_IDS = [c[0] for c in CASES]
+
+
+def inputs(sizes, seed, dtype=np.float64):
+    B, Nq, Nk, H, Hkv, D = sizes
+    rng = np.random.default_rng(seed)
+    q = rng.uniform(-1, 1, (B, Nq, H, D))
+    k = rng.uniform(-1, 1, (B, Nk, Hkv, D))
+    v = rng.uniform(-1, 1, (B, Nk, Hkv, D))
+    do = rng.uniform(-1, 1, (B, Nq, H, D))
+    return tuple(x.astype(dtype) for x in (q, k, v, do))
+
+
+def spec_config(options):
+    """The options spec_numpy takes (it names heads_mode head_mode and has no backend)."""
+    config = {key: value for key, value in options.items() if key not in ("scale", "heads_mode")}
+    if "heads_mode" in options:
+        config["head_mode"] = options["heads_mode"]
+    return config
+
+
+# SPEC 8: (atol, rtol) per dtype against the f64 reference; LSE absolute 1e-4 in f32.
+TOLERANCE = {"f32": (1e-5, 1e-4), "f16": (2e-3, 2e-3), "bf16": (1.6e-2, 1.6e-2)}
+within = spec_numpy.within
+
+
+# ---------------------------------------------------------------- block-sparse oracle
+def block_sparse_numpy(q, k, v, blocks, bq, bk, causal=False, scale=None):
+    """SPEC 2 with A(i) from SPEC 4, written from the SPEC text: blocks[h or 0][ib, jb] is
+    True where key block jb is listed for row block ib. Returns O, LSE in f64."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    B, Nq, H, D = q.shape
+    Nk, Hkv = k.shape[1], k.shape[2]
+    sc = 1.0 / np.sqrt(D) if scale is None else scale
+    o = np.zeros((B, Nq, H, D))
+    lse = np.full((B, H, Nq), -np.inf)
+    for h in range(H):
+        g = h // (H // Hkv)
+        heads_blocks = blocks[h if len(blocks) > 1 else 0]
+        for i in range(Nq):
+            keys = [j for j in range(Nk) if heads_blocks[i // bq, j // bk]
+                    and (not causal or j <= i + Nk - Nq)]
+            if not keys:
+                continue
+            s = sc * np.einsum("bd,bjd->bj", q[:, i, h], k[:, keys, g])
+            m = s.max(axis=1, keepdims=True)
+            l = m[:, 0] + np.log(np.exp(s - m).sum(axis=1))
+            o[:, i, h] = np.einsum("bj,bjd->bd", np.exp(s - l[:, None]), v[:, keys, g])
+            lse[:, h, i] = l
+    return o, lse

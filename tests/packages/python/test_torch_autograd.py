@@ -1,0 +1,72 @@
+"""test_torch_autograd.py - dilattn.torch.attention as a torch.autograd.Function: gradcheck in
+f64 on the reference backend (dense, dilated in every head mode, block-sparse), agreement with
+the numpy API, bf16/f16 on the cpu backend within SPEC 8, and the device check."""
+import numpy as np
+import pytest
+
+from helpers import CASES, DENSE_DILATED_IDS, TOLERANCE, import_torch, inputs, within
+
+torch = import_torch()
+import dilattn  # noqa: E402
+import dilattn.torch as dt  # noqa: E402
+
+
+def _tensors(sizes, seed, dtype=torch.float64, requires_grad=True):
+    return [torch.tensor(x, dtype=dtype, requires_grad=requires_grad)
+            for x in inputs(sizes, seed)[:3]]
+
+
+@pytest.mark.parametrize("name,sizes,options", CASES, ids=DENSE_DILATED_IDS)
+def test_gradcheck_f64_reference(name, sizes, options):
+    q, k, v = _tensors(sizes, seed=21)
+    assert torch.autograd.gradcheck(lambda q, k, v: dt.attention(q, k, v, backend="ref",
+                                                                 **options),
+                                    (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_gradcheck_f64_block_sparse():
+    q, k, v = _tensors((1, 12, 12, 2, 1, 3), seed=22)
+    mask = dilattn.mask.pattern("local:1+sink:1", 12, 4)
+    assert torch.autograd.gradcheck(lambda q, k, v: dt.attention(q, k, v, mask=mask,
+                                                                 causal=True, backend="ref"),
+                                    (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_forward_and_backward_equal_the_numpy_api():
+    sizes, options = CASES[3][1], CASES[3][2]
+    q, k, v = _tensors(sizes, seed=23, dtype=torch.float32)
+    o, lse = dt.attention(q, k, v, backend="cpu", return_lse=True, **options)
+    qn, kn, vn = (x.detach().numpy() for x in (q, k, v))
+    o_np, lse_np = dilattn.forward(qn, kn, vn, backend="cpu", **options)
+    assert np.array_equal(o.detach().numpy(), o_np) and np.array_equal(lse.numpy(), lse_np)
+    assert not lse.requires_grad
+    o.sum().backward()                       # the gradient arrives expanded: stride 0
+    grads = dilattn.backward(qn, kn, vn, o_np, lse_np, np.ones_like(o_np), backend="cpu",
+                             **options)
+    for t, g in zip((q, k, v), grads):
+        assert np.array_equal(t.grad.numpy(), g)
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "bf16"), (torch.float16, "f16")])
+def test_half_precision_on_cpu_within_spec8(dtype, name):
+    sizes, options = CASES[4][1], CASES[4][2]
+    q, k, v = _tensors(sizes, seed=24, dtype=dtype, requires_grad=False)
+    o = dt.attention(q, k, v, backend="cpu", **options)
+    assert o.dtype == dtype
+    o_ref = dt.attention(*(x.double() for x in (q, k, v)), backend="ref", **options)
+    assert within(o.double().numpy(), o_ref.numpy(), *TOLERANCE[name])
+
+
+def test_tensor_on_another_device_is_refused_naming_it():
+    q, k, v = _tensors((1, 4, 4, 1, 1, 2), seed=25, dtype=torch.float32)
+    with pytest.raises(dilattn.DeviceError) as info:
+        dt.attention(q.to("meta"), k, v)
+    assert info.value.status_name == "DILATTN_ERROR_DEVICE_MISMATCH"
+    assert "q is on meta" in info.value.message and "CUDA stream" in info.value.message
+
+
+def test_integer_tensor_is_refused():
+    q, k, v = _tensors((1, 4, 4, 1, 1, 2), seed=26, dtype=torch.float32)
+    with pytest.raises(dilattn.InvalidArgumentError) as info:
+        dt.attention(q, k.int(), v)
+    assert info.value.status_name == "DILATTN_ERROR_DTYPE_MISMATCH" and "int32" in str(info.value)

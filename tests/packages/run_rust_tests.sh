@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# run_rust_tests.sh BUILD_DIR - runs `cargo test --offline` of the Rust crates (rust/: dilattn-sys
+# and dilattn) against the libdilattn of a meson build directory (BUILD_DIR/lib), and prints
+# cargo's test summaries. No external crates are used, so nothing is downloaded.
+# Without cargo it says so and exits 0: whether that is acceptable is the caller's decision.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${1:?usage: run_rust_tests.sh MESON_BUILD_DIR}"
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "run_rust_tests.sh: cargo not found; the Rust crates were NOT tested"
+  exit 0
+fi
+lib_dir="$(cd "$build/lib" && pwd)"
+if ! ls "$lib_dir"/libdilattn.so* >/dev/null 2>&1 && ! ls "$lib_dir"/libdilattn*.dylib >/dev/null 2>&1; then
+  echo "run_rust_tests.sh: no libdilattn in $lib_dir (build it: meson compile -C $build)" >&2
+  exit 1
+fi
+echo "== cargo test --offline (rust/, libdilattn from $lib_dir)"
+# The target directory lives in the build directory, so the source tree stays clean.
+export DILATTN_LIB_DIR="$lib_dir"
+export CARGO_TARGET_DIR="$(cd "$build" && pwd)/rust-target"
+# An ASan-built library needs its runtime in the test processes (cargo's are not instrumented);
+# rustdoc does not run under it, so the (compile-only) doctests are left out there.
+cargo_args=(test --offline --workspace)
+# (nm's output is captured first: with pipefail, grep -q closing the pipe early would fail it)
+symbols="$(nm -D "$lib_dir/libdilattn.so" 2>/dev/null || true)"
+if [[ "$symbols" == *__asan_init* ]]; then
+  export LD_PRELOAD="$(cc -print-file-name=libasan.so)"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
+  cargo_args+=(--lib --tests)
+  echo "   (ASan build: LD_PRELOAD=$LD_PRELOAD, doctests skipped)"
+fi
+cd "$repo/rust"
+log="$CARGO_TARGET_DIR/cargo-test.log"
+mkdir -p "$CARGO_TARGET_DIR"
+status=0
+cargo "${cargo_args[@]}" >"$log" 2>&1 || status=$?
+grep -E "^(running|test result)|^warning" "$log" || true
+if [[ $status -ne 0 ]]; then
+  echo "== cargo test failed (exit $status); the end of its output:" >&2
+  tail -n 60 "$log" >&2
+fi
+exit $status
