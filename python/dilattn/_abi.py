@@ -108,6 +108,7 @@ SIGNATURES = {
     "dilattn_plan_destroy": ([_P], _ST),
     "dilattn_plan_backend": ([_P, C.POINTER(C.c_int)], _ST),
     "dilattn_plan_workspace_size": ([_P, C.POINTER(C.c_size_t), C.POINTER(C.c_size_t)], _ST),
+    "dilattn_plan_score_count": ([_P, _PI64], _ST),
     "dilattn_forward": ([_P, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
     "dilattn_backward": ([_P, _T, _T, _T, _T, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
     "dilattn_reference_rows": ([_P, _T, _T, _T, _PI64, _I64, C.POINTER(C.c_double),

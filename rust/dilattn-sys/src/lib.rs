@@ -182,6 +182,7 @@ extern "C" {
     ) -> dilattn_status;
     pub fn dilattn_plan_destroy(plan: dilattn_plan) -> dilattn_status;
     pub fn dilattn_plan_backend(plan: dilattn_plan, backend: *mut dilattn_backend) -> dilattn_status;
+    pub fn dilattn_plan_score_count(plan: dilattn_plan, score_terms: *mut i64) -> dilattn_status;
     pub fn dilattn_plan_workspace_size(
         plan: dilattn_plan,
         forward_bytes: *mut usize,
