@@ -2,9 +2,9 @@
 // block-sparse attention in f16, bf16 and f32, timed with cudaEvents around dilattn_forward.
 //
 // TFLOP/s by FlashAttention's formula: 4 * B * H * Nq * Nk * D for dense, halved for causal;
-// for dilated and block-sparse, 4 * B * D * (the (query, key) pairs actually attended, summed
-// over heads), counted on the host from the same index rules the kernels use (useful FLOPs,
-// not the FLOPs of the dense problem). Median of --iters timed calls after 2 warm-up calls.
+// for dilated and block-sparse, 4 * D * (the score terms the plan computes, from
+// dilattn_plan_score_count: the same index rules the kernels use; useful FLOPs, not the FLOPs of
+// the dense problem). Median of --iters timed calls after 2 warm-up calls.
 // Without a GPU (no CUDA device, or the cuda backend unavailable) it prints "no GPU" and exits 0.
 // Prints a table for people and writes JSON (--json FILE, default gpu_bench.json) for scripts;
 // both name the GPU. Usage: bench_gpu [--json FILE] [--iters N] [--quick]
@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "dilattn.h"
-#include "index_rules.h"
 
 namespace {
 
@@ -40,32 +39,6 @@ struct Result {
 };
 
 size_t element_bytes(dilattn_dtype t) { return t == DILATTN_F32 ? 4 : 2; }
-
-// (query, key) pairs one (batch, head) attends in dilated or block-sparse attention, from the
-// index rules of SPEC 3-4.
-double attended_pairs(const BenchCase& c, dilattn_mask mask, int64_t h) {
-  double pairs = 0;
-  if (c.kind == DILATTN_KIND_DILATED) {
-    const int64_t m = static_cast<int64_t>(c.segments.size());
-    for (int64_t b = 0; b < m; ++b) {
-      const int64_t o = dilattn::head_offset(DILATTN_HEADS_MOD, h, b, c.dilations[b], c.H);
-      for (int64_t i = 0; i < c.N; ++i)
-        pairs += dilattn::dilated_keys(i, c.N, c.segments[b], c.dilations[b], o, c.causal).count;
-    }
-  } else {
-    dilattn_bsr_view v{};
-    int64_t nnz = 0;
-    dilattn_mask_get(mask, &v, &nnz);
-    const int64_t* rp = static_cast<const int64_t*>(v.row_ptr);
-    const int64_t* ci = static_cast<const int64_t*>(v.col_idx);
-    const int64_t I = (c.N + v.block_q - 1) / v.block_q;
-    for (int64_t ib = 0; ib < I; ++ib)
-      for (int64_t n = rp[ib]; n < rp[ib + 1]; ++n)
-        for (int64_t i = ib * v.block_q; i < std::min(c.N, (ib + 1) * v.block_q); ++i)
-          pairs += dilattn::block_keys(i, ci[n], v.block_k, c.N, c.N, c.causal).count;
-  }
-  return pairs;
-}
 
 Result run_case(const BenchCase& c, int iters) {
   Result r;
@@ -132,14 +105,18 @@ Result run_case(const BenchCase& c, int iters) {
   } else {
     std::sort(times.begin(), times.end());
     r.ms = times[times.size() / 2];
-    // Dense: FlashAttention's formula exactly (N^2, halved for causal); else counted pairs.
+    // Dense: FlashAttention's formula exactly (N^2, halved for causal); else the score terms
+    // the plan computes (dilattn_plan_score_count, summed over batches and heads).
     double pairs = 0;
-    if (c.kind == DILATTN_KIND_DENSE)
-      pairs = static_cast<double>(c.H) * static_cast<double>(c.N) * static_cast<double>(c.N) /
-              (c.causal ? 2.0 : 1.0);
-    else
-      for (int64_t h = 0; h < c.H; ++h) pairs += attended_pairs(c, mask, h);
-    r.useful_flops = 4.0 * static_cast<double>(c.B) * static_cast<double>(c.D) * pairs;
+    if (c.kind == DILATTN_KIND_DENSE) {
+      pairs = static_cast<double>(c.B) * static_cast<double>(c.H) * static_cast<double>(c.N) *
+              static_cast<double>(c.N) / (c.causal ? 2.0 : 1.0);
+    } else {
+      int64_t terms = 0;
+      dilattn_plan_score_count(plan, &terms);
+      pairs = static_cast<double>(terms);
+    }
+    r.useful_flops = 4.0 * static_cast<double>(c.D) * pairs;
     r.tflops = r.useful_flops / (r.ms * 1e-3) / 1e12;
     r.status = "ok";
   }
