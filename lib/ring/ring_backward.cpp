@@ -12,6 +12,7 @@
 // Accumulators are f32 (f64 for f64 plans); each pair's gradient is rounded once to the plan's
 // dtype by the backend before it is added.
 // Checked by tests/ring/test_ring_backward.cpp against the single-device reference.
+#include "abi_enum.h"
 #include "dtype_convert.h"
 #include "errors.h"
 #include "handles.h"
@@ -120,7 +121,7 @@ extern "C" dilattn_status dilattn_ring_backward(
   auto role = [](TensorRole r) { return static_cast<int>(r); };
   dilattn::RingCall call;
   dilattn_status s = dilattn::start_ring_call(
-      plan, comm, split, true,
+      plan, comm, dilattn::enum_value(split), true,
       {{q, "q", role(TensorRole::q), false}, {k, "k", role(TensorRole::kv), false},
        {v, "v", role(TensorRole::kv), false}, {o, "o", role(TensorRole::o), false},
        {lse, "lse", role(TensorRole::lse), false}, {d_o, "d_o", role(TensorRole::o), false},

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#include "abi_enum.h"
 #include "dtype_convert.h"
 #include "errors.h"
 #include "handles.h"
@@ -114,12 +113,11 @@ dilattn_tensor RingCall::lse_view(void* data) const {
   return dilattn_tensor_contiguous(data, acc_dtype, p->B, p->H, mine.rows, 1);
 }
 
-dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split,
+dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
                                bool backward, std::initializer_list<RingTensor> tensors,
                                RingCall* call) {
   if (dilattn_status s = check_live(comm, dilattn_comm_s::kKind, "comm")) return s;
   RingTransport& t = *comm->transport;
-  const int32_t split_value = enum_value(split);  // any int may arrive from C
   const dilattn_status own = check_own_call(plan, comm, split_value, tensors);
   const uint64_t fingerprint =
       own == DILATTN_SUCCESS ? call_fingerprint(plan->problem, t.size(), split_value, backward) : 0;

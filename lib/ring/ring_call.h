@@ -48,8 +48,9 @@ struct RingTensor {
 };
 
 // The whole start of a ring call on this rank: its own checks (plan, comm, split, shard
-// tensors), then the agreement of all ranks. SUCCESS fills *call.
-dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split,
+// tensors), then the agreement of all ranks. SUCCESS fills *call. `split` is the caller's enum
+// read as an integer at the entry point (abi_enum.h): any int may arrive from C.
+dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
                                bool backward, std::initializer_list<RingTensor> tensors,
                                RingCall* call);
 

@@ -11,6 +11,7 @@
 // Checked by tests/ring/test_ring_forward.cpp against the single-device reference.
 #include <cmath>
 
+#include "abi_enum.h"
 #include "dtype_convert.h"
 #include "errors.h"
 #include "handles.h"
@@ -100,7 +101,7 @@ extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm c
   auto role = [](TensorRole r) { return static_cast<int>(r); };
   dilattn::RingCall call;
   dilattn_status s = dilattn::start_ring_call(
-      plan, comm, split, false,
+      plan, comm, dilattn::enum_value(split), false,
       {{q, "q", role(TensorRole::q), false}, {k, "k", role(TensorRole::kv), false},
        {v, "v", role(TensorRole::kv), false}, {o, "o", role(TensorRole::o), false},
        {lse, "lse", role(TensorRole::lse), true}},
