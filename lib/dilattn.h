@@ -85,7 +85,9 @@ typedef enum dilattn_status {
   DILATTN_ERROR_POOL_ZERO_SIZE = 25,
   DILATTN_ERROR_POOL_TOO_LARGE = 26,        /* a request larger than the arena */
   DILATTN_ERROR_POOL_DESTROYED = 27,        /* use after destroy, where detectable */
-  DILATTN_STATUS_COUNT_ = 28
+  /* Ring attention (dilattn_ring.h): another rank failed, or a rank did not arrive in time. */
+  DILATTN_ERROR_COMM = 28,
+  DILATTN_STATUS_COUNT_ = 29
 } dilattn_status;
 
 /* A short constant description of a status ("DILATTN_ERROR_BAD_DILATION: ..."). */

@@ -31,6 +31,7 @@ const char* kind_name(HandleKind kind) {
     case HandleKind::desc: return "desc";
     case HandleKind::mask: return "mask";
     case HandleKind::plan: return "plan";
+    case HandleKind::comm: return "comm";
   }
   return "handle";
 }

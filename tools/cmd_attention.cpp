@@ -25,6 +25,7 @@
 #include "mask_input.h"
 #include "npy.h"
 #include "output_files.h"
+#include "ring_run.h"
 
 namespace dilattn_cli {
 
@@ -36,7 +37,7 @@ const FlagSpec kCommonFlags[] = {
     {"q", true}, {"k", true}, {"v", true}, {"segments", true}, {"dilations", true},
     {"heads-mode", true}, {"causal", false}, {"scale", true}, {"backend", true},
     {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
-    {"pattern", true}};
+    {"pattern", true}, {"ring-threads", true}, {"ring-split", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -71,6 +72,7 @@ struct Settings {
   dilattn_head_mode head_mode = DILATTN_HEADS_MOD;
   std::string mask_path, pattern;
   int64_t block_q = 64, block_k = 64;
+  RingOptions ring;  // --ring-threads P [--ring-split contiguous|zigzag]: SPEC 5 on P threads
 };
 
 Settings parse_settings(const Flags& f) {
@@ -106,6 +108,16 @@ Settings parse_settings(const Flags& f) {
       if (f.has(only)) fail_input(std::string("flag --") + only + " needs --mask or --pattern");
   s.block_q = f.get_int("block-size", 64, 1);
   s.block_k = f.get_int("block-size-k", s.block_q, 1);
+  const int64_t ranks = f.get_int("ring-threads", 0, 1);
+  if (ranks > 4096) fail_input("flag --ring-threads: " + std::to_string(ranks) + " is above 4096");
+  s.ring.ranks = static_cast<int32_t>(ranks);
+  if (f.has("ring-split")) {
+    if (!f.has("ring-threads")) fail_input("flag --ring-split needs --ring-threads");
+    const std::string split = f.get("ring-split", "");
+    if (split == "zigzag") s.ring.split = DILATTN_RING_ZIGZAG;
+    else if (split != "contiguous")
+      fail_input("flag --ring-split: '" + split + "' is not one of contiguous, zigzag");
+  }
   return s;
 }
 
@@ -233,6 +245,13 @@ dilattn_backend plan_backend(const PlanHandle& plan) {
   return b;
 }
 
+// --ring-threads copies rows between host arrays, so the plan must run on the CPU.
+void check_ring_backend(const Settings& s, const PlanHandle& plan) {
+  if (s.ring.ranks > 0 && plan_backend(plan) == DILATTN_BACKEND_CUDA)
+    throw CliError(kExitRuntime, "flag --ring-threads: ring attention runs on CPU backends "
+                                 "(ref, cpu, emu); the plan runs on cuda");
+}
+
 // ---------------------------------------------------------------- tensors
 
 // Binds host arrays as tensors, through GPU copies when the plan runs on cuda.
@@ -284,7 +303,8 @@ NpyArray zeros(NpyType type, std::vector<int64_t> shape) {
 }
 
 // O and LSE of the forward pass, LSE in the dtype the plan's backend writes.
-void run_forward(const PlanHandle& plan, Operands& o, NpyArray* out, NpyArray* lse) {
+void run_forward(const PlanHandle& plan, const RingOptions& ring, Operands& o, NpyArray* out,
+                 NpyArray* lse) {
   const bool ref = plan_backend(plan) == DILATTN_BACKEND_REF;
   *out = zeros(o.q.type, o.q.shape);
   *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq});
@@ -292,7 +312,10 @@ void run_forward(const PlanHandle& plan, Operands& o, NpyArray* out, NpyArray* l
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
                        tl = bind.output(*lse, ref ? DILATTN_F64 : DILATTN_F32, 1);
-  check_status(dilattn_forward(plan.get(), &tq, &tk, &tv, &to, &tl, nullptr, 0), "forward");
+  if (ring.ranks > 0)
+    ring_forward(plan.get(), ring, tq, tk, tv, to, tl);
+  else
+    check_status(dilattn_forward(plan.get(), &tq, &tk, &tv, &to, &tl, nullptr, 0), "forward");
   bind.finish();
 }
 
@@ -313,8 +336,9 @@ int cmd_forward(int argc, char** argv, int first) {
   Operands o = read_operands(s);
   PlanHandle plan;
   make_plan(s, o, &plan);
+  check_ring_backend(s, plan);
   NpyArray out, lse;
-  run_forward(plan, o, &out, &lse);
+  run_forward(plan, s.ring, o, &out, &lse);
   outputs.write(out_file, serialize_npy(out));
   if (want_lse) outputs.write(lse_file, serialize_npy(lse));
   outputs.commit();
@@ -347,6 +371,7 @@ int cmd_backward(int argc, char** argv, int first) {
   require_shape(d_o, do_path, o.q.shape, "dO must have Q's shape");
   PlanHandle plan;
   make_plan(s, o, &plan);
+  check_ring_backend(s, plan);
 
   NpyArray out, lse;
   if (f.has("o")) {
@@ -358,7 +383,7 @@ int cmd_backward(int argc, char** argv, int first) {
       fail_input(lse_path + ": dtype " + npy_descr(lse.type) + ", LSE must be <f4 or <f8");
     require_shape(lse, lse_path, {o.B, o.H, o.Nq}, "LSE is [B, H, Nq]");
   } else {
-    run_forward(plan, o, &out, &lse);  // SPEC 6 needs the forward's O and LSE
+    run_forward(plan, s.ring, o, &out, &lse);  // SPEC 6 needs the forward's O and LSE
   }
 
   NpyArray dq = zeros(o.q.type, o.q.shape), dk = zeros(o.k.type, o.k.shape),
@@ -370,9 +395,12 @@ int cmd_backward(int argc, char** argv, int first) {
                        tl = bind.input(lse, lse_dtype, 1), tdo = bind.input(d_o, o.dtype),
                        tdq = bind.output(dq, o.dtype), tdk = bind.output(dk, o.dtype),
                        tdv = bind.output(dv, o.dtype);
-  check_status(dilattn_backward(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
-                                nullptr, 0),
-               "backward");
+  if (s.ring.ranks > 0)
+    ring_backward(plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
+  else
+    check_status(dilattn_backward(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                  nullptr, 0),
+                 "backward");
   bind.finish();
   outputs.write(dq_file, serialize_npy(dq));
   outputs.write(dk_file, serialize_npy(dk));

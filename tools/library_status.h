@@ -36,15 +36,19 @@ inline int exit_code_for(dilattn_status s) {
 }
 
 // Throws a CliError for a failed call; `what` says which step ("plan", "forward", "--mask M.npz").
-inline void check_status(dilattn_status s, const std::string& what) {
+// `detail` is the library's message: this thread's last error unless the call ran on another
+// thread (a ring rank, ring_run.cpp).
+inline void check_status(dilattn_status s, const std::string& what, std::string detail) {
   if (s == DILATTN_SUCCESS) return;
-  std::string detail = dilattn_last_error();
   for (char& c : detail)
     if (c == '\n') c = ' ';  // one line, always
   std::string name = dilattn_status_string(s);
   const size_t colon = name.find(':');
   if (colon != std::string::npos) name.resize(colon);
   throw CliError(exit_code_for(s), what + ": " + (detail.empty() ? name : detail) + " [" + name + "]");
+}
+inline void check_status(dilattn_status s, const std::string& what) {
+  if (s != DILATTN_SUCCESS) check_status(s, what, dilattn_last_error());
 }
 
 }  // namespace dilattn_cli

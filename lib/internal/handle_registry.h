@@ -13,7 +13,7 @@
 
 namespace dilattn {
 
-enum class HandleKind { desc, mask, plan };
+enum class HandleKind { desc, mask, plan, comm };  // comm: dilattn_ring.h
 
 // Registers `address` as a live handle of `kind` for the lifetime of the object that holds it
 // (the first member of dilattn_desc_s, dilattn_mask_s, dilattn_plan_s), so every way a handle

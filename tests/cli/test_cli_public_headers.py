@@ -1,6 +1,6 @@
 """test_cli_public_headers.py - the `dilattn` command line is a user program: tools/ includes only
-the library's public headers (lib/dilattn.h, dilattn_mask.h, dilattn_pool.h), its own headers and
-system headers, never an internal header such as index_rules.h.
+the library's public headers (lib/dilattn.h, dilattn_mask.h, dilattn_pool.h, dilattn_ring.h),
+its own headers and system headers, never an internal header such as index_rules.h.
 Run by meson (`meson test -C build --suite cli`) with DILATTN_TOOLS_DIR set to tools/.
 """
 import os
@@ -9,7 +9,7 @@ import re
 import pytest
 
 TOOLS = os.environ.get("DILATTN_TOOLS_DIR", "")
-PUBLIC = {"dilattn.h", "dilattn_mask.h", "dilattn_pool.h"}
+PUBLIC = {"dilattn.h", "dilattn_mask.h", "dilattn_pool.h", "dilattn_ring.h"}
 
 
 def test_tools_include_only_public_library_headers():

@@ -1,0 +1,92 @@
+/*
+ * dilattn_ring.h - ring attention (SPEC 5) behind the C ABI: P ranks each hold a shard of the
+ * rows of Q, K and V; K/V chunks travel the ring and every rank gets its own rows of O and LSE
+ * (forward) or of dQ, dK and dV (backward), equal to the single-device result (SPEC 8).
+ *
+ * A communicator handle carries one rank's end of a transport; every transport runs the same
+ * ring algorithm (lib/ring/). Transports in this version:
+ *   threads: P ranks are P threads of one process; chunks are copied into the receiver's own
+ *            buffers (no rank reads another's shard during compute), so it models separate memory.
+ *
+ * Usage (threads):
+ *   dilattn_comm comms[P];  dilattn_comm_create_threads(P, 10000, comms);
+ *   // on the thread of rank p, with its shards (dilattn_ring_shard_rows says which rows):
+ *   dilattn_ring_forward(plan, comms[p], DILATTN_RING_CONTIGUOUS, &q, &k, &v, &o, &lse);
+ *   // when every rank is done: dilattn_comm_destroy(comms[p]) for each p.
+ *
+ * The plan describes the full problem (seqlen_q == seqlen_k == N) and runs every sub-problem
+ * on its backend (a CPU backend: ref, cpu or emu). Shard views have N replaced by the rank's
+ * row count: q, o [B, rows, H, D]; k, v [B, rows, Hkv, D]; lse [B, H, rows, 1]. Every rank of a
+ * communicator must call the same function with the same plan shape and split; a call is
+ * collective. When any rank's input is bad, that rank returns its own status and every other
+ * rank DILATTN_ERROR_COMM naming it; when a rank does not arrive within the communicator's
+ * timeout, every waiting rank returns DILATTN_ERROR_COMM and the communicator is broken (every
+ * later call returns DILATTN_ERROR_COMM). Nothing is written to outputs on an error.
+ */
+#ifndef DILATTN_RING_H
+#define DILATTN_RING_H
+
+#include "dilattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How N rows are split over P ranks (SPEC 5). */
+typedef enum dilattn_ring_split {
+  /* Rank p holds rows [floor(p N / P), floor((p+1) N / P)): uneven N allowed, a rank may hold
+   * none (N < P). */
+  DILATTN_RING_CONTIGUOUS = 0,
+  /* Causal balance: N is cut into 2P chunks the same way; rank p holds chunk p followed by
+   * chunk 2P-1-p, in that order in its shard tensors. */
+  DILATTN_RING_ZIGZAG = 1
+} dilattn_ring_split;
+
+/* One rank's end of a communicator. */
+typedef struct dilattn_comm_s* dilattn_comm;
+
+/* P ranks in this process, one thread each: fills comms[0 .. num_ranks) (rank p is comms[p]).
+ * timeout_ms > 0 bounds every wait for another rank; past it the call returns
+ * DILATTN_ERROR_COMM instead of hanging. */
+DILATTN_API dilattn_status dilattn_comm_create_threads(int32_t num_ranks, int32_t timeout_ms,
+                                                       dilattn_comm* comms);
+/* Destroys one rank's end; the shared state goes with the last one. Not while a ring call on
+ * any rank of the communicator runs. */
+DILATTN_API dilattn_status dilattn_comm_destroy(dilattn_comm comm);
+/* This end's rank and the number of ranks. */
+DILATTN_API dilattn_status dilattn_comm_rank(dilattn_comm comm, int32_t* rank, int32_t* num_ranks);
+/* The most bytes the ring held at once on this rank during its last ring call (chunks in
+ * flight, partial results, accumulators, sub-problem workspaces), beyond the caller's shards. */
+DILATTN_API dilattn_status dilattn_comm_peak_bytes(dilattn_comm comm, size_t* bytes);
+
+/* The rows of the full sequence that `rank` holds: up to two ranges [first[r], first[r] +
+ * count[r]), r < 2, in shard order (contiguous: the second count is 0). rows = their sum. */
+DILATTN_API dilattn_status dilattn_ring_shard_rows(int64_t seqlen, int32_t num_ranks,
+                                                   int32_t rank, dilattn_ring_split split,
+                                                   int64_t first[2], int64_t count[2]);
+
+/* This rank's O (and LSE, may be NULL; f32 or f64) for its rows. Collective. */
+DILATTN_API dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm comm,
+                                                dilattn_ring_split split,
+                                                const dilattn_tensor* q, const dilattn_tensor* k,
+                                                const dilattn_tensor* v, const dilattn_tensor* o,
+                                                const dilattn_tensor* lse);
+
+/* This rank's dQ, dK, dV for its rows (SPEC 6) from its shards of Q, K, V, dO and of the
+ * forward's O and LSE. dK/dV contributions travel the ring back to their owner; the summation
+ * order is fixed by ring position, so the result is bitwise the same on every run. Collective. */
+DILATTN_API dilattn_status dilattn_ring_backward(dilattn_plan plan, dilattn_comm comm,
+                                                 dilattn_ring_split split,
+                                                 const dilattn_tensor* q, const dilattn_tensor* k,
+                                                 const dilattn_tensor* v, const dilattn_tensor* o,
+                                                 const dilattn_tensor* lse,
+                                                 const dilattn_tensor* d_o,
+                                                 const dilattn_tensor* dq,
+                                                 const dilattn_tensor* dk,
+                                                 const dilattn_tensor* dv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DILATTN_RING_H */

@@ -1,0 +1,142 @@
+// ring_call.cpp - checks and agreement of a ring call (see ring_call.h).
+#include "ring_call.h"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "dtype_convert.h"
+#include "errors.h"
+#include "handles.h"
+#include "ring_pairs.h"
+#include "tensor_checks.h"
+
+namespace dilattn {
+
+namespace {
+
+// FNV-1a over what every rank of one call must share.
+struct Fingerprint {
+  uint64_t h = 1469598103934665603ull;
+  void add(int64_t x) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint64_t>(x >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  }
+};
+
+uint64_t call_fingerprint(const Problem& p, int32_t P, int32_t split, bool backward) {
+  Fingerprint f;
+  for (int64_t x : {p.B, p.Nq, p.Nk, p.H, p.Hkv, p.D, static_cast<int64_t>(p.dtype),
+                    static_cast<int64_t>(p.kind), static_cast<int64_t>(p.causal),
+                    static_cast<int64_t>(p.head_mode), static_cast<int64_t>(P),
+                    static_cast<int64_t>(split), static_cast<int64_t>(backward)})
+    f.add(x);
+  for (const Branch& b : p.branches) {
+    f.add(b.w);
+    f.add(b.r);
+  }
+  int64_t scale_bits;
+  std::memcpy(&scale_bits, &p.scale, sizeof scale_bits);
+  f.add(scale_bits);
+  if (p.mask) {
+    f.add(p.mask->bq);
+    f.add(p.mask->bk);
+    f.add(static_cast<int64_t>(p.mask->col_idx.size()));
+  }
+  return f.h;
+}
+
+// This rank's own checks (SPEC 7), before any other rank is involved.
+dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
+                              std::initializer_list<RingTensor> tensors) {
+  if (dilattn_status s = check_handle(plan, "plan")) return s;
+  if (split_value != DILATTN_RING_CONTIGUOUS && split_value != DILATTN_RING_ZIGZAG)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'split' = %d is not a ring split",
+                     static_cast<int>(split_value));
+  const Problem& p = plan->problem;
+  if (p.Nq != p.Nk)
+    return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
+                     "ring attention needs seqlen_q == seqlen_k, the plan has %lld and %lld",
+                     static_cast<long long>(p.Nq), static_cast<long long>(p.Nk));
+  if (plan->backend->device != DILATTN_DEVICE_CPU)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "ring attention runs its sub-problems on a CPU backend (ref, cpu, emu); "
+                     "the plan's backend is %s", plan->backend->name);
+  const int32_t P = comm->transport->size();
+  if (dilattn_status s = check_ring_split(p, P, split_value)) return s;
+  // Each shard is the plan's problem with N replaced by this rank's row count.
+  Problem shard = p;
+  shard.Nq = shard.Nk = shard_rows(p.Nq, P, comm->transport->rank(), split_value).rows;
+  for (const RingTensor& t : tensors) {
+    if (t.optional && t.t == nullptr) continue;
+    if (dilattn_status s = check_tensor(shard, t.t, t.name, static_cast<TensorRole>(t.role)))
+      return s;
+  }
+  return DILATTN_SUCCESS;
+}
+
+// Every rank's vote; SUCCESS only when all succeeded and agree on the call.
+dilattn_status agree(RingTransport& t, dilattn_status mine, uint64_t fingerprint) {
+  RingVote vote{};
+  vote.status = mine;
+  vote.fingerprint = fingerprint;
+  if (mine != DILATTN_SUCCESS)
+    std::snprintf(vote.message, sizeof vote.message, "%s", dilattn_last_error());
+  std::vector<RingVote> all(static_cast<size_t>(t.size()));
+  if (dilattn_status s = t.allgather(vote, all.data())) return s;
+  if (mine != DILATTN_SUCCESS) return mine;  // our own message is still the last error
+  for (int32_t r = 0; r < t.size(); ++r)
+    if (all[r].status != DILATTN_SUCCESS)
+      return set_error(DILATTN_ERROR_COMM, "rank %d failed: %s (%s)", static_cast<int>(r),
+                       dilattn_status_string(static_cast<dilattn_status>(all[r].status)),
+                       all[r].message);
+  for (int32_t r = 0; r < t.size(); ++r)
+    if (all[r].fingerprint != fingerprint)
+      return set_error(DILATTN_ERROR_INVALID_VALUE,
+                       "rank %d called with another plan shape, kind, scale or split than rank "
+                       "%d: every rank of a ring call must pass the same",
+                       static_cast<int>(r), static_cast<int>(t.rank()));
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace
+
+dilattn_tensor RingCall::chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const {
+  dilattn_tensor v = dilattn_tensor_contiguous(data, t, p->B, max_rows, heads, p->D);
+  v.shape[1] = rows;
+  return v;
+}
+
+dilattn_tensor RingCall::lse_view(void* data) const {
+  return dilattn_tensor_contiguous(data, acc_dtype, p->B, p->H, mine.rows, 1);
+}
+
+dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
+                               bool backward, std::initializer_list<RingTensor> tensors,
+                               RingCall* call) {
+  if (dilattn_status s = check_live(comm, dilattn_comm_s::kKind, "comm")) return s;
+  RingTransport& t = *comm->transport;
+  const dilattn_status own = check_own_call(plan, comm, split_value, tensors);
+  const uint64_t fingerprint =
+      own == DILATTN_SUCCESS ? call_fingerprint(plan->problem, t.size(), split_value, backward) : 0;
+  if (dilattn_status s = agree(t, own, fingerprint)) return s;
+
+  call->p = &plan->problem;
+  call->backend = plan->backend;
+  call->transport = &t;
+  call->P = t.size();
+  call->rank = t.rank();
+  call->split = split_value;
+  call->mine = call->rows_of(call->rank);
+  for (int32_t r = 0; r < call->P; ++r) call->max_rows = max_i64(call->max_rows, call->rows_of(r).rows);
+  call->acc_dtype = plan->problem.dtype == DILATTN_F64 ? DILATTN_F64 : DILATTN_F32;
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status finish_ring_call(RingCall& call, dilattn_status status) {
+  return agree(*call.transport, status, 0);
+}
+
+}  // namespace dilattn

@@ -1,0 +1,62 @@
+// ring_call.h - what ring_forward.cpp and ring_backward.cpp share: the checks of a ring call
+// (SPEC 7 for shards), the agreement of all ranks before and after the ring, and the layout of
+// the chunks that travel.
+//
+// A ring call is collective: every rank first checks its own arguments, then all ranks
+// exchange their status and a fingerprint of their call (allgather). A bad argument on any rank
+// thus fails every rank before any chunk moves (the others with DILATTN_ERROR_COMM naming it),
+// and a rank called with another shape or split is refused by all. After the ring the ranks
+// agree once more, so that a failure during compute leaves every output untouched.
+#ifndef DILATTN_RING_CALL_H
+#define DILATTN_RING_CALL_H
+
+#include <initializer_list>
+
+#include "backend.h"
+#include "ring_memory.h"
+#include "ring_shard.h"
+#include "ring_transport.h"
+
+namespace dilattn {
+
+// One rank's view of a validated ring call.
+struct RingCall {
+  const Problem* p = nullptr;       // the plan's full problem
+  const Backend* backend = nullptr; // runs every sub-problem
+  RingTransport* transport = nullptr;
+  int32_t P = 1, rank = 0, split = 0;
+  ShardRows mine;                   // this rank's rows
+  int64_t max_rows = 0;             // the largest shard: the size of a chunk buffer
+  dilattn_dtype acc_dtype = DILATTN_F32;  // accumulators: f64 for f64 plans, else f32
+  RingMemory memory;
+
+  ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
+  // Elements of one [B, max_rows, Hkv, D] chunk tensor.
+  int64_t chunk_elements() const { return p->B * max_rows * p->Hkv * p->D; }
+  // A contiguous [B, max_rows, heads, D] view of `data` in dtype t (its rows: the first `rows`).
+  dilattn_tensor chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const;
+  // A contiguous LSE [B, H, mine.rows, 1] view.
+  dilattn_tensor lse_view(void* data) const;
+};
+
+// Tensors of a ring call, with their roles, for the shard checks.
+struct RingTensor {
+  const dilattn_tensor* t;
+  const char* name;
+  int role;  // TensorRole
+  bool optional;
+};
+
+// The whole start of a ring call on this rank: its own checks (plan, comm, split, shard
+// tensors), then the agreement of all ranks. SUCCESS fills *call. `split` is the caller's enum
+// read as an integer at the entry point (abi_enum.h): any int may arrive from C.
+dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
+                               bool backward, std::initializer_list<RingTensor> tensors,
+                               RingCall* call);
+
+// The agreement after the ring: SUCCESS when every rank's `status` is SUCCESS.
+dilattn_status finish_ring_call(RingCall& call, dilattn_status status);
+
+}  // namespace dilattn
+
+#endif  // DILATTN_RING_CALL_H

@@ -1,0 +1,172 @@
+// ring_pairs.cpp - a (query range, key range) pair as backend sub-problems (see ring_pairs.h).
+#include "ring_pairs.h"
+
+#include <memory>
+
+#include "dtype_convert.h"
+#include "errors.h"
+
+namespace dilattn {
+
+namespace {
+
+// What the causal rule leaves of a pair. Ranges of one split are equal or disjoint, since
+// every rank cuts the sequence at the same points (ring_shard.h).
+enum class CausalPart { skip, full, diagonal, straddle };
+
+CausalPart causal_part(const Problem& p, const RowRange& qr, const RowRange& kr) {
+  if (!p.causal) return CausalPart::full;
+  if (kr.first >= qr.first + qr.count) return CausalPart::skip;  // every key after every query
+  if (kr.first + kr.count <= qr.first) return CausalPart::full;  // every key before every query
+  if (kr.first == qr.first && kr.count == qr.count) return CausalPart::diagonal;
+  return CausalPart::straddle;  // never from ring_shard.h's splits
+}
+
+// The sub-problem of p with nq queries, nk keys, nh query and ng kv heads, dense.
+Problem dense_sub_problem(const Problem& p, int64_t nq, int64_t nk, int64_t nh, int64_t ng,
+                          bool causal) {
+  Problem s = p;
+  s.Nq = nq;
+  s.Nk = nk;
+  s.H = nh;
+  s.Hkv = ng;
+  s.kind = DILATTN_KIND_DENSE;
+  s.branches.clear();
+  s.mask.reset();
+  s.causal = causal;
+  return s;
+}
+
+// The mask rows of query range qr and the columns of key range kr, renumbered from 0. Both
+// ranges start on block boundaries (check_ring_split).
+std::shared_ptr<const BsrMask> sub_mask(const BsrMask& m, const RowRange& qr, const RowRange& kr) {
+  auto s = std::make_shared<BsrMask>();
+  s->Nq = qr.count;
+  s->Nk = kr.count;
+  s->bq = m.bq;
+  s->bk = m.bk;
+  s->num_heads = m.num_heads;
+  s->I = ceil_div(qr.count, m.bq);
+  s->J = ceil_div(kr.count, m.bk);
+  const int64_t ib0 = qr.first / m.bq, jb0 = kr.first / m.bk;
+  s->head_ptr.push_back(0);
+  for (int64_t h = 0; h < m.num_heads; ++h) {
+    int64_t nnz = 0;
+    s->row_ptr.push_back(0);
+    for (int64_t ib = 0; ib < s->I; ++ib) {
+      int64_t count;
+      const int64_t* cols = m.row_cols(h, ib0 + ib, &count);
+      for (int64_t c = 0; c < count; ++c)
+        if (cols[c] >= jb0 && cols[c] < jb0 + s->J) {
+          s->col_idx.push_back(cols[c] - jb0);
+          ++nnz;
+        }
+      s->row_ptr.push_back(nnz);
+    }
+    s->head_ptr.push_back(s->head_ptr.back() + nnz);
+  }
+  return s;
+}
+
+bool on_block_boundary(int64_t x, int64_t bs, int64_t N) { return x % bs == 0 || x == N; }
+
+}  // namespace
+
+dilattn_status check_ring_split(const Problem& p, int32_t num_ranks, int32_t split) {
+  if (p.kind != DILATTN_KIND_BLOCK_SPARSE) return DILATTN_SUCCESS;
+  const BsrMask& m = *p.mask;
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    const ShardRows rows = shard_rows(p.Nq, num_ranks, r, split);
+    for (const RowRange& range : rows.range) {
+      if (range.count == 0) continue;
+      const int64_t ends[2] = {range.first, range.first + range.count};
+      for (int64_t x : ends)
+        if (!on_block_boundary(x, m.bq, p.Nq) || !on_block_boundary(x, m.bk, p.Nk))
+          return set_error(DILATTN_ERROR_UNSUPPORTED,
+                           "ring attention: rank %d's rows [%lld, %lld) cut a mask block "
+                           "(bq = %lld, bk = %lld); block-sparse ring attention needs every "
+                           "shard boundary on a block boundary",
+                           static_cast<int>(r), static_cast<long long>(ends[0]),
+                           static_cast<long long>(ends[1]), static_cast<long long>(m.bq),
+                           static_cast<long long>(m.bk));
+    }
+  }
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const RowRange& kr,
+                                 const std::function<dilattn_status(const SubCall&)>& run) {
+  if (qr.count == 0 || kr.count == 0) return DILATTN_SUCCESS;
+  const CausalPart part = causal_part(p, qr, kr);
+  if (part == CausalPart::skip) return DILATTN_SUCCESS;
+  if (part == CausalPart::straddle)
+    return set_error(DILATTN_ERROR_INTERNAL, "ring attention: query rows [%lld, +%lld) and key "
+                     "rows [%lld, +%lld) overlap without being equal",
+                     static_cast<long long>(qr.first), static_cast<long long>(qr.count),
+                     static_cast<long long>(kr.first), static_cast<long long>(kr.count));
+  const bool causal = part == CausalPart::diagonal;
+
+  if (p.kind != DILATTN_KIND_DILATED) {
+    SubCall call;
+    call.sub = dense_sub_problem(p, qr.count, kr.count, p.H, p.Hkv, causal);
+    if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
+      call.sub.kind = DILATTN_KIND_BLOCK_SPARSE;
+      call.sub.mask = sub_mask(*p.mask, qr, kr);
+    }
+    call.q_rows = {qr.local, 1, qr.count};
+    call.k_rows = {kr.local, 1, kr.count};
+    return run(call);
+  }
+
+  // Dilated: per branch, per head using it, per segment meeting both ranges.
+  const int64_t N = p.Nq, m = p.num_branches();
+  const int64_t q_end = qr.first + qr.count, k_end = kr.first + kr.count;
+  for (int64_t b = 0; b < m; ++b) {
+    const int64_t w = clipped_segment(p.branches[b].w, N), r = p.branches[b].r;
+    const int64_t seg_lo = max_i64(qr.first / w, kr.first / w);
+    const int64_t seg_hi = min_i64((q_end - 1) / w, (k_end - 1) / w);
+    for (int64_t h = 0; h < p.H; ++h) {
+      if (!head_uses_branch(p.head_mode, h, b, p.H, m)) continue;
+      const int64_t o = head_offset(p.head_mode, h, b, r, p.H);
+      for (int64_t seg = seg_lo; seg <= seg_hi; ++seg) {
+        const int64_t s0 = seg * w, s1 = segment_end(s0, w, N);
+        const KeyProgression qs = selected_in_range(s0, s1, r, o, qr.first, q_end);
+        const KeyProgression ks = selected_in_range(s0, s1, r, o, kr.first, k_end);
+        if (qs.count == 0 || ks.count == 0) continue;
+        SubCall call;
+        call.sub = dense_sub_problem(p, qs.count, ks.count, 1, 1, causal);
+        call.h0 = h;
+        call.g0 = kv_head_of(h, p.H, p.Hkv);
+        call.q_rows = {qs.first - qr.first + qr.local, r, qs.count};
+        call.k_rows = {ks.first - kr.first + kr.local, r, ks.count};
+        if (dilattn_status s = run(call)) return s;
+      }
+    }
+  }
+  return DILATTN_SUCCESS;
+}
+
+dilattn_tensor rows_view(const dilattn_tensor& t, const KeyProgression& rows, int64_t h0,
+                         int64_t nh) {
+  dilattn_tensor v = t;
+  const int64_t offset = rows.first * t.strides[1] + h0 * t.strides[2];
+  v.data = static_cast<unsigned char*>(t.data) + offset * static_cast<int64_t>(dtype_size(t.dtype));
+  v.shape[1] = rows.count;
+  v.shape[2] = nh;
+  // One row: its stride is never used, and step * stride may not fit (r near INT64_MAX).
+  v.strides[1] = rows.count > 1 ? t.strides[1] * rows.step : t.strides[1];
+  return v;
+}
+
+dilattn_tensor lse_rows_view(const dilattn_tensor& t, const KeyProgression& rows, int64_t h0,
+                             int64_t nh) {
+  dilattn_tensor v = t;
+  const int64_t offset = h0 * t.strides[1] + rows.first * t.strides[2];
+  v.data = static_cast<unsigned char*>(t.data) + offset * static_cast<int64_t>(dtype_size(t.dtype));
+  v.shape[1] = nh;
+  v.shape[2] = rows.count;
+  v.strides[2] = rows.count > 1 ? t.strides[2] * rows.step : t.strides[2];
+  return v;
+}
+
+}  // namespace dilattn

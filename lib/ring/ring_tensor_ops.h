@@ -1,0 +1,80 @@
+// ring_tensor_ops.h - the element loops of the ring: copy a view, add one into another, and the
+// SPEC 5 merge of a partial (O_b, LSE_b) into the running (O, LSE), all over strided views of
+// equal shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64
+// for f64 plans, so a partial is rounded once per merge).
+#ifndef DILATTN_RING_TENSOR_OPS_H
+#define DILATTN_RING_TENSOR_OPS_H
+
+#include <cstring>
+
+#include "dtype_convert.h"
+#include "softmax_rules.h"
+
+namespace dilattn {
+
+// Calls f(offset in a, offset in b) for every element of two views of a's shape.
+template <class F>
+void for_each_element(const dilattn_tensor& a, const dilattn_tensor& b, F&& f) {
+  for (int64_t i0 = 0; i0 < a.shape[0]; ++i0)
+    for (int64_t i1 = 0; i1 < a.shape[1]; ++i1)
+      for (int64_t i2 = 0; i2 < a.shape[2]; ++i2)
+        for (int64_t i3 = 0; i3 < a.shape[3]; ++i3)
+          f(element_offset(a, i0, i1, i2, i3), element_offset(b, i0, i1, i2, i3));
+}
+
+// dst = src (converted when the dtypes differ; bytes copied when they agree).
+inline void copy_view(const dilattn_tensor& src, const dilattn_tensor& dst) {
+  if (src.dtype == dst.dtype) {
+    const size_t size = dtype_size(src.dtype);
+    const auto* from = static_cast<const unsigned char*>(src.data);
+    auto* to = static_cast<unsigned char*>(dst.data);
+    for_each_element(src, dst, [&](int64_t s, int64_t d) {
+      std::memcpy(to + d * static_cast<int64_t>(size), from + s * static_cast<int64_t>(size), size);
+    });
+    return;
+  }
+  for_each_element(src, dst, [&](int64_t s, int64_t d) {
+    store_element(dst.data, dst.dtype, d, load_element(src.data, src.dtype, s));
+  });
+}
+
+// acc += part.
+inline void add_view(const dilattn_tensor& part, const dilattn_tensor& acc) {
+  for_each_element(part, acc, [&](int64_t s, int64_t d) {
+    store_element(acc.data, acc.dtype, d,
+                  load_element(acc.data, acc.dtype, d) + load_element(part.data, part.dtype, s));
+  });
+}
+
+// Fills every element of a view with x.
+inline void fill_view(const dilattn_tensor& t, double x) {
+  for_each_element(t, t, [&](int64_t d, int64_t) { store_element(t.data, t.dtype, d, x); });
+}
+
+// SPEC 5: (o, lse) <- merge of (o, lse) and (o_b, lse_b), row by row (softmax_rules.h).
+// o, o_b: [B, n, nh, D]; lse, lse_b: [B, nh, n, 1].
+inline void merge_partial(const dilattn_tensor& o_b, const dilattn_tensor& lse_b,
+                          const dilattn_tensor& o, const dilattn_tensor& lse) {
+  for (int64_t b = 0; b < o.shape[0]; ++b)
+    for (int64_t h = 0; h < o.shape[2]; ++h)
+      for (int64_t i = 0; i < o.shape[1]; ++i) {
+        const int64_t at = element_offset(lse, b, h, i, 0);
+        const double old_lse = load_element(lse.data, lse.dtype, at);
+        const double part_lse = load_element(lse_b.data, lse_b.dtype, element_offset(lse_b, b, h, i, 0));
+        const double merged = merge_lse(old_lse, part_lse);
+        const double w_old = merge_weight(old_lse, merged), w_part = merge_weight(part_lse, merged);
+        store_element(lse.data, lse.dtype, at, merged);
+        for (int64_t d = 0; d < o.shape[3]; ++d) {
+          const int64_t od = element_offset(o, b, i, h, d);
+          const double part = load_element(o_b.data, o_b.dtype, element_offset(o_b, b, i, h, d));
+          const double acc = load_element(o.data, o.dtype, od);
+          // A weight of 0 contributes nothing, even against an inf or NaN it would multiply.
+          store_element(o.data, o.dtype, od,
+                        (w_old == 0 ? 0 : w_old * acc) + (w_part == 0 ? 0 : w_part * part));
+        }
+      }
+}
+
+}  // namespace dilattn
+
+#endif  // DILATTN_RING_TENSOR_OPS_H

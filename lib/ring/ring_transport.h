@@ -1,0 +1,56 @@
+// ring_transport.h - what the ring algorithm (ring_forward.cpp, ring_backward.cpp) needs from a
+// transport, and the communicator handle that owns one (SPEC 5).
+//
+// Two operations, both collective over the P ranks of a communicator:
+//   allgather: every rank's small fixed-size vote (its status, a fingerprint of its call, its
+//              error message), so that a bad input on one rank fails every rank at once.
+//   shift:     send `bytes` to rank + 1 and receive as many from rank - 1 (mod P), in two
+//              halves so that a rank computes on the chunk it sends while it travels:
+//              shift_begin(send, recv) ... compute reading `send` ... shift_end().
+//              `send` must stay unchanged and `recv` untouched until shift_end returns.
+// A transport never hangs for ever on a missing rank where it can help it: the threads
+// transport gives up after its timeout and marks the communicator broken (DILATTN_ERROR_COMM).
+#ifndef DILATTN_RING_TRANSPORT_H
+#define DILATTN_RING_TRANSPORT_H
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "dilattn_ring.h"
+#include "handle_registry.h"
+
+namespace dilattn {
+
+// What each rank tells the others before (and after) the ring runs.
+struct RingVote {
+  int32_t status;        // the rank's own dilattn_status
+  uint64_t fingerprint;  // of its plan shape, kind and split: every rank must agree
+  char message[256];     // its last error when status != SUCCESS
+};
+
+class RingTransport {
+ public:
+  virtual ~RingTransport() = default;
+  virtual int32_t rank() const = 0;
+  virtual int32_t size() const = 0;
+  // all[r] = rank r's vote, for every r < size(). SUCCESS or DILATTN_ERROR_COMM.
+  virtual dilattn_status allgather(const RingVote& mine, RingVote* all) = 0;
+  virtual dilattn_status shift_begin(const void* send, void* recv, size_t bytes) = 0;
+  virtual dilattn_status shift_end() = 0;
+};
+
+// P transports sharing one in-process state, rank p = element p (transport_threads.cpp).
+dilattn_status make_thread_transports(int32_t num_ranks, int32_t timeout_ms,
+                                      std::unique_ptr<RingTransport>* transports);
+
+}  // namespace dilattn
+
+struct dilattn_comm_s {
+  static constexpr dilattn::HandleKind kKind = dilattn::HandleKind::comm;
+  dilattn::LiveHandle live{this, kKind};
+  std::unique_ptr<dilattn::RingTransport> transport;
+  size_t peak_bytes = 0;  // of the last ring call on this rank (dilattn_comm_peak_bytes)
+};
+
+#endif  // DILATTN_RING_TRANSPORT_H

@@ -1,0 +1,79 @@
+"""test_cli_ring.py - `dilattn forward|backward --ring-threads P [--ring-split S]` (SPEC 5 on P
+threads of one process) equals the single-device run of the same command: on the f32
+reference up to the ring's f32 accumulators (atol 1e-6, rtol 1e-5), on the cpu backend within
+SPEC 8's f32 tolerances of the reference; for dense, causal GQA, dilated and block-sparse attention, uneven splits and both splits; and its
+flags are checked (exit 2), a mask block cut by a shard boundary exits 3 naming it.
+Run by meson (suite 'ring') with DILATTN_CLI set to the executable.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+from cli_support import make_inputs, qkv_flags, run  # noqa: E402
+from spec_numpy import assert_close  # noqa: E402
+
+SPEC8_F32 = dict(atol=1e-5, rtol=1e-4)
+
+CASES = {
+    "dense": [],
+    "causal_gqa": ["--causal"],
+    "dilated_groups_causal": ["--segments", "4,8,30", "--dilations", "1,2,3", "--heads-mode",
+                              "groups", "--causal"],
+    "sparse_local": ["--pattern", "local:1", "--block-size", "5"],
+}
+
+
+def forward(tmp, paths, tag, *flags):
+    o, l = tmp / f"o_{tag}.npy", tmp / f"lse_{tag}.npy"
+    run("forward", *qkv_flags(paths), "--out", o, "--lse", l, *flags, expect=0)
+    return np.load(o), np.load(l)
+
+
+def backward(tmp, paths, tag, *flags):
+    out = [tmp / f"{n}_{tag}.npy" for n in ("dq", "dk", "dv")]
+    run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", out[0], "--dk", out[1],
+        "--dv", out[2], *flags, expect=0)
+    return [np.load(p) for p in out]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("ring", [["2"], ["3"], ["2", "--ring-split", "zigzag"]])
+def test_ring_threads_equal_single_device(tmp_path, case, ring):
+    H, Hkv = (3, 3) if case.startswith("dilated") else (4, 2)
+    _, paths = make_inputs(tmp_path, B=2, Nq=40, H=H, Hkv=Hkv, D=4, seed=3)
+    flags = CASES[case]
+    if case == "sparse_local" and ring[0] == "3":
+        pytest.skip("3 shards of 40 rows cut the 5-row mask blocks (UNSUPPORTED, tested below)")
+    ring_flags = ["--ring-threads", *ring]
+    want = forward(tmp_path, paths, "ref", "--backend", "ref", *flags)
+    want_grads = backward(tmp_path, paths, "ref", "--backend", "ref", *flags)
+    got = forward(tmp_path, paths, "ring_ref", "--backend", "ref", *flags, *ring_flags)
+    got_grads = backward(tmp_path, paths, "ring_ref", "--backend", "ref", *flags, *ring_flags)
+    for g, w in zip([*got, *got_grads], [*want, *want_grads]):
+        # The ring merges partials into f32 accumulators: a few f32 roundings, not one.
+        assert_close(g, w, atol=1e-6, rtol=1e-5)
+    got = forward(tmp_path, paths, "ring_cpu", "--backend", "cpu", *flags, *ring_flags)
+    got_grads = backward(tmp_path, paths, "ring_cpu", "--backend", "cpu", *flags, *ring_flags)
+    assert_close(got[0], want[0], **SPEC8_F32)
+    assert_close(got[1], want[1], atol=1e-4, rtol=0)
+    for g, w in zip(got_grads, want_grads):
+        assert_close(g, w, **SPEC8_F32)
+
+
+def test_ring_flags_checked(tmp_path):
+    _, paths = make_inputs(tmp_path, Nq=12)
+    out = ["--out", tmp_path / "o.npy"]
+    p = run("forward", *qkv_flags(paths), *out, "--ring-split", "zigzag", expect=2)
+    assert "--ring-split needs --ring-threads" in p.stderr
+    p = run("forward", *qkv_flags(paths), *out, "--ring-threads", "0", expect=2)
+    assert "--ring-threads" in p.stderr
+    p = run("forward", *qkv_flags(paths), *out, "--ring-threads", "2", "--ring-split", "diagonal",
+            expect=2)
+    assert "'diagonal' is not one of contiguous, zigzag" in p.stderr
+    p = run("forward", *qkv_flags(paths), *out, "--ring-threads", "5", "--pattern", "local:1",
+            "--block-size", "4", "--backend", "ref", expect=3)
+    assert "cut a mask block" in p.stderr and "UNSUPPORTED" in p.stderr
+    assert not (tmp_path / "o.npy").exists()

@@ -1,0 +1,31 @@
+// ring_run.h - `--ring-threads P`: run the plan's forward or backward as ring attention
+// (dilattn_ring.h, SPEC 5) on P threads of this process, each rank with copies of its own rows,
+// and gather the ranks' outputs into the full arrays. The result equals the single-device run
+// within SPEC 8 (tests/cli/test_cli_ring.py).
+#ifndef DILATTN_TOOLS_RING_RUN_H
+#define DILATTN_TOOLS_RING_RUN_H
+
+#include <cstdint>
+
+#include "dilattn_ring.h"
+
+namespace dilattn_cli {
+
+struct RingOptions {
+  int32_t ranks = 0;  // 0: no ring
+  dilattn_ring_split split = DILATTN_RING_CONTIGUOUS;
+};
+
+// Every tensor is a contiguous host array of the full sequence; LSE is [B, H, N, 1].
+// A failing rank becomes a CliError naming it (the first rank with its own error, else the first).
+void ring_forward(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
+                  const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
+                  const dilattn_tensor& lse);
+void ring_backward(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
+                   const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
+                   const dilattn_tensor& lse, const dilattn_tensor& d_o, const dilattn_tensor& dq,
+                   const dilattn_tensor& dk, const dilattn_tensor& dv);
+
+}  // namespace dilattn_cli
+
+#endif  // DILATTN_TOOLS_RING_RUN_H
