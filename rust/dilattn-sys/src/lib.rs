@@ -60,7 +60,8 @@ pub const DILATTN_ERROR_POOL_INTERIOR_POINTER: dilattn_status = 24;
 pub const DILATTN_ERROR_POOL_ZERO_SIZE: dilattn_status = 25;
 pub const DILATTN_ERROR_POOL_TOO_LARGE: dilattn_status = 26;
 pub const DILATTN_ERROR_POOL_DESTROYED: dilattn_status = 27;
-pub const DILATTN_STATUS_COUNT_: dilattn_status = 28;
+pub const DILATTN_ERROR_COMM: dilattn_status = 28;
+pub const DILATTN_STATUS_COUNT_: dilattn_status = 29;
 
 pub type dilattn_dtype = c_int;
 pub const DILATTN_F32: dilattn_dtype = 0;
