@@ -115,8 +115,10 @@ template <class A, class B>
 bool check_eq(const A& got, const B& want, const char* got_text, const char* want_text,
               const char* file, int line) {
   if (got == want) return record(true, file, line, "%s", "");
-  return record(false, file, line, "%s = %s, want %s = %s", got_text, text_of(got).c_str(),
-                want_text, text_of(want).c_str());
+  const char* last_error = dilattn_last_error();  // often why a value is not the one expected
+  return record(false, file, line, "%s = %s, want %s = %s%s%s%s", got_text,
+                text_of(got).c_str(), want_text, text_of(want).c_str(),
+                last_error[0] ? " (last error: " : "", last_error, last_error[0] ? ")" : "");
 }
 
 inline bool check_near(double got, double want, double tol, const char* got_text,
