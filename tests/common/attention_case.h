@@ -44,7 +44,8 @@ struct AttentionCase {
   dilattn_dtype dtype = DILATTN_F32;
   Layout input_layout, output_layout;  // as the backend under test sees them
 
-  // Tensors of this case's shapes: Q and O [B, Nq, H, D], K and V [B, Nk, Hkv, D], LSE [B, H, Nq, 1].
+  // Tensors of this case's shapes: Q and O [B, Nq, H, D], K and V [B, Nk, Hkv, D],
+  // LSE [B, H, Nq, 1].
   Tensor q_like(dilattn_dtype t, Layout l = {}) const { return Tensor(t, B, Nq, H, D, l); }
   Tensor kv_like(dilattn_dtype t, Layout l = {}) const { return Tensor(t, B, Nk, Hkv, D, l); }
   Tensor lse_like(dilattn_dtype t) const { return Tensor(t, B, H, Nq, 1); }

@@ -60,7 +60,8 @@ inline Forward run_forward(const AttentionCase& c, const Inputs& in, dilattn_bac
   CaseScope scope(c.name);
   AttentionCase planned = c;
   planned.dtype = in.q.dtype();
-  Forward out{c.q_like(in.q.dtype(), output_layout_of(c, backend)), c.lse_like(lse_dtype_of(backend))};
+  Forward out{c.q_like(in.q.dtype(), output_layout_of(c, backend)),
+              c.lse_like(lse_dtype_of(backend))};
   out.o.poison();
   out.lse.poison();
   Plan plan;

@@ -164,7 +164,8 @@ inline int skip(const char* why) {
 }  // namespace harness
 
 #define CHECK(cond) ::harness::record(static_cast<bool>(cond), __FILE__, __LINE__, "%s", #cond)
-#define CHECK_MSG(cond, ...) ::harness::record(static_cast<bool>(cond), __FILE__, __LINE__, __VA_ARGS__)
+#define CHECK_MSG(cond, ...) \
+  ::harness::record(static_cast<bool>(cond), __FILE__, __LINE__, __VA_ARGS__)
 #define CHECK_EQ(got, want) ::harness::check_eq((got), (want), #got, #want, __FILE__, __LINE__)
 #define CHECK_NEAR(got, want, tol) \
   ::harness::check_near((got), (want), (tol), #got, __FILE__, __LINE__)

@@ -73,7 +73,8 @@ class Tensor {
   const std::vector<unsigned char>& bytes() const { return bytes_; }
 
   double at(int64_t a, int64_t b, int64_t c, int64_t d) const {
-    return dilattn::load_element(view_.data, view_.dtype, dilattn::element_offset(view_, a, b, c, d));
+    return dilattn::load_element(view_.data, view_.dtype,
+                                 dilattn::element_offset(view_, a, b, c, d));
   }
   void set(int64_t a, int64_t b, int64_t c, int64_t d, double x) {
     dilattn::store_element(view_.data, view_.dtype, dilattn::element_offset(view_, a, b, c, d), x);

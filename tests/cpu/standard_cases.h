@@ -29,7 +29,8 @@ inline std::vector<AttentionCase> standard_cases() {
   dense("dense_gqa_d40", 2, 77, 77, 2, 1, 40, false, DILATTN_F32);
   dense("dense_causal_nq_lt_nk_d72", 1, 70, 300, 2, 2, 72, true, DILATTN_F32);
   dense("dense_causal_nq_gt_nk_empty_rows_d1", 1, 300, 70, 2, 1, 1, true, DILATTN_F32);
-  dense("dense_nq_ne_nk_d100", 1, 45, 131, 1, 1, 100, false, DILATTN_F32)->output_layout = kPermuted;
+  dense("dense_nq_ne_nk_d100", 1, 45, 131, 1, 1, 100, false, DILATTN_F32)->output_layout =
+      kPermuted;
   dense("dense_d256", 1, 90, 90, 1, 1, 256, true, DILATTN_F32);
   dense("dense_f16_causal_d100", 1, 130, 130, 2, 2, 100, true, DILATTN_F16);
   dense("dense_bf16_gqa_d64", 1, 100, 100, 4, 2, 64, false, DILATTN_BF16);
