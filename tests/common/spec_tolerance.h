@@ -23,6 +23,7 @@ inline Tolerance of(dilattn_dtype t) {
 
 // LSE: absolute 1e-4 in f32.
 constexpr double kLseAtol = 1e-4;
+inline Tolerance lse() { return {kLseAtol, 0}; }
 
 }  // namespace spec8
 

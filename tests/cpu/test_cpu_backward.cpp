@@ -2,21 +2,23 @@
 // within SPEC 8 on every case of standard_cases(), both run from the same O and LSE (the
 // reference forward's, SPEC 6), with 2 threads. Every output element is poisoned first, so an
 // element the backend forgets to write fails.
-#include "cpu_test_util.h"
+#include "../common/attention_run.h"
+#include "../common/compare.h"
+#include "standard_cases.h"
 
-using namespace cputest;
+using namespace harness;
 
 int main() {
-  for (const Case& c : standard_cases()) {
-    const Inputs in = make_inputs(c, 2);
-    const ForwardOut fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1, DILATTN_F64);
+  for (const AttentionCase& c : cpucases::standard_cases()) {
+    CaseScope scope(c.name);
+    const Inputs in = make_inputs(c, 2, 2.0);
+    const Forward fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1);
     const Gradients want = run_backward(c, in, fwd, DILATTN_BACKEND_REF, 1);
     const Gradients got = run_backward(c, in, fwd, DILATTN_BACKEND_CPU, 2);
-    const Tolerance tol = tolerance_of(c.dtype);
-    expect_close(c, "dQ", got.dq, want.dq, tol);
-    expect_close(c, "dK", got.dk, want.dk, tol);
-    expect_close(c, "dV", got.dv, want.dv, tol);
+    const Tolerance tol = spec8::of(c.dtype);
+    CHECK_CLOSE("dQ", got.dq, want.dq, tol);
+    CHECK_CLOSE("dK", got.dk, want.dk, tol);
+    CHECK_CLOSE("dV", got.dv, want.dv, tol);
   }
-  std::printf("%s\n", failure_count() ? "FAILED" : "ok");
-  return failure_count() != 0;
+  return finish("cpu_backward_matches_reference");
 }

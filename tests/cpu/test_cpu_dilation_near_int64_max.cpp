@@ -5,9 +5,10 @@
 // position its offset selects in each segment.
 #include <cstdint>
 
-#include "cpu_test_util.h"
+#include "../common/attention_run.h"
+#include "../common/compare.h"
 
-using namespace cputest;
+using namespace harness;
 
 int main() {
   const int64_t kMax = INT64_MAX;
@@ -25,22 +26,22 @@ int main() {
        false},
   };
   for (const Config& cfg : configs) {
-    Case c;
+    AttentionCase c;
     c.name = cfg.name;
     c.kind = DILATTN_KIND_DILATED;
     c.Nq = c.Nk = 300; c.H = 4; c.Hkv = 2; c.D = 16;
-    c.segments = cfg.w; c.dilations = cfg.r; c.mode = cfg.mode; c.causal = cfg.causal;
-    const Inputs in = make_inputs(c, 5);
-    const ForwardOut want = run_forward(c, in, DILATTN_BACKEND_REF, 1, DILATTN_F64);
-    const ForwardOut got = run_forward(c, in, DILATTN_BACKEND_CPU, 2, DILATTN_F32);
-    expect_close(c, "O", got.o, want.o, tolerance_of(c.dtype));
-    expect_close(c, "LSE", got.lse, want.lse, Tolerance{spec8::kLseAtol, 0});
+    c.segments = cfg.w; c.dilations = cfg.r; c.head_mode = cfg.mode; c.causal = cfg.causal;
+    CaseScope scope(c.name);
+    const Inputs in = make_inputs(c, 5, 2.0);
+    const Forward want = run_forward(c, in, DILATTN_BACKEND_REF, 1);
+    const Forward got = run_forward(c, in, DILATTN_BACKEND_CPU, 2);
+    CHECK_CLOSE("O", got.o, want.o, spec8::of(c.dtype));
+    CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
     const Gradients gwant = run_backward(c, in, want, DILATTN_BACKEND_REF, 1);
     const Gradients ggot = run_backward(c, in, want, DILATTN_BACKEND_CPU, 2);
-    expect_close(c, "dQ", ggot.dq, gwant.dq, tolerance_of(c.dtype));
-    expect_close(c, "dK", ggot.dk, gwant.dk, tolerance_of(c.dtype));
-    expect_close(c, "dV", ggot.dv, gwant.dv, tolerance_of(c.dtype));
+    CHECK_CLOSE("dQ", ggot.dq, gwant.dq, spec8::of(c.dtype));
+    CHECK_CLOSE("dK", ggot.dk, gwant.dk, spec8::of(c.dtype));
+    CHECK_CLOSE("dV", ggot.dv, gwant.dv, spec8::of(c.dtype));
   }
-  std::printf("%s\n", failure_count() ? "FAILED" : "ok");
-  return failure_count() != 0;
+  return finish("cpu_dilation_near_int64_max_matches_reference");
 }

@@ -1,52 +1,19 @@
 // error_fixture.h - what every SPEC 7 error test needs: a small valid f32 problem on backend ref
 // whose output buffers are filled with a sentinel byte, so a test can make one argument bad,
-// check the status and the message, and prove that no output byte changed.
+// check the status and the message (CHECK_ERROR, check.h), and prove that no output byte
+// changed; a plan slot of sentinel bytes for the *_create calls; a fresh description.
 #ifndef DILATTN_TESTS_ERROR_FIXTURE_H
 #define DILATTN_TESTS_ERROR_FIXTURE_H
 
-#include <cstdio>
 #include <cstring>
-#include <string>
 #include <vector>
 
+#include "../common/check.h"
 #include "dilattn.h"
 
 namespace errtest {
 
 constexpr unsigned char kSentinel = 0xA5;  // f32 0xA5A5A5A5 = -2.87e-16: not a value we write
-
-inline int& failure_count() {
-  static int n = 0;
-  return n;
-}
-
-inline void expect(bool ok, const char* what, const char* file, int line) {
-  if (!ok) {
-    std::fprintf(stderr, "%s:%d: FAILED: %s\n", file, line, what);
-    ++failure_count();
-  }
-}
-#define EXPECT_TRUE(c) ::errtest::expect((c), #c, __FILE__, __LINE__)
-
-// The call returned `want` and dilattn_last_error() contains every one of `needles`.
-inline void expect_error(dilattn_status got, dilattn_status want,
-                         std::initializer_list<const char*> needles, const char* file, int line) {
-  const std::string message = dilattn_last_error();
-  std::printf("  %s: \"%s\"\n", dilattn_status_string(got), message.c_str());
-  if (got != want) {
-    std::fprintf(stderr, "%s:%d: FAILED: status %s, want %s\n", file, line,
-                 dilattn_status_string(got), dilattn_status_string(want));
-    ++failure_count();
-  }
-  for (const char* n : needles)
-    if (message.find(n) == std::string::npos) {
-      std::fprintf(stderr, "%s:%d: FAILED: message \"%s\" does not name \"%s\"\n", file, line,
-                   message.c_str(), n);
-      ++failure_count();
-    }
-}
-#define EXPECT_ERROR(call, want, ...) \
-  ::errtest::expect_error((call), (want), {__VA_ARGS__}, __FILE__, __LINE__)
 
 // B=1, Nq=Nk=4, H=2, Hkv=1, D=3, f32, dense, backend ref. Inputs are small numbers; outputs
 // (o, lse, dq, dk, dv) and the d_o input start as sentinel bytes except d_o.
@@ -72,9 +39,9 @@ struct Problem {
     tdq = dilattn_tensor_contiguous(dq.data(), DILATTN_F32, B, N, H, D);
     tdk = dilattn_tensor_contiguous(dk.data(), DILATTN_F32, B, N, Hkv, D);
     tdv = dilattn_tensor_contiguous(dv.data(), DILATTN_F32, B, N, Hkv, D);
-    EXPECT_TRUE(dilattn_desc_create(&desc) == DILATTN_SUCCESS);
+    CHECK_OK(dilattn_desc_create(&desc));
     const dilattn_shape shape = dilattn_shape_make(B, N, N, H, Hkv, D);
-    EXPECT_TRUE(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF) == DILATTN_SUCCESS);
+    CHECK_OK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF));
   }
   ~Problem() {
     dilattn_plan_destroy(plan);
@@ -101,6 +68,36 @@ struct Problem {
     return dilattn_backward(plan, &tq, &tk, &tv, &to, &tlse, &tdo, &tdq, &tdk, &tdv, ws, ws_bytes);
   }
 };
+
+// A plan slot holding sentinel bytes, which a failed *_create must leave as they are.
+struct PlanSlot {
+  dilattn_plan plan;
+  PlanSlot() { std::memset(&plan, kSentinel, sizeof plan); }
+  bool untouched() const {
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(&plan);
+    for (size_t i = 0; i < sizeof plan; ++i)
+      if (b[i] != kSentinel) return false;
+    return true;
+  }
+};
+
+// A fresh (dense, unscaled) description that outlives the failing call, so its message is read
+// before dilattn_desc_destroy (a successful call) clears it.
+struct FreshDesc {
+  dilattn_desc d = nullptr;
+  FreshDesc() { CHECK_OK(dilattn_desc_create(&d)); }
+  ~FreshDesc() { dilattn_desc_destroy(d); }
+  FreshDesc(const FreshDesc&) = delete;
+  FreshDesc& operator=(const FreshDesc&) = delete;
+};
+
+// dilattn_plan_create in f32 with the shape [B, Nq, Nk, H, Hkv, D].
+inline dilattn_status create_plan(dilattn_plan* slot, const FreshDesc& desc, int64_t B, int64_t Nq,
+                                  int64_t Nk, int64_t H, int64_t Hkv, int64_t D,
+                                  dilattn_backend backend = DILATTN_BACKEND_REF) {
+  const dilattn_shape shape = dilattn_shape_make(B, Nq, Nk, H, Hkv, D);
+  return dilattn_plan_create(slot, desc.d, &shape, DILATTN_F32, backend);
+}
 
 }  // namespace errtest
 

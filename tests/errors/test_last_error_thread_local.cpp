@@ -1,30 +1,20 @@
 // test_last_error_thread_local.cpp - SPEC 7: dilattn_last_error() is per thread (an error on one
 // thread neither shows nor overwrites on another) and a successful call clears it.
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 
+#include "../common/check.h"
 #include "dilattn.h"
-
-namespace {
-int g_failures = 0;
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "FAILED: %s\n", what);
-    ++g_failures;
-  }
-}
-}  // namespace
 
 int main() {
   dilattn_desc desc = nullptr;
-  expect(dilattn_desc_create(&desc) == DILATTN_SUCCESS, "desc_create");
+  CHECK_MSG(dilattn_desc_create(&desc) == DILATTN_SUCCESS, "desc_create");
   // Main thread: a bad scale.
-  expect(dilattn_desc_set_scale(desc, INFINITY) == DILATTN_ERROR_BAD_SCALE, "bad scale refused");
+  CHECK_MSG(dilattn_desc_set_scale(desc, INFINITY) == DILATTN_ERROR_BAD_SCALE, "bad scale refused");
   const std::string main_message = dilattn_last_error();
-  expect(main_message.find("'scale'") != std::string::npos, "main message names 'scale'");
+  CHECK_MSG(main_message.find("'scale'") != std::string::npos, "main message names 'scale'");
 
   std::string other_before, other_after;
   std::thread other([&] {
@@ -34,14 +24,15 @@ int main() {
     other_after = dilattn_last_error();
   });
   other.join();
-  expect(other_before.empty(), "a new thread starts with an empty last error");
-  expect(other_after.find("segments[0] = 0") != std::string::npos, "other thread sees its own error");
-  expect(main_message == dilattn_last_error(), "main thread's message survives the other thread");
+  CHECK_MSG(other_before.empty(), "a new thread starts with an empty last error");
+  CHECK_MSG(other_after.find("segments[0] = 0") != std::string::npos,
+            "other thread sees its own error");
+  CHECK_MSG(main_message == dilattn_last_error(),
+            "main thread's message survives the other thread");
 
   // A success clears the message.
-  expect(dilattn_desc_set_causal(desc, 1) == DILATTN_SUCCESS, "set_causal");
-  expect(std::strcmp(dilattn_last_error(), "") == 0, "a success clears the last error");
+  CHECK_MSG(dilattn_desc_set_causal(desc, 1) == DILATTN_SUCCESS, "set_causal");
+  CHECK_MSG(std::strcmp(dilattn_last_error(), "") == 0, "a success clears the last error");
   dilattn_desc_destroy(desc);
-  if (g_failures == 0) std::printf("last error is thread-local and cleared by success\n");
-  return g_failures != 0;
+  return harness::finish("last_error_is_thread_local");
 }

@@ -15,35 +15,35 @@ namespace {
 void stale_desc() {
   std::printf("stale desc\n");
   dilattn_desc desc = nullptr;
-  EXPECT_TRUE(dilattn_desc_create(&desc) == DILATTN_SUCCESS);
-  EXPECT_TRUE(dilattn_desc_destroy(desc) == DILATTN_SUCCESS);
-  EXPECT_ERROR(dilattn_desc_set_causal(desc, 1), DILATTN_ERROR_INVALID_VALUE, "'desc'",
+  CHECK(dilattn_desc_create(&desc) == DILATTN_SUCCESS);
+  CHECK(dilattn_desc_destroy(desc) == DILATTN_SUCCESS);
+  CHECK_ERROR(dilattn_desc_set_causal(desc, 1), DILATTN_ERROR_INVALID_VALUE, "'desc'",
                "destroyed");
-  EXPECT_ERROR(dilattn_desc_destroy(desc), DILATTN_ERROR_INVALID_VALUE, "'desc'", "destroyed");
+  CHECK_ERROR(dilattn_desc_destroy(desc), DILATTN_ERROR_INVALID_VALUE, "'desc'", "destroyed");
   dilattn_plan plan = nullptr;
   const dilattn_shape shape = dilattn_shape_make(1, 4, 4, 1, 1, 1);
-  EXPECT_ERROR(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF),
+  CHECK_ERROR(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_REF),
                DILATTN_ERROR_INVALID_VALUE, "'desc'", "destroyed");
-  EXPECT_TRUE(plan == nullptr);
+  CHECK(plan == nullptr);
 }
 
 void stale_mask() {
   std::printf("stale mask\n");
   dilattn_mask live = nullptr, stale = nullptr, out = nullptr;
-  EXPECT_TRUE(dilattn_mask_local(&live, 8, 8, 4, 4, 0, 0) == DILATTN_SUCCESS);
-  EXPECT_TRUE(dilattn_mask_local(&stale, 8, 8, 4, 4, 1, 0) == DILATTN_SUCCESS);
-  EXPECT_TRUE(dilattn_mask_destroy(stale) == DILATTN_SUCCESS);
+  CHECK(dilattn_mask_local(&live, 8, 8, 4, 4, 0, 0) == DILATTN_SUCCESS);
+  CHECK(dilattn_mask_local(&stale, 8, 8, 4, 4, 1, 0) == DILATTN_SUCCESS);
+  CHECK(dilattn_mask_destroy(stale) == DILATTN_SUCCESS);
   dilattn_bsr_view view{};
-  EXPECT_ERROR(dilattn_mask_get(stale, &view, nullptr), DILATTN_ERROR_INVALID_VALUE, "'mask'",
+  CHECK_ERROR(dilattn_mask_get(stale, &view, nullptr), DILATTN_ERROR_INVALID_VALUE, "'mask'",
                "destroyed");
-  EXPECT_ERROR(dilattn_mask_destroy(stale), DILATTN_ERROR_INVALID_VALUE, "'mask'", "destroyed");
+  CHECK_ERROR(dilattn_mask_destroy(stale), DILATTN_ERROR_INVALID_VALUE, "'mask'", "destroyed");
   const dilattn_mask inputs[2] = {live, stale};
-  EXPECT_ERROR(dilattn_mask_union(&out, inputs, 2), DILATTN_ERROR_INVALID_VALUE, "'masks[1]'",
+  CHECK_ERROR(dilattn_mask_union(&out, inputs, 2), DILATTN_ERROR_INVALID_VALUE, "'masks[1]'",
                "destroyed");
-  EXPECT_TRUE(out == nullptr);
+  CHECK(out == nullptr);
   dilattn_desc desc = nullptr;
-  EXPECT_TRUE(dilattn_desc_create(&desc) == DILATTN_SUCCESS);
-  EXPECT_ERROR(dilattn_desc_set_block_sparse(desc, stale), DILATTN_ERROR_INVALID_VALUE, "'mask'",
+  CHECK(dilattn_desc_create(&desc) == DILATTN_SUCCESS);
+  CHECK_ERROR(dilattn_desc_set_block_sparse(desc, stale), DILATTN_ERROR_INVALID_VALUE, "'mask'",
                "destroyed");
   dilattn_desc_destroy(desc);
   dilattn_mask_destroy(live);
@@ -52,17 +52,17 @@ void stale_mask() {
 void stale_plan() {
   std::printf("stale plan\n");
   errtest::Problem p;
-  EXPECT_TRUE(dilattn_plan_destroy(p.plan) == DILATTN_SUCCESS);
-  EXPECT_ERROR(p.forward(), DILATTN_ERROR_INVALID_VALUE, "'plan'", "destroyed");
-  EXPECT_ERROR(p.backward(), DILATTN_ERROR_INVALID_VALUE, "'plan'", "destroyed");
+  CHECK(dilattn_plan_destroy(p.plan) == DILATTN_SUCCESS);
+  CHECK_ERROR(p.forward(), DILATTN_ERROR_INVALID_VALUE, "'plan'", "destroyed");
+  CHECK_ERROR(p.backward(), DILATTN_ERROR_INVALID_VALUE, "'plan'", "destroyed");
   dilattn_backend backend = DILATTN_BACKEND_AUTO;
-  EXPECT_ERROR(dilattn_plan_backend(p.plan, &backend), DILATTN_ERROR_INVALID_VALUE, "'plan'",
+  CHECK_ERROR(dilattn_plan_backend(p.plan, &backend), DILATTN_ERROR_INVALID_VALUE, "'plan'",
                "destroyed");
   size_t bytes = 0;
-  EXPECT_ERROR(dilattn_plan_workspace_size(p.plan, &bytes, nullptr), DILATTN_ERROR_INVALID_VALUE,
+  CHECK_ERROR(dilattn_plan_workspace_size(p.plan, &bytes, nullptr), DILATTN_ERROR_INVALID_VALUE,
                "'plan'", "destroyed");
-  EXPECT_ERROR(dilattn_plan_destroy(p.plan), DILATTN_ERROR_INVALID_VALUE, "'plan'", "destroyed");
-  EXPECT_TRUE(p.outputs_untouched());
+  CHECK_ERROR(dilattn_plan_destroy(p.plan), DILATTN_ERROR_INVALID_VALUE, "'plan'", "destroyed");
+  CHECK(p.outputs_untouched());
   p.plan = nullptr;  // the fixture's destructor must not destroy it a third time
 }
 
@@ -71,26 +71,26 @@ void stale_plan() {
 void forged_and_wrong_kind() {
   std::printf("forged and wrong-kind handles\n");
   dilattn_desc real = nullptr;
-  EXPECT_TRUE(dilattn_desc_create(&real) == DILATTN_SUCCESS);
+  CHECK(dilattn_desc_create(&real) == DILATTN_SUCCESS);
   alignas(64) unsigned char forged[1024];
   std::memcpy(forged, static_cast<const void*>(real), 64);  // a live desc's leading bytes
   unsigned char before[sizeof forged];
   std::memcpy(before, forged, sizeof forged);
   dilattn_desc fake = reinterpret_cast<dilattn_desc>(forged);
-  EXPECT_ERROR(dilattn_desc_set_causal(fake, 1), DILATTN_ERROR_INVALID_VALUE, "'desc'",
+  CHECK_ERROR(dilattn_desc_set_causal(fake, 1), DILATTN_ERROR_INVALID_VALUE, "'desc'",
                "not a desc");
-  EXPECT_TRUE(std::memcmp(before, forged, sizeof forged) == 0);
+  CHECK(std::memcmp(before, forged, sizeof forged) == 0);
 
   dilattn_mask mask = nullptr;
-  EXPECT_TRUE(dilattn_mask_local(&mask, 8, 8, 4, 4, 0, 0) == DILATTN_SUCCESS);
-  EXPECT_ERROR(dilattn_desc_set_causal(reinterpret_cast<dilattn_desc>(mask), 1),
+  CHECK(dilattn_mask_local(&mask, 8, 8, 4, 4, 0, 0) == DILATTN_SUCCESS);
+  CHECK_ERROR(dilattn_desc_set_causal(reinterpret_cast<dilattn_desc>(mask), 1),
                DILATTN_ERROR_INVALID_VALUE, "'desc'", "is a mask");
-  EXPECT_ERROR(dilattn_plan_destroy(reinterpret_cast<dilattn_plan>(real)),
+  CHECK_ERROR(dilattn_plan_destroy(reinterpret_cast<dilattn_plan>(real)),
                DILATTN_ERROR_INVALID_VALUE, "'plan'", "is a desc");
   // Both are still live and usable after being refused as the wrong kind.
-  EXPECT_TRUE(dilattn_desc_set_block_sparse(real, mask) == DILATTN_SUCCESS);
-  EXPECT_TRUE(dilattn_mask_destroy(mask) == DILATTN_SUCCESS);
-  EXPECT_TRUE(dilattn_desc_destroy(real) == DILATTN_SUCCESS);
+  CHECK(dilattn_desc_set_block_sparse(real, mask) == DILATTN_SUCCESS);
+  CHECK(dilattn_mask_destroy(mask) == DILATTN_SUCCESS);
+  CHECK(dilattn_desc_destroy(real) == DILATTN_SUCCESS);
 }
 
 // Threads creating, using and destroying their own handles while others do the same: the
@@ -112,7 +112,7 @@ void many_threads() {
       }
     });
   for (std::thread& th : threads) th.join();
-  for (int t = 0; t < 4; ++t) EXPECT_TRUE(bad[t] == 0);
+  for (int t = 0; t < 4; ++t) CHECK(bad[t] == 0);
 }
 
 }  // namespace
@@ -123,6 +123,5 @@ int main() {
   stale_plan();
   forged_and_wrong_kind();
   many_threads();
-  if (errtest::failure_count() == 0) std::printf("every stale or foreign handle refused\n");
-  return errtest::failure_count() != 0;
+  return harness::finish("stale_handles_refused");
 }

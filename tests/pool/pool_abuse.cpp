@@ -5,23 +5,20 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "pool_test_util.h"
+#include "pool_stats.h"
 
 namespace {
 
 // Statistics unchanged by the abuse, and the pool still hands out and takes back a block.
 void check_pool_intact(dilattn_pool pool, const dilattn_pool_stats& before, int line) {
   const dilattn_pool_stats after = pool_stats(pool);
-  if (!same_stats(before, after)) {
-    std::fprintf(stderr, "line %d: statistics changed by a rejected call\n", line);
-    ++g_failures;
-  }
+  harness::record(same_stats(before, after), __FILE__, line,
+                  "statistics changed by a rejected call");
   void* p = nullptr;
-  if (dilattn_pool_alloc(pool, 1000, &p) != DILATTN_SUCCESS || p == nullptr ||
-      dilattn_pool_free(pool, p) != DILATTN_SUCCESS) {
-    std::fprintf(stderr, "line %d: the pool no longer allocates: %s\n", line, dilattn_last_error());
-    ++g_failures;
-  }
+  const bool allocates = dilattn_pool_alloc(pool, 1000, &p) == DILATTN_SUCCESS && p != nullptr &&
+                         dilattn_pool_free(pool, p) == DILATTN_SUCCESS;
+  harness::record(allocates, __FILE__, line, "the pool no longer allocates: %s",
+                  dilattn_last_error());
 }
 
 }  // namespace
@@ -109,5 +106,5 @@ int main() {
   CHECK_EQ(end.bytes_in_use, size_t{0});
   CHECK_EQ(end.free_blocks[16], size_t{1});
   CHECK_EQ(dilattn_pool_destroy(pool), DILATTN_SUCCESS);
-  return finish("pool_abuse");
+  return harness::finish("pool_abuse");
 }

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "pool_test_util.h"
+#include "pool_stats.h"
 
 namespace {
 
@@ -229,5 +229,5 @@ int main() {
   options_validation();
   growth_policy();
   cuda_constructor();
-  return finish("pool_basics");
+  return harness::finish("pool_basics");
 }

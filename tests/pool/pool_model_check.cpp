@@ -18,7 +18,7 @@
 #include <random>
 #include <vector>
 
-#include "pool_test_util.h"
+#include "pool_stats.h"
 
 namespace {
 
@@ -74,19 +74,16 @@ void check_against_model(dilattn_pool pool, const Model& m, long op) {
             s.live_blocks == m.live.size() && s.largest_free_block == largest &&
             s.num_arenas == 1 && s.arena_bytes_total == kArena;
   for (int k = 0; k < 64; ++k) ok = ok && s.free_blocks[k] == counts[k];
-  if (!ok) {
-    std::fprintf(stderr,
+  if (!CHECK_MSG(ok,
                  "op %ld: stats differ from the model: in_use %zu/%zu requested %zu/%zu peak "
-                 "%zu/%zu live %zu/%zu largest %zu/%zu\n",
+                 "%zu/%zu live %zu/%zu largest %zu/%zu",
                  op, s.bytes_in_use, m.in_use, s.bytes_requested, m.requested,
                  s.peak_bytes_in_use, m.peak, s.live_blocks, m.live.size(), s.largest_free_block,
-                 largest);
+                 largest))
     for (int k = 0; k < 64; ++k)
       if (s.free_blocks[k] != counts[k])
         std::fprintf(stderr, "  free blocks of 2^%d: pool %zu, model %zu\n", k, s.free_blocks[k],
                      counts[k]);
-    ++g_failures;
-  }
 }
 
 }  // namespace
@@ -107,7 +104,7 @@ int main() {
   std::mt19937_64 rng(20261121);
   std::vector<uintptr_t> freed;  // recently freed offsets, for double frees
   long allocs = 0, frees = 0, ooms = 0, abuses = 0;
-  for (long op = 0; op < ops && g_failures < 20; ++op) {
+  for (long op = 0; op < ops && harness::failures() < 20; ++op) {
     const unsigned dice = static_cast<unsigned>(rng() % 1000);
     // Drift between filling and draining so the trace sees both a full and an empty pool.
     const bool filling = (op / 50000) % 2 == 0;
@@ -201,5 +198,5 @@ int main() {
   CHECK(allocs > ops / 4 && frees > ops / 4 && ooms > 0 && abuses > ops / 100);
   CHECK_EQ(dilattn_pool_destroy(pool), DILATTN_SUCCESS);
   std::free(memory);
-  return finish("pool_model_check");
+  return harness::finish("pool_model_check");
 }

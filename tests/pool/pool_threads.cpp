@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "pool_test_util.h"
+#include "pool_stats.h"
 
 namespace {
 
@@ -111,5 +111,5 @@ int main() {
               "peak %zu bytes\n", kThreads, iterations, g_allocs.load(), g_ooms.load(),
               reads.load(), end.peak_bytes_in_use);
   CHECK_EQ(dilattn_pool_destroy(pool), DILATTN_SUCCESS);
-  return finish("pool_threads");
+  return harness::finish("pool_threads");
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pool_internal.h"
-#include "pool_test_util.h"
+#include "pool_stats.h"
 
 namespace {
 
@@ -140,5 +140,5 @@ int main() {
   for (dilattn_plan p : {plain, pooled, starved, mismatched}) dilattn_plan_destroy(p);
   CHECK_EQ(dilattn_pool_destroy(pool), DILATTN_SUCCESS);
   CHECK_EQ(dilattn_pool_destroy(device_pool), DILATTN_SUCCESS);
-  return finish("pool_workspace");
+  return harness::finish("pool_workspace");
 }

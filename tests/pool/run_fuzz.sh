@@ -16,7 +16,6 @@ cat > "$work/dilattn_config.h" <<'CONFIG'
 /* written by tests/pool/run_fuzz.sh: a host-only build of the pool */
 #define DILATTN_HAVE_CUDA 0
 #define DILATTN_HAVE_NCCL 0
-#define DILATTN_HAVE_EMU 0
 #define DILATTN_BUILD_FLAGS "fuzz"
 CONFIG
 "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \

@@ -10,11 +10,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "../common/check.h"
 #include "dtype_convert.h"
 
 namespace {
-
-int g_failures = 0;
 
 bool same_float(float a, float b) {
   return (a != a && b != b) || dilattn::float_bits(a) == dilattn::float_bits(b);
@@ -37,11 +36,11 @@ uint16_t cuda_bf16_bits(float f) {
 void check_float_to_narrow(uint32_t bits) {
   const float f = dilattn::bits_float(bits);
   const uint16_t ours_h = dilattn::float_to_half(f), cuda_h = cuda_half_bits(f);
-  if (!same_half_bits(ours_h, cuda_h, half_is_nan(ours_h), half_is_nan(cuda_h)) && g_failures++ < 10)
-    std::fprintf(stderr, "FAILED: float_to_half(0x%08x) = 0x%04x, cuda 0x%04x\n", bits, ours_h, cuda_h);
+  CHECK_MSG(same_half_bits(ours_h, cuda_h, half_is_nan(ours_h), half_is_nan(cuda_h)),
+            "float_to_half(0x%08x) = 0x%04x, cuda 0x%04x", bits, ours_h, cuda_h);
   const uint16_t ours_b = dilattn::float_to_bf16(f), cuda_b = cuda_bf16_bits(f);
-  if (!same_half_bits(ours_b, cuda_b, bf16_is_nan(ours_b), bf16_is_nan(cuda_b)) && g_failures++ < 10)
-    std::fprintf(stderr, "FAILED: float_to_bf16(0x%08x) = 0x%04x, cuda 0x%04x\n", bits, ours_b, cuda_b);
+  CHECK_MSG(same_half_bits(ours_b, cuda_b, bf16_is_nan(ours_b), bf16_is_nan(cuda_b)),
+            "float_to_bf16(0x%08x) = 0x%04x, cuda 0x%04x", bits, ours_b, cuda_b);
 }
 
 }  // namespace
@@ -51,13 +50,13 @@ int main() {
     __half_raw hr;
     hr.x = static_cast<unsigned short>(h);
     const float want_h = __half2float(__half(hr));
-    if (!same_float(dilattn::half_to_float(static_cast<uint16_t>(h)), want_h) && g_failures++ < 10)
-      std::fprintf(stderr, "FAILED: half_to_float(0x%04x)\n", h);
+    CHECK_MSG(same_float(dilattn::half_to_float(static_cast<uint16_t>(h)), want_h),
+              "half_to_float(0x%04x)", h);
     __nv_bfloat16_raw br;
     br.x = static_cast<unsigned short>(h);
     const float want_b = __bfloat162float(__nv_bfloat16(br));
-    if (!same_float(dilattn::bf16_to_float(static_cast<uint16_t>(h)), want_b) && g_failures++ < 10)
-      std::fprintf(stderr, "FAILED: bf16_to_float(0x%04x)\n", h);
+    CHECK_MSG(same_float(dilattn::bf16_to_float(static_cast<uint16_t>(h)), want_b),
+              "bf16_to_float(0x%04x)", h);
   }
   // Edges: ties to even in f16 normal (0x3f801000: 1 + 2^-11 exactly half an f16 ulp) and
   // subnormal ranges, the largest finite f16 and the first value rounding to inf (65520),
@@ -68,6 +67,5 @@ int main() {
                             0x80000000u, 0xb3c00000u, 0xff800000u, 0x00000001u};
   for (uint32_t bits : edges) check_float_to_narrow(bits);
   for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 97) check_float_to_narrow(static_cast<uint32_t>(bits));
-  if (g_failures == 0) std::printf("f16/bf16 conversions match the CUDA headers bit for bit\n");
-  return g_failures != 0;
+  return harness::finish("dtype_convert_matches_cuda_headers");
 }

@@ -6,51 +6,60 @@
 // error ~ eps |L| / h ~ 2e-16 * 10 / 1e-6 = 2e-9, so |fd - grad| <= 1e-6 (1 + |grad|) leaves a
 // 500x margin yet catches any wrong term (a missing factor or term is O(0.01 .. 1)).
 // Cases: dense, causal with Nq != Nk, GQA, and dilated in each head mode with partial segments.
-#include "attention_runner.h"
+#include <cmath>
+#include <cstdio>
+
+#include "../common/attention_run.h"
+
+using namespace harness;
 
 namespace {
 
-double loss(const runner::Config& c, const runner::Inputs& in, const std::vector<double>& d_o) {
-  const runner::Outputs r = runner::forward(c, in);
+double loss(const AttentionCase& c, const Inputs& in) {
+  const Forward r = run_forward(c, in, DILATTN_BACKEND_REF);
   double l = 0;
-  for (size_t e = 0; e < d_o.size(); ++e) l += d_o[e] * r.o[e];
+  for (int64_t e = 0; e < in.d_o.count(); ++e) l += in.d_o.flat(e) * r.o.flat(e);
   return l;
 }
 
-void check(const char* name, const runner::Config& c, uint64_t seed) {
-  const runner::Inputs in = runner::random_inputs(c, seed);
-  std::mt19937_64 rng(seed + 7);
-  const std::vector<double> d_o = runner::random_vector(c.q_size(), rng);
-  const runner::Gradients g = runner::backward(c, in, d_o);
+void check(const AttentionCase& c, uint64_t seed) {
+  CaseScope scope(c.name);
+  const Inputs in = make_inputs(c, seed, 1.0);
+  const Gradients g = run_backward(c, in, run_forward(c, in, DILATTN_BACKEND_REF),
+                                   DILATTN_BACKEND_REF);
   const double h = 1e-6;
   double worst = 0;
-  struct Pair { std::vector<double> runner::Inputs::*x; const std::vector<double>* grad; };
-  for (const Pair& p : {Pair{&runner::Inputs::q, &g.dq}, Pair{&runner::Inputs::k, &g.dk},
-                        Pair{&runner::Inputs::v, &g.dv}})
-    for (size_t e = 0; e < (in.*p.x).size(); ++e) {
-      runner::Inputs plus = in, minus = in;
-      (plus.*p.x)[e] += h;
-      (minus.*p.x)[e] -= h;
-      const double fd = (loss(c, plus, d_o) - loss(c, minus, d_o)) / (2 * h);
-      const double an = (*p.grad)[e];
-      EXPECT_NEAR(an, fd, 1e-6 * (1 + std::fabs(an)));
+  struct Pair { Tensor Inputs::*x; const Tensor* grad; };
+  for (const Pair& p : {Pair{&Inputs::q, &g.dq}, Pair{&Inputs::k, &g.dk}, Pair{&Inputs::v, &g.dv}})
+    for (int64_t e = 0; e < (in.*p.x).count(); ++e) {
+      Inputs plus = in, minus = in;
+      (plus.*p.x).set_flat(e, (in.*p.x).flat(e) + h);
+      (minus.*p.x).set_flat(e, (in.*p.x).flat(e) - h);
+      const double fd = (loss(c, plus) - loss(c, minus)) / (2 * h);
+      const double an = p.grad->flat(e);
+      CHECK_NEAR(an, fd, 1e-6 * (1 + std::fabs(an)));
       worst = std::fmax(worst, std::fabs(an - fd));
     }
-  std::printf("%-28s max |grad - central difference| = %.2e\n", name, worst);
+  std::printf("%-28s max |grad - central difference| = %.2e\n", c.name.c_str(), worst);
 }
 
 }  // namespace
 
 int main() {
-  runner::Config c;
+  AttentionCase c;
+  c.dtype = DILATTN_F64;
   c.B = 1; c.Nq = c.Nk = 6; c.H = 2; c.Hkv = 2; c.D = 3;
-  check("dense", c, 61);
+  c.name = "dense";
+  check(c, 61);
   c.causal = true;
   c.Nq = 5; c.Nk = 7;
-  check("causal, Nq=5 Nk=7", c, 62);
+  c.name = "causal, Nq=5 Nk=7";
+  check(c, 62);
   c.causal = false;
   c.Nq = c.Nk = 6; c.H = 4; c.Hkv = 2;
-  check("GQA H=4 Hkv=2", c, 63);
+  c.name = "GQA H=4 Hkv=2";
+  check(c, 63);
+  c.kind = DILATTN_KIND_DILATED;
   c.segments = {4, 6};  // (4, 2): segments [0,4) [4,6); (6, 3): one segment
   c.dilations = {2, 3};
   c.H = 3; c.Hkv = 1;   // H % r != 0: block mode offsets floor(h / ceil(3 / r))
@@ -58,12 +67,13 @@ int main() {
   const dilattn_head_mode modes[] = {DILATTN_HEADS_MOD, DILATTN_HEADS_BLOCK, DILATTN_HEADS_GROUPS};
   const char* names[] = {"dilated mod, causal", "dilated block, causal", "dilated groups, causal"};
   for (int m = 0; m < 3; ++m) {
-    c.mode = modes[m];
-    check(names[m], c, 64 + static_cast<uint64_t>(m));
+    c.head_mode = modes[m];
+    c.name = names[m];
+    check(c, 64 + static_cast<uint64_t>(m));
   }
   c.causal = false;
-  c.mode = DILATTN_HEADS_MOD;
-  check("dilated mod, not causal", c, 70);
-  if (runner::failures() == 0) std::printf("backward matches central differences: pass\n");
-  return runner::failures() != 0;
+  c.head_mode = DILATTN_HEADS_MOD;
+  c.name = "dilated mod, not causal";
+  check(c, 70);
+  return finish("backward_matches_finite_differences");
 }

@@ -3,25 +3,21 @@
 // (m = -inf: O = 0, LSE = -inf) and NaN propagation (README "Decisions": a NaN score makes its
 // row NaN; nothing here may drop it as fmax does), and where score_scale puts the scale.
 #include <cmath>
-#include <cstdio>
 
+#include "../common/check.h"
 #include "softmax_rules.h"
 
 using namespace dilattn;
 
 namespace {
 
-int failures = 0;
 const double kInf = INFINITY, kNaN = NAN;
 
 void expect(const char* what, double got, double want, double tol = 1e-12) {
   const bool ok = std::isnan(want) ? std::isnan(got)
                   : std::isinf(want) ? got == want
                                      : std::fabs(got - want) <= tol * (1 + std::fabs(want));
-  if (!ok) {
-    std::fprintf(stderr, "FAILED %s: got %.17g, want %.17g\n", what, got, want);
-    ++failures;
-  }
+  CHECK_MSG(ok, "%s: got %.17g, want %.17g", what, got, want);
 }
 
 }  // namespace
@@ -100,6 +96,5 @@ int main() {
   expect("score_scale(-1e38).pre", huge_neg.pre, -1.0);
   expect("score_scale(-1e38).post", huge_neg.post, 1e38 * kLog2e, 1e-7);
 
-  std::printf("%s\n", failures ? "FAILED" : "ok");
-  return failures != 0;
+  return harness::finish("softmax_rules_hand_computed");
 }

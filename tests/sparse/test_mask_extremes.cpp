@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/check.h"
 #include "dilattn.h"
 
 namespace {
@@ -24,16 +25,10 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr i128 kPairLimit = i128{1} << 34;  // dilattn_mask.h: I * J <= 2^34
 constexpr i128 kAnchorLimit = i128{1} << 34;  // dilattn_mask.h: hierarchical anchor rows
 
-int g_failures = 0;
 int g_checked = 0, g_refused = 0;
 
-// What one test case calls, for messages.
-std::string g_case;
-
-void fail(const std::string& what) {
-  if (g_failures < 20) std::fprintf(stderr, "FAILED: %s: %s\n", g_case.c_str(), what.c_str());
-  ++g_failures;
-}
+// What one test case calls: every failure names it (check.h).
+std::string& g_case = harness::current_case();
 
 i128 ceil_div(i128 a, i128 b) { return (a + b - 1) / b; }
 i128 min128(i128 a, i128 b) { return a < b ? a : b; }
@@ -60,15 +55,12 @@ using Rows = std::vector<std::set<int64_t>>;  // per head * I + row block: kept 
 bool read_mask(dilattn_mask mask, const Geo& g, int64_t heads, Rows* rows) {
   dilattn_bsr_view v{};
   int64_t nnz = -1;
-  if (dilattn_mask_get(mask, &v, &nnz) != DILATTN_SUCCESS) {
-    fail(std::string("dilattn_mask_get: ") + dilattn_last_error());
+  if (!CHECK_OK(dilattn_mask_get(mask, &v, &nnz))) return false;
+  if (!CHECK_MSG(v.num_heads == heads && v.index_type == DILATTN_INDEX_INT64 &&
+                     i128{v.seqlen_q} == g.Nq && i128{v.seqlen_k} == g.Nk &&
+                     i128{v.block_q} == g.bq && i128{v.block_k} == g.bk,
+                 "mask shape differs from the request"))
     return false;
-  }
-  if (v.num_heads != heads || v.index_type != DILATTN_INDEX_INT64 || i128{v.seqlen_q} != g.Nq ||
-      i128{v.seqlen_k} != g.Nk || i128{v.block_q} != g.bq || i128{v.block_k} != g.bk) {
-    fail("mask shape differs from the request");
-    return false;
-  }
   const int64_t I = static_cast<int64_t>(g.I), J = static_cast<int64_t>(g.J);
   const int64_t* rp = static_cast<const int64_t*>(v.row_ptr);
   const int64_t* ci = static_cast<const int64_t*>(v.col_idx);
@@ -78,20 +70,22 @@ bool read_mask(dilattn_mask mask, const Geo& g, int64_t heads, Rows* rows) {
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t* r = rp + h * (I + 1);
     const int64_t base = heads > 1 ? hp[h] : 0;
-    if (r[0] != 0) { fail("row_ptr[0] != 0"); return false; }
+    if (!CHECK_MSG(r[0] == 0, "row_ptr[0] = %lld", static_cast<long long>(r[0]))) return false;
     for (int64_t ib = 0; ib < I; ++ib) {
-      if (r[ib + 1] < r[ib] || r[ib + 1] - r[ib] > J) { fail("row_ptr not ascending"); return false; }
+      if (!CHECK_MSG(r[ib + 1] >= r[ib] && r[ib + 1] - r[ib] <= J, "row_ptr not ascending"))
+        return false;
       for (int64_t e = r[ib]; e < r[ib + 1]; ++e) {
         const int64_t c = ci[base + e];
-        if (c < 0 || c >= J) { fail("col_idx " + std::to_string(c) + " outside [0, J)"); return false; }
-        if (e > r[ib] && c <= ci[base + e - 1]) { fail("col_idx not strictly ascending"); return false; }
+        if (!CHECK_MSG(c >= 0 && c < J, "col_idx %lld outside [0, J)", static_cast<long long>(c)))
+          return false;
+        if (!CHECK_MSG(e == r[ib] || c > ci[base + e - 1], "col_idx not strictly ascending"))
+          return false;
         (*rows)[static_cast<size_t>(h * I + ib)].insert(c);
       }
     }
     total += r[I];
   }
-  if (nnz != total) { fail("nnz_total disagrees with row_ptr"); return false; }
-  return true;
+  return CHECK_MSG(nnz == total, "nnz_total disagrees with row_ptr");
 }
 
 // The call's status and mask against the expectation: refused with SIZE_OVERFLOW iff
@@ -100,25 +94,19 @@ void check(dilattn_status s, dilattn_mask mask, const Geo& g, int64_t heads, boo
            const Rows* want) {
   if (expect_refused) {
     ++g_refused;
-    if (s != DILATTN_ERROR_SIZE_OVERFLOW)
-      fail(std::string("expected SIZE_OVERFLOW, got ") + dilattn_status_string(s) + " " +
-           dilattn_last_error());
-    if (mask != nullptr) fail("mask slot written on refusal");
+    CHECK_MSG(s == DILATTN_ERROR_SIZE_OVERFLOW, "expected SIZE_OVERFLOW, got %s %s",
+              dilattn_status_string(s), dilattn_last_error());
+    CHECK_MSG(mask == nullptr, "mask slot written on refusal");
     return;
   }
-  if (s != DILATTN_SUCCESS) {
-    fail(std::string("refused: ") + dilattn_last_error());
-    return;
-  }
+  if (!CHECK_MSG(s == DILATTN_SUCCESS, "refused: %s", dilattn_last_error())) return;
   ++g_checked;
   Rows got;
-  if (read_mask(mask, g, heads, &got) && want != nullptr && got != *want) {
-    for (size_t r = 0; r < got.size(); ++r)
-      if (got[r] != (*want)[r]) {
-        fail("row " + std::to_string(r) + ": " + std::to_string(got[r].size()) + " blocks, want " +
-             std::to_string((*want)[r].size()));
-        break;
-      }
+  if (read_mask(mask, g, heads, &got) && want != nullptr) {
+    size_t r = 0;  // the first row that differs, for the message
+    while (r < got.size() && r < want->size() && got[r] == (*want)[r]) ++r;
+    CHECK_MSG(got == *want, "row %zu: %zu blocks, want %zu", r,
+              r < got.size() ? got[r].size() : 0, r < want->size() ? (*want)[r].size() : 0);
   }
   dilattn_mask_destroy(mask);
 }
@@ -246,8 +234,9 @@ void random_builder(const Geo& g, int64_t Nq, int64_t Nk, int64_t bq, int64_t bk
         const dilattn_status s = dilattn_mask_random(&m, Nq, Nk, bq, bk, heads, density, seed, 1);
         if (g.too_large()) { check(s, m, g, heads, true, nullptr); continue; }
         if (heads == kMax) {  // num_heads * I * J > 2^34: INVALID_VALUE, naming num_heads
-          if (s != DILATTN_ERROR_INVALID_VALUE || std::strstr(dilattn_last_error(), "num_heads") == nullptr)
-            fail(std::string("num_heads = MAX not refused: ") + dilattn_last_error());
+          CHECK_MSG(s == DILATTN_ERROR_INVALID_VALUE &&
+                        std::strstr(dilattn_last_error(), "num_heads") != nullptr,
+                    "num_heads = MAX not refused: %s", dilattn_last_error());
           continue;
         }
         if (density == 0.5) {  // no closed form: SPEC 4's form only
@@ -292,9 +281,10 @@ void bad_shapes() {
     g_case = "pattern 'dense' with block_q = " + std::to_string(b);
     dilattn_mask m = nullptr;
     const dilattn_status s = dilattn_mask_from_pattern(&m, "dense", 8, 8, b, 4);
-    if (s != DILATTN_ERROR_INVALID_VALUE || std::strstr(dilattn_last_error(), "block_q") == nullptr)
-      fail(std::string("not refused naming block_q: ") + dilattn_last_error());
-    if (m != nullptr) fail("mask slot written");
+    CHECK_MSG(s == DILATTN_ERROR_INVALID_VALUE &&
+                  std::strstr(dilattn_last_error(), "block_q") != nullptr,
+              "not refused naming block_q: %s", dilattn_last_error());
+    CHECK_MSG(m == nullptr, "mask slot written");
   }
 }
 
@@ -306,10 +296,10 @@ void hier_anchor_message() {
       dilattn_mask_from_pattern(&m, "hier:1/0/1", 1000000000000, 1000000000000, 1 << 30, 1 << 30);
   const std::string message = dilattn_last_error();
   std::printf("  %s: \"%s\"\n", dilattn_status_string(s), message.c_str());
-  if (s != DILATTN_ERROR_SIZE_OVERFLOW || message.find("anchor") == std::string::npos ||
-      message.find("strides[0] = 1") == std::string::npos)
-    fail("not refused with the anchor message: " + message);
-  if (m != nullptr) fail("mask slot written");
+  CHECK_MSG(s == DILATTN_ERROR_SIZE_OVERFLOW && message.find("anchor") != std::string::npos &&
+                message.find("strides[0] = 1") != std::string::npos,
+            "not refused with the anchor message: %s", message.c_str());
+  CHECK_MSG(m == nullptr, "mask slot written");
 }
 
 // topk with block sizes up to INT64_MAX on a small tensor: the geometry must not overflow.
@@ -355,7 +345,7 @@ int main() {
   bad_shapes();
   hier_anchor_message();
   topk_blocks();
-  std::printf("%d masks checked against the definitions, %d refusals checked, %d failures\n",
-              g_checked, g_refused, g_failures);
-  return g_failures != 0;
+  std::printf("%d masks checked against the definitions, %d refusals checked\n", g_checked,
+              g_refused);
+  return harness::finish("mask_extremes");
 }

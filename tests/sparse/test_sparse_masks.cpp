@@ -2,24 +2,13 @@
 // each builder on a small grid whose answer is written out below, the pattern grammar, union,
 // and validation messages naming the first bad entry. The brute-force sweeps over many shapes
 // are in test_sparse_masks.py; this file is the dependency-free C++ check of the same calls.
-#include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "../common/check.h"
 #include "dilattn.h"
 
 namespace {
-
-int failures = 0;
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::printf("FAIL %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond,       \
-                  dilattn_last_error());                                    \
-      ++failures;                                                           \
-    }                                                                       \
-  } while (0)
 
 using Rows = std::vector<std::vector<int64_t>>;  // rows[ib] = key blocks (one-head masks)
 
@@ -39,14 +28,9 @@ Rows rows_of(dilattn_mask m, int64_t head = 0) {
 // Takes &m, not m: the builder call in the same argument list fills m, and argument evaluation
 // order is unspecified.
 void expect_rows(dilattn_status s, dilattn_mask* mp, const Rows& want, const char* what) {
-  CHECK(s == DILATTN_SUCCESS);
-  if (s != DILATTN_SUCCESS) return;
+  if (!CHECK_OK(s)) return;
   dilattn_mask m = *mp;
-  const Rows got = rows_of(m);
-  if (got != want) {
-    std::printf("FAIL %s: mask differs\n", what);
-    ++failures;
-  }
+  CHECK_MSG(rows_of(m) == want, "%s: mask differs", what);
   dilattn_mask_destroy(m);
 }
 
@@ -84,16 +68,16 @@ void random_is_seeded_and_stable() {
 
 void errors_name_the_term_and_entry() {
   dilattn_mask m = nullptr;
-  CHECK(dilattn_mask_from_pattern(&m, "local:2+strided:0", 16, 16, 4, 4) == DILATTN_ERROR_INVALID_VALUE);
-  CHECK(std::strstr(dilattn_last_error(), "term 1 'strided:0'") != nullptr);
+  CHECK_ERROR(dilattn_mask_from_pattern(&m, "local:2+strided:0", 16, 16, 4, 4),
+              DILATTN_ERROR_INVALID_VALUE, "term 1 'strided:0'");
   CHECK(m == nullptr);
   // Per-head mask, head 1 row block 0 lists key block 1 twice.
   const int32_t row_ptr[] = {0, 1, 1, 0, 2, 2};
   const int32_t col_idx[] = {0, 1, 1};
   const int32_t head_ptr[] = {0, 1, 3};
   dilattn_bsr_view v{sizeof(dilattn_bsr_view), 8, 8, 4, 4, 2, DILATTN_INDEX_INT32, row_ptr, col_idx, head_ptr};
-  CHECK(dilattn_mask_create(&m, &v) == DILATTN_ERROR_BAD_MASK);
-  CHECK(std::strstr(dilattn_last_error(), "head 1, row block 0, position 1") != nullptr);
+  CHECK_ERROR(dilattn_mask_create(&m, &v), DILATTN_ERROR_BAD_MASK,
+              "head 1, row block 0, position 1");
   CHECK(m == nullptr);
 }
 
@@ -103,7 +87,5 @@ int main() {
   builders_on_a_4x4_grid();
   random_is_seeded_and_stable();
   errors_name_the_term_and_entry();
-  if (failures) std::printf("%d failure(s)\n", failures);
-  else std::printf("test_sparse_masks: all checks passed\n");
-  return failures ? 1 : 0;
+  return harness::finish("sparse_masks");
 }
