@@ -118,7 +118,8 @@ __device__ __forceinline__ void load_query_rows(const BackwardParams& bp, int64_
   }
 }
 
-// Keys first + step * (c0 + c), c < cn, of kv head hk into the K and V tiles; zero past cn.
+// Key rows keys[0 .. BC) of kv head hk into the K and V tiles (zero for no key, -1), so the
+// products there are exact zeros.
 template <class T, class E, int BC>
 __device__ __forceinline__ void load_key_rows(const ForwardParams& p, int64_t b, int64_t hk,
                                               const int64_t* keys, const BackwardTiles<E>& s,
