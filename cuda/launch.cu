@@ -1,4 +1,5 @@
-// launch.cu - the CUDA backend's launcher (SPEC 1-4 forward): picks a kernel, checks the
+// launch.cu - the CUDA backend's launcher (SPEC 1-4 forward; the backward, SPEC 6, is
+// launch_backward.cu, included below): picks a kernel, checks the
 // views, runs one launch per branch into an (O, LSE) workspace, converts to the outputs.
 //
 // Built twice: by nvcc as dilattn::cuda (kernels on a GPU), and by the host compiler through
@@ -428,8 +429,12 @@ dilattn_status can_run(const Problem& p) {
   return DILATTN_SUCCESS;
 }
 
-// Backward has no kernels yet, so it needs no workspace.
-WorkspaceBytes workspace_bytes(const Problem& p) { return {workspace_layout(p).total, 0}; }
+// The backward's workspace (launch_backward.cu, included at the end of this file).
+size_t backward_workspace_bytes(const Problem& p);
+
+WorkspaceBytes workspace_bytes(const Problem& p) {
+  return {workspace_layout(p).total, backward_workspace_bytes(p)};
+}
 
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   dilattn_status st = can_run(p);
@@ -448,12 +453,8 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   return finalize(p, a, ws);
 }
 
-dilattn_status backward(const Problem&, const BackwardArgs&) {
-  return set_error(DILATTN_ERROR_UNSUPPORTED,
-                   "backend '%s': backward kernels not written yet (backends ref and cpu run "
-                   "backward)",
-                   kBackendName);
-}
-
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn
+
+// The backward launcher and its kernels (SPEC 6): backward() and backward_workspace_bytes.
+#include "launch_backward.cu"

@@ -224,6 +224,76 @@ inline int64_t count_bad(const std::string& what, const std::vector<double>& got
   return bad;
 }
 
+// ---------------------------------------------------------------- backward (SPEC 6)
+struct Gradients {
+  std::vector<double> dq, dk, dv;
+  std::vector<unsigned char> bytes;  // dq, dk, dv raw, for bitwise comparisons
+};
+
+// Runs the case's forward and then its backward on `backend` (O and LSE from that backend's
+// own forward, as a training step would), with upstream gradient d_o; gradients in the input
+// dtype, written into poisoned buffers so every element must be written.
+inline bool run_backward(const Case& c, dilattn_backend backend, const dilattn_tensor& q,
+                         const dilattn_tensor& k, const dilattn_tensor& v,
+                         const dilattn_tensor& d_o, Gradients* out) {
+  dilattn_desc desc = nullptr;
+  if (!make_desc(c, &desc)) {
+    dilattn_desc_destroy(desc);
+    return false;
+  }
+  dilattn_plan plan = nullptr;
+  const dilattn_shape shape = dilattn_shape_make(c.B, c.Nq, c.Nk, c.H, c.Hkv, c.D);
+  bool ok = check(dilattn_plan_create(&plan, desc, &shape, q.dtype, backend), "plan_create",
+                  c.name);
+  dilattn_desc_destroy(desc);
+  if (!ok) return false;
+  const dilattn_dtype lse_dtype = q.dtype == DILATTN_F64 ? DILATTN_F64 : DILATTN_F32;
+  const int64_t pad = backend == DILATTN_BACKEND_REF ? 0 : c.pad;
+  Buffer o = make_buffer(q.dtype, c.B, c.Nq, c.H, c.D, pad);
+  Buffer lse = make_buffer(lse_dtype, c.B, c.H, c.Nq, 1, 0);
+  Buffer dq = make_buffer(q.dtype, c.B, c.Nq, c.H, c.D, pad);
+  Buffer dk = make_buffer(q.dtype, c.B, c.Nk, c.Hkv, c.D, pad);
+  Buffer dv = make_buffer(q.dtype, c.B, c.Nk, c.Hkv, c.D, pad);
+  for (Buffer* b : {&dq, &dk, &dv}) std::memset(b->bytes.data(), 0x7f, b->bytes.size());
+  ok = check(dilattn_forward(plan, &q, &k, &v, &o.view, &lse.view, nullptr, 0), "forward",
+             c.name) &&
+       check(dilattn_backward(plan, &q, &k, &v, &o.view, &lse.view, &d_o, &dq.view, &dk.view,
+                              &dv.view, nullptr, 0),
+             "backward", c.name);
+  dilattn_plan_destroy(plan);
+  if (!ok) return false;
+  out->dq = read_all(dq.view);
+  out->dk = read_all(dk.view);
+  out->dv = read_all(dv.view);
+  out->bytes = dq.bytes;
+  out->bytes.insert(out->bytes.end(), dk.bytes.begin(), dk.bytes.end());
+  out->bytes.insert(out->bytes.end(), dv.bytes.begin(), dv.bytes.end());
+  return true;
+}
+
+// run_backward on emu in the ascending, descending and shuffled thread orders; *asc receives
+// the ascending run. False when a run fails or the three differ in any bit.
+inline bool run_backward_in_thread_orders(const Case& c, const dilattn_tensor& q,
+                                          const dilattn_tensor& k, const dilattn_tensor& v,
+                                          const dilattn_tensor& d_o, Gradients* asc) {
+  Gradients desc, shuffled;
+  {
+    simt::ScopedThreadOrder order(simt::ThreadOrder::ascending);
+    if (!run_backward(c, DILATTN_BACKEND_EMU, q, k, v, d_o, asc)) return false;
+  }
+  {
+    simt::ScopedThreadOrder order(simt::ThreadOrder::descending);
+    if (!run_backward(c, DILATTN_BACKEND_EMU, q, k, v, d_o, &desc)) return false;
+  }
+  {
+    simt::ScopedThreadOrder order(simt::ThreadOrder::shuffled, 12345);
+    if (!run_backward(c, DILATTN_BACKEND_EMU, q, k, v, d_o, &shuffled)) return false;
+  }
+  const bool same = asc->bytes == desc.bytes && asc->bytes == shuffled.bytes;
+  if (!same) std::fprintf(stderr, "%s: thread orders give different gradient bits\n", c.name.c_str());
+  return same;
+}
+
 }  // namespace kcase
 
 #endif  // DILATTN_TESTS_KERNEL_CASE_H

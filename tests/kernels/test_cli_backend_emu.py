@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""test_cli_backend_emu.py - `dilattn forward --backend emu` agrees with `--backend ref` (SPEC 8).
+"""test_cli_backend_emu.py - `dilattn forward` and `dilattn backward` with `--backend emu` agree
+with `--backend ref` (SPEC 8).
 
 The command line replays a case through the CUDA backend's kernels in the SIMT emulator; this
 runs dense causal, dilated (mod, three branches, partial segments) and block-sparse (pattern)
-cases in f32 and f16 and checks O and LSE with `dilattn compare` at SPEC 8 tolerances (f16
-O: 2e-3/2e-3; LSE: absolute 1e-4). Usage: test_cli_backend_emu.py PATH_TO_DILATTN
+cases in f32 and f16 and checks O and LSE, then dQ, dK, dV (SPEC 6; each backend recomputes its
+own O and LSE first), with `dilattn compare` at SPEC 8 tolerances (f16: 2e-3/2e-3; LSE:
+absolute 1e-4). Usage: test_cli_backend_emu.py PATH_TO_DILATTN
 """
 import os
 import subprocess
@@ -25,6 +27,27 @@ def run(cmd):
     return p.returncode, p.stdout.strip()
 
 
+def backward_case(cli, tmp, paths, case, flags, dtype, atol):
+    """dQ, dK, dV of `dilattn backward` on emu against ref; returns the number of failures."""
+    grads = {}
+    for backend in ("emu", "ref"):
+        grads[backend] = [os.path.join(tmp, f"{g}_{case}_{dtype}_{backend}.npy")
+                          for g in ("dq", "dk", "dv")]
+        code, text = run([cli, "backward", "--q", paths["q"], "--k", paths["k"], "--v", paths["v"],
+                          "--do", paths["do"], "--dq", grads[backend][0], "--dk", grads[backend][1],
+                          "--dv", grads[backend][2], "--backend", backend] + flags)
+        if code != 0:
+            print(f"{case} {dtype} backward {backend}: exit {code}: {text}")
+            return 1
+    failures = 0
+    rtol = atol if dtype == "f2" else 1e-4
+    for what, a, b in zip(("dq", "dk", "dv"), grads["emu"], grads["ref"]):
+        code, text = run([cli, "compare", a, b, "--atol", str(atol), "--rtol", str(rtol)])
+        print(f"{case} {dtype} {what}: {'ok' if code == 0 else 'FAILED'}: {text}")
+        failures += code != 0
+    return failures
+
+
 def main():
     cli = sys.argv[1]
     failures = 0
@@ -32,7 +55,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for dtype, atol in (("f4", 1e-5), ("f2", 2e-3)):
             paths = {}
-            for name, shape in (("q", (2, 70, 4, 40)), ("k", (2, 70, 2, 40)), ("v", (2, 70, 2, 40))):
+            for name, shape in (("q", (2, 70, 4, 40)), ("k", (2, 70, 2, 40)), ("v", (2, 70, 2, 40)),
+                                ("do", (2, 70, 4, 40))):
                 paths[name] = os.path.join(tmp, f"{name}_{dtype}.npy")
                 np.save(paths[name], rng.standard_normal(shape).astype("<" + dtype))
             for case, flags in CASES:
@@ -54,6 +78,7 @@ def main():
                     code, text = run([cli, "compare", a, b] + tol)
                     print(f"{case} {dtype} {what}: {'ok' if code == 0 else 'FAILED'}: {text}")
                     failures += code != 0
+                failures += backward_case(cli, tmp, paths, case, flags, dtype, atol)
     print(f"{failures} failures")
     return 1 if failures else 0
 

@@ -1,7 +1,8 @@
 // test_launch_checks.cpp - what the CUDA backend's launcher (cuda/launch.cu, run as backend emu)
 // refuses, before touching memory (SPEC 1, 7): f64, head dims above 256, a misaligned data
-// pointer, an output view whose stride 0 would make rows share memory, and backward (not
-// written yet). Each refusal must leave the output untouched, and a plain call must succeed.
+// pointer, an output view whose stride 0 would make rows share memory (forward's O, backward's
+// dK). Each refusal must leave the output untouched, and a plain call must succeed.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -77,14 +78,40 @@ int main() {
       break;
     }
 
-  std::vector<float> lse(8), d_o(8 * 8, 1.0f), dq(8 * 8), dk(8 * 8), dv(8 * 8);
+  std::vector<float> lse(8), d_o(8 * 8, 1.0f), dq(8 * 8, -7.0f), dk(8 * 8, -7.0f),
+      dv(8 * 8, -7.0f);
   dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, 1, 1, 8, 1);
   dilattn_tensor tdo = dilattn_tensor_contiguous(d_o.data(), DILATTN_F32, 1, 8, 1, 8);
   dilattn_tensor tdq = dilattn_tensor_contiguous(dq.data(), DILATTN_F32, 1, 8, 1, 8);
   dilattn_tensor tdk = dilattn_tensor_contiguous(dk.data(), DILATTN_F32, 1, 8, 1, 8);
   dilattn_tensor tdv = dilattn_tensor_contiguous(dv.data(), DILATTN_F32, 1, 8, 1, 8);
+  expect_status(dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0), DILATTN_SUCCESS,
+                "forward with lse");
+  // Every key row's gradient written to the same 8 floats.
+  dilattn_tensor overlapping_dk = tdk;
+  overlapping_dk.strides[1] = 0;
+  expect_status(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &overlapping_dk, &tdv,
+                                 nullptr, 0),
+                DILATTN_ERROR_UNSUPPORTED, "backward: dk rows with stride 0");
+  bool grads_untouched = true;
+  for (const std::vector<float>* g : {&dq, &dk, &dv})
+    for (float x : *g) grads_untouched = grads_untouched && x == -7.0f;
+  if (!grads_untouched) {
+    std::fprintf(stderr, "a refused backward wrote a gradient\n");
+    ++failures;
+  }
+  // The plain backward: all scores equal, so P = 1/8, dP = <dO, v> = 8 = D_i and dS = 0:
+  // dQ = dK = 0, and dV_j = sum_i P_ij dO_i = 1.
   expect_status(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0),
-                DILATTN_ERROR_UNSUPPORTED, "backward on emu");
+                DILATTN_SUCCESS, "plain backward");
+  for (int n = 0; n < 8 * 8; ++n)
+    if (std::fabs(dq[n]) > 1e-6f || std::fabs(dk[n]) > 1e-6f || std::fabs(dv[n] - 1.0f) > 1e-6f) {
+      std::fprintf(stderr, "plain backward: element %d: dQ %g, dK %g, dV %g; want 0, 0, 1\n", n,
+                   static_cast<double>(dq[n]), static_cast<double>(dk[n]),
+                   static_cast<double>(dv[n]));
+      ++failures;
+      break;
+    }
   dilattn_plan_destroy(plan);
   std::printf("%d failures\n", failures);
   return failures == 0 ? 0 : 1;

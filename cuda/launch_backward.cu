@@ -1,0 +1,427 @@
+// launch_backward.cu - the CUDA backend's backward launcher (SPEC 6): checks the views, picks
+// the kernels, runs the pre-pass, the dQ pass and the dK/dV pass into f32 accumulators, and
+// stores the gradients.
+//
+// Included by cuda/launch.cu (so built the same two ways: nvcc into dilattn::cuda, the host
+// compiler with the SIMT emulator into dilattn::emu) and uses its helpers (cuda_failure,
+// check_view, elementwise_blocks, mask_arrays, prepare_launch, DeviceGuard).
+//
+//   backward, in the order it calls them:
+//     check_backward_views    as the forward's check_views, for the nine tensors;
+//     choose_backward_kernels WMMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
+//                             (kernel_for, as the forward), shared memory checked and granted;
+//     prepare_backward_workspace  from the plan's pool (backward_workspace_layout): the mask
+//                             copied over, D_i = <dO_i, O_i> and lse_s = lse_in_score_domain(LSE)
+//                             per row (the pre-pass), dQ, dK, dV accumulators = 0;
+//     run_dq_pass             one launch per dilated branch (one for dense, block-sparse);
+//     run_dkdv_pass           one launch per (branch, query head of a kv head): each adds its
+//                             pairs to dK and dV in turn, so GQA's and the branches' sums have
+//                             a fixed order without atomics (SPEC 6: deterministic);
+//     store_gradients         dQ = scale dq_acc, dK = scale dk_acc, dV = dv_acc, to the views.
+//
+// Checked by tests/kernels/test_backward_kernels.cpp (every kernel x dtype x kind, emulator,
+// three thread orders) and tests/kernels/test_cli_backend_emu.py (`dilattn backward`).
+#include "backward_simt.cu"  // the kernels: one translation unit, so no device linking
+#include "backward_wmma.cu"
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+
+// ================================================================ small kernels
+// What the pre-pass reads and writes; passed by value.
+struct RowTermsParams {
+  const void *o, *d_o;
+  int64_t o_stride[4], d_o_stride[4];
+  const void* lse;
+  int32_t lse_is_f64;
+  int64_t lse_stride[3];
+  float post;          // score_scale(scale).post
+  float *di, *lse_s;   // [B, H, Nq]
+  int64_t B, H, Nq, D;
+};
+
+// The pre-pass, one thread per row (b, h, i): D_i = <dO_i, O_i> summed in d order, and the
+// forward's LSE (f32 or f64) in the score domain, where P = 2^(post (s - lse_s)).
+template <class T>
+__global__ void backward_row_terms_kernel(RowTermsParams r) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t row = start; row < r.B * r.H * r.Nq; row += stride) {  // (b * H + h) * Nq + i
+    const int64_t i = row % r.Nq, h = (row / r.Nq) % r.H, b = row / (r.Nq * r.H);
+    float sum = 0.0f;
+    for (int64_t d = 0; d < r.D; ++d)
+      sum += to_float(load_bnhd<T>(r.d_o, r.d_o_stride, b, i, h, d)) *
+             to_float(load_bnhd<T>(r.o, r.o_stride, b, i, h, d));
+    r.di[row] = sum;
+    const int64_t at = b * r.lse_stride[0] + h * r.lse_stride[1] + i * r.lse_stride[2];
+    const double lse = r.lse_is_f64 ? static_cast<const double*>(r.lse)[at]
+                                    : static_cast<double>(static_cast<const float*>(r.lse)[at]);
+    r.lse_s[row] = lse_in_score_domain(lse, r.post);
+  }
+}
+
+__global__ void zero_floats_kernel(float* x, int64_t n) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = start; idx < n; idx += stride) x[idx] = 0.0f;
+}
+
+// out[b, n, hh, d] = factor * acc[b, hh, n, d], rounded once to the gradient's dtype.
+template <class T>
+__global__ void store_gradient_kernel(const float* acc, T* out, int64_t s0, int64_t s1,
+                                      int64_t s2, int64_t s3, int64_t B, int64_t N,
+                                      int64_t heads, int64_t D, float factor) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = start; idx < B * heads * N * D; idx += stride) {
+    const int64_t d = idx % D, row = idx / D;  // row = (b * heads + hh) * N + n
+    const int64_t n = row % N, hh = (row / N) % heads, b = row / (N * heads);
+    out[b * s0 + n * s1 + hh * s2 + d * s3] = from_float<T>(factor * acc[idx]);
+  }
+}
+
+// ================================================================ launcher
+namespace {
+
+// ---------------------------------------------------------------- check_backward_views
+dilattn_status check_backward_views(const BackwardArgs& a) {
+  const struct {
+    const dilattn_tensor* view;
+    const char* name;
+    bool written;
+  } views[9] = {{a.q, "q", false},   {a.k, "k", false},     {a.v, "v", false},
+                {a.o, "o", false},   {a.lse, "lse", false}, {a.d_o, "d_o", false},
+                {a.dq, "dq", true}, {a.dk, "dk", true},    {a.dv, "dv", true}};
+  for (const auto& v : views) {
+    const dilattn_status st = check_view(v.view, v.name, v.written);
+    if (st != DILATTN_SUCCESS) return st;
+  }
+#ifdef __CUDACC__
+  for (const auto& v : views)
+    if (v.view->device_index != a.q->device_index)
+      return set_error(DILATTN_ERROR_UNSUPPORTED,
+                       "backend 'cuda': tensors on devices %d and %d; all must be on one GPU",
+                       a.q->device_index, v.view->device_index);
+#endif
+  return DILATTN_SUCCESS;
+}
+
+// ---------------------------------------------------------------- choose_backward_kernels
+using BackwardKernelFn = void (*)(BackwardParams);
+
+struct BackwardKernels {
+  BackwardKernelFn dq, dkdv;
+  size_t dq_smem, dkdv_smem;  // dynamic shared memory per block
+  int br, bc;                 // query rows and keys per chunk
+  int threads;                // per block
+};
+
+template <class Products>
+BackwardKernels backward_kernels(BackwardKernelFn dq, BackwardKernelFn dkdv, int64_t D) {
+  return BackwardKernels{dq,
+                         dkdv,
+                         backward_smem_bytes<Products>(D, false),
+                         backward_smem_bytes<Products>(D, true),
+                         Products::kBr,
+                         Products::kBc,
+                         Products::kThreads};
+}
+template <class T>
+BackwardKernels simt_backward(int64_t D) {
+  return backward_kernels<SimtBackwardProducts<T>>(backward_dq_simt_kernel<T>,
+                                                   backward_dkdv_simt_kernel<T>, D);
+}
+template <class T>
+BackwardKernels wmma_backward(int64_t D) {  // kernel_for picks WMMA for D = 64 and 128 only
+  return D == 64 ? backward_kernels<WmmaBackwardProducts<T, 64>>(
+                       backward_dq_wmma_kernel<T, 64>, backward_dkdv_wmma_kernel<T, 64>, 64)
+                 : backward_kernels<WmmaBackwardProducts<T, 128>>(
+                       backward_dq_wmma_kernel<T, 128>, backward_dkdv_wmma_kernel<T, 128>, 128);
+}
+
+BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
+  const bool wmma = kernel_for(p.dtype, p.D, cc_major) == KernelChoice::wmma;
+  switch (p.dtype) {
+    case DILATTN_F16: return wmma ? wmma_backward<__half>(p.D) : simt_backward<__half>(p.D);
+    case DILATTN_BF16:
+      return wmma ? wmma_backward<__nv_bfloat16>(p.D) : simt_backward<__nv_bfloat16>(p.D);
+    default: return simt_backward<float>(p.D);  // f32: never WMMA
+  }
+}
+
+// Above 48 KiB a kernel must opt in to more dynamic shared memory.
+dilattn_status grant_smem(BackwardKernelFn fn, size_t smem, size_t limit, int64_t D) {
+  if (smem > limit)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "backend '%s': head_dim = %lld needs %zu bytes of shared memory per block "
+                     "in the backward, the device has %zu",
+                     kBackendName, static_cast<long long>(D), smem, limit);
+  cudaError_t e = cudaSuccess;
+  if (smem > 48 * 1024 &&
+      (e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem))) != cudaSuccess)
+    return cuda_failure(e, "cudaFuncSetAttribute");
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status choose_backward_kernels(const Problem& p, BackwardKernels* kernels) {
+  cudaError_t e = cudaSuccess;
+  int device = 0;
+  if ((e = cudaGetDevice(&device)) != cudaSuccess) return cuda_failure(e, "cudaGetDevice");
+  cudaDeviceProp props;
+  std::memset(&props, 0, sizeof(props));
+  if ((e = cudaGetDeviceProperties(&props, device)) != cudaSuccess)
+    return cuda_failure(e, "cudaGetDeviceProperties");
+  *kernels = pick_backward_kernels(p, props.major);
+  const size_t limit = props.sharedMemPerBlockOptin > props.sharedMemPerBlock
+                           ? props.sharedMemPerBlockOptin
+                           : props.sharedMemPerBlock;
+  dilattn_status st = grant_smem(kernels->dq, kernels->dq_smem, limit, p.D);
+  if (st == DILATTN_SUCCESS) st = grant_smem(kernels->dkdv, kernels->dkdv_smem, limit, p.D);
+  return st;
+}
+
+// ---------------------------------------------------------------- prepare_backward_workspace
+// The backward's device workspace: f32 D_i and lse_s [B, H, Nq], f32 accumulators dQ
+// [B, H, Nq, D], dK and dV [B, Hkv, Nk, D] and, for block-sparse attention, the device copy of
+// the mask's row_ptr, col_idx and head_ptr (int64). Each piece starts on a 256-byte boundary.
+struct BackwardWorkspaceLayout {
+  size_t di = 0, lse_s = 0, dq = 0, dk = 0, dv = 0, mask[3] = {0, 0, 0}, total = 0;
+};
+
+BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
+  auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t q_rows = static_cast<size_t>(p.B * p.H * p.Nq);
+  const size_t kv_rows = static_cast<size_t>(p.B * p.Hkv * p.Nk);
+  const size_t d = static_cast<size_t>(p.D);
+  BackwardWorkspaceLayout l;
+  size_t off = 0;
+  l.di = off;
+  off += aligned(q_rows * sizeof(float));
+  l.lse_s = off;
+  off += aligned(q_rows * sizeof(float));
+  l.dq = off;
+  off += aligned(q_rows * d * sizeof(float));
+  l.dk = off;
+  off += aligned(kv_rows * d * sizeof(float));
+  l.dv = off;
+  off += aligned(kv_rows * d * sizeof(float));
+  if (p.kind == DILATTN_KIND_BLOCK_SPARSE && p.mask)
+    for (int n = 0; n < 3; ++n) {
+      l.mask[n] = off;
+      off += aligned(mask_arrays(*p.mask, n)->size() * sizeof(int64_t));
+    }
+  l.total = off;
+  return l;
+}
+
+struct BackwardWorkspace {
+  float *di, *lse_s, *dq, *dk, *dv;
+  const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
+};
+
+// Carves a.workspace and copies the block-sparse mask to it.
+dilattn_status prepare_backward_workspace(const Problem& p, const BackwardArgs& a,
+                                          BackwardWorkspace* ws) {
+  const BackwardWorkspaceLayout layout = backward_workspace_layout(p);
+  unsigned char* base = static_cast<unsigned char*>(a.workspace);
+  ws->di = reinterpret_cast<float*>(base + layout.di);
+  ws->lse_s = reinterpret_cast<float*>(base + layout.lse_s);
+  ws->dq = reinterpret_cast<float*>(base + layout.dq);
+  ws->dk = reinterpret_cast<float*>(base + layout.dk);
+  ws->dv = reinterpret_cast<float*>(base + layout.dv);
+  cudaError_t e = cudaSuccess;
+  for (int n = 0; n < 3; ++n) ws->mask[n] = nullptr;
+  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
+    if (!p.mask) return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without a mask");
+    for (int n = 0; n < 3; ++n) {
+      ws->mask[n] = reinterpret_cast<const int64_t*>(base + layout.mask[n]);
+      const std::vector<int64_t>& array = *mask_arrays(*p.mask, n);
+      const size_t bytes = array.size() * sizeof(int64_t);
+      if (bytes > 0 && (e = cudaMemcpy(base + layout.mask[n], array.data(), bytes,
+                                       cudaMemcpyHostToDevice)) != cudaSuccess)
+        return cuda_failure(e, "cudaMemcpy of the mask");
+    }
+  }
+  return DILATTN_SUCCESS;
+}
+
+// The pre-pass (D_i, lse_s) and the accumulators at zero.
+dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const BackwardWorkspace& ws) {
+  RowTermsParams r;
+  std::memset(&r, 0, sizeof(r));
+  r.o = a.o->data;
+  r.d_o = a.d_o->data;
+  for (int dim = 0; dim < 4; ++dim) {
+    r.o_stride[dim] = a.o->strides[dim];
+    r.d_o_stride[dim] = a.d_o->strides[dim];
+  }
+  r.lse = a.lse->data;
+  r.lse_is_f64 = a.lse->dtype == DILATTN_F64 ? 1 : 0;
+  for (int dim = 0; dim < 3; ++dim) r.lse_stride[dim] = a.lse->strides[dim];
+  r.post = score_scale(p.scale).post;
+  r.di = ws.di;
+  r.lse_s = ws.lse_s;
+  r.B = p.B;
+  r.H = p.H;
+  r.Nq = p.Nq;
+  r.D = p.D;
+  const dim3 grid(elementwise_blocks(p.B * p.H * p.Nq)), block(kElementwiseThreads);
+  switch (p.dtype) {
+    case DILATTN_F16: DILATTN_LAUNCH(backward_row_terms_kernel<__half>, grid, block, 0, 0)(r); break;
+    case DILATTN_BF16:
+      DILATTN_LAUNCH(backward_row_terms_kernel<__nv_bfloat16>, grid, block, 0, 0)(r);
+      break;
+    default: DILATTN_LAUNCH(backward_row_terms_kernel<float>, grid, block, 0, 0)(r); break;
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_failure(e, "backward_row_terms_kernel");
+  const int64_t q_elems = p.B * p.H * p.Nq * p.D, kv_elems = p.B * p.Hkv * p.Nk * p.D;
+  const struct {
+    float* acc;
+    int64_t n;
+  } accs[3] = {{ws.dq, q_elems}, {ws.dk, kv_elems}, {ws.dv, kv_elems}};
+  for (const auto& acc : accs) {
+    DILATTN_LAUNCH(zero_floats_kernel, dim3(elementwise_blocks(acc.n)), dim3(kElementwiseThreads),
+                   0, 0)(acc.acc, acc.n);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "zero_floats_kernel");
+  }
+  return DILATTN_SUCCESS;
+}
+
+// ---------------------------------------------------------------- the two passes
+// What every launch of this backward shares: the forward's index part (shared_params, with no
+// forward workspace) and the backward's pointers.
+BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
+                               const BackwardWorkspace& ws) {
+  BackwardParams bp;
+  std::memset(&bp, 0, sizeof(bp));
+  const ForwardArgs fa{a.q, a.k, a.v, nullptr, nullptr, nullptr};
+  Workspace fws;
+  std::memset(&fws, 0, sizeof(fws));
+  for (int n = 0; n < 3; ++n) fws.mask[n] = ws.mask[n];
+  bp.ix = shared_params(p, fa, fws);
+  bp.d_o = a.d_o->data;
+  for (int dim = 0; dim < 4; ++dim) bp.d_o_stride[dim] = a.d_o->strides[dim];
+  bp.di = ws.di;
+  bp.lse_s = ws.lse_s;
+  bp.dq_acc = ws.dq;
+  bp.dk_acc = ws.dk;
+  bp.dv_acc = ws.dv;
+  return bp;
+}
+
+dilattn_status launch_backward_kernel(BackwardKernelFn fn, int64_t tiles, int64_t heads,
+                                      const BackwardKernels& k, size_t smem,
+                                      const BackwardParams& bp, const char* what) {
+  if (tiles > 0x7fffffff)
+    return set_error(DILATTN_ERROR_UNSUPPORTED, "backend '%s': %lld tiles exceed the grid",
+                     kBackendName, static_cast<long long>(tiles));
+  if (tiles == 0) return DILATTN_SUCCESS;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(heads));
+  DILATTN_LAUNCH(fn, grid, dim3(k.threads), smem, 0)(bp);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, what);
+}
+
+// dQ: query tiles of BR rows as the forward's (prepare_launch), one launch per branch; each
+// launch covers disjoint rows and adds them to dq_acc.
+dilattn_status run_dq_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp) {
+  const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
+  for (int64_t launch = 0; launch < launches; ++launch) {
+    const int64_t tiles = prepare_launch(p, k.br, launch, &bp.ix);
+    const dilattn_status st =
+        launch_backward_kernel(k.dq, tiles, p.B * p.H, k, k.dq_smem, bp, "backward dQ kernel");
+    if (st != DILATTN_SUCCESS) return st;
+  }
+  return DILATTN_SUCCESS;
+}
+
+// The number of key tiles of BC keys (grid.x) of launch `launch`; sets key_tiles_per_group.
+int64_t prepare_key_launch(const Problem& p, int bc, int64_t launch, BackwardParams* bp) {
+  prepare_launch(p, bc, launch, &bp->ix);  // kind and branch; dilated: per-segment tile count
+  if (p.kind == DILATTN_KIND_DENSE) return ceil_div(p.Nk, bc);
+  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
+    bp->key_tiles_per_group = ceil_div(bp->ix.bk, bc);
+    return ceil_div(p.Nk, bp->ix.bk) * bp->key_tiles_per_group;
+  }
+  // Dilated (Nq == Nk): a segment's selected keys are its selected rows.
+  bp->key_tiles_per_group = bp->ix.tiles_per_group;
+  return segment_count(p.Nk, clipped_segment(bp->ix.w, p.Nk)) * bp->key_tiles_per_group;
+}
+
+// dK, dV: key tiles of BC keys, one launch per (branch, query head of a kv head), in that
+// order; the launches of one branch's heads add to the same rows one after another.
+dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp) {
+  const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
+  for (int64_t launch = 0; launch < launches; ++launch) {
+    const int64_t tiles = prepare_key_launch(p, k.bc, launch, &bp);
+    for (int64_t hg = 0; hg < p.H / p.Hkv; ++hg) {
+      bp.head_in_group = hg;
+      const dilattn_status st = launch_backward_kernel(k.dkdv, tiles, p.B * p.Hkv, k,
+                                                       k.dkdv_smem, bp, "backward dK/dV kernel");
+      if (st != DILATTN_SUCCESS) return st;
+    }
+  }
+  return DILATTN_SUCCESS;
+}
+
+// ---------------------------------------------------------------- store_gradients
+template <class T>
+void launch_store_gradient(const float* acc, const dilattn_tensor& out, int64_t B, int64_t N,
+                           int64_t heads, int64_t D, float factor) {
+  const int64_t n = B * heads * N * D;
+  DILATTN_LAUNCH(store_gradient_kernel<T>, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads),
+                 0, 0)(acc, static_cast<T*>(out.data), out.strides[0], out.strides[1],
+                       out.strides[2], out.strides[3], B, N, heads, D, factor);
+}
+
+template <class T>
+void store_all(const Problem& p, const BackwardArgs& a, const BackwardWorkspace& ws) {
+  const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
+  launch_store_gradient<T>(ws.dq, *a.dq, p.B, p.Nq, p.H, p.D, scale);
+  launch_store_gradient<T>(ws.dk, *a.dk, p.B, p.Nk, p.Hkv, p.D, scale);
+  launch_store_gradient<T>(ws.dv, *a.dv, p.B, p.Nk, p.Hkv, p.D, 1.0f);
+}
+
+// The accumulators into the caller's dQ, dK, dV, then waits for the stream.
+dilattn_status store_gradients(const Problem& p, const BackwardArgs& a,
+                               const BackwardWorkspace& ws) {
+  switch (p.dtype) {
+    case DILATTN_F16: store_all<__half>(p, a, ws); break;
+    case DILATTN_BF16: store_all<__nv_bfloat16>(p, a, ws); break;
+    default: store_all<float>(p, a, ws); break;
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_failure(e, "store_gradient_kernel");
+  if ((e = cudaStreamSynchronize(0)) != cudaSuccess) return cuda_failure(e, "backward");
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace
+
+// ================================================================ the entry points
+size_t backward_workspace_bytes(const Problem& p) { return backward_workspace_layout(p).total; }
+
+dilattn_status backward(const Problem& p, const BackwardArgs& a) {
+  dilattn_status st = can_run(p);
+  if (st == DILATTN_SUCCESS) st = check_backward_views(a);
+  if (st != DILATTN_SUCCESS) return st;
+#ifdef __CUDACC__
+  DeviceGuard device_guard;  // the tensors' GPU runs the launches; the caller's is restored
+  const cudaError_t e = device_guard.select(a.q->device_index);
+  if (e != cudaSuccess) return cuda_failure(e, "cudaSetDevice");
+#endif
+  BackwardKernels kernels;
+  BackwardWorkspace ws;
+  if ((st = choose_backward_kernels(p, &kernels)) != DILATTN_SUCCESS) return st;
+  if ((st = prepare_backward_workspace(p, a, &ws)) != DILATTN_SUCCESS) return st;
+  if ((st = run_pre_pass(p, a, ws)) != DILATTN_SUCCESS) return st;
+  const BackwardParams bp = backward_params(p, a, ws);
+  if ((st = run_dq_pass(p, kernels, bp)) != DILATTN_SUCCESS) return st;
+  if ((st = run_dkdv_pass(p, kernels, bp)) != DILATTN_SUCCESS) return st;
+  return store_gradients(p, a, ws);
+}
+
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn

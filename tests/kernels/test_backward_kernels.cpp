@@ -1,0 +1,168 @@
+// test_backward_kernels.cpp - every CUDA backward kernel x dtype x kind (SPEC 6), run by the
+// SIMT emulator (backend emu) and compared with the f64 reference backward (backend ref).
+//
+// Usage: test_backward_kernels simt|wmma. Each case runs forward then backward on each backend
+// (each with its own O and LSE) and compares dQ, dK, dV. Kinds: dense, causal with Nq < Nk and
+// Nq > Nk (rows with no key: no gradient), GQA (dK, dV summed over a kv head's query heads)
+// with strided views, dilated in each head mode (mod, block, groups) with partial and clipped
+// segments, causal dilated (keys reached by two branches count twice), block-sparse with one
+// mask and per head, an empty BSR row, bq != bk, causal. Head dims 8, 64 and 128 (SIMT also an
+// odd one). Every case runs under ascending, descending and shuffled thread order; the
+// gradients must be bitwise identical (no race, no order-dependent sum: SPEC 6's determinism),
+// and the ascending ones within SPEC 8 of the reference.
+// kernel_for (cuda/kernel_choice.h) must name the kernel this run is about for every case.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernel_case.h"
+#include "kernel_choice.h"
+
+namespace {
+
+using kcase::Case;
+
+// Local window of one block plus a sink block 0; row block `empty_row` lists nothing.
+void local_sink_mask(Case& c, int64_t empty_row, int64_t shift) {
+  const int64_t I = (c.Nq + c.bq - 1) / c.bq, J = (c.Nk + c.bk - 1) / c.bk;
+  c.head_ptr.push_back(0);
+  for (int64_t h = 0; h < c.mask_heads; ++h) {
+    const size_t head_start = c.col_idx.size();
+    c.row_ptr.push_back(0);
+    for (int64_t ib = 0; ib < I; ++ib) {
+      if (ib != empty_row) {
+        const int64_t centre = (ib * c.bq + h * shift) / c.bk;  // key block at the row's start
+        for (int64_t jb = 0; jb < J; ++jb)
+          if (jb == 0 || jb == centre - 1 || jb == centre) c.col_idx.push_back(jb);
+      }
+      c.row_ptr.push_back(static_cast<int64_t>(c.col_idx.size() - head_start));
+    }
+    c.head_ptr.push_back(static_cast<int64_t>(c.col_idx.size()));
+  }
+}
+
+std::vector<Case> cases_for(const std::string& kernel) {
+  std::vector<Case> out;
+  const bool wmma = kernel == "wmma";
+  const std::vector<dilattn_dtype> dtypes =
+      wmma ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
+           : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
+  for (dilattn_dtype t : dtypes) {
+    // Head dims alternating between cases: WMMA takes 64 and 128; SIMT runs f16/bf16 at dims
+    // WMMA does not take (8, 24), f32 at 8 and 64.
+    const int64_t dims[2] = {wmma ? 64 : (t == DILATTN_F32 ? 64 : 24), wmma ? 128 : 8};
+    int variant = 0;
+    auto base = [&](const char* name) {
+      Case c;
+      c.name = std::string(kernel) + "/" + dilattn::dtype_name(t) + "/" + name;
+      c.dtype = t;
+      c.D = dims[variant++ % 2];
+      return c;
+    };
+    Case c = base("dense");
+    c.B = 2; c.Nq = c.Nk = 21; c.H = c.Hkv = 1;
+    out.push_back(c);
+    c = base("causal_nq_lt_nk");
+    c.Nq = 13; c.Nk = 22; c.causal = true;
+    out.push_back(c);
+    c = base("causal_nq_gt_nk_empty_rows");
+    c.Nq = 22; c.Nk = 13; c.causal = true;
+    out.push_back(c);
+    c = base("gqa_causal_strided");
+    c.Nq = c.Nk = 19; c.H = 4; c.Hkv = 2; c.causal = true; c.pad = 8;
+    out.push_back(c);
+    c = base("dilated_mod_partial_gqa");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 27; c.H = 4; c.Hkv = 2;
+    c.segments = {8, 16}; c.dilations = {1, 2}; c.head_mode = DILATTN_HEADS_MOD;
+    out.push_back(c);
+    c = base("dilated_block");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 27; c.H = 2; c.Hkv = 2;
+    c.segments = {8, 16}; c.dilations = {1, 2}; c.head_mode = DILATTN_HEADS_BLOCK;
+    out.push_back(c);
+    c = base("dilated_groups");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 27; c.H = 3; c.Hkv = 3;
+    c.segments = {8, 16, 32}; c.dilations = {1, 2, 4}; c.head_mode = DILATTN_HEADS_GROUPS;
+    out.push_back(c);
+    c = base("dilated_causal_clipped_segment");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 23; c.H = 2; c.Hkv = 1; c.causal = true;
+    c.segments = {8, 64}; c.dilations = {2, 3}; c.head_mode = DILATTN_HEADS_MOD;
+    out.push_back(c);
+    c = base("sparse_local_sink_empty_row");
+    c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 40; c.H = 2; c.Hkv = 1;
+    c.bq = c.bk = 8;
+    local_sink_mask(c, 2, 0);
+    out.push_back(c);
+    c = base("sparse_per_head_bq16_bk8_causal");
+    c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 40; c.H = 2; c.Hkv = 2; c.causal = true;
+    c.bq = 16; c.bk = 8; c.mask_heads = 2;
+    local_sink_mask(c, -1, 8);
+    out.push_back(c);
+  }
+  if (!wmma) {  // an odd head dim, and the largest ones (shared memory above 48 KiB)
+    for (int64_t D : {5, 128}) {
+      Case c;
+      c.name = "simt/f32/dense_causal_d" + std::to_string(D);
+      c.D = D; c.Nq = c.Nk = 12; c.causal = true;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+int run_case(const Case& c, const std::string& kernel) {
+  const dilattn::KernelChoice expected =
+      kernel == "wmma" ? dilattn::KernelChoice::wmma : dilattn::KernelChoice::simt;
+  if (dilattn::kernel_for(c.dtype, c.D, 8) != expected) {  // the emulator reports sm_80
+    std::fprintf(stderr, "%s: D = %lld runs %s, not %s\n", c.name.c_str(),
+                 static_cast<long long>(c.D),
+                 dilattn::kernel_name(dilattn::kernel_for(c.dtype, c.D, 8)), kernel.c_str());
+    return 1;
+  }
+  kcase::Buffer q = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, c.pad);
+  kcase::Buffer k = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, c.pad);
+  kcase::Buffer v = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, c.pad);
+  kcase::Buffer d_o = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, c.pad);
+  const std::vector<double> qx = kcase::fill_random(q, 1), kx = kcase::fill_random(k, 2),
+                            vx = kcase::fill_random(v, 3), dox = kcase::fill_random(d_o, 4);
+  kcase::Buffer q64 = kcase::f64_copy(qx, c.B, c.Nq, c.H, c.D);
+  kcase::Buffer k64 = kcase::f64_copy(kx, c.B, c.Nk, c.Hkv, c.D);
+  kcase::Buffer v64 = kcase::f64_copy(vx, c.B, c.Nk, c.Hkv, c.D);
+  kcase::Buffer do64 = kcase::f64_copy(dox, c.B, c.Nq, c.H, c.D);
+
+  kcase::Gradients ref, asc;
+  if (!kcase::run_backward(c, DILATTN_BACKEND_REF, q64.view, k64.view, v64.view, do64.view, &ref))
+    return 1;
+  const bool same = kcase::run_backward_in_thread_orders(c, q.view, k.view, v.view, d_o.view, &asc);
+  double atol = 0, rtol = 0;
+  kcase::tolerances(c.dtype, &atol, &rtol);  // SPEC 8 as for O: no looser bound needed here
+  // (at these shapes the worst f16/bf16 element uses 0.7 of it)
+  int64_t bad = kcase::count_bad(c.name + " dq", asc.dq, ref.dq, atol, rtol);
+  bad += kcase::count_bad(c.name + " dk", asc.dk, ref.dk, atol, rtol);
+  bad += kcase::count_bad(c.name + " dv", asc.dv, ref.dv, atol, rtol);
+  // A case whose reference gradients are all zero checks little; each case here has some.
+  int64_t nonzero = 0;
+  for (const std::vector<double>* g : {&ref.dq, &ref.dk, &ref.dv})
+    for (double x : *g) nonzero += x != 0 ? 1 : 0;
+  if (nonzero == 0) std::fprintf(stderr, "%s: the reference gradients are all 0\n", c.name.c_str());
+  const bool ok = bad == 0 && same && nonzero > 0;
+  std::printf("%-60s %s (%lld elements off)\n", c.name.c_str(), ok ? "ok" : "FAILED",
+              static_cast<long long>(bad));
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "wmma") != 0)) {
+    std::fprintf(stderr, "usage: %s simt|wmma\n", argv[0]);
+    return 2;
+  }
+  int failures = 0, count = 0;
+  for (const Case& c : cases_for(argv[1])) {
+    failures += run_case(c, argv[1]);
+    ++count;
+  }
+  std::printf("%d of %d cases failed\n", failures, count);
+  return failures == 0 && count > 0 ? 0 : 1;
+}
