@@ -2,7 +2,7 @@
 //
 // Properties: cudaMalloc/cudaMemcpy/cudaMemset(+Async)/cudaFree move bytes exactly (256-byte
 // aligned allocations); streams and events work (elapsed time >= 0); the fake device reports
-// "SIMT emulator", sm 8.0, warp 32, 48 KB shared per block and 228 KB opt-in; a launch asking
+// "SIMT emulator", sm 8.0, warp 32, 48 KB shared per block and 163 KB opt-in; a launch asking
 // for more than 48 KB of dynamic shared memory fails with cudaErrorInvalidValue until
 // cudaFuncSetAttribute raises the kernel's limit, then succeeds with all of it poisoned (0xFF)
 // at block start; a block of 1025 threads or a grid.y of 65536 is cudaErrorInvalidConfiguration;
@@ -73,7 +73,7 @@ int main() {
   CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "props");
   CHECK(std::string(prop.name) == "SIMT emulator", "name %s", prop.name);
   CHECK(prop.major == 8 && prop.minor == 0 && prop.warpSize == 32, "sm/warp");
-  CHECK(prop.sharedMemPerBlock == 48 * 1024 && prop.sharedMemPerBlockOptin == 228 * 1024, "smem");
+  CHECK(prop.sharedMemPerBlock == 48 * 1024 && prop.sharedMemPerBlockOptin == 163 * 1024, "smem");
 
   // dynamic shared memory limits and poisoning
   int bad = 0;
@@ -85,7 +85,7 @@ int main() {
   CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize, big) ==
             cudaSuccess, "cudaFuncSetAttribute");
   CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             229 * 1024) == cudaErrorInvalidValue, "over the opt-in limit");
+                             163 * 1024 + 1) == cudaErrorInvalidValue, "over sm_80's opt-in limit");
   DILATTN_LAUNCH(count_poison, dim3(3), dim3(64), big, nullptr)(nullptr, big, &bad);
   CHECK(emu_test::launched_ok("count_poison"), "launch");
   CHECK(bad == 0, "%d shared bytes were not 0xFF at block start", bad);
