@@ -7,7 +7,9 @@
 // cudaFuncSetAttribute raises the kernel's limit, then succeeds with all of it poisoned (0xFF)
 // at block start; a block of 1025 threads or a grid.y of 65536 is cudaErrorInvalidConfiguration;
 // cudaGetLastError resets, cudaPeekAtLastError does not; no runtime symbol is defined (the
-// shims are simt:: inline functions behind macros).
+// shims are simt:: inline functions behind macros). The emulated device: sm_90 takes 227 KB
+// of opt-in shared memory, sm_80 refuses it (163 KB); sm_80 code runs on sm_86, sm_90 PTX on
+// sm_100, nothing on sm_75 (cudaErrorNoKernelImageForDevice).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -89,6 +91,33 @@ int main() {
   DILATTN_LAUNCH(count_poison, dim3(3), dim3(64), big, nullptr)(nullptr, big, &bad);
   CHECK(emu_test::launched_ok("count_poison"), "launch");
   CHECK(bad == 0, "%d shared bytes were not 0xFF at block start", bad);
+
+  // the emulated device: sm_90 allows 227 KB, sm_80 163 KB, whatever the kernel's attribute;
+  // sm_75 has no kernel image in the emulated binary (built for sm_80 and sm_90)
+  const int sm90_limit = 227 * 1024;
+  simt::set_emulated_device(9, 0);
+  CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 &&
+            prop.sharedMemPerBlockOptin == static_cast<size_t>(sm90_limit), "sm_90 props");
+  CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             sm90_limit + 1) == cudaErrorInvalidValue, "over sm_90's limit");
+  CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             sm90_limit) == cudaSuccess, "sm_90's limit");
+  DILATTN_LAUNCH(count_poison, dim3(1), dim3(64), sm90_limit, nullptr)(nullptr, sm90_limit, &bad);
+  CHECK(emu_test::launched_ok("227 KB on sm_90"), "launch");
+  simt::set_emulated_device(8, 0);
+  DILATTN_LAUNCH(count_poison, dim3(1), dim3(64), sm90_limit, nullptr)(nullptr, sm90_limit, &bad);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue, "227 KB launched on sm_80");
+  CHECK(std::string(simt::last_error_message()).find("limit of 166912") != std::string::npos,
+        "msg: %s", simt::last_error_message());
+  cudaFuncAttributes attr;
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaSuccess, "image for sm_80");
+  simt::set_emulated_device(8, 6);
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaSuccess, "sm_80 code runs on sm_86");
+  simt::set_emulated_device(7, 5);
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaErrorNoKernelImageForDevice, "sm_75");
+  simt::set_emulated_device(10, 0);
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaSuccess, "sm_90 PTX on sm_100");
+  simt::set_emulated_device(8, 0);
 
   // configuration errors
   DILATTN_LAUNCH(add_one, dim3(1), dim3(1025), 0, nullptr)(nullptr, 0);
