@@ -155,6 +155,26 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete stream;
   return cudaSuccess;
 }
+// Capture is only a flag the library can ask about (cudaStreamIsCapturing): work given to a
+// capturing stream still runs as usual, and EndCapture gives no graph.
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (s == nullptr) return cudaErrorStreamCaptureUnsupported;  // as CUDA: not the legacy stream
+  reinterpret_cast<detail::EmuStream*>(s)->capturing.store(true);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  if (s == nullptr || graph == nullptr) return cudaErrorInvalidValue;
+  reinterpret_cast<detail::EmuStream*>(s)->capturing.store(false);
+  *graph = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return cudaErrorInvalidValue;
+  const bool on = s != nullptr && reinterpret_cast<detail::EmuStream*>(s)->capturing.load();
+  *status = on ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
 // Runs what is queued; a pending launch error shows here too, as on the GPU.
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   detail::count(detail::counters().stream_syncs);
@@ -342,5 +362,11 @@ inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute 
 #define cudaFuncGetAttributes simt::cudaFuncGetAttributes
 #undef cudaLaunchHostFunc
 #define cudaLaunchHostFunc simt::cudaLaunchHostFunc
+#undef cudaStreamBeginCapture
+#define cudaStreamBeginCapture simt::cudaStreamBeginCapture
+#undef cudaStreamEndCapture
+#define cudaStreamEndCapture simt::cudaStreamEndCapture
+#undef cudaStreamIsCapturing
+#define cudaStreamIsCapturing simt::cudaStreamIsCapturing
 
 #endif  // DILATTN_SIMT_RUNTIME_H

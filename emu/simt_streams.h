@@ -58,6 +58,7 @@ inline void count(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_r
 // A stream the program created (cudaStreamCreate); stream 0 has none.
 struct EmuStream {
   std::deque<std::function<void()>> pending;  // deferred mode only; guarded by stream_mutex()
+  std::atomic<bool> capturing{false};  // between cudaStreamBeginCapture and EndCapture
 };
 
 inline std::mutex& stream_mutex() {

@@ -3,10 +3,10 @@
 // Part of the SIMT emulator (emu/README.md). Fragments have the hardware's element counts
 // (num_elements): 16 per lane for 16-bit matrix_a / matrix_b, 8 for accumulators. The
 // emulator's own element layout (the GPU's is unspecified, so kernels only loop over x[]):
-//   matrix_a (M x K) / matrix_b (K x N), row-major index i = 16 r + c: lanes r and r + 16 both
-//     hold row r, in x[0..15]; so every element is held twice, as on the GPU. mma_sync reads
-//     columns 0..7 from lane r and 8..15 from lane r + 16 and fails the launch when the two
-//     copies differ (a kernel that updated only some of the num_elements, e.g. assumed 8).
+//   matrix_a (M x K) / matrix_b (K x N): lanes r and r + 16 both hold row r, lane r column c
+//     in x[c], lane r + 16 column c in x[(c + 8) % 16]; so every element is held twice, as on
+//     the GPU. mma_sync fails the launch when the two copies of an element differ (a kernel
+//     that updated only some of the num_elements, e.g. assumed 8).
 //   accumulator (M x N): lane l holds elements 8 l .. 8 l + 7.
 // load/store/mma are warp collectives: all 32 lanes must call them together, with the same
 // pointer, ldm and layout, or the launch fails; pointers must be 32-byte aligned and ldm a
@@ -78,9 +78,8 @@ inline uint32_t wmma_bits(__nv_bfloat16 v) {
   return b;
 }
 
-// Lane and slot of a matrix_a / matrix_b element (row r, column c of the 16x16 operand) that
-// mma_sync reads; the other copy is lane r + 16 or r, same slot.
-inline unsigned operand_lane(unsigned r, unsigned c) { return c < 8 ? r : r + 16; }
+// The column of a matrix_a / matrix_b operand row that slot e of `lane` holds (row lane % 16).
+inline unsigned operand_column(unsigned lane, unsigned e) { return (e + (lane < 16 ? 0 : 8)) % 16; }
 
 // What a load or store posts: the pointer in ptr[0], ldm in arg0, the layout in arg1 and the
 // element size in value. Resolved for the warp: every lane agrees and the arguments are legal.
@@ -146,7 +145,7 @@ inline void resolve_mma(BlockRun& b, WarpState& w, unsigned group) {
   for (int operand = 0; operand < 2; ++operand) {
     for (unsigned r = 0; r < 16; ++r) {
       for (unsigned col = 0; col < 16; ++col) {
-        const unsigned lane = operand_lane(r, col), twin = lane < 16 ? lane + 16 : lane - 16;
+        const unsigned lane = r, twin = r + 16, twin_slot = (col + 8) % 16;
         uint32_t bits, twin_bits;
         float value;
         if (operand == 0) {
@@ -154,21 +153,21 @@ inline void resolve_mma(BlockRun& b, WarpState& w, unsigned group) {
           const FA& g = *static_cast<const FA*>(w.slot[twin].ptr[1]);
           value = wmma_to_float(f.x[col]);
           bits = wmma_bits(f.x[col]);
-          twin_bits = wmma_bits(g.x[col]);
+          twin_bits = wmma_bits(g.x[twin_slot]);
         } else {
           const FB& f = *static_cast<const FB*>(w.slot[lane].ptr[2]);
           const FB& g = *static_cast<const FB*>(w.slot[twin].ptr[2]);
           value = wmma_to_float(f.x[col]);
           bits = wmma_bits(f.x[col]);
-          twin_bits = wmma_bits(g.x[col]);
+          twin_bits = wmma_bits(g.x[twin_slot]);
         }
         if (bits != twin_bits) {
-          char buf[224];
+          char buf[256];
           std::snprintf(buf, sizeof buf,
                         "nvcuda::wmma::mma_sync: %s fragment element (%u,%u) differs between its "
-                        "two copies (lanes %u and %u, x[%u]): an elementwise update must cover "
-                        "all num_elements",
-                        names[operand], r, col, lane, twin, col);
+                        "two copies (lane %u x[%u], lane %u x[%u]): an elementwise update must "
+                        "cover all num_elements",
+                        names[operand], r, col, lane, col, twin, twin_slot);
           collective_error(b, w, lane, buf);
           return;
         }
@@ -213,8 +212,11 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p
   static_assert(!std::is_same<Use, accumulator>::value, "accumulators take a layout_t");
   const bool row = ::simt::detail::LayoutIs<Layout>::row;
   ::simt::detail::wmma_memory_sync("nvcuda::wmma::load_matrix_sync", p, ldm, row ? 0 : 1);
-  const unsigned r = ::simt::detail::current_fiber().lane % 16;  // lanes r and r + 16: row r
-  for (unsigned c = 0; c < 16; ++c) f.x[c] = row ? p[r * ldm + c] : p[c * ldm + r];
+  const unsigned lane = ::simt::detail::current_fiber().lane, r = lane % 16;
+  for (unsigned e = 0; e < 16; ++e) {
+    const unsigned c = ::simt::detail::operand_column(lane, e);
+    f.x[e] = row ? p[r * ldm + c] : p[c * ldm + r];
+  }
 }
 
 template <class T>
