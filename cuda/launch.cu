@@ -624,7 +624,9 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
 }
 
 // release(ctx) once the stream has run what was enqueued on it so far: a host function on the
-// stream (stream-ordered, capturable), else wait for the stream and call it now.
+// stream, else wait for the stream and call it now. On a capturing stream a pool workspace
+// was refused before anything was enqueued (check_capture), and a host function would be
+// captured into the graph instead of running: release at once.
 void after_work(int32_t device_index, void* stream, void (*release)(void*), void* ctx) {
 #ifdef __CUDACC__
   DeviceGuard device_guard;  // stream 0 is the legacy stream of the current device
@@ -633,6 +635,12 @@ void after_work(int32_t device_index, void* stream, void (*release)(void*), void
   (void)device_index;
 #endif
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) cudaGetLastError();
+  if (capture != cudaStreamCaptureStatusNone) {
+    release(ctx);
+    return;
+  }
   if (cudaLaunchHostFunc(s, release, ctx) == cudaSuccess) return;
   cudaGetLastError();
   cudaStreamSynchronize(s);

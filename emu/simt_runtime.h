@@ -155,8 +155,8 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete stream;
   return cudaSuccess;
 }
-// Capture is only a flag the library can ask about (cudaStreamIsCapturing): work given to a
-// capturing stream still runs as usual, and EndCapture gives no graph.
+// Capture: work given to a capturing stream is recorded, not run (simt::captured_on counts
+// it), as CUDA records it into a graph; EndCapture drops it and gives no graph.
 inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   if (s == nullptr) return cudaErrorStreamCaptureUnsupported;  // as CUDA: not the legacy stream
   reinterpret_cast<detail::EmuStream*>(s)->capturing.store(true);

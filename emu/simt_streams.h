@@ -59,6 +59,7 @@ inline void count(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_r
 struct EmuStream {
   std::deque<std::function<void()>> pending;  // deferred mode only; guarded by stream_mutex()
   std::atomic<bool> capturing{false};  // between cudaStreamBeginCapture and EndCapture
+  uint64_t captured = 0;  // work given while capturing (recorded for a graph, not run)
 };
 
 inline std::mutex& stream_mutex() {
@@ -102,8 +103,15 @@ inline void flush_all_streams() {
 
 // Runs `work` now, or queues it when `stream` is a created stream and deferred mode is on.
 // Work for stream 0 first waits for every other stream (the legacy default stream's rule).
+// Work given to a capturing stream is only counted, as CUDA records it into the graph
+// instead of running it (the emulator builds no graph).
 inline void submit(cudaStream_t stream, std::function<void()> work) {
   auto* s = reinterpret_cast<EmuStream*>(stream);
+  if (s != nullptr && s->capturing.load()) {
+    std::lock_guard<std::mutex> lock(stream_mutex());
+    ++s->captured;
+    return;
+  }
   if (s != nullptr && deferred_mode().load()) {
     std::lock_guard<std::mutex> lock(stream_mutex());
     if (live_streams().count(s) != 0) {
@@ -146,6 +154,12 @@ inline uint64_t launches_on(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(detail::stream_mutex());
   auto it = detail::launch_log().find(static_cast<const void*>(stream));
   return it == detail::launch_log().end() ? 0 : it->second;
+}
+
+// Work items (launches, copies, host functions) given to `stream` while it was capturing.
+inline uint64_t captured_on(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(detail::stream_mutex());
+  return stream == nullptr ? 0 : reinterpret_cast<detail::EmuStream*>(stream)->captured;
 }
 
 // Deferred mode on for a scope (process-wide); leaving it runs whatever is still queued.
