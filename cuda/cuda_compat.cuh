@@ -8,6 +8,9 @@
 //       shared memory is dynamic and carved into tiles at kernel start (no static __shared__),
 //       so the emulator can poison it per block and a missing barrier shows.
 //   DILATTN_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...)  a kernel launch.
+//   DILATTN_SMEM_GUARD_BYTES, DILATTN_SMEM_GUARD(ptr, bytes)  guard bytes the tile carver leaves
+//       after each tile: none under nvcc; under the emulator 128, checked at every barrier, so a
+//       tile written past its end fails the launch.
 //
 // Checked by every test in tests/kernels/ (emulator) and by the nvcc build (CUDA).
 #ifndef DILATTN_CUDA_COMPAT_CUH
@@ -26,6 +29,8 @@
   type* name = reinterpret_cast<type*>(dilattn_smem_raw)
 #define DILATTN_LAUNCH(kernel, grid, block, shared_bytes, stream) \
   kernel<<<grid, block, shared_bytes, stream>>>
+#define DILATTN_SMEM_GUARD_BYTES 0
+#define DILATTN_SMEM_GUARD(ptr, bytes) ((void)0)
 #else
 #include "simt.h"
 #endif

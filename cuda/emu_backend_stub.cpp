@@ -13,4 +13,7 @@ dilattn_status can_run(const Problem&) {
 WorkspaceBytes workspace_bytes(const Problem&) { return {}; }
 dilattn_status forward(const Problem& p, const ForwardArgs&) { return can_run(p); }
 dilattn_status backward(const Problem& p, const BackwardArgs&) { return can_run(p); }
+dilattn_status prepare(Problem& p) { return can_run(p); }
+void after_work(int32_t, void*, void (*release)(void*), void* ctx) { release(ctx); }
+std::string device_report() { return "no (this build has no SIMT emulator)"; }
 }  // namespace dilattn::emu

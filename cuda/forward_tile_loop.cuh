@@ -41,7 +41,9 @@ namespace DILATTN_BACKEND_NS {
 
 // ---------------------------------------------------------------- shared memory
 // A bump allocator over the block's dynamic shared memory, 128-byte aligned pieces (WMMA needs
-// 32-byte aligned tiles). With a null base it only counts: the launcher's size query.
+// 32-byte aligned tiles). With a null base it only counts: the launcher's size query. Under
+// the emulator each piece is followed by DILATTN_SMEM_GUARD_BYTES guard bytes (cuda_compat.cuh)
+// that catch a tile written past its end; under nvcc there are none.
 struct SmemCarver {
   unsigned char* base;
   size_t used = 0;
@@ -49,6 +51,10 @@ struct SmemCarver {
   __host__ __device__ __forceinline__ X* take(size_t count) {
     X* piece = base != nullptr ? reinterpret_cast<X*>(base + used) : nullptr;
     used += (count * sizeof(X) + 127) & ~static_cast<size_t>(127);
+    if (DILATTN_SMEM_GUARD_BYTES > 0) {
+      if (base != nullptr) DILATTN_SMEM_GUARD(base + used, DILATTN_SMEM_GUARD_BYTES);
+      used += DILATTN_SMEM_GUARD_BYTES;
+    }
     return piece;
   }
 };

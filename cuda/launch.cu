@@ -6,23 +6,36 @@
 // cuda/launch_emu.cpp as dilattn::emu (the same kernels, run by the SIMT emulator in emu/; its
 // device memory is host memory, so this file treats pointers alike in both builds).
 //
-//   can_run             f64 is CPU only; head dim <= kMaxHeadDim; B * H fits grid.y.
-//   forward             in the order it calls them:
+//   can_run             a device with a kernel image for it (device_info); f64 is CPU only;
+//                       head dim <= kMaxHeadDim; B * H fits grid.y.
+//   prepare             plan time: the block-sparse mask copied to the device once
+//                       (LaunchPlanState), not per call.
+//   forward             in the order it calls them, every launch on the caller's stream:
 //     check_views       data pointers aligned to their element, no output dimension of stride 0
 //                       that would make two rows write one address (SPEC 1);
+//     device_info       the device's compute capability and shared memory, asked once per
+//                       device and process (no cudaGetDeviceProperties per call);
 //     choose_kernel     WMMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT (kernel_for),
 //                       its shared memory within the device's limit;
 //     prepare_workspace from the plan's pool (workspace_layout): o_acc [B, H, Nq, D] f32 = 0,
-//                       lse_acc [B, H, Nq] f64 = -inf, the block-sparse mask copied over;
+//                       lse_acc [B, H, Nq] f64 = -inf;
 //     launch_branches   dense and block-sparse one launch, dilated one per branch, each merging
 //                       into the workspace (SPEC 3/5); rows no branch selects keep 0 / -inf;
-//     finalize          o_acc converted to O's dtype and strides, lse_acc to LSE (f32 or f64).
+//     finalize          o_acc converted to O's dtype and strides, lse_acc to LSE (f32 or f64);
+//                       dilattn_forward waits for the stream, dilattn_forward_on_stream not.
+//   after_work          a pool workspace goes back once the stream passed the call's work
+//                       (a host function on the stream; lib/dispatch.cpp).
 //
-// Checked by tests/kernels/test_forward_kernels.cpp (every kernel x dtype x kind, emulator)
-// and tests/kernels/test_launch_checks.cpp (the refusals).
+// Checked by tests/kernels/test_forward_kernels.cpp (every kernel x dtype x kind, emulator),
+// tests/kernels/test_launch_checks.cpp (the refusals), test_launch_stream.cpp (stream, no sync
+// or allocation per call, release after the work) and test_launch_device_arch.cpp (a device
+// without a kernel image).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -81,8 +94,13 @@ namespace {
 
 #ifdef __CUDACC__
 constexpr const char* kBackendName = "cuda";
+#ifndef DILATTN_SM_ARCHS
+#define DILATTN_SM_ARCHS "?"
+#endif
+constexpr const char* kBuiltArchs = DILATTN_SM_ARCHS;  // meson option sm_archs
 #else
 constexpr const char* kBackendName = "emu";
+constexpr const char* kBuiltArchs = "80,90";  // what the emulated binary holds (emu/README.md)
 #endif
 
 constexpr int kElementwiseThreads = 256;
@@ -169,8 +187,147 @@ class DeviceGuard {
 };
 #endif
 
-// ---------------------------------------------------------------- choose_kernel
 using KernelFn = void (*)(ForwardParams);
+
+// ---------------------------------------------------------------- device_info
+// What the launcher needs of a device, asked once per device and process (a call must not
+// query properties: cudaGetDeviceProperties is slow): its compute capability, its shared memory
+// per block, and whether this binary has a kernel image for it (a build for sm_80 and sm_90 has
+// none for sm_75, where every launch would fail; SPEC 1: refuse before touching memory).
+struct DeviceInfo {
+  bool usable = false;
+  std::string why_not;  // when not usable: "no kernel image for it (...)"
+  int major = 0, minor = 0;
+  size_t smem_limit = 0;
+  std::mutex granted_mutex;
+  std::vector<std::pair<KernelFn, size_t>> granted;  // dynamic shared memory limits raised
+};
+
+void query_device(int device, DeviceInfo* info) {
+  cudaDeviceProp props;
+  std::memset(&props, 0, sizeof(props));
+  cudaError_t e = cudaGetDeviceProperties(&props, device);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    info->why_not = std::string("cudaGetDeviceProperties failed: ") + cudaGetErrorString(e);
+    return;
+  }
+  info->major = props.major;
+  info->minor = props.minor;
+  info->smem_limit = props.sharedMemPerBlockOptin > props.sharedMemPerBlock
+                         ? props.sharedMemPerBlockOptin
+                         : props.sharedMemPerBlock;
+  // Asks the runtime for the kernel's code on the current device (which is `device`).
+  cudaFuncAttributes attr;
+  e = cudaFuncGetAttributes(&attr, forward_simt_kernel<float>);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    info->why_not = e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction
+                        ? std::string("no kernel image for it (kernels built for sm ") +
+                              kBuiltArchs + ")"
+                        : std::string("cudaFuncGetAttributes failed: ") + cudaGetErrorString(e);
+    return;
+  }
+  info->usable = true;
+}
+
+// The current device's facts (device must be the current device); thread-safe.
+DeviceInfo& device_info(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<DeviceInfo>> infos;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<DeviceInfo>& info = infos[device];
+  if (!info) {
+    info.reset(new DeviceInfo);
+    query_device(device, info.get());
+  }
+  return *info;
+}
+
+dilattn_status check_device(int device, DeviceInfo** info) {
+  *info = &device_info(device);
+  if ((*info)->usable) return DILATTN_SUCCESS;
+  return set_error(DILATTN_ERROR_DEVICE_NOT_BUILT, "backend '%s': device %d (sm_%d%d): %s",
+                   kBackendName, device, (*info)->major, (*info)->minor,
+                   (*info)->why_not.c_str());
+}
+
+// ---------------------------------------------------------------- the plan's device state
+// A block-sparse plan's mask (BsrMask: row_ptr, col_idx, head_ptr as int64) in device memory,
+// copied once per device: at plan time to the current device, on first use to another. Freed
+// with the plan. Thread-safe: a plan runs from several threads at once.
+class LaunchPlanState : public PlanState {
+ public:
+  ~LaunchPlanState() override {
+    for (const Copy& c : copies_) {
+#ifdef __CUDACC__
+      DeviceGuard guard;
+      guard.select(c.device);
+#endif
+      cudaFree(c.base);
+    }
+    cudaGetLastError();
+  }
+  // The device arrays on `device` (the current device), copied there if not yet.
+  dilattn_status mask_on(int device, const BsrMask& m, const int64_t* arrays[3]) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Copy& c : copies_)
+      if (c.device == device) {
+        for (int n = 0; n < 3; ++n) arrays[n] = c.arrays[n];
+        return DILATTN_SUCCESS;
+      }
+    const std::vector<int64_t>* host[3] = {&m.row_ptr, &m.col_idx, &m.head_ptr};
+    size_t offset[3], total = 0;
+    for (int n = 0; n < 3; ++n) {
+      offset[n] = total;
+      total += (host[n]->size() * sizeof(int64_t) + 255) / 256 * 256;
+    }
+    Copy c;
+    c.device = device;
+    cudaError_t e = cudaMalloc(&c.base, total);
+    if (e != cudaSuccess) return cuda_failure(e, "cudaMalloc of the mask");
+    for (int n = 0; n < 3; ++n) {
+      unsigned char* at = static_cast<unsigned char*>(c.base) + offset[n];
+      c.arrays[n] = reinterpret_cast<const int64_t*>(at);
+      const size_t bytes = host[n]->size() * sizeof(int64_t);
+      if (bytes > 0 &&
+          (e = cudaMemcpy(at, host[n]->data(), bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+        cudaFree(c.base);
+        return cuda_failure(e, "cudaMemcpy of the mask");
+      }
+    }
+    copies_.push_back(c);
+    for (int n = 0; n < 3; ++n) arrays[n] = c.arrays[n];
+    return DILATTN_SUCCESS;
+  }
+
+ private:
+  struct Copy {
+    int device = 0;
+    void* base = nullptr;
+    const int64_t* arrays[3] = {nullptr, nullptr, nullptr};
+  };
+  std::mutex mutex_;
+  std::vector<Copy> copies_;  // one per device used, usually one
+};
+
+// A capturing stream replays the call's work later, on a workspace a pool block would no
+// longer own (dispatch gives it back after the call): the caller must pass one.
+dilattn_status check_capture(cudaStream_t stream, const StreamArgs& run) {
+  if (!run.workspace_from_pool) return DILATTN_SUCCESS;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return DILATTN_SUCCESS;  // nothing known to capture
+  }
+  if (status == cudaStreamCaptureStatusNone) return DILATTN_SUCCESS;
+  return set_error(DILATTN_ERROR_INVALID_VALUE,
+                   "argument 'workspace' = NULL: the stream is capturing a CUDA graph, whose "
+                   "replays would use a pool block given back after this call; pass a "
+                   "workspace of dilattn_plan_workspace_size bytes");
+}
+
+// ---------------------------------------------------------------- choose_kernel
 
 struct ChosenKernel {
   KernelFn fn;
@@ -203,45 +360,41 @@ ChosenKernel pick_kernel(const Problem& p, int cc_major) {
   }
 }
 
-// The kernel for this problem on the current device, its shared memory checked and granted.
-dilattn_status choose_kernel(const Problem& p, ChosenKernel* kernel) {
-  cudaError_t e = cudaSuccess;
-  int device = 0;
-  if ((e = cudaGetDevice(&device)) != cudaSuccess) return cuda_failure(e, "cudaGetDevice");
-  cudaDeviceProp props;
-  std::memset(&props, 0, sizeof(props));
-  if ((e = cudaGetDeviceProperties(&props, device)) != cudaSuccess)
-    return cuda_failure(e, "cudaGetDeviceProperties");
-  *kernel = pick_kernel(p, props.major);
-  const size_t smem_limit = props.sharedMemPerBlockOptin > props.sharedMemPerBlock
-                                ? props.sharedMemPerBlockOptin
-                                : props.sharedMemPerBlock;
-  if (kernel->smem > smem_limit)
+// The kernel for this problem on the device, its shared memory checked and granted (a kernel's
+// limit is raised once per device to the largest size asked so far, not per call).
+dilattn_status choose_kernel(const Problem& p, DeviceInfo& device, ChosenKernel* kernel) {
+  *kernel = pick_kernel(p, device.major);
+  if (kernel->smem > device.smem_limit)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': head_dim = %lld needs %zu bytes of shared memory per block, "
                      "the device has %zu",
-                     kBackendName, static_cast<long long>(p.D), kernel->smem, smem_limit);
+                     kBackendName, static_cast<long long>(p.D), kernel->smem, device.smem_limit);
+  if (kernel->smem <= 48 * 1024) return DILATTN_SUCCESS;
   // Above 48 KiB a kernel must opt in to more dynamic shared memory.
-  if (kernel->smem > 48 * 1024 &&
-      (e = cudaFuncSetAttribute(kernel->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kernel->smem))) != cudaSuccess)
-    return cuda_failure(e, "cudaFuncSetAttribute");
+  std::lock_guard<std::mutex> lock(device.granted_mutex);
+  std::pair<KernelFn, size_t>* grant = nullptr;
+  for (auto& g : device.granted)
+    if (g.first == kernel->fn) grant = &g;
+  if (grant != nullptr && grant->second >= kernel->smem) return DILATTN_SUCCESS;
+  const cudaError_t e = cudaFuncSetAttribute(
+      kernel->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kernel->smem));
+  if (e != cudaSuccess) return cuda_failure(e, "cudaFuncSetAttribute");
+  if (grant != nullptr)
+    grant->second = kernel->smem;
+  else
+    device.granted.emplace_back(kernel->fn, kernel->smem);
   return DILATTN_SUCCESS;
 }
 
 // ---------------------------------------------------------------- prepare_workspace
 // The forward's device workspace, taken by dispatch from the plan's pool (the device's default
-// pool unless the caller gave one; for emu, host memory): f32 O accumulator [B, H, Nq, D], f64
-// LSE accumulator [B, H, Nq] (an LSE near scale * <q, k> may exceed f32's range while O is
-// right) and, for block-sparse attention, the device copy of the mask's row_ptr, col_idx and
-// head_ptr (int64). Each piece starts on a 256-byte boundary.
+// pool unless the caller gave one; for emu, host memory): f32 O accumulator [B, H, Nq, D] and
+// f64 LSE accumulator [B, H, Nq] (an LSE near scale * <q, k> may exceed f32's range while O is
+// right). Each piece starts on a 256-byte boundary. The block-sparse mask is the plan's
+// (LaunchPlanState), not the workspace's.
 struct WorkspaceLayout {
-  size_t o_acc = 0, lse_acc = 0, mask[3] = {0, 0, 0}, total = 0;
+  size_t o_acc = 0, lse_acc = 0, total = 0;
 };
-
-const std::vector<int64_t>* mask_arrays(const BsrMask& m, int n) {
-  return n == 0 ? &m.row_ptr : n == 1 ? &m.col_idx : &m.head_ptr;
-}
 
 WorkspaceLayout workspace_layout(const Problem& p) {
   auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
@@ -250,11 +403,6 @@ WorkspaceLayout workspace_layout(const Problem& p) {
   size_t off = aligned(rows * static_cast<size_t>(p.D) * sizeof(float));
   l.lse_acc = off;
   off += aligned(rows * sizeof(double));
-  if (p.kind == DILATTN_KIND_BLOCK_SPARSE && p.mask)
-    for (int n = 0; n < 3; ++n) {
-      l.mask[n] = off;
-      off += aligned(mask_arrays(*p.mask, n)->size() * sizeof(int64_t));
-    }
   l.total = off;
   return l;
 }
@@ -265,30 +413,27 @@ struct Workspace {
   const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
 };
 
-// Carves a.workspace, copies the block-sparse mask to it, and starts the accumulators at
-// "no key yet": O = 0, LSE = -inf.
-dilattn_status prepare_workspace(const Problem& p, const ForwardArgs& a, Workspace* ws) {
+// Carves a.workspace, finds the plan's device copy of the block-sparse mask, and starts the
+// accumulators at "no key yet": O = 0, LSE = -inf.
+dilattn_status prepare_workspace(const Problem& p, const ForwardArgs& a, int device,
+                                 cudaStream_t stream, Workspace* ws) {
   const WorkspaceLayout layout = workspace_layout(p);
   unsigned char* base = static_cast<unsigned char*>(a.workspace);
   ws->o_acc = reinterpret_cast<float*>(base + layout.o_acc);
   ws->lse_acc = reinterpret_cast<double*>(base + layout.lse_acc);
-  cudaError_t e = cudaSuccess;
   for (int n = 0; n < 3; ++n) ws->mask[n] = nullptr;
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
-    if (!p.mask) return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without a mask");
-    for (int n = 0; n < 3; ++n) {
-      ws->mask[n] = reinterpret_cast<const int64_t*>(base + layout.mask[n]);
-      const std::vector<int64_t>& array = *mask_arrays(*p.mask, n);
-      const size_t bytes = array.size() * sizeof(int64_t);
-      if (bytes > 0 && (e = cudaMemcpy(base + layout.mask[n], array.data(), bytes,
-                                       cudaMemcpyHostToDevice)) != cudaSuccess)
-        return cuda_failure(e, "cudaMemcpy of the mask");
-    }
+    auto* state = dynamic_cast<LaunchPlanState*>(p.backend_state.get());
+    if (!p.mask || state == nullptr)
+      return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without its device mask");
+    const dilattn_status st = state->mask_on(device, *p.mask, ws->mask);
+    if (st != DILATTN_SUCCESS) return st;
   }
   const int64_t rows = p.B * p.H * p.Nq;
   DILATTN_LAUNCH(init_accumulators_kernel, dim3(elementwise_blocks(rows * p.D)),
-                 dim3(kElementwiseThreads), 0, 0)(ws->o_acc, ws->lse_acc, rows, p.D);
-  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "init_accumulators_kernel");
+                 dim3(kElementwiseThreads), 0, stream)(ws->o_acc, ws->lse_acc, rows, p.D);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_failure(e, "init_accumulators_kernel");
   return DILATTN_SUCCESS;
 }
 
@@ -354,7 +499,8 @@ int64_t prepare_launch(const Problem& p, int br, int64_t launch, ForwardParams* 
 
 // One launch per dilated branch, one for dense and block-sparse; each covers disjoint rows
 // and merges them into the workspace.
-dilattn_status launch_branches(const Problem& p, const ChosenKernel& kernel, ForwardParams fp) {
+dilattn_status launch_branches(const Problem& p, const ChosenKernel& kernel, cudaStream_t stream,
+                               ForwardParams fp) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
   for (int64_t launch = 0; launch < launches; ++launch) {
     const int64_t tiles = prepare_launch(p, kernel.br, launch, &fp);
@@ -362,7 +508,7 @@ dilattn_status launch_branches(const Problem& p, const ChosenKernel& kernel, For
       return set_error(DILATTN_ERROR_UNSUPPORTED, "backend '%s': %lld query tiles exceed the grid",
                        kBackendName, static_cast<long long>(tiles));
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.B * p.H));
-    DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem, 0)(fp);
+    DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem, stream)(fp);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_failure(e, "forward kernel");
   }
@@ -371,32 +517,35 @@ dilattn_status launch_branches(const Problem& p, const ChosenKernel& kernel, For
 
 // ---------------------------------------------------------------- finalize
 template <class T>
-void launch_finalize_output(const float* o_acc, const dilattn_tensor& o, const Problem& p) {
+void launch_finalize_output(const float* o_acc, const dilattn_tensor& o, const Problem& p,
+                            cudaStream_t stream) {
   const int64_t n = p.B * p.H * p.Nq * p.D;
   DILATTN_LAUNCH(finalize_output_kernel<T>, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads),
-                 0, 0)(o_acc, static_cast<T*>(o.data), o.strides[0], o.strides[1], o.strides[2],
+                 0, stream)(o_acc, static_cast<T*>(o.data), o.strides[0], o.strides[1], o.strides[2],
                        o.strides[3], p.B, p.Nq, p.H, p.D);
 }
 
-// The workspace into the caller's O and LSE, then waits for the stream.
-dilattn_status finalize(const Problem& p, const ForwardArgs& a, const Workspace& ws) {
+// The workspace into the caller's O and LSE; a synchronous call then waits for the stream.
+dilattn_status finalize(const Problem& p, const ForwardArgs& a, const Workspace& ws,
+                        cudaStream_t stream) {
   switch (p.dtype) {
-    case DILATTN_F16: launch_finalize_output<__half>(ws.o_acc, *a.o, p); break;
-    case DILATTN_BF16: launch_finalize_output<__nv_bfloat16>(ws.o_acc, *a.o, p); break;
-    default: launch_finalize_output<float>(ws.o_acc, *a.o, p); break;
+    case DILATTN_F16: launch_finalize_output<__half>(ws.o_acc, *a.o, p, stream); break;
+    case DILATTN_BF16: launch_finalize_output<__nv_bfloat16>(ws.o_acc, *a.o, p, stream); break;
+    default: launch_finalize_output<float>(ws.o_acc, *a.o, p, stream); break;
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_failure(e, "finalize_output_kernel");
   if (a.lse != nullptr) {
     const dilattn_tensor& lse = *a.lse;
     DILATTN_LAUNCH(finalize_lse_kernel, dim3(elementwise_blocks(p.B * p.H * p.Nq)),
-                   dim3(kElementwiseThreads), 0, 0)(ws.lse_acc, lse.data,
+                   dim3(kElementwiseThreads), 0, stream)(ws.lse_acc, lse.data,
                                                     lse.dtype == DILATTN_F64 ? 1 : 0,
                                                     lse.strides[0], lse.strides[1],
                                                     lse.strides[2], p.B, p.H, p.Nq);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "finalize_lse_kernel");
   }
-  if ((e = cudaStreamSynchronize(0)) != cudaSuccess) return cuda_failure(e, "forward");
+  if (a.run.synchronous && (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+    return cuda_failure(e, "forward");
   return DILATTN_SUCCESS;
 }
 
@@ -404,13 +553,16 @@ dilattn_status finalize(const Problem& p, const ForwardArgs& a, const Workspace&
 
 // ================================================================ the backend's entry points
 dilattn_status can_run(const Problem& p) {
-#ifdef __CUDACC__
-  int devices = 0;
+  int devices = 0, device = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();  // clear the sticky "no device" error
-    return set_error(DILATTN_ERROR_DEVICE_NOT_BUILT, "backend 'cuda': no CUDA device");
+    return set_error(DILATTN_ERROR_DEVICE_NOT_BUILT, "backend '%s': no CUDA device", kBackendName);
   }
-#endif
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return cuda_failure(e, "cudaGetDevice");
+  DeviceInfo* info = nullptr;
+  dilattn_status st = check_device(device, &info);
+  if (st != DILATTN_SUCCESS) return st;
   if (p.dtype == DILATTN_F64)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': dtype f64 is CPU only (backends ref and cpu)", kBackendName);
@@ -436,21 +588,83 @@ WorkspaceBytes workspace_bytes(const Problem& p) {
   return {workspace_layout(p).total, backward_workspace_bytes(p)};
 }
 
-dilattn_status forward(const Problem& p, const ForwardArgs& a) {
-  dilattn_status st = can_run(p);
-  if (st == DILATTN_SUCCESS) st = check_views(a);
+// The block-sparse mask to the current device, once per plan (SPEC 4 arrays).
+dilattn_status prepare(Problem& p) {
+  if (p.kind != DILATTN_KIND_BLOCK_SPARSE || !p.mask) return DILATTN_SUCCESS;
+  int device = 0;
+  const cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return cuda_failure(e, "cudaGetDevice");
+  auto state = std::make_shared<LaunchPlanState>();
+  const int64_t* arrays[3];
+  const dilattn_status st = state->mask_on(device, *p.mask, arrays);
   if (st != DILATTN_SUCCESS) return st;
+  p.backend_state = std::move(state);
+  return DILATTN_SUCCESS;
+}
+
+// The plan was checked by can_run when it was made; a call checks what can differ per call:
+// the views and the device the tensors are on (whose facts are cached, device_info).
+dilattn_status forward(const Problem& p, const ForwardArgs& a) {
+  dilattn_status st = check_views(a);
+  if (st != DILATTN_SUCCESS) return st;
+  const cudaStream_t stream = static_cast<cudaStream_t>(a.run.stream);
 #ifdef __CUDACC__
   DeviceGuard device_guard;  // the tensors' GPU runs the launches; the caller's is restored
-  const cudaError_t e = device_guard.select(a.q->device_index);
+  cudaError_t e = device_guard.select(a.q->device_index);
   if (e != cudaSuccess) return cuda_failure(e, "cudaSetDevice");
+  const int device = a.q->device_index;
+#else
+  const int device = 0;  // the emulator's one device
 #endif
+  DeviceInfo* info = nullptr;
   ChosenKernel kernel;
   Workspace ws;
-  if ((st = choose_kernel(p, &kernel)) != DILATTN_SUCCESS) return st;
-  if ((st = prepare_workspace(p, a, &ws)) != DILATTN_SUCCESS) return st;
-  if ((st = launch_branches(p, kernel, shared_params(p, a, ws))) != DILATTN_SUCCESS) return st;
-  return finalize(p, a, ws);
+  if ((st = check_device(device, &info)) != DILATTN_SUCCESS) return st;
+  if ((st = check_capture(stream, a.run)) != DILATTN_SUCCESS) return st;
+  if ((st = choose_kernel(p, *info, &kernel)) != DILATTN_SUCCESS) return st;
+  if ((st = prepare_workspace(p, a, device, stream, &ws)) != DILATTN_SUCCESS) return st;
+  if ((st = launch_branches(p, kernel, stream, shared_params(p, a, ws))) != DILATTN_SUCCESS)
+    return st;
+  return finalize(p, a, ws, stream);
+}
+
+// release(ctx) once the stream has run what was enqueued on it so far: a host function on the
+// stream, else wait for the stream and call it now. On a capturing stream a pool workspace
+// was refused before anything was enqueued (check_capture), and a host function would be
+// captured into the graph instead of running: release at once.
+void after_work(int32_t device_index, void* stream, void (*release)(void*), void* ctx) {
+#ifdef __CUDACC__
+  DeviceGuard device_guard;  // stream 0 is the legacy stream of the current device
+  if (device_guard.select(device_index) != cudaSuccess) cudaGetLastError();
+#else
+  (void)device_index;
+#endif
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) cudaGetLastError();
+  if (capture != cudaStreamCaptureStatusNone) {
+    release(ctx);
+    return;
+  }
+  if (cudaLaunchHostFunc(s, release, ctx) == cudaSuccess) return;
+  cudaGetLastError();
+  cudaStreamSynchronize(s);
+  cudaGetLastError();
+  release(ctx);
+}
+
+// The "GPU present" line of dilattn_build_info.
+std::string device_report() {
+  int devices = 0, device = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    return "no";
+  }
+  if (cudaGetDevice(&device) != cudaSuccess) cudaGetLastError();
+  const DeviceInfo& info = device_info(device);
+  std::string report = "yes (sm_" + std::to_string(info.major) + std::to_string(info.minor) + ")";
+  if (!info.usable) report += ", " + info.why_not + ": " + kBackendName + " not used";
+  return report;
 }
 
 }  // namespace DILATTN_BACKEND_NS

@@ -4,7 +4,8 @@
 //
 // Included by cuda/launch.cu (so built the same two ways: nvcc into dilattn::cuda, the host
 // compiler with the SIMT emulator into dilattn::emu) and uses its helpers (cuda_failure,
-// check_view, elementwise_blocks, mask_arrays, prepare_launch, DeviceGuard).
+// check_view, elementwise_blocks, prepare_launch, DeviceGuard, the cached device facts
+// DeviceInfo, the plan's device mask LaunchPlanState, check_capture).
 //
 //   backward, in the order it calls them:
 //     check_backward_views    as the forward's check_views, for the nine tensors;
@@ -164,29 +165,22 @@ dilattn_status grant_smem(BackwardKernelFn fn, size_t smem, size_t limit, int64_
   return DILATTN_SUCCESS;
 }
 
-dilattn_status choose_backward_kernels(const Problem& p, BackwardKernels* kernels) {
-  cudaError_t e = cudaSuccess;
-  int device = 0;
-  if ((e = cudaGetDevice(&device)) != cudaSuccess) return cuda_failure(e, "cudaGetDevice");
-  cudaDeviceProp props;
-  std::memset(&props, 0, sizeof(props));
-  if ((e = cudaGetDeviceProperties(&props, device)) != cudaSuccess)
-    return cuda_failure(e, "cudaGetDeviceProperties");
-  *kernels = pick_backward_kernels(p, props.major);
-  const size_t limit = props.sharedMemPerBlockOptin > props.sharedMemPerBlock
-                           ? props.sharedMemPerBlockOptin
-                           : props.sharedMemPerBlock;
-  dilattn_status st = grant_smem(kernels->dq, kernels->dq_smem, limit, p.D);
-  if (st == DILATTN_SUCCESS) st = grant_smem(kernels->dkdv, kernels->dkdv_smem, limit, p.D);
+// From the device's cached facts (device_info): no property query per call.
+dilattn_status choose_backward_kernels(const Problem& p, const DeviceInfo& device,
+                                       BackwardKernels* kernels) {
+  *kernels = pick_backward_kernels(p, device.major);
+  dilattn_status st = grant_smem(kernels->dq, kernels->dq_smem, device.smem_limit, p.D);
+  if (st == DILATTN_SUCCESS)
+    st = grant_smem(kernels->dkdv, kernels->dkdv_smem, device.smem_limit, p.D);
   return st;
 }
 
 // ---------------------------------------------------------------- prepare_backward_workspace
 // The backward's device workspace: f32 D_i and lse_s [B, H, Nq], f32 accumulators dQ
-// [B, H, Nq, D], dK and dV [B, Hkv, Nk, D] and, for block-sparse attention, the device copy of
-// the mask's row_ptr, col_idx and head_ptr (int64). Each piece starts on a 256-byte boundary.
+// [B, H, Nq, D], dK and dV [B, Hkv, Nk, D]. Each piece starts on a 256-byte boundary. The
+// block-sparse mask is the plan's (LaunchPlanState, copied once), not the workspace's.
 struct BackwardWorkspaceLayout {
-  size_t di = 0, lse_s = 0, dq = 0, dk = 0, dv = 0, mask[3] = {0, 0, 0}, total = 0;
+  size_t di = 0, lse_s = 0, dq = 0, dk = 0, dv = 0, total = 0;
 };
 
 BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
@@ -206,11 +200,6 @@ BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
   off += aligned(kv_rows * d * sizeof(float));
   l.dv = off;
   off += aligned(kv_rows * d * sizeof(float));
-  if (p.kind == DILATTN_KIND_BLOCK_SPARSE && p.mask)
-    for (int n = 0; n < 3; ++n) {
-      l.mask[n] = off;
-      off += aligned(mask_arrays(*p.mask, n)->size() * sizeof(int64_t));
-    }
   l.total = off;
   return l;
 }
@@ -220,8 +209,8 @@ struct BackwardWorkspace {
   const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
 };
 
-// Carves a.workspace and copies the block-sparse mask to it.
-dilattn_status prepare_backward_workspace(const Problem& p, const BackwardArgs& a,
+// Carves a.workspace and finds the plan's device copy of the block-sparse mask.
+dilattn_status prepare_backward_workspace(const Problem& p, const BackwardArgs& a, int device,
                                           BackwardWorkspace* ws) {
   const BackwardWorkspaceLayout layout = backward_workspace_layout(p);
   unsigned char* base = static_cast<unsigned char*>(a.workspace);
@@ -230,24 +219,17 @@ dilattn_status prepare_backward_workspace(const Problem& p, const BackwardArgs& 
   ws->dq = reinterpret_cast<float*>(base + layout.dq);
   ws->dk = reinterpret_cast<float*>(base + layout.dk);
   ws->dv = reinterpret_cast<float*>(base + layout.dv);
-  cudaError_t e = cudaSuccess;
   for (int n = 0; n < 3; ++n) ws->mask[n] = nullptr;
-  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
-    if (!p.mask) return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without a mask");
-    for (int n = 0; n < 3; ++n) {
-      ws->mask[n] = reinterpret_cast<const int64_t*>(base + layout.mask[n]);
-      const std::vector<int64_t>& array = *mask_arrays(*p.mask, n);
-      const size_t bytes = array.size() * sizeof(int64_t);
-      if (bytes > 0 && (e = cudaMemcpy(base + layout.mask[n], array.data(), bytes,
-                                       cudaMemcpyHostToDevice)) != cudaSuccess)
-        return cuda_failure(e, "cudaMemcpy of the mask");
-    }
-  }
-  return DILATTN_SUCCESS;
+  if (p.kind != DILATTN_KIND_BLOCK_SPARSE) return DILATTN_SUCCESS;
+  auto* state = dynamic_cast<LaunchPlanState*>(p.backend_state.get());
+  if (!p.mask || state == nullptr)
+    return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without its device mask");
+  return state->mask_on(device, *p.mask, ws->mask);
 }
 
 // The pre-pass (D_i, lse_s) and the accumulators at zero.
-dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const BackwardWorkspace& ws) {
+dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const BackwardWorkspace& ws,
+                            cudaStream_t stream) {
   RowTermsParams r;
   std::memset(&r, 0, sizeof(r));
   r.o = a.o->data;
@@ -268,11 +250,13 @@ dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const Backw
   r.D = p.D;
   const dim3 grid(elementwise_blocks(p.B * p.H * p.Nq)), block(kElementwiseThreads);
   switch (p.dtype) {
-    case DILATTN_F16: DILATTN_LAUNCH(backward_row_terms_kernel<__half>, grid, block, 0, 0)(r); break;
-    case DILATTN_BF16:
-      DILATTN_LAUNCH(backward_row_terms_kernel<__nv_bfloat16>, grid, block, 0, 0)(r);
+    case DILATTN_F16:
+      DILATTN_LAUNCH(backward_row_terms_kernel<__half>, grid, block, 0, stream)(r);
       break;
-    default: DILATTN_LAUNCH(backward_row_terms_kernel<float>, grid, block, 0, 0)(r); break;
+    case DILATTN_BF16:
+      DILATTN_LAUNCH(backward_row_terms_kernel<__nv_bfloat16>, grid, block, 0, stream)(r);
+      break;
+    default: DILATTN_LAUNCH(backward_row_terms_kernel<float>, grid, block, 0, stream)(r); break;
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_failure(e, "backward_row_terms_kernel");
@@ -283,7 +267,7 @@ dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const Backw
   } accs[3] = {{ws.dq, q_elems}, {ws.dk, kv_elems}, {ws.dv, kv_elems}};
   for (const auto& acc : accs) {
     DILATTN_LAUNCH(zero_floats_kernel, dim3(elementwise_blocks(acc.n)), dim3(kElementwiseThreads),
-                   0, 0)(acc.acc, acc.n);
+                   0, stream)(acc.acc, acc.n);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "zero_floats_kernel");
   }
   return DILATTN_SUCCESS;
@@ -296,7 +280,7 @@ BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
                                const BackwardWorkspace& ws) {
   BackwardParams bp;
   std::memset(&bp, 0, sizeof(bp));
-  const ForwardArgs fa{a.q, a.k, a.v, nullptr, nullptr, nullptr};
+  const ForwardArgs fa{a.q, a.k, a.v, nullptr, nullptr, nullptr, a.run};
   Workspace fws;
   std::memset(&fws, 0, sizeof(fws));
   for (int n = 0; n < 3; ++n) fws.mask[n] = ws.mask[n];
@@ -313,25 +297,28 @@ BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
 
 dilattn_status launch_backward_kernel(BackwardKernelFn fn, int64_t tiles, int64_t heads,
                                       const BackwardKernels& k, size_t smem,
-                                      const BackwardParams& bp, const char* what) {
+                                      const BackwardParams& bp, cudaStream_t stream,
+                                      const char* what) {
   if (tiles > 0x7fffffff)
     return set_error(DILATTN_ERROR_UNSUPPORTED, "backend '%s': %lld tiles exceed the grid",
                      kBackendName, static_cast<long long>(tiles));
   if (tiles == 0) return DILATTN_SUCCESS;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(heads));
-  DILATTN_LAUNCH(fn, grid, dim3(k.threads), smem, 0)(bp);
+  DILATTN_LAUNCH(fn, grid, dim3(k.threads), smem, stream)(bp);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, what);
 }
 
 // dQ: query tiles of BR rows as the forward's (prepare_launch), one launch per branch; each
 // launch covers disjoint rows and adds them to dq_acc.
-dilattn_status run_dq_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp) {
+dilattn_status run_dq_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
+                           cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
   for (int64_t launch = 0; launch < launches; ++launch) {
     const int64_t tiles = prepare_launch(p, k.br, launch, &bp.ix);
     const dilattn_status st =
-        launch_backward_kernel(k.dq, tiles, p.B * p.H, k, k.dq_smem, bp, "backward dQ kernel");
+        launch_backward_kernel(k.dq, tiles, p.B * p.H, k, k.dq_smem, bp, stream,
+                               "backward dQ kernel");
     if (st != DILATTN_SUCCESS) return st;
   }
   return DILATTN_SUCCESS;
@@ -352,14 +339,15 @@ int64_t prepare_key_launch(const Problem& p, int bc, int64_t launch, BackwardPar
 
 // dK, dV: key tiles of BC keys, one launch per (branch, query head of a kv head), in that
 // order; the launches of one branch's heads add to the same rows one after another.
-dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp) {
+dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
+                             cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
   for (int64_t launch = 0; launch < launches; ++launch) {
     const int64_t tiles = prepare_key_launch(p, k.bc, launch, &bp);
     for (int64_t hg = 0; hg < p.H / p.Hkv; ++hg) {
       bp.head_in_group = hg;
-      const dilattn_status st = launch_backward_kernel(k.dkdv, tiles, p.B * p.Hkv, k,
-                                                       k.dkdv_smem, bp, "backward dK/dV kernel");
+      const dilattn_status st = launch_backward_kernel(
+          k.dkdv, tiles, p.B * p.Hkv, k, k.dkdv_smem, bp, stream, "backward dK/dV kernel");
       if (st != DILATTN_SUCCESS) return st;
     }
   }
@@ -369,32 +357,34 @@ dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, Backwar
 // ---------------------------------------------------------------- store_gradients
 template <class T>
 void launch_store_gradient(const float* acc, const dilattn_tensor& out, int64_t B, int64_t N,
-                           int64_t heads, int64_t D, float factor) {
+                           int64_t heads, int64_t D, float factor, cudaStream_t stream) {
   const int64_t n = B * heads * N * D;
   DILATTN_LAUNCH(store_gradient_kernel<T>, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads),
-                 0, 0)(acc, static_cast<T*>(out.data), out.strides[0], out.strides[1],
+                 0, stream)(acc, static_cast<T*>(out.data), out.strides[0], out.strides[1],
                        out.strides[2], out.strides[3], B, N, heads, D, factor);
 }
 
 template <class T>
-void store_all(const Problem& p, const BackwardArgs& a, const BackwardWorkspace& ws) {
+void store_all(const Problem& p, const BackwardArgs& a, const BackwardWorkspace& ws,
+               cudaStream_t stream) {
   const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
-  launch_store_gradient<T>(ws.dq, *a.dq, p.B, p.Nq, p.H, p.D, scale);
-  launch_store_gradient<T>(ws.dk, *a.dk, p.B, p.Nk, p.Hkv, p.D, scale);
-  launch_store_gradient<T>(ws.dv, *a.dv, p.B, p.Nk, p.Hkv, p.D, 1.0f);
+  launch_store_gradient<T>(ws.dq, *a.dq, p.B, p.Nq, p.H, p.D, scale, stream);
+  launch_store_gradient<T>(ws.dk, *a.dk, p.B, p.Nk, p.Hkv, p.D, scale, stream);
+  launch_store_gradient<T>(ws.dv, *a.dv, p.B, p.Nk, p.Hkv, p.D, 1.0f, stream);
 }
 
-// The accumulators into the caller's dQ, dK, dV, then waits for the stream.
+// The accumulators into the caller's dQ, dK, dV; a synchronous call then waits for the stream.
 dilattn_status store_gradients(const Problem& p, const BackwardArgs& a,
-                               const BackwardWorkspace& ws) {
+                               const BackwardWorkspace& ws, cudaStream_t stream) {
   switch (p.dtype) {
-    case DILATTN_F16: store_all<__half>(p, a, ws); break;
-    case DILATTN_BF16: store_all<__nv_bfloat16>(p, a, ws); break;
-    default: store_all<float>(p, a, ws); break;
+    case DILATTN_F16: store_all<__half>(p, a, ws, stream); break;
+    case DILATTN_BF16: store_all<__nv_bfloat16>(p, a, ws, stream); break;
+    default: store_all<float>(p, a, ws, stream); break;
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_failure(e, "store_gradient_kernel");
-  if ((e = cudaStreamSynchronize(0)) != cudaSuccess) return cuda_failure(e, "backward");
+  if (a.run.synchronous && (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+    return cuda_failure(e, "backward");
   return DILATTN_SUCCESS;
 }
 
@@ -403,24 +393,33 @@ dilattn_status store_gradients(const Problem& p, const BackwardArgs& a,
 // ================================================================ the entry points
 size_t backward_workspace_bytes(const Problem& p) { return backward_workspace_layout(p).total; }
 
+// As the forward: the plan was checked by can_run when it was made; a call checks the views
+// and the device the tensors are on (cached facts), then enqueues everything on the caller's
+// stream (SPEC 6: the pre-pass, the dQ pass, the dK/dV pass, the stores).
 dilattn_status backward(const Problem& p, const BackwardArgs& a) {
-  dilattn_status st = can_run(p);
-  if (st == DILATTN_SUCCESS) st = check_backward_views(a);
+  dilattn_status st = check_backward_views(a);
   if (st != DILATTN_SUCCESS) return st;
+  const cudaStream_t stream = static_cast<cudaStream_t>(a.run.stream);
 #ifdef __CUDACC__
   DeviceGuard device_guard;  // the tensors' GPU runs the launches; the caller's is restored
   const cudaError_t e = device_guard.select(a.q->device_index);
   if (e != cudaSuccess) return cuda_failure(e, "cudaSetDevice");
+  const int device = a.q->device_index;
+#else
+  const int device = 0;  // the emulator's one device
 #endif
+  DeviceInfo* info = nullptr;
   BackwardKernels kernels;
   BackwardWorkspace ws;
-  if ((st = choose_backward_kernels(p, &kernels)) != DILATTN_SUCCESS) return st;
-  if ((st = prepare_backward_workspace(p, a, &ws)) != DILATTN_SUCCESS) return st;
-  if ((st = run_pre_pass(p, a, ws)) != DILATTN_SUCCESS) return st;
+  if ((st = check_device(device, &info)) != DILATTN_SUCCESS) return st;
+  if ((st = check_capture(stream, a.run)) != DILATTN_SUCCESS) return st;
+  if ((st = choose_backward_kernels(p, *info, &kernels)) != DILATTN_SUCCESS) return st;
+  if ((st = prepare_backward_workspace(p, a, device, &ws)) != DILATTN_SUCCESS) return st;
+  if ((st = run_pre_pass(p, a, ws, stream)) != DILATTN_SUCCESS) return st;
   const BackwardParams bp = backward_params(p, a, ws);
-  if ((st = run_dq_pass(p, kernels, bp)) != DILATTN_SUCCESS) return st;
-  if ((st = run_dkdv_pass(p, kernels, bp)) != DILATTN_SUCCESS) return st;
-  return store_gradients(p, a, ws);
+  if ((st = run_dq_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;
+  if ((st = run_dkdv_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;
+  return store_gradients(p, a, ws, stream);
 }
 
 }  // namespace DILATTN_BACKEND_NS

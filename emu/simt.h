@@ -7,7 +7,9 @@
 //                     threadIdx/blockIdx/blockDim/gridDim
 //   simt_device.h     shuffles, votes, atomics, fast-math and bit intrinsics
 //   simt_wmma.h       nvcuda::wmma 16x16x16 with the emulator's element layout
-//   simt_launch.h     DILATTN_LAUNCH, DILATTN_DYNAMIC_SHARED, simt::last_error_message()
+//   simt_streams.h    deferred streams, runtime call counters, launches per stream
+//   simt_launch.h     DILATTN_LAUNCH, DILATTN_DYNAMIC_SHARED, DILATTN_SMEM_GUARD,
+//                     simt::last_error_message(), the emulated device
 //   simt_runtime.h    cudaMalloc/cudaMemcpy/streams/events/... as simt:: inline shims + macros
 // Needs the CUDA include directory (for cuda_fp16.h) and threads; nothing to link.
 // Checked by tests/emu/ (meson test -C build-emu --suite emu).

@@ -136,20 +136,28 @@ inline unsigned ballot(const char* name, unsigned mask, int predicate) {
 
 // ---------------------------------------------------------------- barriers and warp collectives
 
-inline void __syncthreads() { ::simt::detail::block_barrier(); }
+// Each barrier records its call site (the caller's file and line, through GCC/Clang's
+// __builtin_FILE/__builtin_LINE default arguments), so threads at two different
+// __syncthreads fail the launch instead of passing each other.
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::simt::detail::block_barrier(0, file, line);
+}
 // The block's count of non-zero predicates, read after the barrier opened (stable until the
 // next barrier opens, which needs this thread again).
-inline int __syncthreads_count(int predicate) {
-  ::simt::detail::block_barrier(predicate);
+inline int __syncthreads_count(int predicate, const char* file = __builtin_FILE(),
+                               int line = __builtin_LINE()) {
+  ::simt::detail::block_barrier(predicate, file, line);
   return static_cast<int>(::simt::detail::current_fiber().block->barrier_count);
 }
-inline int __syncthreads_and(int predicate) {
-  ::simt::detail::block_barrier(predicate);
+inline int __syncthreads_and(int predicate, const char* file = __builtin_FILE(),
+                             int line = __builtin_LINE()) {
+  ::simt::detail::block_barrier(predicate, file, line);
   const ::simt::detail::BlockRun& b = *::simt::detail::current_fiber().block;
   return b.barrier_count == b.fibers.size();
 }
-inline int __syncthreads_or(int predicate) {
-  ::simt::detail::block_barrier(predicate);
+inline int __syncthreads_or(int predicate, const char* file = __builtin_FILE(),
+                            int line = __builtin_LINE()) {
+  ::simt::detail::block_barrier(predicate, file, line);
   return ::simt::detail::current_fiber().block->barrier_count > 0;
 }
 

@@ -1,15 +1,19 @@
-// simt_launch.h - DILATTN_LAUNCH and DILATTN_DYNAMIC_SHARED for the emulator; the launch error.
+// simt_launch.h - DILATTN_LAUNCH and DILATTN_DYNAMIC_SHARED for the emulator; the launch error;
+// the emulated device.
 //
 // Part of the SIMT emulator (emu/README.md). A launch checks the configuration as the
 // CUDA runtime does (block <= 1024 threads, z <= 64, grid y/z <= 65535, dynamic shared memory
-// <= the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize, 48 KB by default), then runs
-// every block before it returns: block order follows the thread order (descending reverses it),
+// <= the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize, 48 KB by default, and never
+// above the emulated device's opt-in limit: 163 KB on sm_80, 227 KB on sm_90), then runs
+// every block (at once, or when its stream is waited for: simt_streams.h):
+// block order follows the thread order (descending reverses it),
 // each block gets its dynamic shared memory filled with 0xFF (NaN as floats, so a read before
 // a write shows), and the first failing block stops the grid. The outcome is the calling OS
 // thread's last error (cudaGetLastError) with a precise text in simt::last_error_message().
 // Launches from several OS threads at once are independent: all state is per launch, the
 // fiber stacks are per OS thread, and the two process-wide tables are behind mutexes.
-// Checked by tests/emu/emu_host_shims.cpp, emu_negative_divergent_barrier.cpp, emu_threads.cpp.
+// Checked by tests/emu/emu_host_shims.cpp, emu_negative_divergent_barrier.cpp, emu_threads.cpp,
+// emu_streams.cpp.
 #ifndef DILATTN_SIMT_LAUNCH_H
 #define DILATTN_SIMT_LAUNCH_H
 
@@ -22,6 +26,7 @@
 #include <utility>
 
 #include "simt_scheduler.h"
+#include "simt_streams.h"
 
 namespace simt {
 namespace detail {
@@ -41,7 +46,39 @@ inline cudaError_t set_last_error(cudaError_t code, std::string message) {
 }
 
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
-constexpr size_t kOptInSharedBytes = 228 * 1024;
+
+// The device the emulator pretends to be: its compute capability decides the opt-in shared
+// memory per block (CUDA C++ Programming Guide, "Technical Specifications per Compute
+// Capability") and whether the emulated binary has a kernel image for it (simt_runtime.h).
+struct EmulatedDevice {
+  int major = 8;
+  int minor = 0;
+};
+inline std::mutex& device_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline EmulatedDevice& device_setting() {  // guarded by device_mutex()
+  static EmulatedDevice d;
+  return d;
+}
+inline EmulatedDevice emulated_device() {
+  std::lock_guard<std::mutex> lock(device_mutex());
+  return device_setting();
+}
+inline size_t optin_shared_bytes(const EmulatedDevice& d) {
+  if (d.major >= 9) return 227 * 1024;                                 // sm_90
+  if (d.major == 8) return d.minor == 0 || d.minor == 7 ? 163 * 1024  // sm_80, sm_87
+                                                        : 99 * 1024;  // sm_86, sm_89
+  if (d.major == 7) return d.minor == 5 ? 64 * 1024 : 96 * 1024;      // sm_75; sm_70, sm_72
+  return kDefaultSharedBytes;
+}
+
+// Fault injection: the launch after `launches_left` more launches fails at enqueue.
+inline std::atomic<int64_t>& launches_before_failure() {
+  static std::atomic<int64_t> n{-1};  // -1: none planned
+  return n;
+}
 
 using KernelKey = void (*)();
 inline std::mutex& attribute_mutex() {
@@ -88,13 +125,14 @@ inline void grid_worker(GridWork& w) {
   const unsigned n = w.block.x * w.block.y * w.block.z;
   StackPool& pool = stack_pool();
   const bool have_stacks = pool.reserve(n);
-  // 16-byte aligned dynamic shared memory (the contract), one buffer reused by every block,
-  // allocated at its exact size so ASan flags an access one byte past the end.
+  // 128-byte aligned dynamic shared memory (as cuda_compat.cuh declares it under nvcc), one
+  // buffer reused by every block, allocated at its exact size so ASan flags an access one byte
+  // past the end.
   struct AlignedDelete {
-    void operator()(unsigned char* p) const { ::operator delete(p, std::align_val_t{16}); }
+    void operator()(unsigned char* p) const { ::operator delete(p, std::align_val_t{128}); }
   };
   std::unique_ptr<unsigned char, AlignedDelete> shared_storage(
-      static_cast<unsigned char*>(::operator new(w.shared_bytes, std::align_val_t{16})));
+      static_cast<unsigned char*>(::operator new(w.shared_bytes, std::align_val_t{128})));
   unsigned char* shared = shared_storage.get();
 
   BlockRun b;
@@ -144,8 +182,9 @@ inline void grid_worker(GridWork& w) {
   }
 }
 
-inline cudaError_t run_grid(KernelBody body, KernelKey key, const char* name, dim3 grid,
-                            dim3 block, size_t shared_bytes) {
+// The runtime's checks at enqueue: configuration, shared memory, an injected failure.
+inline cudaError_t check_launch(KernelKey key, const char* name, dim3 grid, dim3 block,
+                                size_t shared_bytes) {
   char buf[256];
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 ||
@@ -155,14 +194,29 @@ inline cudaError_t run_grid(KernelBody body, KernelKey key, const char* name, di
                   grid.x, grid.y, grid.z, block.x, block.y, block.z);
     return set_last_error(cudaErrorInvalidConfiguration, buf);
   }
-  const size_t limit = kernel_shared_limit(key);
+  const size_t limit = std::min(kernel_shared_limit(key), optin_shared_bytes(emulated_device()));
   if (shared_bytes > limit) {
     std::snprintf(buf, sizeof buf,
                   "launch of %s: %zu bytes of dynamic shared memory exceed the kernel's limit of "
-                  "%zu (cudaFuncAttributeMaxDynamicSharedMemorySize)",
+                  "%zu (cudaFuncAttributeMaxDynamicSharedMemorySize, at most the device's "
+                  "opt-in limit)",
                   name, shared_bytes, limit);
     return set_last_error(cudaErrorInvalidValue, buf);
   }
+  int64_t left = launches_before_failure().load();
+  while (left >= 0 && !launches_before_failure().compare_exchange_weak(left, left - 1)) {
+  }
+  if (left == 0) {
+    std::snprintf(buf, sizeof buf, "launch of %s: injected failure (simt::fail_launch_after)",
+                  name);
+    return set_last_error(cudaErrorLaunchFailure, buf);
+  }
+  return cudaSuccess;
+}
+
+// Runs every block of a checked launch; a failure becomes this OS thread's last error.
+inline cudaError_t execute_grid(KernelBody body, const char* name, dim3 grid, dim3 block,
+                                size_t shared_bytes) {
   GridWork work;
   work.body = body;
   work.grid = grid;
@@ -201,12 +255,17 @@ struct Launcher {
   dim3 grid;
   dim3 block;
   size_t shared_bytes;
+  cudaStream_t stream;
   const char* name;
 
   template <class... A>
   void operator()(A&&... args) const {
     static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong argument count");
-    // Each thread calls the kernel with its own copies of the arguments, as on the GPU.
+    const KernelKey key = reinterpret_cast<KernelKey>(kernel);
+    log_launch(stream);
+    if (check_launch(key, name, grid, block, shared_bytes) != cudaSuccess) return;
+    // Each thread calls the kernel with its own copies of the arguments, as on the GPU; the
+    // launch keeps one copy of them until it runs (now, or when its stream is waited for).
     struct Call {
       void (*kernel)(P...);
       std::tuple<typename std::decay<P>::type...> args;
@@ -215,16 +274,21 @@ struct Launcher {
         std::apply(c->kernel, c->args);
       }
     };
-    Call call{kernel, std::tuple<typename std::decay<P>::type...>(std::forward<A>(args)...)};
-    run_grid(KernelBody{&Call::run, &call}, reinterpret_cast<KernelKey>(kernel), name, grid,
-             block, shared_bytes);
+    auto call = std::make_shared<Call>(
+        Call{kernel, std::tuple<typename std::decay<P>::type...>(std::forward<A>(args)...)});
+    const char* kernel_name = name;
+    const dim3 g = grid, b = block;
+    const size_t smem = shared_bytes;
+    submit(stream, [call, kernel_name, g, b, smem] {
+      execute_grid(KernelBody{&Call::run, call.get()}, kernel_name, g, b, smem);
+    });
   }
 };
 
 template <class... P>
 inline Launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block,
-                                    size_t shared_bytes, cudaStream_t, const char* name) {
-  return Launcher<P...>{kernel, grid, block, shared_bytes, name};
+                                    size_t shared_bytes, cudaStream_t stream, const char* name) {
+  return Launcher<P...>{kernel, grid, block, shared_bytes, stream, name};
 }
 
 inline unsigned char* dynamic_shared() { return current_fiber().block->shared; }
@@ -234,10 +298,30 @@ inline unsigned char* dynamic_shared() { return current_fiber().block->shared; }
 // The precise text of this OS thread's last launch error ("" after a success).
 inline const char* last_error_message() { return detail::last_error().message.c_str(); }
 
+// The emulated device's compute capability for later calls (process-wide; default 8.0):
+// cudaGetDeviceProperties reports it, launches are held to its opt-in shared memory, and
+// cudaFuncGetAttributes says whether the emulated binary has a kernel image for it.
+inline void set_emulated_device(int major, int minor) {
+  std::lock_guard<std::mutex> lock(detail::device_mutex());
+  detail::device_setting().major = major;
+  detail::device_setting().minor = minor;
+}
+
+// The launch after the next `launches` launches (of any kernel, on any OS thread) fails at
+// enqueue with cudaErrorLaunchFailure; a negative count cancels it.
+inline void fail_launch_after(int64_t launches) {
+  detail::launches_before_failure().store(launches < 0 ? -1 : launches);
+}
+
 }  // namespace simt
 
 #define DILATTN_DYNAMIC_SHARED(type, name) \
   type* name = reinterpret_cast<type*>(::simt::detail::dynamic_shared())
+
+// Guard bytes after every tile a kernel carves out of its dynamic shared memory
+// (cuda/forward_tile_loop.cuh's SmemCarver): filled when carved, checked at every barrier.
+#define DILATTN_SMEM_GUARD_BYTES 128
+#define DILATTN_SMEM_GUARD(ptr, bytes) ::simt::detail::guard_shared(ptr, bytes)
 
 #define DILATTN_LAUNCH(kernel, grid, block, shared_bytes, stream) \
   ::simt::detail::make_launcher(kernel, grid, block, shared_bytes, stream, #kernel)

@@ -16,8 +16,11 @@
 //     returned it is an error ("__syncthreads reached by 31 of 32 threads"). Nothing can hang.
 //   - An error abandons the block's fibers (their stacks are reused) and fails the launch.
 // ASan: every switch is wrapped in __sanitizer_start/finish_switch_fiber.
-// Checked by tests/emu/emu_negative_divergent_barrier.cpp, emu_negative_missing_barrier.cpp and
-// every positive emulator test (each runs under several thread orders).
+//   - A barrier opens only when every thread waits at the same call site (file and line), and
+//     the guard bytes between carved shared-memory tiles (guard_shared) are checked there.
+// Checked by tests/emu/emu_negative_divergent_barrier.cpp, emu_negative_missing_barrier.cpp,
+// emu_negative_barrier_sites.cpp, emu_negative_smem_overrun.cpp and every positive emulator
+// test (each runs under several thread orders).
 #ifndef DILATTN_SIMT_SCHEDULER_H
 #define DILATTN_SIMT_SCHEDULER_H
 
@@ -32,6 +35,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -193,6 +197,8 @@ struct Fiber {
   unsigned lane = 0;
   FiberState state = FiberState::done;
   int barrier_predicate = 0;  // this thread's vote at __syncthreads_count/_and/_or
+  const char* barrier_file = "";  // the call site of the __syncthreads it waits at
+  int barrier_line = 0;
   BlockRun* block = nullptr;
   char* stack = nullptr;
   size_t stack_size = 0;
@@ -220,7 +226,13 @@ struct BlockRun {
   size_t sched_stack_size = 0;
   unsigned barrier_count = 0;  // predicates counted at the last __syncthreads released
   std::string error;           // non-empty: the block failed
+  // Guard bytes between carved shared-memory tiles (offset, bytes), filled with kGuardByte
+  // when first carved in this block and checked at every __syncthreads and at the block's end.
+  std::vector<std::pair<size_t, size_t>> guards;
 };
+
+// Guard bytes hold this value; the poison of fresh shared memory is 0xFF, so they differ.
+constexpr unsigned char kGuardByte = 0xA5;
 
 inline std::string block_name(const BlockRun& b) {
   char buf[64];
@@ -338,9 +350,11 @@ inline uint64_t warp_collective(const LaneSlot& post) {
   return w.slot[f.lane].result;
 }
 
-inline void block_barrier(int predicate = 0) {
+inline void block_barrier(int predicate, const char* file, int line) {
   Fiber& f = current_fiber();
   f.barrier_predicate = predicate != 0;
+  f.barrier_file = file;
+  f.barrier_line = line;
   f.state = FiberState::at_block_barrier;
   yield_to_scheduler(f);
 }
@@ -353,6 +367,40 @@ inline void block_barrier(int predicate = 0) {
   f.state = FiberState::done;
   yield_to_scheduler(f);
   std::abort();  // unreachable: a failed block's fibers are never resumed
+}
+
+// ---------------------------------------------------------------- shared-memory guards
+
+// Registers [ptr, ptr + bytes) of the block's dynamic shared memory as a guard (every thread
+// of the block carves the same tiles, so the first registration in a block fills it).
+inline void guard_shared(unsigned char* ptr, size_t bytes) {
+  BlockRun& b = *current_fiber().block;
+  if (ptr < b.shared || ptr + bytes > b.shared + b.shared_bytes) {
+    fail_thread("shared-memory guard outside the launch's dynamic shared memory: tiles carved "
+                "past the size the launch asked for");
+  }
+  const size_t offset = static_cast<size_t>(ptr - b.shared);
+  for (const auto& g : b.guards)
+    if (g.first == offset) return;
+  b.guards.emplace_back(offset, bytes);
+  std::memset(ptr, kGuardByte, bytes);
+}
+
+// Sets b.error when a thread wrote into a guard: a tile written past its end.
+inline bool guards_intact(BlockRun& b, const char* when) {
+  for (const auto& g : b.guards) {
+    for (size_t k = 0; k < g.second; ++k) {
+      if (b.shared[g.first + k] == kGuardByte) continue;
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    ": shared-memory overrun: guard byte %zu of the guard at offset %zu (after "
+                    "the tile ending there) was written (0x%02x), seen %s",
+                    k, g.first, static_cast<unsigned>(b.shared[g.first + k]), when);
+      b.error = block_name(b) + buf;
+      return false;
+    }
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------- the block scheduler
@@ -435,6 +483,7 @@ inline void start_fiber(Fiber& f) {
 inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear) {
   const unsigned n = static_cast<unsigned>(b.fibers.size());
   b.error.clear();
+  b.guards.clear();
   for (Fiber& f : b.fibers) start_fiber(f);
   uint64_t rng = s.seed ^ (block_linear * 0xD1B54A32D192ED03ull);
   make_order(b, s, rng);
@@ -483,10 +532,30 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
       at_block += f.state == FiberState::at_block_barrier;
       done += f.state == FiberState::done;
     }
+    if (!guards_intact(b, at_block == 0 ? "at the end of the block" : "at a __syncthreads")) {
+      abandon_block(b);
+      return false;
+    }
     if (at_block == 0) return true;  // every thread returned
     if (done > 0) {
       char buf[96];
       std::snprintf(buf, sizeof buf, ": __syncthreads reached by %u of %u threads", at_block, n);
+      b.error = block_name(b) + buf;
+      abandon_block(b);
+      return false;
+    }
+    // One barrier, one call site: threads waiting at two different __syncthreads calls is
+    // undefined behaviour on the GPU (the barrier counts arrivals, not sites).
+    const Fiber& lead = b.fibers[0];
+    for (const Fiber& f : b.fibers) {
+      if (f.barrier_line == lead.barrier_line && std::strcmp(f.barrier_file, lead.barrier_file) == 0)
+        continue;
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    ": __syncthreads at different call sites: thread %u at %s:%d, thread %u at "
+                    "%s:%d",
+                    lead.linear, lead.barrier_file, lead.barrier_line, f.linear, f.barrier_file,
+                    f.barrier_line);
       b.error = block_name(b) + buf;
       abandon_block(b);
       return false;

@@ -1,14 +1,23 @@
 // simt_wmma.h - nvcuda::wmma for the emulator: 16x16x16 fragments, fill, load, mma, store.
 //
-// Part of the SIMT emulator (emu/README.md). The emulator's own element layout: lane l
-// holds elements l*8 .. l*8+7 of the fragment's 16x16 matrix in row-major order (matrix_a is
-// M x K, matrix_b is K x N, accumulator is M x N). Kernels that only use fill/load/mma/store
-// and elementwise loops over x[] (as CUDA requires: the GPU layout is unspecified) see no
-// difference. load/store/mma are warp collectives: all 32 lanes must call them together, as on
-// the GPU, or the launch fails. mma_sync is resolved by the scheduler for the whole warp: it
-// gathers A, B, C from the lanes' fragments, computes D = A*B + C with f32 products summed in
-// k order 0..15, and scatters D.
-// Checked by tests/emu/emu_wmma.cpp (f16 and bf16 against a host matmul).
+// Part of the SIMT emulator (emu/README.md). Fragments have the hardware's element counts
+// (num_elements): 16 per lane for 16-bit matrix_a / matrix_b, 8 for accumulators. The
+// emulator's own element layout (the GPU's is unspecified, so kernels only loop over x[]):
+//   matrix_a (M x K) / matrix_b (K x N): lanes r and r + 16 both hold row r, lane r column c
+//     in x[c], lane r + 16 column c in x[(c + 8) % 16]; so every element is held twice, as on
+//     the GPU. mma_sync fails the launch when the two copies of an element differ (a kernel
+//     that updated only some of the num_elements, e.g. assumed 8).
+//   accumulator (M x N): lane l holds elements 8 l .. 8 l + 7.
+// load/store/mma are warp collectives: all 32 lanes must call them together, with the same
+// pointer, ldm and layout, or the launch fails; pointers must be 32-byte aligned and ldm a
+// multiple of 16 bytes (8 elements of __half/__nv_bfloat16, 4 of float), as CUDA requires.
+// store_matrix_sync does not synchronise the warp (the GPU's does not either): each lane
+// writes its elements only when it runs on after the store, so a lane that reads another
+// lane's stored elements without a __syncwarp sees them or not depending on the thread order.
+// mma_sync is resolved by the scheduler for the whole warp: it gathers A, B, C from the lanes'
+// fragments, computes D = A*B + C with f32 products summed in k order 0..15, and scatters D.
+// Checked by tests/emu/emu_wmma.cpp (f16 and bf16 against a host matmul) and
+// tests/emu/emu_negative_wmma.cpp (each misuse above fails the launch or changes the result).
 #ifndef DILATTN_SIMT_WMMA_H
 #define DILATTN_SIMT_WMMA_H
 
@@ -30,7 +39,8 @@ class fragment {
 
  public:
   using element_type = T;
-  static constexpr int num_elements = 8;  // 256 elements over 32 lanes
+  // 256 elements over 32 lanes; 16-bit A and B operands are held twice (the hardware's counts).
+  static constexpr int num_elements = std::is_same<Use, accumulator>::value ? 8 : 16;
   T x[num_elements];
 };
 
@@ -52,38 +62,122 @@ inline __half wmma_from_float<__half>(float v) { return __float2half_rn(v); }
 template <>
 inline __nv_bfloat16 wmma_from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// Load/store synchronize the warp (they are warp-wide on the GPU) and need all 32 lanes.
-inline void resolve_full_warp(BlockRun& b, WarpState& w, unsigned group) {
+inline uint32_t wmma_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+inline uint32_t wmma_bits(__half v) {
+  uint16_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+inline uint32_t wmma_bits(__nv_bfloat16 v) {
+  uint16_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// The column of a matrix_a / matrix_b operand row that slot e of `lane` holds (row lane % 16).
+inline unsigned operand_column(unsigned lane, unsigned e) { return (e + (lane < 16 ? 0 : 8)) % 16; }
+
+// What a load or store posts: the pointer in ptr[0], ldm in arg0, the layout in arg1 and the
+// element size in value. Resolved for the warp: every lane agrees and the arguments are legal.
+inline void resolve_wmma_memory(BlockRun& b, WarpState& w, unsigned group) {
+  char buf[224];
+  const LaneSlot& first = w.slot[0];
   if (group != 0xffffffffu) {
-    char buf[96];
     std::snprintf(buf, sizeof buf, "%s needs all 32 lanes of the warp (got mask 0x%08x)",
-                  w.slot[0].name, group);
+                  first.name, group);
+    collective_error(b, w, 0, buf);
+    return;
+  }
+  for (unsigned lane = 1; lane < 32; ++lane) {
+    const LaneSlot& s = w.slot[lane];
+    if (s.ptr[0] != first.ptr[0] || s.arg0 != first.arg0 || s.arg1 != first.arg1) {
+      std::snprintf(buf, sizeof buf,
+                    "%s: lanes disagree: lane 0 passed pointer %p, ldm %d, layout %d; lane %u "
+                    "pointer %p, ldm %d, layout %d (all lanes must pass the same)",
+                    first.name, first.ptr[0], first.arg0, first.arg1, lane, s.ptr[0], s.arg0,
+                    s.arg1);
+      collective_error(b, w, lane, buf);
+      return;
+    }
+  }
+  if (reinterpret_cast<uintptr_t>(first.ptr[0]) % 32 != 0) {
+    std::snprintf(buf, sizeof buf, "%s: pointer %p is not 32-byte aligned", first.name,
+                  first.ptr[0]);
+    collective_error(b, w, 0, buf);
+    return;
+  }
+  const int multiple = static_cast<int>(16 / first.value);  // ldm: a multiple of 16 bytes
+  if (first.arg0 <= 0 || first.arg0 % multiple != 0) {
+    std::snprintf(buf, sizeof buf,
+                  "%s: ldm = %d is not a positive multiple of %d (16 bytes of %d-byte elements)",
+                  first.name, first.arg0, multiple, static_cast<int>(first.value));
     collective_error(b, w, 0, buf);
   }
 }
-inline void wmma_sync(const char* name) {
+template <class T>
+inline void wmma_memory_sync(const char* name, const T* p, unsigned ldm, int layout) {
   LaneSlot post;
-  post.resolve = &resolve_full_warp;
+  post.resolve = &resolve_wmma_memory;
   post.name = name;
   post.mask = 0xffffffffu;
+  post.ptr[0] = p;
+  post.arg0 = static_cast<int>(ldm);
+  post.arg1 = layout;
+  post.value = sizeof(T);
   warp_collective(post);
 }
 
 template <class FD, class FA, class FB, class FC>
 inline void resolve_mma(BlockRun& b, WarpState& w, unsigned group) {
-  resolve_full_warp(b, w, group);
-  if (!b.error.empty()) return;
+  if (group != 0xffffffffu) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s needs all 32 lanes of the warp (got mask 0x%08x)",
+                  w.slot[0].name, group);
+    collective_error(b, w, 0, buf);
+    return;
+  }
   float a[256], bm[256], c[256];
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    const LaneSlot& s = w.slot[lane];
-    const FA& fa = *static_cast<const FA*>(s.ptr[1]);
-    const FB& fb = *static_cast<const FB*>(s.ptr[2]);
-    const FC& fc = *static_cast<const FC*>(s.ptr[3]);
-    for (int e = 0; e < 8; ++e) {
-      a[lane * 8 + e] = wmma_to_float(fa.x[e]);
-      bm[lane * 8 + e] = wmma_to_float(fb.x[e]);
-      c[lane * 8 + e] = wmma_to_float(fc.x[e]);
+  const char* names[2] = {"matrix_a", "matrix_b"};
+  for (int operand = 0; operand < 2; ++operand) {
+    for (unsigned r = 0; r < 16; ++r) {
+      for (unsigned col = 0; col < 16; ++col) {
+        const unsigned lane = r, twin = r + 16, twin_slot = (col + 8) % 16;
+        uint32_t bits, twin_bits;
+        float value;
+        if (operand == 0) {
+          const FA& f = *static_cast<const FA*>(w.slot[lane].ptr[1]);
+          const FA& g = *static_cast<const FA*>(w.slot[twin].ptr[1]);
+          value = wmma_to_float(f.x[col]);
+          bits = wmma_bits(f.x[col]);
+          twin_bits = wmma_bits(g.x[twin_slot]);
+        } else {
+          const FB& f = *static_cast<const FB*>(w.slot[lane].ptr[2]);
+          const FB& g = *static_cast<const FB*>(w.slot[twin].ptr[2]);
+          value = wmma_to_float(f.x[col]);
+          bits = wmma_bits(f.x[col]);
+          twin_bits = wmma_bits(g.x[twin_slot]);
+        }
+        if (bits != twin_bits) {
+          char buf[256];
+          std::snprintf(buf, sizeof buf,
+                        "nvcuda::wmma::mma_sync: %s fragment element (%u,%u) differs between its "
+                        "two copies (lane %u x[%u], lane %u x[%u]): an elementwise update must "
+                        "cover all num_elements",
+                        names[operand], r, col, lane, col, twin, twin_slot);
+          collective_error(b, w, lane, buf);
+          return;
+        }
+        (operand == 0 ? a : bm)[r * 16 + col] = value;
+      }
     }
+  }
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const FC& fc = *static_cast<const FC*>(w.slot[lane].ptr[3]);
+    for (int e = 0; e < 8; ++e) c[lane * 8 + e] = wmma_to_float(fc.x[e]);
   }
   for (unsigned lane = 0; lane < 32; ++lane) {
     FD& fd = *static_cast<FD*>(const_cast<void*>(w.slot[lane].ptr[0]));
@@ -116,11 +210,11 @@ inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& v) {
 template <class Use, class T, class Layout>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
   static_assert(!std::is_same<Use, accumulator>::value, "accumulators take a layout_t");
-  ::simt::detail::wmma_sync("nvcuda::wmma::load_matrix_sync");
-  const unsigned lane = ::simt::detail::current_fiber().lane;
   const bool row = ::simt::detail::LayoutIs<Layout>::row;
-  for (unsigned e = 0; e < 8; ++e) {
-    const unsigned i = lane * 8 + e, r = i / 16, c = i % 16;
+  ::simt::detail::wmma_memory_sync("nvcuda::wmma::load_matrix_sync", p, ldm, row ? 0 : 1);
+  const unsigned lane = ::simt::detail::current_fiber().lane, r = lane % 16;
+  for (unsigned e = 0; e < 16; ++e) {
+    const unsigned c = ::simt::detail::operand_column(lane, e);
     f.x[e] = row ? p[r * ldm + c] : p[c * ldm + r];
   }
 }
@@ -128,7 +222,8 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p
 template <class T>
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T>& f, const T* p, unsigned ldm,
                              layout_t layout) {
-  ::simt::detail::wmma_sync("nvcuda::wmma::load_matrix_sync");
+  ::simt::detail::wmma_memory_sync("nvcuda::wmma::load_matrix_sync", p, ldm,
+                                   static_cast<int>(layout));
   const unsigned lane = ::simt::detail::current_fiber().lane;
   for (unsigned e = 0; e < 8; ++e) {
     const unsigned i = lane * 8 + e, r = i / 16, c = i % 16;
@@ -136,15 +231,18 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T>& f, const T* p
   }
 }
 
+// The collective only checks the arguments; each lane writes its own elements afterwards, when
+// it runs on, so the store does not make other lanes' elements visible (no warp sync).
 template <class T>
 inline void store_matrix_sync(T* p, const fragment<accumulator, 16, 16, 16, T>& f, unsigned ldm,
                               layout_t layout) {
+  ::simt::detail::wmma_memory_sync("nvcuda::wmma::store_matrix_sync", p, ldm,
+                                   static_cast<int>(layout));
   const unsigned lane = ::simt::detail::current_fiber().lane;
   for (unsigned e = 0; e < 8; ++e) {
     const unsigned i = lane * 8 + e, r = i / 16, c = i % 16;
     (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];
   }
-  ::simt::detail::wmma_sync("nvcuda::wmma::store_matrix_sync");
 }
 
 template <class TD, class TA, class LA, class TB, class LB, class TC>

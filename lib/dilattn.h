@@ -226,6 +226,31 @@ DILATTN_API dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_ten
                                             const dilattn_tensor* dk, const dilattn_tensor* dv,
                                             void* workspace, size_t workspace_bytes);
 
+/* dilattn_forward and dilattn_backward on a CUDA stream: cuda_stream is a cudaStream_t passed
+ * as void* (so this header needs no CUDA); NULL is the legacy default stream. The call returns
+ * once its work is enqueued on that stream: no host synchronisation, copies asynchronous, no
+ * device allocation once the workspace pool is warm, every kernel on cuda_stream, so it
+ * orders with the caller's other work on the stream (e.g. PyTorch's current stream) and can be
+ * captured into a CUDA graph. A workspace taken from the pool (workspace NULL) goes back to it
+ * only after the stream has run the call's work; a graph replays its work later, so capture
+ * needs a workspace of your own (a capturing stream without one gets
+ * DILATTN_ERROR_INVALID_VALUE). Input errors are reported at once, as by dilattn_forward;
+ * errors of the running kernels show at your next synchronisation with the stream. The plain
+ * calls behave as before: they run on the legacy default stream and wait for their work.
+ * CPU backends ignore the stream and finish before returning. */
+DILATTN_API dilattn_status dilattn_forward_on_stream(dilattn_plan plan, void* cuda_stream,
+                                                     const dilattn_tensor* q,
+                                                     const dilattn_tensor* k,
+                                                     const dilattn_tensor* v,
+                                                     const dilattn_tensor* o,
+                                                     const dilattn_tensor* lse, void* workspace,
+                                                     size_t workspace_bytes);
+DILATTN_API dilattn_status dilattn_backward_on_stream(
+    dilattn_plan plan, void* cuda_stream, const dilattn_tensor* q, const dilattn_tensor* k,
+    const dilattn_tensor* v, const dilattn_tensor* o, const dilattn_tensor* lse,
+    const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
+    const dilattn_tensor* dv, void* workspace, size_t workspace_bytes);
+
 /* The reference result for chosen query rows only, in f64: for checking sampled rows of a
  * run too long for the full reference. o_rows is [B, num_rows, H, D] f64 contiguous,
  * lse_rows [B, H, num_rows] f64 contiguous (may be NULL). Works on any CPU plan. */

@@ -1,7 +1,11 @@
-// dispatch.cpp - dilattn_forward / dilattn_backward: check every tensor against the plan
-// (SPEC 7: nothing is written on error), find the workspace, run the plan's backend.
+// dispatch.cpp - dilattn_forward / dilattn_backward and their _on_stream twins: check every
+// tensor against the plan (SPEC 7: nothing is written on error), find the workspace, run the
+// plan's backend, give a pool workspace back once the backend's work on it is done.
+#include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "errors.h"
 #include "handles.h"
@@ -26,10 +30,57 @@ dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check>
   return DILATTN_SUCCESS;
 }
 
+// ---------------------------------------------------------------- stream-ordered release
+// A device backend may return before its kernels are done with a pool workspace: on a
+// caller's stream always, and on an error after some launches even in a synchronous call. Such
+// a block goes back to its pool only once the stream has passed the call's work: the backend's
+// after_work marks the record done from the stream (a CUDA host function, which must not call
+// the runtime or wait on the pool's lock), and the next call on any thread, or this one when
+// the work is already done, gives every done block back. Checked by
+// tests/kernels/test_launch_stream.cpp (the emulator's deferred streams).
+struct PendingRelease {
+  dilattn_pool pool;
+  void* ptr;
+  std::atomic<bool> done{false};
+};
+
+std::mutex& pending_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<PendingRelease*>& pending_releases() {  // guarded by pending_mutex()
+  static std::vector<PendingRelease*> v;
+  return v;
+}
+void mark_done(void* record) { static_cast<PendingRelease*>(record)->done.store(true); }
+
+// Gives back every block whose work is done.
+void release_finished_blocks() {
+  std::vector<PendingRelease*> finished;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex());
+    std::vector<PendingRelease*>& all = pending_releases();
+    for (size_t i = 0; i < all.size();) {
+      if (all[i]->done.load()) {
+        finished.push_back(all[i]);
+        all[i] = all.back();
+        all.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (PendingRelease* r : finished) {
+    dilattn::pool_release(r->pool, r->ptr);
+    delete r;
+  }
+}
+
 // The caller's workspace, or a block of the plan's pool (problem.pool, else the default pool
-// of the backend's device: pool_internal.h) for this call, given back when the call ends. A
-// host workspace the default pool cannot serve falls back to malloc, so a plan never fails
-// because a default pool is small. Checked by tests/pool/pool_workspace.cpp.
+// of the backend's device: pool_internal.h) for this call, given back when the call's work is
+// done (at once for CPU backends). A host workspace the default pool cannot serve falls back
+// to malloc, so a plan never fails because a default pool is small. Checked by
+// tests/pool/pool_workspace.cpp.
 class Workspace {
  public:
   dilattn_status acquire(const dilattn::Problem& p, dilattn_device_type device,
@@ -82,7 +133,26 @@ class Workspace {
     return DILATTN_SUCCESS;
   }
   void* get() const { return ptr_; }
-  ~Workspace() {
+  bool from_pool() const { return pool_ != nullptr; }
+  // After the backend returned: a pool block goes back now when the backend's work is over
+  // (a CPU backend, or a synchronous call that succeeded), else once the stream passed it.
+  void finish(const dilattn::Backend& backend, int32_t device_index,
+              const dilattn::StreamArgs& run, dilattn_status status) {
+    if (pool_ == nullptr) return;
+    if (backend.after_work != nullptr && !(run.synchronous && status == DILATTN_SUCCESS)) {
+      auto* record = new PendingRelease{pool_, ptr_};
+      {
+        std::lock_guard<std::mutex> lock(pending_mutex());
+        pending_releases().push_back(record);
+      }
+      backend.after_work(device_index, run.stream, mark_done, record);
+    } else {
+      dilattn::pool_release(pool_, ptr_);
+    }
+    pool_ = nullptr;
+    release_finished_blocks();
+  }
+  ~Workspace() {  // only on a path that never reached the backend
     if (pool_ != nullptr) dilattn::pool_release(pool_, ptr_);
   }
 
@@ -93,13 +163,10 @@ class Workspace {
   void* ptr_ = nullptr;
 };
 
-}  // namespace
-
-extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
-                                          const dilattn_tensor* k, const dilattn_tensor* v,
-                                          const dilattn_tensor* o, const dilattn_tensor* lse,
-                                          void* workspace, size_t workspace_bytes) {
-  DILATTN_ABI_BEGIN
+dilattn_status run_forward(dilattn_plan plan, dilattn::StreamArgs run, const dilattn_tensor* q,
+                           const dilattn_tensor* k, const dilattn_tensor* v,
+                           const dilattn_tensor* o, const dilattn_tensor* lse, void* workspace,
+                           size_t workspace_bytes) {
   using dilattn::TensorRole;
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
@@ -109,11 +176,68 @@ extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tenso
   if (s != DILATTN_SUCCESS) return s;
   if (lse != nullptr && (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse)) != DILATTN_SUCCESS)
     return s;
+  release_finished_blocks();
   Workspace ws;
   if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
                       workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
     return s;
-  return plan->backend->forward(p, dilattn::ForwardArgs{q, k, v, o, lse, ws.get()});
+  run.workspace_from_pool = ws.from_pool();
+  s = plan->backend->forward(p, dilattn::ForwardArgs{q, k, v, o, lse, ws.get(), run});
+  ws.finish(*plan->backend, q->device_index, run, s);
+  return s;
+}
+
+dilattn_status run_backward(dilattn_plan plan, dilattn::StreamArgs run, const dilattn_tensor* q,
+                            const dilattn_tensor* k, const dilattn_tensor* v,
+                            const dilattn_tensor* o, const dilattn_tensor* lse,
+                            const dilattn_tensor* d_o, const dilattn_tensor* dq,
+                            const dilattn_tensor* dk, const dilattn_tensor* dv, void* workspace,
+                            size_t workspace_bytes) {
+  using dilattn::TensorRole;
+  dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  const dilattn::Problem& p = plan->problem;
+  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
+                    {o, "o", TensorRole::o}, {lse, "lse", TensorRole::lse},
+                    {d_o, "d_o", TensorRole::o}, {dq, "dq", TensorRole::q},
+                    {dk, "dk", TensorRole::kv}, {dv, "dv", TensorRole::kv}});
+  if (s != DILATTN_SUCCESS) return s;
+  release_finished_blocks();
+  Workspace ws;
+  if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
+                      workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
+    return s;
+  run.workspace_from_pool = ws.from_pool();
+  s = plan->backend->backward(
+      p, dilattn::BackwardArgs{q, k, v, o, lse, d_o, dq, dk, dv, ws.get(), run});
+  ws.finish(*plan->backend, q->device_index, run, s);
+  return s;
+}
+
+dilattn::StreamArgs synchronous_call() { return dilattn::StreamArgs{nullptr, true, false}; }
+dilattn::StreamArgs call_on_stream(void* stream) { return dilattn::StreamArgs{stream, false, false}; }
+
+}  // namespace
+
+extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
+                                          const dilattn_tensor* k, const dilattn_tensor* v,
+                                          const dilattn_tensor* o, const dilattn_tensor* lse,
+                                          void* workspace, size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  return run_forward(plan, synchronous_call(), q, k, v, o, lse, workspace, workspace_bytes);
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_forward_on_stream(dilattn_plan plan, void* cuda_stream,
+                                                    const dilattn_tensor* q,
+                                                    const dilattn_tensor* k,
+                                                    const dilattn_tensor* v,
+                                                    const dilattn_tensor* o,
+                                                    const dilattn_tensor* lse, void* workspace,
+                                                    size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  return run_forward(plan, call_on_stream(cuda_stream), q, k, v, o, lse, workspace,
+                     workspace_bytes);
   DILATTN_ABI_END
 }
 
@@ -124,21 +248,19 @@ extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tens
                                            const dilattn_tensor* dk, const dilattn_tensor* dv,
                                            void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  using dilattn::TensorRole;
-  dilattn_status s = dilattn::check_handle(plan, "plan");
-  if (s != DILATTN_SUCCESS) return s;
-  const dilattn::Problem& p = plan->problem;
-  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
-                    {o, "o", TensorRole::o}, {lse, "lse", TensorRole::lse},
-                    {d_o, "d_o", TensorRole::o}, {dq, "dq", TensorRole::q},
-                    {dk, "dk", TensorRole::kv}, {dv, "dv", TensorRole::kv}});
-  if (s != DILATTN_SUCCESS) return s;
-  Workspace ws;
-  if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
-                      workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
-    return s;
-  return plan->backend->backward(
-      p, dilattn::BackwardArgs{q, k, v, o, lse, d_o, dq, dk, dv, ws.get()});
+  return run_backward(plan, synchronous_call(), q, k, v, o, lse, d_o, dq, dk, dv, workspace,
+                      workspace_bytes);
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_backward_on_stream(
+    dilattn_plan plan, void* cuda_stream, const dilattn_tensor* q, const dilattn_tensor* k,
+    const dilattn_tensor* v, const dilattn_tensor* o, const dilattn_tensor* lse,
+    const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
+    const dilattn_tensor* dv, void* workspace, size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  return run_backward(plan, call_on_stream(cuda_stream), q, k, v, o, lse, d_o, dq, dk, dv,
+                      workspace, workspace_bytes);
   DILATTN_ABI_END
 }
 

@@ -133,6 +133,8 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
       auto_backend ? &dilattn::resolve_auto_backend(p) : dilattn::find_backend(backend_value);
   if (!auto_backend && (s = chosen->can_run(p)) != DILATTN_SUCCESS) return s;
   p.backend = chosen->id;
+  // What the backend keeps per plan (device copies of the mask), made once here.
+  if (chosen->prepare != nullptr && (s = chosen->prepare(p)) != DILATTN_SUCCESS) return s;
 
   auto* made = new dilattn_plan_s();
   made->problem = std::move(p);

@@ -89,8 +89,9 @@ extern "C" const char* dilattn_build_info(void) {
     if (dilattn_backend_available(DILATTN_BACKEND_EMU)) s += " emu";
     s += "\n";
     s += std::string("CUDA found at build: ") + (DILATTN_HAVE_CUDA ? "yes" : "no") + "\n";
-    s += std::string("GPU present: ") +
-         (dilattn_backend_available(DILATTN_BACKEND_CUDA) ? "yes" : "no") + "\n";
+    // "yes (sm_86)", or why the cuda backend is not used: "yes (sm_75), no kernel image for
+    // it (kernels built for sm 80,90): cuda not used" (then AUTO runs on the CPU).
+    s += "GPU present: " + dilattn::cuda::device_report() + "\n";
     s += std::string("NCCL found at build: ") + (DILATTN_HAVE_NCCL ? "yes" : "no") + "\n";
     s += "compiled for: " DILATTN_BUILD_FLAGS "\n";
     s += "CPU features:" + cpu_features() + "\n";

@@ -6,11 +6,24 @@
 #define DILATTN_BACKEND_H
 
 #include <cstddef>
+#include <string>
 
 #include "dilattn.h"
 #include "problem.h"
 
 namespace dilattn {
+
+// Where a device backend runs a call: the caller's CUDA stream (a cudaStream_t; null = the
+// legacy default stream) and whether the call waits for its work before returning
+// (dilattn_forward does; dilattn_forward_on_stream does not). CPU backends ignore both: their
+// calls finish before they return. workspace_from_pool: the workspace is a pool block that
+// dispatch gives back after the work (Backend::after_work), which a CUDA graph capture would
+// outlive, so a backend refuses it on a capturing stream.
+struct StreamArgs {
+  void* stream = nullptr;
+  bool synchronous = true;
+  bool workspace_from_pool = false;
+};
 
 struct ForwardArgs {
   const dilattn_tensor* q;
@@ -19,6 +32,7 @@ struct ForwardArgs {
   const dilattn_tensor* o;
   const dilattn_tensor* lse;  // may be null
   void* workspace;            // at least workspace_bytes(problem).forward bytes
+  StreamArgs run;
 };
 
 struct BackwardArgs {
@@ -32,6 +46,7 @@ struct BackwardArgs {
   const dilattn_tensor* dk;
   const dilattn_tensor* dv;
   void* workspace;
+  StreamArgs run;
 };
 
 struct WorkspaceBytes {
@@ -39,8 +54,13 @@ struct WorkspaceBytes {
 };
 
 // Each backend is one entry of the table in backend_table.cpp: a name, the device its
-// workspace lives on and four functions. can_run returns SUCCESS or a status with the last
-// error set; forward and backward run a validated call.
+// workspace lives on and its functions. can_run returns SUCCESS or a status with the last
+// error set; forward and backward run a validated call. The last two are null for backends
+// that keep nothing per plan and finish their work before returning (the CPU ones):
+//   prepare     plan time, after can_run: sets p.backend_state (device copies of the mask);
+//   after_work  calls release(ctx) once the work a call left on `stream` of device
+//               `device_index` is done (from another thread, so release only marks; it must
+//               not call the CUDA runtime).
 struct Backend {
   dilattn_backend id;
   const char* name;
@@ -49,6 +69,8 @@ struct Backend {
   WorkspaceBytes (*workspace_bytes)(const Problem& p);
   dilattn_status (*forward)(const Problem& p, const ForwardArgs& a);
   dilattn_status (*backward)(const Problem& p, const BackwardArgs& a);
+  dilattn_status (*prepare)(Problem& p);
+  void (*after_work)(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
@@ -80,11 +102,16 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 // The CUDA backend: one launcher source (cuda/launch.cu) built twice, by nvcc into namespace
 // cuda (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
 // (the same kernels executed on the CPU). A build without one gets its stub (cuda/cuda_backend_stub.cpp, cuda/emu_backend_stub.cpp).
+// device_report: the "GPU present" line of dilattn_build_info, e.g. "yes (sm_75), no kernel
+// image for it: cuda not used".
 namespace cuda {
 dilattn_status can_run(const Problem& p);
 WorkspaceBytes workspace_bytes(const Problem& p);
 dilattn_status forward(const Problem& p, const ForwardArgs& a);
 dilattn_status backward(const Problem& p, const BackwardArgs& a);
+dilattn_status prepare(Problem& p);
+void after_work(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
+std::string device_report();
 }  // namespace cuda
 
 namespace emu {
@@ -92,6 +119,9 @@ dilattn_status can_run(const Problem& p);
 WorkspaceBytes workspace_bytes(const Problem& p);
 dilattn_status forward(const Problem& p, const ForwardArgs& a);
 dilattn_status backward(const Problem& p, const BackwardArgs& a);
+dilattn_status prepare(Problem& p);
+void after_work(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
+std::string device_report();
 }  // namespace emu
 
 }  // namespace dilattn

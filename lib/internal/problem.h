@@ -39,6 +39,13 @@ struct BsrMask {
   }
 };
 
+// What a backend keeps per plan (device copies of the mask, ...): made at plan time by
+// Backend::prepare, shared by every copy of the Problem, used from several threads at once
+// (so const, or synchronised inside).
+struct PlanState {
+  virtual ~PlanState() = default;
+};
+
 struct Problem {
   int64_t B = 0, Nq = 0, Nk = 0, H = 0, Hkv = 0, D = 0;
   dilattn_dtype dtype = DILATTN_F32;  // of Q, K, V, O (and dO, dQ, dK, dV)
@@ -51,6 +58,7 @@ struct Problem {
   int32_t num_threads = 0;             // resolved for the cpu backend, >= 1
   dilattn_backend backend = DILATTN_BACKEND_REF;  // resolved, never AUTO
   dilattn_pool pool = nullptr;         // workspace pool, NULL = default
+  std::shared_ptr<PlanState> backend_state;  // Backend::prepare's, or null
 
   int64_t num_branches() const { return static_cast<int64_t>(branches.size()); }
 };

@@ -2,12 +2,14 @@
 //
 // Properties: cudaMalloc/cudaMemcpy/cudaMemset(+Async)/cudaFree move bytes exactly (256-byte
 // aligned allocations); streams and events work (elapsed time >= 0); the fake device reports
-// "SIMT emulator", sm 8.0, warp 32, 48 KB shared per block and 228 KB opt-in; a launch asking
+// "SIMT emulator", sm 8.0, warp 32, 48 KB shared per block and 163 KB opt-in; a launch asking
 // for more than 48 KB of dynamic shared memory fails with cudaErrorInvalidValue until
 // cudaFuncSetAttribute raises the kernel's limit, then succeeds with all of it poisoned (0xFF)
 // at block start; a block of 1025 threads or a grid.y of 65536 is cudaErrorInvalidConfiguration;
 // cudaGetLastError resets, cudaPeekAtLastError does not; no runtime symbol is defined (the
-// shims are simt:: inline functions behind macros).
+// shims are simt:: inline functions behind macros). The emulated device: sm_90 takes 227 KB
+// of opt-in shared memory, sm_80 refuses it (163 KB); sm_80 code runs on sm_86, sm_90 PTX on
+// sm_100, nothing on sm_75 (cudaErrorNoKernelImageForDevice).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -73,7 +75,7 @@ int main() {
   CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "props");
   CHECK(std::string(prop.name) == "SIMT emulator", "name %s", prop.name);
   CHECK(prop.major == 8 && prop.minor == 0 && prop.warpSize == 32, "sm/warp");
-  CHECK(prop.sharedMemPerBlock == 48 * 1024 && prop.sharedMemPerBlockOptin == 228 * 1024, "smem");
+  CHECK(prop.sharedMemPerBlock == 48 * 1024 && prop.sharedMemPerBlockOptin == 163 * 1024, "smem");
 
   // dynamic shared memory limits and poisoning
   int bad = 0;
@@ -85,10 +87,37 @@ int main() {
   CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize, big) ==
             cudaSuccess, "cudaFuncSetAttribute");
   CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             229 * 1024) == cudaErrorInvalidValue, "over the opt-in limit");
+                             163 * 1024 + 1) == cudaErrorInvalidValue, "over sm_80's opt-in limit");
   DILATTN_LAUNCH(count_poison, dim3(3), dim3(64), big, nullptr)(nullptr, big, &bad);
   CHECK(emu_test::launched_ok("count_poison"), "launch");
   CHECK(bad == 0, "%d shared bytes were not 0xFF at block start", bad);
+
+  // the emulated device: sm_90 allows 227 KB, sm_80 163 KB, whatever the kernel's attribute;
+  // sm_75 has no kernel image in the emulated binary (built for sm_80 and sm_90)
+  const int sm90_limit = 227 * 1024;
+  simt::set_emulated_device(9, 0);
+  CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 &&
+            prop.sharedMemPerBlockOptin == static_cast<size_t>(sm90_limit), "sm_90 props");
+  CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             sm90_limit + 1) == cudaErrorInvalidValue, "over sm_90's limit");
+  CHECK(cudaFuncSetAttribute(count_poison, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             sm90_limit) == cudaSuccess, "sm_90's limit");
+  DILATTN_LAUNCH(count_poison, dim3(1), dim3(64), sm90_limit, nullptr)(nullptr, sm90_limit, &bad);
+  CHECK(emu_test::launched_ok("227 KB on sm_90"), "launch");
+  simt::set_emulated_device(8, 0);
+  DILATTN_LAUNCH(count_poison, dim3(1), dim3(64), sm90_limit, nullptr)(nullptr, sm90_limit, &bad);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue, "227 KB launched on sm_80");
+  CHECK(std::string(simt::last_error_message()).find("limit of 166912") != std::string::npos,
+        "msg: %s", simt::last_error_message());
+  cudaFuncAttributes attr;
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaSuccess, "image for sm_80");
+  simt::set_emulated_device(8, 6);
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaSuccess, "sm_80 code runs on sm_86");
+  simt::set_emulated_device(7, 5);
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaErrorNoKernelImageForDevice, "sm_75");
+  simt::set_emulated_device(10, 0);
+  CHECK(cudaFuncGetAttributes(&attr, add_one) == cudaSuccess, "sm_90 PTX on sm_100");
+  simt::set_emulated_device(8, 0);
 
   // configuration errors
   DILATTN_LAUNCH(add_one, dim3(1), dim3(1025), 0, nullptr)(nullptr, 0);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <vector>
 
 #include "simt.h"
@@ -51,8 +52,28 @@ inline std::vector<unsigned char> run_in_orders(
   return first;
 }
 
+// Memory aligned as cudaMalloc's (256 bytes): WMMA pointers must be 32-byte aligned, and
+// std::vector's default allocator only promises 16.
 template <class T>
-std::vector<unsigned char> as_bytes(const std::vector<T>& v) {
+struct DeviceAllocator {
+  using value_type = T;
+  DeviceAllocator() = default;
+  template <class U>
+  DeviceAllocator(const DeviceAllocator<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{256}));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{256}); }
+  template <class U>
+  bool operator==(const DeviceAllocator<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const DeviceAllocator<U>&) const { return false; }
+};
+template <class T>
+using DeviceVector = std::vector<T, DeviceAllocator<T>>;
+
+template <class T, class A>
+std::vector<unsigned char> as_bytes(const std::vector<T, A>& v) {
   std::vector<unsigned char> b(v.size() * sizeof(T));
   if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
   return b;

@@ -5,7 +5,8 @@
 // loop over fragment::x, stores in row- and col-major, equals a host f64 matmul of the
 // rounded inputs within f32 rounding (|d - ref| <= 1e-5 * (1 + sum |a*b| + |c|)), for __half
 // and __nv_bfloat16, bitwise identical under ascending, descending and shuffled thread orders.
-// Also: a fill_fragment + store gives the fill value everywhere.
+// Also: a fill_fragment + store gives the fill value everywhere; fragments have the hardware's
+// num_elements (16 for f16/bf16 matrix_a and matrix_b, 8 for f32 accumulators).
 #include <cmath>
 #include <vector>
 
@@ -48,8 +49,8 @@ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 
 template <class T>
 void check_type(const char* type) {
-  std::vector<T> a(kN * kN), b(kN * kN);
-  std::vector<float> c(kN * kN);
+  emu_test::DeviceVector<T> a(kN * kN), b(kN * kN);
+  emu_test::DeviceVector<float> c(kN * kN);
   for (int i = 0; i < kN * kN; ++i) {
     a[i] = from_f<T>(static_cast<float>((i * 7) % 23 - 11) / 8.0f);
     b[i] = from_f<T>(static_cast<float>((i * 5) % 19 - 9) / 4.0f);
@@ -58,7 +59,7 @@ void check_type(const char* type) {
   bool agree = false;
   auto out = emu_test::from_bytes<float>(emu_test::run_in_orders(
       [&] {
-        std::vector<float> all(3 * kN * kN, -7.0f);
+        emu_test::DeviceVector<float> all(3 * kN * kN, -7.0f);
         DILATTN_LAUNCH(wmma_kernel<T>, dim3(2, 2), dim3(32), 0, nullptr)
         (a.data(), b.data(), c.data(), all.data(), all.data() + kN * kN,
          all.data() + 2 * kN * kN);
@@ -88,6 +89,12 @@ void check_type(const char* type) {
 }  // namespace
 
 int main() {
+  static_assert(wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>::num_elements == 16,
+                "f16 matrix_a: 16 elements per lane, as on the GPU");
+  static_assert(wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>::num_elements == 16,
+                "bf16 matrix_b: 16 elements per lane, as on the GPU");
+  static_assert(wmma::fragment<wmma::accumulator, 16, 16, 16, float>::num_elements == 8,
+                "f32 accumulator: 8 elements per lane");
   check_type<__half>("f16");
   check_type<__nv_bfloat16>("bf16");
   return emu_test::report("emu_wmma");
