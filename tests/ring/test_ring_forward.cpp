@@ -8,22 +8,24 @@
 //     against the reference on the same f32 inputs.
 #include "ring_test_util.h"
 
+using namespace harness;
+
 namespace {
 
-void check_forward(dilattn_dtype dtype, dilattn_backend backend, cputest::Tolerance tol,
-                   double lse_atol) {
-  for (const ringtest::Case& c : ringtest::ring_cases(dtype)) {
-    const cputest::Inputs in = cputest::make_inputs(c, 7);
-    const cputest::ForwardOut want = cputest::run_forward(c, in, DILATTN_BACKEND_REF, 1, DILATTN_F64);
+void check_forward(dilattn_dtype dtype, dilattn_backend backend, Tolerance tol,
+                   Tolerance lse_tol) {
+  for (const AttentionCase& c : ringtest::ring_cases(dtype)) {
+    CaseScope scope(c.name);
+    const Inputs in = make_inputs(c, 7, 2.0);
+    const Forward want = run_forward(c, in, DILATTN_BACKEND_REF, 1);
     for (int32_t P = 1; P <= 4; ++P)
       for (dilattn_ring_split split : {DILATTN_RING_CONTIGUOUS, DILATTN_RING_ZIGZAG}) {
         if (!ringtest::ring_supports(c, P)) continue;
         const ringtest::Ring ring{P, split, backend};
-        const cputest::ForwardOut got = ringtest::ring_forward(c, in, ring);
-        cputest::Case named = c;
-        named.name = ringtest::label(c, ring);
-        cputest::expect_close(named, "O", got.o, want.o, tol);
-        cputest::expect_close(named, "LSE", got.lse, want.lse, {lse_atol, 0});
+        const Forward got = ringtest::ring_forward(c, in, ring);
+        CaseScope named(ringtest::label(c, ring));
+        CHECK_CLOSE("O", got.o, want.o, tol);
+        CHECK_CLOSE("LSE", got.lse, want.lse, lse_tol);
       }
   }
 }
@@ -31,9 +33,7 @@ void check_forward(dilattn_dtype dtype, dilattn_backend backend, cputest::Tolera
 }  // namespace
 
 int main() {
-  check_forward(DILATTN_F64, DILATTN_BACKEND_REF, {1e-13, 1e-12}, 1e-12);
-  check_forward(DILATTN_F32, DILATTN_BACKEND_CPU, cputest::tolerance_of(DILATTN_F32),
-                spec8::kLseAtol);
-  if (cputest::failure_count() == 0) std::printf("ring forward matches the reference\n");
-  return cputest::failure_count() != 0;
+  check_forward(DILATTN_F64, DILATTN_BACKEND_REF, {1e-13, 1e-12}, {1e-12, 0});
+  check_forward(DILATTN_F32, DILATTN_BACKEND_CPU, spec8::of(DILATTN_F32), spec8::lse());
+  return finish("ring_forward_matches_reference");
 }

@@ -1,30 +1,26 @@
 // test_ring_shards.cpp - SPEC 5's splits, hand-computed: contiguous rows
 // [floor(p N / P), floor((p+1) N / P)), zigzag chunks p and 2P-1-p of 2P, ranks without rows
 // when N < P, and no overflow near 2^62.
-#include <cstdio>
-
+#include "../common/check.h"
 #include "dilattn_ring.h"
 
-namespace {
+using namespace harness;
 
-int failures = 0;
+namespace {
 
 void expect_rows(int64_t N, int32_t P, int32_t rank, dilattn_ring_split split, int64_t f0,
                  int64_t c0, int64_t f1, int64_t c1) {
   int64_t first[2] = {-1, -1}, count[2] = {-1, -1};
   const dilattn_status s = dilattn_ring_shard_rows(N, P, rank, split, first, count);
-  if (s != DILATTN_SUCCESS || first[0] != f0 || count[0] != c0 || count[1] != c1 ||
-      (c1 != 0 && first[1] != f1)) {
-    std::fprintf(stderr,
-                 "FAILED: N=%lld P=%d rank %d split %d: got [%lld,+%lld) [%lld,+%lld), want "
-                 "[%lld,+%lld) [%lld,+%lld)\n",
-                 static_cast<long long>(N), P, rank, static_cast<int>(split),
-                 static_cast<long long>(first[0]), static_cast<long long>(count[0]),
-                 static_cast<long long>(first[1]), static_cast<long long>(count[1]),
-                 static_cast<long long>(f0), static_cast<long long>(c0),
-                 static_cast<long long>(f1), static_cast<long long>(c1));
-    ++failures;
-  }
+  CHECK_MSG(s == DILATTN_SUCCESS && first[0] == f0 && count[0] == c0 && count[1] == c1 &&
+                (c1 == 0 || first[1] == f1),
+            "N=%lld P=%d rank %d split %d: %s, got [%lld,+%lld) [%lld,+%lld), want "
+            "[%lld,+%lld) [%lld,+%lld)",
+            static_cast<long long>(N), P, rank, static_cast<int>(split),
+            dilattn_status_string(s), static_cast<long long>(first[0]),
+            static_cast<long long>(count[0]), static_cast<long long>(first[1]),
+            static_cast<long long>(count[1]), static_cast<long long>(f0),
+            static_cast<long long>(c0), static_cast<long long>(f1), static_cast<long long>(c1));
 }
 
 }  // namespace
@@ -50,6 +46,5 @@ int main() {
   const int64_t big = 3 * (int64_t{1} << 60) + 2;
   expect_rows(big, 3, 1, C, int64_t{1} << 60, (int64_t{1} << 60) + 1, 0, 0);
   expect_rows(big, 3, 2, C, (int64_t{1} << 61) + 1, (int64_t{1} << 60) + 1, 0, 0);
-  if (failures == 0) std::printf("ring shards as hand-computed\n");
-  return failures != 0;
+  return finish("ring_shard_rows_hand_computed");
 }
