@@ -20,7 +20,10 @@
 //      message naming 'workspace'; the pool block goes back at once, not through the graph),
 //      with one every launch is captured (none runs) and no allocation or sync happens;
 //   6. dilattn_forward keeps its behaviour: one cudaStreamSynchronize of stream 0, and the
-//      outputs are written when it returns.
+//      outputs are written when it returns;
+//   7. dilattn_backward_on_stream the same way: a warm call returns before its work ran, with
+//      every launch on the stream and no allocation, sync, synchronous copy or property query;
+//      after the sync dQ, dK, dV equal the reference backend's (SPEC 8).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -109,6 +112,60 @@ size_t pool_in_use(dilattn_pool pool, size_t* arenas = nullptr) {
   dilattn_pool_get_stats(pool, &stats);
   if (arenas != nullptr) *arenas = stats.num_arenas;
   return stats.bytes_in_use;
+}
+
+// 7: the backward on a stream, from the forward's O and LSE in t.
+void check_backward_on_stream(dilattn_plan plan, cudaStream_t stream, const Tensors& t,
+                              bool sparse) {
+  const char* kind = sparse ? "block-sparse backward" : "dense backward";
+  std::vector<float> d_o(t.o.size()), dq(t.q.size()), dk(t.k.size()), dv(t.v.size());
+  for (size_t i = 0; i < d_o.size(); ++i) d_o[i] = std::cos(0.23 * double(i));
+  const dilattn_tensor tdo = dilattn_tensor_contiguous(d_o.data(), DILATTN_F32, 1, kN, kH, kD);
+  const dilattn_tensor tdq = dilattn_tensor_contiguous(dq.data(), DILATTN_F32, 1, kN, kH, kD);
+  const dilattn_tensor tdk = dilattn_tensor_contiguous(dk.data(), DILATTN_F32, 1, kN, kHkv, kD);
+  const dilattn_tensor tdv = dilattn_tensor_contiguous(dv.data(), DILATTN_F32, 1, kN, kHkv, kD);
+  auto run = [&] {
+    return dilattn_backward_on_stream(plan, stream, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, &tdo, &tdq,
+                                      &tdk, &tdv, nullptr, 0);
+  };
+  EXPECT(run() == DILATTN_SUCCESS, "%s: warm-up", kind);  // the pool's block
+  cudaStreamSynchronize(stream);
+  simt::ScopedDeferredStreams deferred;
+  std::fill(dq.begin(), dq.end(), -77.0f);
+  const simt::RuntimeCalls before = simt::runtime_calls();
+  const uint64_t on_stream = simt::launches_on(stream), on_legacy = simt::launches_on(nullptr);
+  EXPECT(run() == DILATTN_SUCCESS, "%s: on stream", kind);
+  const simt::RuntimeCalls after = simt::runtime_calls();
+  EXPECT(dq[0] == -77.0f && dq.back() == -77.0f, "%s: dQ written before the stream ran", kind);
+  EXPECT(after.mallocs == before.mallocs && after.device_syncs == before.device_syncs &&
+             after.stream_syncs == before.stream_syncs && after.sync_copies == before.sync_copies &&
+             after.device_properties == before.device_properties,
+         "%s: allocation, sync, synchronous copy or property query in a warm call", kind);
+  EXPECT(simt::launches_on(stream) - on_stream == after.launches - before.launches &&
+             after.launches - before.launches >= 4 && simt::launches_on(nullptr) == on_legacy,
+         "%s: %llu of %llu launches on the caller's stream", kind,
+         static_cast<unsigned long long>(simt::launches_on(stream) - on_stream),
+         static_cast<unsigned long long>(after.launches - before.launches));
+  cudaStreamSynchronize(stream);
+  // The reference backward from the same O and LSE (f32 views: the reference reads any dtype).
+  std::vector<float> rq(dq.size()), rk(dk.size()), rv(dv.size());
+  const dilattn_tensor trq = dilattn_tensor_contiguous(rq.data(), DILATTN_F32, 1, kN, kH, kD);
+  const dilattn_tensor trk = dilattn_tensor_contiguous(rk.data(), DILATTN_F32, 1, kN, kHkv, kD);
+  const dilattn_tensor trv = dilattn_tensor_contiguous(rv.data(), DILATTN_F32, 1, kN, kHkv, kD);
+  dilattn_plan ref = make_plan(sparse, DILATTN_BACKEND_REF, nullptr);
+  EXPECT(dilattn_backward(ref, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, &tdo, &trq, &trk, &trv, nullptr,
+                          0) == DILATTN_SUCCESS, "%s: reference", kind);
+  dilattn_plan_destroy(ref);
+  const spec8::Tolerance tol = spec8::of(DILATTN_F32);
+  int bad = 0;
+  const std::vector<float>* got[3] = {&dq, &dk, &dv};
+  const std::vector<float>* want[3] = {&rq, &rk, &rv};
+  for (int g = 0; g < 3; ++g)
+    for (size_t i = 0; i < got[g]->size(); ++i) {
+      const double x = (*got[g])[i], r = (*want[g])[i];
+      bad += !(std::fabs(x - r) <= tol.atol + tol.rtol * std::fabs(r));
+    }
+  EXPECT(bad == 0, "%s: %d gradient elements differ from the reference", kind, bad);
 }
 
 void check_plan(bool sparse) {
@@ -224,6 +281,7 @@ void check_plan(bool sparse) {
     expect_reference(t, sparse, kind);
     EXPECT(pool_in_use(pool) == 0, "%s: the plain call kept its block", kind);
   }
+  check_backward_on_stream(plan, stream, t, sparse);
   cudaStreamDestroy(stream);
   dilattn_plan_destroy(plan);
   dilattn_pool_destroy(pool);
