@@ -252,6 +252,35 @@ dilattn_status check_device(int device, DeviceInfo** info) {
                    (*info)->why_not.c_str());
 }
 
+// ---------------------------------------------------------------- the start of every call
+// The device a call runs on (the tensors', made current until the call returns), its cached
+// facts, and the caller's stream. A capture that would outlive a pool workspace is refused
+// before anything is enqueued (check_capture, below).
+struct CallDevice {
+  int device = 0;
+  DeviceInfo* info = nullptr;
+  cudaStream_t stream = nullptr;
+#ifdef __CUDACC__
+  DeviceGuard guard;  // restores the caller's current device
+#endif
+};
+
+dilattn_status check_capture(cudaStream_t stream, const StreamArgs& run);
+
+dilattn_status begin_call(const dilattn_tensor& q, const StreamArgs& run, CallDevice* call) {
+  call->stream = static_cast<cudaStream_t>(run.stream);
+#ifdef __CUDACC__
+  const cudaError_t e = call->guard.select(q.device_index);
+  if (e != cudaSuccess) return cuda_failure(e, "cudaSetDevice");
+  call->device = q.device_index;
+#else
+  (void)q;
+  call->device = 0;  // the emulator's one device
+#endif
+  const dilattn_status st = check_device(call->device, &call->info);
+  return st != DILATTN_SUCCESS ? st : check_capture(call->stream, run);
+}
+
 // ---------------------------------------------------------------- the plan's device state
 // A block-sparse plan's mask (BsrMask: row_ptr, col_idx, head_ptr as int64) in device memory,
 // copied once per device: at plan time to the current device, on first use to another. Freed
@@ -607,25 +636,15 @@ dilattn_status prepare(Problem& p) {
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   dilattn_status st = check_views(a);
   if (st != DILATTN_SUCCESS) return st;
-  const cudaStream_t stream = static_cast<cudaStream_t>(a.run.stream);
-#ifdef __CUDACC__
-  DeviceGuard device_guard;  // the tensors' GPU runs the launches; the caller's is restored
-  cudaError_t e = device_guard.select(a.q->device_index);
-  if (e != cudaSuccess) return cuda_failure(e, "cudaSetDevice");
-  const int device = a.q->device_index;
-#else
-  const int device = 0;  // the emulator's one device
-#endif
-  DeviceInfo* info = nullptr;
+  CallDevice call;
   ChosenKernel kernel;
   Workspace ws;
-  if ((st = check_device(device, &info)) != DILATTN_SUCCESS) return st;
-  if ((st = check_capture(stream, a.run)) != DILATTN_SUCCESS) return st;
-  if ((st = choose_kernel(p, *info, &kernel)) != DILATTN_SUCCESS) return st;
-  if ((st = prepare_workspace(p, a, device, stream, &ws)) != DILATTN_SUCCESS) return st;
-  if ((st = launch_branches(p, kernel, stream, shared_params(p, a, ws))) != DILATTN_SUCCESS)
+  if ((st = begin_call(*a.q, a.run, &call)) != DILATTN_SUCCESS) return st;
+  if ((st = choose_kernel(p, *call.info, &kernel)) != DILATTN_SUCCESS) return st;
+  if ((st = prepare_workspace(p, a, call.device, call.stream, &ws)) != DILATTN_SUCCESS) return st;
+  if ((st = launch_branches(p, kernel, call.stream, shared_params(p, a, ws))) != DILATTN_SUCCESS)
     return st;
-  return finalize(p, a, ws, stream);
+  return finalize(p, a, ws, call.stream);
 }
 
 // release(ctx) once the stream has run what was enqueued on it so far: a host function on the

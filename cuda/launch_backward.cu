@@ -399,22 +399,13 @@ size_t backward_workspace_bytes(const Problem& p) { return backward_workspace_la
 dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   dilattn_status st = check_backward_views(a);
   if (st != DILATTN_SUCCESS) return st;
-  const cudaStream_t stream = static_cast<cudaStream_t>(a.run.stream);
-#ifdef __CUDACC__
-  DeviceGuard device_guard;  // the tensors' GPU runs the launches; the caller's is restored
-  const cudaError_t e = device_guard.select(a.q->device_index);
-  if (e != cudaSuccess) return cuda_failure(e, "cudaSetDevice");
-  const int device = a.q->device_index;
-#else
-  const int device = 0;  // the emulator's one device
-#endif
-  DeviceInfo* info = nullptr;
+  CallDevice call;
   BackwardKernels kernels;
   BackwardWorkspace ws;
-  if ((st = check_device(device, &info)) != DILATTN_SUCCESS) return st;
-  if ((st = check_capture(stream, a.run)) != DILATTN_SUCCESS) return st;
-  if ((st = choose_backward_kernels(p, *info, &kernels)) != DILATTN_SUCCESS) return st;
-  if ((st = prepare_backward_workspace(p, a, device, &ws)) != DILATTN_SUCCESS) return st;
+  if ((st = begin_call(*a.q, a.run, &call)) != DILATTN_SUCCESS) return st;
+  const cudaStream_t stream = call.stream;
+  if ((st = choose_backward_kernels(p, *call.info, &kernels)) != DILATTN_SUCCESS) return st;
+  if ((st = prepare_backward_workspace(p, a, call.device, &ws)) != DILATTN_SUCCESS) return st;
   if ((st = run_pre_pass(p, a, ws, stream)) != DILATTN_SUCCESS) return st;
   const BackwardParams bp = backward_params(p, a, ws);
   if ((st = run_dq_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;
