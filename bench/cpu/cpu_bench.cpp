@@ -10,6 +10,7 @@
 //           segments 2048, 4096, 8192, dilations 1, 2, 4, head mode groups
 //   sweep:  the same branches at N = 8K .. 256K (time per token should stay flat)
 //   dense:  N = 4096, H=8, D=64, with and without causal
+//   small:  a decode step (Nq = 1, Nk = 4096) and dense N = 256: per-call overhead (threads)
 //   long:   N = 1,048,576, H=8, D=64, forward only: peak RSS against the bytes of Q,K,V,O,LSE
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
 // Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
@@ -38,6 +39,7 @@ namespace {
 struct BenchCase {
   std::string name;
   int64_t B = 1, N = 0, H = 8, D = 64;
+  int64_t Nq = 0;  // query rows when not N (dense only: the decode case)
   bool dilated = true, causal = false, backward = true;
   std::vector<int64_t> segments{2048, 4096, 8192}, dilations{1, 2, 4};
 };
@@ -69,6 +71,7 @@ double count_pairs(const BenchCase& c) {
   double pairs = 0;
   if (!c.dilated) {
     const double n = static_cast<double>(c.N);
+    if (c.Nq > 0) return c.B * c.H * static_cast<double>(c.Nq) * n;  // never causal
     return c.B * c.H * (c.causal ? n * (n + 1) / 2 : n * n);
   }
   const int64_t m = static_cast<int64_t>(c.segments.size());
@@ -108,18 +111,21 @@ void check(dilattn_status s, const char* what) {
 Result run_case(const BenchCase& c, int repeats) {
   Result res;
   res.pairs = count_pairs(c);
+  const int64_t Nq = c.Nq > 0 ? c.Nq : c.N;
   const size_t n_elem = static_cast<size_t>(c.B * c.N * c.H * c.D);
-  const size_t n_lse = static_cast<size_t>(c.B * c.H * c.N);
-  res.tensor_bytes = 4.0 * (4 * n_elem + n_lse);
-  std::vector<float> q(n_elem), k(n_elem), v(n_elem), o(n_elem), lse(n_lse);
+  const size_t n_q = static_cast<size_t>(c.B * Nq * c.H * c.D);
+  const size_t n_lse = static_cast<size_t>(c.B * c.H * Nq);
+  res.tensor_bytes = 4.0 * (2 * n_q + 2 * n_elem + n_lse);
+  std::vector<float> q(n_q), k(n_elem), v(n_elem), o(n_q), lse(n_lse);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (size_t x = 0; x < n_elem; ++x) { q[x] = u(rng); k[x] = u(rng); v[x] = u(rng); }
-  auto view = [&](std::vector<float>& t) {
-    return dilattn_tensor_contiguous(t.data(), DILATTN_F32, c.B, c.N, c.H, c.D);
+  for (size_t x = 0; x < n_elem; ++x) { k[x] = u(rng); v[x] = u(rng); }
+  for (size_t x = 0; x < n_q; ++x) q[x] = u(rng);
+  auto view = [&](std::vector<float>& t, int64_t rows) {
+    return dilattn_tensor_contiguous(t.data(), DILATTN_F32, c.B, rows, c.H, c.D);
   };
-  dilattn_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
-  dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, c.B, c.H, c.N, 1);
+  dilattn_tensor tq = view(q, Nq), tk = view(k, c.N), tv = view(v, c.N), to = view(o, Nq);
+  dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, c.B, c.H, Nq, 1);
 
   dilattn_desc desc;
   check(dilattn_desc_create(&desc), "desc_create");
@@ -129,7 +135,7 @@ Result run_case(const BenchCase& c, int repeats) {
           "set_dilated");
   check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
   dilattn_plan plan;
-  const dilattn_shape shape = dilattn_shape_make(c.B, c.N, c.N, c.H, c.H, c.D);
+  const dilattn_shape shape = dilattn_shape_make(c.B, Nq, c.N, c.H, c.H, c.D);
   check(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU), "plan_create");
   size_t fwd_ws = 0, bwd_ws = 0;
   check(dilattn_plan_workspace_size(plan, &fwd_ws, &bwd_ws), "workspace_size");
@@ -145,9 +151,10 @@ Result run_case(const BenchCase& c, int repeats) {
   res.fwd_s = median(times);
   res.fwd_cpu_s = median(cpu_times);
   if (c.backward) {
-    std::vector<float> d_o(n_elem), dq(n_elem), dk(n_elem), dv(n_elem);
-    for (size_t x = 0; x < n_elem; ++x) d_o[x] = u(rng);
-    dilattn_tensor tdo = view(d_o), tdq = view(dq), tdk = view(dk), tdv = view(dv);
+    std::vector<float> d_o(n_q), dq(n_q), dk(n_elem), dv(n_elem);
+    for (size_t x = 0; x < n_q; ++x) d_o[x] = u(rng);
+    dilattn_tensor tdo = view(d_o, Nq), tdq = view(dq, Nq), tdk = view(dk, c.N),
+                   tdv = view(dv, c.N);
     times.clear();
     for (int rep = 0; rep <= repeats; ++rep) {
       const double t0 = seconds_now();
@@ -241,6 +248,19 @@ std::vector<BenchCase> all_cases(bool quick) {
     d.name = std::string("dense_N") + std::to_string(d.N) + (causal ? "_causal" : "");
     cases.push_back(d);
   }
+  // Small calls, where starting threads per call would show: a decode step (one query row
+  // against a 4096-key cache) and a short dense sequence.
+  BenchCase decode;
+  decode.dilated = false;
+  decode.Nq = 1;
+  decode.N = 4096;
+  decode.name = "decode_Nq1_Nk4096";
+  cases.push_back(decode);
+  BenchCase small;
+  small.dilated = false;
+  small.N = 256;
+  small.name = "small_dense_N256";
+  cases.push_back(small);
   BenchCase big = main_case;
   big.N = quick ? 16384 : 1048576;
   big.backward = false;
@@ -274,7 +294,12 @@ int main(int argc, char** argv) {
   if (one_case >= 0) {  // child: one case, one result line on stdout
     // Long cases take seconds each: fewer repeats keep the full run to minutes.
     const BenchCase& c = cases.at(static_cast<size_t>(one_case));
-    const Result r = run_case(c, c.N > 300000 ? 1 : c.N >= 65536 ? std::min(repeats, 2) : repeats);
+    // Small calls take microseconds: many repeats make their median meaningful.
+    const bool tiny = c.Nq == 1 || c.N <= 256;
+    const Result r = run_case(c, c.N > 300000            ? 1
+                                 : c.N >= 65536          ? std::min(repeats, 2)
+                                 : tiny                  ? std::max(repeats, 400)
+                                                         : repeats);
     std::printf("%.9g %.9g %.17g %ld %.17g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
                 r.tensor_bytes, r.fwd_cpu_s);
     return 0;
@@ -322,15 +347,15 @@ int main(int argc, char** argv) {
     if (pclose(child) != 0) return 1;
     const double fwd_gf = 4.0 * c.D * r.pairs / r.fwd_s / 1e9;
     const double bwd_gf = r.bwd_s > 0 ? 2.5 * 4.0 * c.D * r.pairs / r.bwd_s / 1e9 : 0;
-    const double ns_token = r.fwd_s / static_cast<double>(c.B * c.N) * 1e9;
+    const double ns_token = r.fwd_s / static_cast<double>(c.B * (c.Nq > 0 ? c.Nq : c.N)) * 1e9;
     const double cpu_eff = 4.0 * c.D * r.pairs / r.fwd_cpu_s / 1e9 / peak_cpu;
-    std::printf("%-26s %9.4f %9.1f %6.1f%% %7.1f%% %8.4f %9.1f %8.2f %9.1f %9.1f %7.2f\n",
+    std::printf("%-26s %9.4g %9.1f %6.1f%% %7.1f%% %8.4g %9.1f %8.2f %9.1f %9.1f %7.2f\n",
                 c.name.c_str(), r.fwd_s, fwd_gf, 100 * fwd_gf / peak, 100 * cpu_eff, r.bwd_s, bwd_gf,
                 bwd_gf > 0 ? bwd_gf / fwd_gf : 0.0, ns_token, r.peak_rss / 1048576.0,
                 r.peak_rss / r.tensor_bytes);
     std::fflush(stdout);
     json << (first ? "\n" : ",\n") << "    {\"name\": \"" << c.name << "\", \"kind\": \""
-         << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"N\": " << c.N
+         << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"Nq\": " << (c.Nq > 0 ? c.Nq : c.N) << ", \"N\": " << c.N
          << ", \"H\": " << c.H << ", \"D\": " << c.D << ", \"causal\": " << (c.causal ? "true" : "false")
          << ", \"head_mode\": \"groups\", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
