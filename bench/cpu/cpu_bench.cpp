@@ -30,7 +30,10 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_microkernel.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "dilattn.h"
 #include "index_rules.h"
 
@@ -171,24 +174,61 @@ Result run_case(const BenchCase& c, int repeats) {
 }
 
 // ---------------------------------------------------------------- FMA peak
-// kChains independent FMA chains per thread (enough to hide FMA latency), the same vector
-// width and madd as the attention micro-kernel; all threads at once. GFLOP/s = 2 per lane.
-// Also the rate per CPU-second (*per_cpu_s), which a busy machine disturbs less than wall time.
+// kChains independent FMA chains per thread (enough to hide FMA latency), with the vector
+// width and the multiply-add the attention micro-kernel uses for the ISA the library chose
+// (dilattn_cpu_isa(): avx512 and avx2 fused, sse a multiply and an add, as cpu_microkernel.h);
+// all threads at once. GFLOP/s = 2 per lane per multiply-add. Also the rate per CPU-second
+// (*per_cpu_s), which a busy machine disturbs less than wall time.
+constexpr int kChains = 12;
+constexpr long kLaneSteps = 20'000'000L;  // multiply-adds per lane and chain, over all widths
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) float peak_loop_avx512() {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 1e-3f * c);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (long i = 0; i < kLaneSteps / 16; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  for (int c = 1; c < kChains; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, acc[0]);
+  return lanes[0];
+}
+
+__attribute__((target("avx2,fma"))) float peak_loop_avx2() {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(1.0f + 1e-3f * c);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (long i = 0; i < kLaneSteps / 8; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  for (int c = 1; c < kChains; ++c) acc[0] = _mm256_add_ps(acc[0], acc[c]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc[0]);
+  return lanes[0];
+}
+#endif
+
+float peak_loop_sse() {  // 4 lanes, multiply then add (GCC vector extension: SSE2, NEON)
+  typedef float v4 __attribute__((vector_size(16)));
+  v4 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = v4{} + (1.0f + 1e-3f * c);
+  const v4 a = v4{} + 0.999999f, b = v4{} + 1e-7f;
+  for (long i = 0; i < kLaneSteps / 4; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * a + b;
+  for (int c = 1; c < kChains; ++c) acc[0] += acc[c];
+  return acc[0][0];
+}
+
 double fma_peak_gflops(int threads, double* per_cpu_s) {
-  using dilattn::cpu::vfloat;
-  constexpr int kChains = 12;
-  const long iters = 20'000'000L / dilattn::cpu::kW;
+  const std::string isa = dilattn_cpu_isa();
+  float (*loop)() = peak_loop_sse;
+  int lanes = 4;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == "avx512") { loop = peak_loop_avx512; lanes = 16; }
+  if (isa == "avx2") { loop = peak_loop_avx2; lanes = 8; }
+#endif
   std::vector<double> sink(static_cast<size_t>(threads));
-  auto body = [&](int t) {
-    vfloat acc[kChains];
-    for (int c = 0; c < kChains; ++c) acc[c] = dilattn::cpu::splat(1.0f + 1e-3f * c);
-    const vfloat a = dilattn::cpu::splat(0.999999f), b = dilattn::cpu::splat(1e-7f);
-    for (long i = 0; i < iters; ++i)
-      for (int c = 0; c < kChains; ++c) acc[c] = dilattn::cpu::madd(acc[c], a, b);
-    float s = 0;
-    for (int c = 0; c < kChains; ++c) s += dilattn::cpu::hsum(acc[c]);
-    sink[static_cast<size_t>(t)] = s;  // keeps the loop alive
-  };
+  auto body = [&](int t) { sink[static_cast<size_t>(t)] = loop(); };  // keeps the loop alive
   double best = 0;
   *per_cpu_s = 0;
   for (int rep = 0; rep < 3; ++rep) {
@@ -197,7 +237,7 @@ double fma_peak_gflops(int threads, double* per_cpu_s) {
     for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
     body(0);
     for (auto& th : pool) th.join();
-    const double flops = 2.0 * dilattn::cpu::kW * kChains * static_cast<double>(iters) * threads;
+    const double flops = 2.0 * kChains * static_cast<double>(kLaneSteps / lanes * lanes) * threads;
     best = std::max(best, flops / (seconds_now() - t0) / 1e9);
     *per_cpu_s = std::max(*per_cpu_s, flops / (cpu_seconds_now() - c0) / 1e9);
   }
@@ -316,8 +356,8 @@ int main(int argc, char** argv) {
   std::printf("machine: %s, %u logical cores, flags: %s\n", model.c_str(), hw, flags.c_str());
   std::printf("build:   %s\n", dilattn_build_info());
   std::printf("threads: %d; FMA peak %.1f GFLOP/s (%d threads), %.1f GFLOP/s (1 thread), "
-              "%.1f GFLOP per CPU-second; %d-byte vectors\n",
-              threads, peak, threads, peak1, peak_cpu, dilattn::cpu::kVecBytes);
+              "%.1f GFLOP per CPU-second; cpu backend ISA %s\n",
+              threads, peak, threads, peak1, peak_cpu, dilattn_cpu_isa());
   std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff = the same per CPU-second (less "
               "disturbed by other load)\n");
   std::printf("\n%-26s %9s %9s %7s %8s %8s %9s %8s %9s %9s %7s\n", "case", "fwd s", "fwd GF/s",
@@ -325,7 +365,7 @@ int main(int argc, char** argv) {
 
   std::ostringstream json;
   json << "{\n  \"machine\": {\"cpu\": \"" << model << "\", \"logical_cores\": " << hw
-       << ", \"flags\": \"" << flags << "\", \"vector_bytes\": " << dilattn::cpu::kVecBytes
+       << ", \"flags\": \"" << flags << "\", \"cpu_isa\": \"" << dilattn_cpu_isa() << "\""
        << "},\n  \"threads\": " << threads << ",\n  \"quick\": " << (quick ? "true" : "false")
        << ",\n  \"repeats\": " << repeats << ",\n  \"fma_peak_gflops\": " << peak
        << ",\n  \"fma_peak_gflops_1thread\": " << peak1
