@@ -14,6 +14,7 @@
 //   long:   N = 1,048,576, H=8, D=64, forward only: peak RSS against the bytes of Q,K,V,O,LSE
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
 // Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
+//      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
 #include <time.h>
@@ -316,15 +317,17 @@ int main(int argc, char** argv) {
   int repeats = 5;
   std::string json_path, only;
   int one_case = -1;
+  bool peak_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
+    else if (a == "--peak") peak_only = true;
     else if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--case" && i + 1 < argc) one_case = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME] [--peak]\n", argv[0]);
       return 2;
     }
   }
@@ -351,6 +354,12 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("DILATTN_NUM_THREADS")) threads = std::max(1, std::atoi(env));
   double peak_cpu = 0, peak1_cpu = 0;
   const double peak = fma_peak_gflops(threads, &peak_cpu);
+  if (peak_only) {  // for scripts (torch_sdpa_compare.py): one JSON line
+    std::printf("{\"cpu_isa\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.6g, "
+                "\"fma_peak_gflops_per_cpu_second\": %.6g}\n",
+                dilattn_cpu_isa(), threads, peak, peak_cpu);
+    return 0;
+  }
   const double peak1 = fma_peak_gflops(1, &peak1_cpu);
   const std::string model = cpuinfo_field("model name"), flags = simd_flags();
   std::printf("machine: %s, %u logical cores, flags: %s\n", model.c_str(), hw, flags.c_str());
