@@ -5,13 +5,21 @@
 // waits for the helpers that joined to finish their last item. A helper takes the oldest
 // queued job and one of its slots. A helper that cannot be started (std::system_error) is
 // simply not there: the results do not depend on how many workers run.
+// fork(): the child has none of the parent's helpers. pthread_atfork handlers hold the lock
+// across fork() (no helper is taking a job at that moment) and give the child an empty pool
+// that starts its own helpers on first use; the parent's threads are never joined there
+// (joining a thread the process does not have would wait forever at exit).
 #include "cpu_thread_pool.h"
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -64,6 +72,24 @@ class Helpers {
     done_cv_.wait(lock, [job] { return job->running == 0; });
   }
 
+  // The pthread_atfork handlers, registered with the pool.
+  static void before_fork() { instance().mu_.lock(); }
+  static void after_fork_in_parent() { instance().mu_.unlock(); }
+  static void after_fork_in_child() {
+    Helpers& h = instance();
+    // The parent's std::thread objects name threads this process does not have, and its
+    // condition variables count waiters it does not have: keep the threads, unused and
+    // unjoined, until exit; start over with a fresh lock, condition variables and queue.
+    static std::vector<std::thread>* parents = new std::vector<std::thread>();
+    parents->insert(parents->end(), std::make_move_iterator(h.threads_.begin()),
+                    std::make_move_iterator(h.threads_.end()));
+    h.threads_.clear();
+    h.queue_.clear();  // jobs of the parent's other threads: they are not here either
+    new (&h.work_cv_) std::condition_variable();
+    new (&h.done_cv_) std::condition_variable();
+    new (&h.mu_) std::mutex();  // the parent's copy is held (before_fork)
+  }
+
   ~Helpers() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -74,7 +100,7 @@ class Helpers {
   }
 
  private:
-  Helpers() = default;
+  Helpers() { pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); }
 
   void loop() {
     std::unique_lock<std::mutex> lock(mu_);

@@ -3,9 +3,15 @@
 // call forward and backward on one shared plan (2 threads) and on one of their own (3 threads)
 // at the same time, while the pool's helpers are busy with the others' calls; every result is
 // bitwise equal to a single-threaded call's (SPEC 6: the cpu backend's results do not depend on
-// which worker runs what), and nothing deadlocks (meson's timeout would end it). Public ABI
-// only, on the instruction set this process chose.
+// which worker runs what), and nothing deadlocks (meson's timeout would end it). Then a child
+// made by fork() after the pool has started (it has none of the parent's helper threads) gets
+// the same results with 2 threads and exits (the library's destructors run there too). Public
+// ABI only, on the instruction set this process chose.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -118,9 +124,23 @@ int main() {
     });
   for (std::thread& t : users) t.join();
   dilattn_plan_destroy(single);
-  dilattn_plan_destroy(shared);
 
   int failures = 0;
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child == 0) {  // the child: the parent's helpers are not here
+    const std::string d = differences(run(shared, inputs[0]), want[0]);
+    if (!d.empty()) std::fprintf(stderr, "FAILED after fork(), in the child:%s\n", d.c_str());
+    std::exit(d.empty() ? 0 : 1);  // exit, not _exit: the library's static destructors run
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "FAILED the child made by fork() did not finish its call cleanly\n");
+    ++failures;
+  }
+  dilattn_plan_destroy(shared);
+
   for (int t = 0; t < kUserThreads; ++t)
     if (!errors[t].empty()) {
       std::fprintf(stderr, "FAILED user thread %d: differs from a single-threaded call:%s\n", t,
