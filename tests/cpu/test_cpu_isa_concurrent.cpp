@@ -126,16 +126,23 @@ int main() {
   dilattn_plan_destroy(single);
 
   int failures = 0;
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer cannot start threads in the child of a multi-threaded fork().
+  std::printf("fork() part skipped under ThreadSanitizer\n");
+  const bool check_fork = false;
+#else
+  const bool check_fork = true;
+#endif
   std::fflush(stdout);
-  const pid_t child = fork();
+  const pid_t child = check_fork ? fork() : -2;
   if (child == 0) {  // the child: the parent's helpers are not here
     const std::string d = differences(run(shared, inputs[0]), want[0]);
     if (!d.empty()) std::fprintf(stderr, "FAILED after fork(), in the child:%s\n", d.c_str());
     std::exit(d.empty() ? 0 : 1);  // exit, not _exit: the library's static destructors run
   }
   int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0) {
+  if (check_fork && (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+                     WEXITSTATUS(status) != 0)) {
     std::fprintf(stderr, "FAILED the child made by fork() did not finish its call cleanly\n");
     ++failures;
   }
