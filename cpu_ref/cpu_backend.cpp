@@ -1,18 +1,22 @@
-// cpu_backend.cpp - the cpu backend's entry points besides forward/backward: what it can run and
-// how much workspace a plan must hand it (backend.h).
+// cpu_backend.cpp - the cpu backend's entry points (backend.h): what it can run, how much
+// workspace a plan must hand it, and forward/backward through the instruction set chosen for
+// this process (cpu_isa.h).
 //
-// It runs every kind, dtype, stride and head count the plan validates; it refuses only head
-// dims above kMaxHeadDim (its tiles are sized for at most that). Workspace: one set of f32
-// tiles per thread (cpu_workspace.h), O(threads x tile), independent of N.
-// Checked by tests/cpu/test_cpu_forward.cpp (can_run refusal, AUTO choice).
+// It runs every kind, dtype, stride and head count the plan validates; it refuses head dims
+// above kMaxHeadDim (its tiles are sized for at most that) and every plan when DILATTN_CPU_ISA
+// names an instruction set it cannot use. Workspace: one set of f32 tiles per thread
+// (cpu_workspace.h), O(threads x tile), independent of N.
+// Checked by tests/cpu/test_cpu_forward.cpp (can_run refusal, AUTO choice) and
+// tests/cpu/test_cpu_isa.cpp (the ISA refusals).
 #include "backend.h"
-#include "cpu_workspace.h"
+#include "cpu_isa.h"
 #include "errors.h"
 #include "softmax_rules.h"  // kMaxHeadDim
 
 namespace dilattn::cpu {
 
 dilattn_status can_run(const Problem& p) {
+  if (chosen_isa() == nullptr) return set_error(DILATTN_ERROR_UNSUPPORTED, "%s", isa_refusal());
   if (p.D > kMaxHeadDim)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend 'cpu': head_dim = %lld is above its limit of %lld",
@@ -20,11 +24,20 @@ dilattn_status can_run(const Problem& p) {
   return DILATTN_SUCCESS;
 }
 
+// Plans exist only where can_run succeeded, so chosen_isa() is not null below.
 WorkspaceBytes workspace_bytes(const Problem& p) {
-  const int64_t workers = p.num_threads < 1 ? 1 : p.num_threads;
+  const size_t workers = p.num_threads < 1 ? 1 : static_cast<size_t>(p.num_threads);
   WorkspaceBytes w;
-  w.forward = w.backward = sizeof(float) * static_cast<size_t>(workers * floats_per_worker(p.D, block_rows(p)));
+  w.forward = w.backward = workers * chosen_isa()->workspace_bytes_per_worker(p);
   return w;
+}
+
+dilattn_status forward(const Problem& p, const ForwardArgs& a) {
+  return chosen_isa()->forward(p, a);
+}
+
+dilattn_status backward(const Problem& p, const BackwardArgs& a) {
+  return chosen_isa()->backward(p, a);
 }
 
 }  // namespace dilattn::cpu

@@ -19,15 +19,13 @@
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
 // checked against the reference by tests/cpu/test_cpu_backward.cpp.
-#include "backend.h"
+#include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
-#include "cpu_workspace.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
-#include "cpu_thread_pool.h"
-#include "softmax_rules.h"
+#include "cpu_workspace.h"
 
-namespace dilattn::cpu {
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 namespace {
 
@@ -199,4 +197,4 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   return DILATTN_SUCCESS;
 }
 
-}  // namespace dilattn::cpu
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

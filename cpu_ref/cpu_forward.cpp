@@ -17,17 +17,13 @@
 // NaN (README "Decisions").
 // Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
 // tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
-#include <limits>
-
-#include "backend.h"
+#include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
-#include "cpu_workspace.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
-#include "cpu_thread_pool.h"
-#include "softmax_rules.h"
+#include "cpu_workspace.h"
 
-namespace dilattn::cpu {
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 namespace {
 
@@ -132,4 +128,4 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   return DILATTN_SUCCESS;
 }
 
-}  // namespace dilattn::cpu
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

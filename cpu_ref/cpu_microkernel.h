@@ -4,10 +4,10 @@
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while
 // the shared dimension streams through, so each loaded K (or V) vector feeds kMR FMAs and each
 // broadcast Q (or P) value feeds several vectors. The vectors are GCC/Clang vector extensions
-// sized from the target: 16 floats with AVX-512, 8 with AVX, 4 otherwise (SSE2, the portable
-// default); the `native` meson option (-march=native) picks the widest. FMA instructions are
-// used where the target has them (the library builds with -std=c++17, where GCC does not
-// contract a*b+c on its own).
+// sized from the target this file is compiled for (cpu_isa_target.h): 16 floats with AVX-512,
+// 8 with AVX2, 4 otherwise (SSE2, NEON); one build holds several targets and picks one at run
+// time (cpu_isa.h). FMA instructions are used where the target has them (the library builds
+// with -std=c++17, where GCC does not contract a*b+c on its own).
 //
 // Layouts, all f32 and row-major: Q rows [rows][ldq]; K transposed Kt [D][kBC] (a key per
 // column, so S rows are vectors over keys); S [rows][kBC]; the right-hand side of O += A B is
@@ -16,22 +16,11 @@
 #ifndef DILATTN_CPU_MICROKERNEL_H
 #define DILATTN_CPU_MICROKERNEL_H
 
-#include <cstdint>
-#include <cstring>
+#include "cpu_isa_target.h"  // first: see there
 
-#if defined(__SSE__)
-#include <immintrin.h>
-#endif
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
-namespace dilattn::cpu {
-
-#if defined(__AVX512F__)
-constexpr int kVecBytes = 64;
-#elif defined(__AVX__)
-constexpr int kVecBytes = 32;
-#else
-constexpr int kVecBytes = 16;
-#endif
+constexpr int kVecBytes = DILATTN_CPU_VEC_BYTES;
 typedef float vfloat __attribute__((vector_size(kVecBytes)));
 typedef int32_t vint __attribute__((vector_size(kVecBytes)));
 constexpr int kW = kVecBytes / 4;  // floats per vector
@@ -49,9 +38,9 @@ inline int64_t padded(int64_t D) { return (D + kPad - 1) / kPad * kPad; }
 inline vfloat vload(const float* p) { vfloat v; std::memcpy(&v, p, sizeof v); return v; }
 inline void vstore(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
 inline vfloat splat(float x) {  // one broadcast instruction
-#if defined(__AVX512F__)
+#if DILATTN_CPU_VEC_BYTES == 64
   return (vfloat)_mm512_set1_ps(x);
-#elif defined(__AVX__)
+#elif DILATTN_CPU_VEC_BYTES == 32
   return (vfloat)_mm256_set1_ps(x);
 #elif defined(__SSE__)
   return (vfloat)_mm_set1_ps(x);
@@ -70,9 +59,9 @@ inline vfloat in_register(vfloat v) {
 
 // a * b + c, one rounding where the target has FMA.
 inline vfloat madd(vfloat a, vfloat b, vfloat c) {
-#if defined(__AVX512F__)
+#if DILATTN_CPU_VEC_BYTES == 64
   return (vfloat)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-#elif defined(__FMA__) && defined(__AVX__)
+#elif DILATTN_CPU_FMA && DILATTN_CPU_VEC_BYTES == 32
   return (vfloat)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
 #else
   return a * b + c;
@@ -214,6 +203,6 @@ inline void accumulate_tile(float* O, int64_t ldo, int64_t rows, const float* A,
   }
 }
 
-}  // namespace dilattn::cpu
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
 
 #endif  // DILATTN_CPU_MICROKERNEL_H

@@ -8,13 +8,10 @@
 #ifndef DILATTN_CPU_TILE_IO_H
 #define DILATTN_CPU_TILE_IO_H
 
-#include <cstdint>
-#include <cstring>
-
+#include "cpu_isa_target.h"  // first: see there
 #include "cpu_tile_loop.h"
-#include "dtype_convert.h"
 
-namespace dilattn::cpu {
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 // Element d of a row of dtype t starting at `base`, elements `stride` apart, as f32.
 template <dilattn_dtype kType>
@@ -90,6 +87,6 @@ inline void store_row(const dilattn_tensor& t, int64_t b, int64_t i, int64_t h, 
   for (int64_t d = 0; d < D; ++d) store_element(t.data, t.dtype, base + d * sd, src[d] * mul);
 }
 
-}  // namespace dilattn::cpu
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
 
 #endif  // DILATTN_CPU_TILE_IO_H

@@ -21,13 +21,10 @@
 #ifndef DILATTN_CPU_TILE_LOOP_H
 #define DILATTN_CPU_TILE_LOOP_H
 
-#include <algorithm>
-#include <cstdint>
-
+#include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
-#include "problem.h"
 
-namespace dilattn::cpu {
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 struct Piece {
   KeyProgression own;
@@ -162,6 +159,6 @@ inline void accumulate_allowed(float* O, int64_t ldo, int64_t rows, const float*
     accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, allowed[t], Bm, ldb, width);
 }
 
-}  // namespace dilattn::cpu
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
 
 #endif  // DILATTN_CPU_TILE_LOOP_H

@@ -7,12 +7,11 @@
 #ifndef DILATTN_CPU_WORKSPACE_H
 #define DILATTN_CPU_WORKSPACE_H
 
-#include <cstdint>
-
+#include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
 #include "cpu_tile_loop.h"
 
-namespace dilattn::cpu {
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 struct Workspace {
   // T = block_rows(p) rows each:
@@ -71,6 +70,6 @@ inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t
   return s;
 }
 
-}  // namespace dilattn::cpu
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
 
 #endif  // DILATTN_CPU_WORKSPACE_H

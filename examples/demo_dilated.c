@@ -121,7 +121,10 @@ int main(int argc, char** argv) {
   double seconds = run_forward(desc, DILATTN_BACKEND_AUTO, n, &buf, &plan);
   dilattn_backend backend;
   CHECK(dilattn_plan_backend(plan, &backend));
-  printf("backend: %s (auto)\n", dilattn_backend_name(backend));
+  if (backend == DILATTN_BACKEND_CPU)  /* the instruction set it chose for this CPU */
+    printf("backend: %s (auto), ISA %s\n", dilattn_backend_name(backend), dilattn_cpu_isa());
+  else
+    printf("backend: %s (auto)\n", dilattn_backend_name(backend));
   printf("  N=%8lld  forward %.3f s\n", (long long)n, seconds);
   while (seconds * 2.2 < budget && n < (1 << 20)) {
     CHECK(dilattn_plan_destroy(plan));

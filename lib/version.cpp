@@ -5,6 +5,7 @@
 
 #include "abi_enum.h"
 #include "backend.h"
+#include "cpu_isa.h"
 #include "dilattn.h"
 #include "dilattn_config.h"
 
@@ -77,6 +78,11 @@ std::string cpu_features() {
 }
 }  // namespace
 
+extern "C" const char* dilattn_cpu_isa(void) {
+  const dilattn::cpu::IsaKernels* isa = dilattn::cpu::chosen_isa();
+  return isa != nullptr ? isa->name : "none";
+}
+
 extern "C" const char* dilattn_build_info(void) {
   // Built once; function-local statics are initialised thread-safely.
   static const std::string info = [] {
@@ -95,6 +101,7 @@ extern "C" const char* dilattn_build_info(void) {
     s += std::string("NCCL found at build: ") + (DILATTN_HAVE_NCCL ? "yes" : "no") + "\n";
     s += "compiled for: " DILATTN_BUILD_FLAGS "\n";
     s += "CPU features:" + cpu_features() + "\n";
+    s += std::string("cpu backend ISA: ") + dilattn_cpu_isa() + "\n";
     return s;
   }();
   return info.c_str();

@@ -1,5 +1,5 @@
 // cmd_info.cpp - `dilattn info`: the library's dilattn_build_info() (version, backends built,
-// CUDA/NCCL found, CPU features), then whether each backend can run here, and a warning when the
+// CUDA/NCCL found, CPU features, the instruction set the cpu backend chose), then whether each backend can run here, and a warning when the
 // header the tool was compiled against differs from the library it runs with.
 // Checked by tests/cli/test_cli_forward_backward.py (the version line and "ref: yes").
 #include <cstdio>

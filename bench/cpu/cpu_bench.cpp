@@ -10,9 +10,11 @@
 //           segments 2048, 4096, 8192, dilations 1, 2, 4, head mode groups
 //   sweep:  the same branches at N = 8K .. 256K (time per token should stay flat)
 //   dense:  N = 4096, H=8, D=64, with and without causal
+//   small:  a decode step (Nq = 1, Nk = 4096) and dense N = 256: per-call overhead (threads)
 //   long:   N = 1,048,576, H=8, D=64, forward only: peak RSS against the bytes of Q,K,V,O,LSE
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
 // Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
+//      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
 #include <time.h>
@@ -29,7 +31,10 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_microkernel.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "dilattn.h"
 #include "index_rules.h"
 
@@ -38,6 +43,7 @@ namespace {
 struct BenchCase {
   std::string name;
   int64_t B = 1, N = 0, H = 8, D = 64;
+  int64_t Nq = 0;  // query rows when not N (dense only: the decode case)
   bool dilated = true, causal = false, backward = true;
   std::vector<int64_t> segments{2048, 4096, 8192}, dilations{1, 2, 4};
 };
@@ -69,6 +75,7 @@ double count_pairs(const BenchCase& c) {
   double pairs = 0;
   if (!c.dilated) {
     const double n = static_cast<double>(c.N);
+    if (c.Nq > 0) return c.B * c.H * static_cast<double>(c.Nq) * n;  // never causal
     return c.B * c.H * (c.causal ? n * (n + 1) / 2 : n * n);
   }
   const int64_t m = static_cast<int64_t>(c.segments.size());
@@ -108,18 +115,21 @@ void check(dilattn_status s, const char* what) {
 Result run_case(const BenchCase& c, int repeats) {
   Result res;
   res.pairs = count_pairs(c);
+  const int64_t Nq = c.Nq > 0 ? c.Nq : c.N;
   const size_t n_elem = static_cast<size_t>(c.B * c.N * c.H * c.D);
-  const size_t n_lse = static_cast<size_t>(c.B * c.H * c.N);
-  res.tensor_bytes = 4.0 * (4 * n_elem + n_lse);
-  std::vector<float> q(n_elem), k(n_elem), v(n_elem), o(n_elem), lse(n_lse);
+  const size_t n_q = static_cast<size_t>(c.B * Nq * c.H * c.D);
+  const size_t n_lse = static_cast<size_t>(c.B * c.H * Nq);
+  res.tensor_bytes = 4.0 * (2 * n_q + 2 * n_elem + n_lse);
+  std::vector<float> q(n_q), k(n_elem), v(n_elem), o(n_q), lse(n_lse);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (size_t x = 0; x < n_elem; ++x) { q[x] = u(rng); k[x] = u(rng); v[x] = u(rng); }
-  auto view = [&](std::vector<float>& t) {
-    return dilattn_tensor_contiguous(t.data(), DILATTN_F32, c.B, c.N, c.H, c.D);
+  for (size_t x = 0; x < n_elem; ++x) { k[x] = u(rng); v[x] = u(rng); }
+  for (size_t x = 0; x < n_q; ++x) q[x] = u(rng);
+  auto view = [&](std::vector<float>& t, int64_t rows) {
+    return dilattn_tensor_contiguous(t.data(), DILATTN_F32, c.B, rows, c.H, c.D);
   };
-  dilattn_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
-  dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, c.B, c.H, c.N, 1);
+  dilattn_tensor tq = view(q, Nq), tk = view(k, c.N), tv = view(v, c.N), to = view(o, Nq);
+  dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, c.B, c.H, Nq, 1);
 
   dilattn_desc desc;
   check(dilattn_desc_create(&desc), "desc_create");
@@ -129,7 +139,7 @@ Result run_case(const BenchCase& c, int repeats) {
           "set_dilated");
   check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
   dilattn_plan plan;
-  const dilattn_shape shape = dilattn_shape_make(c.B, c.N, c.N, c.H, c.H, c.D);
+  const dilattn_shape shape = dilattn_shape_make(c.B, Nq, c.N, c.H, c.H, c.D);
   check(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU), "plan_create");
   size_t fwd_ws = 0, bwd_ws = 0;
   check(dilattn_plan_workspace_size(plan, &fwd_ws, &bwd_ws), "workspace_size");
@@ -145,9 +155,10 @@ Result run_case(const BenchCase& c, int repeats) {
   res.fwd_s = median(times);
   res.fwd_cpu_s = median(cpu_times);
   if (c.backward) {
-    std::vector<float> d_o(n_elem), dq(n_elem), dk(n_elem), dv(n_elem);
-    for (size_t x = 0; x < n_elem; ++x) d_o[x] = u(rng);
-    dilattn_tensor tdo = view(d_o), tdq = view(dq), tdk = view(dk), tdv = view(dv);
+    std::vector<float> d_o(n_q), dq(n_q), dk(n_elem), dv(n_elem);
+    for (size_t x = 0; x < n_q; ++x) d_o[x] = u(rng);
+    dilattn_tensor tdo = view(d_o, Nq), tdq = view(dq, Nq), tdk = view(dk, c.N),
+                   tdv = view(dv, c.N);
     times.clear();
     for (int rep = 0; rep <= repeats; ++rep) {
       const double t0 = seconds_now();
@@ -164,24 +175,61 @@ Result run_case(const BenchCase& c, int repeats) {
 }
 
 // ---------------------------------------------------------------- FMA peak
-// kChains independent FMA chains per thread (enough to hide FMA latency), the same vector
-// width and madd as the attention micro-kernel; all threads at once. GFLOP/s = 2 per lane.
-// Also the rate per CPU-second (*per_cpu_s), which a busy machine disturbs less than wall time.
+// kChains independent FMA chains per thread (enough to hide FMA latency), with the vector
+// width and the multiply-add the attention micro-kernel uses for the ISA the library chose
+// (dilattn_cpu_isa(): avx512 and avx2 fused, sse a multiply and an add, as cpu_microkernel.h);
+// all threads at once. GFLOP/s = 2 per lane per multiply-add. Also the rate per CPU-second
+// (*per_cpu_s), which a busy machine disturbs less than wall time.
+constexpr int kChains = 12;
+constexpr long kLaneSteps = 20'000'000L;  // multiply-adds per lane and chain, over all widths
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) float peak_loop_avx512() {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 1e-3f * c);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (long i = 0; i < kLaneSteps / 16; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  for (int c = 1; c < kChains; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, acc[0]);
+  return lanes[0];
+}
+
+__attribute__((target("avx2,fma"))) float peak_loop_avx2() {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(1.0f + 1e-3f * c);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (long i = 0; i < kLaneSteps / 8; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  for (int c = 1; c < kChains; ++c) acc[0] = _mm256_add_ps(acc[0], acc[c]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc[0]);
+  return lanes[0];
+}
+#endif
+
+float peak_loop_sse() {  // 4 lanes, multiply then add (GCC vector extension: SSE2, NEON)
+  typedef float v4 __attribute__((vector_size(16)));
+  v4 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = v4{} + (1.0f + 1e-3f * c);
+  const v4 a = v4{} + 0.999999f, b = v4{} + 1e-7f;
+  for (long i = 0; i < kLaneSteps / 4; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * a + b;
+  for (int c = 1; c < kChains; ++c) acc[0] += acc[c];
+  return acc[0][0];
+}
+
 double fma_peak_gflops(int threads, double* per_cpu_s) {
-  using dilattn::cpu::vfloat;
-  constexpr int kChains = 12;
-  const long iters = 20'000'000L / dilattn::cpu::kW;
+  const std::string isa = dilattn_cpu_isa();
+  float (*loop)() = peak_loop_sse;
+  int lanes = 4;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == "avx512") { loop = peak_loop_avx512; lanes = 16; }
+  if (isa == "avx2") { loop = peak_loop_avx2; lanes = 8; }
+#endif
   std::vector<double> sink(static_cast<size_t>(threads));
-  auto body = [&](int t) {
-    vfloat acc[kChains];
-    for (int c = 0; c < kChains; ++c) acc[c] = dilattn::cpu::splat(1.0f + 1e-3f * c);
-    const vfloat a = dilattn::cpu::splat(0.999999f), b = dilattn::cpu::splat(1e-7f);
-    for (long i = 0; i < iters; ++i)
-      for (int c = 0; c < kChains; ++c) acc[c] = dilattn::cpu::madd(acc[c], a, b);
-    float s = 0;
-    for (int c = 0; c < kChains; ++c) s += dilattn::cpu::hsum(acc[c]);
-    sink[static_cast<size_t>(t)] = s;  // keeps the loop alive
-  };
+  auto body = [&](int t) { sink[static_cast<size_t>(t)] = loop(); };  // keeps the loop alive
   double best = 0;
   *per_cpu_s = 0;
   for (int rep = 0; rep < 3; ++rep) {
@@ -190,7 +238,7 @@ double fma_peak_gflops(int threads, double* per_cpu_s) {
     for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
     body(0);
     for (auto& th : pool) th.join();
-    const double flops = 2.0 * dilattn::cpu::kW * kChains * static_cast<double>(iters) * threads;
+    const double flops = 2.0 * kChains * static_cast<double>(kLaneSteps / lanes * lanes) * threads;
     best = std::max(best, flops / (seconds_now() - t0) / 1e9);
     *per_cpu_s = std::max(*per_cpu_s, flops / (cpu_seconds_now() - c0) / 1e9);
   }
@@ -241,6 +289,19 @@ std::vector<BenchCase> all_cases(bool quick) {
     d.name = std::string("dense_N") + std::to_string(d.N) + (causal ? "_causal" : "");
     cases.push_back(d);
   }
+  // Small calls, where starting threads per call would show: a decode step (one query row
+  // against a 4096-key cache) and a short dense sequence.
+  BenchCase decode;
+  decode.dilated = false;
+  decode.Nq = 1;
+  decode.N = 4096;
+  decode.name = "decode_Nq1_Nk4096";
+  cases.push_back(decode);
+  BenchCase small;
+  small.dilated = false;
+  small.N = 256;
+  small.name = "small_dense_N256";
+  cases.push_back(small);
   BenchCase big = main_case;
   big.N = quick ? 16384 : 1048576;
   big.backward = false;
@@ -256,15 +317,17 @@ int main(int argc, char** argv) {
   int repeats = 5;
   std::string json_path, only;
   int one_case = -1;
+  bool peak_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
+    else if (a == "--peak") peak_only = true;
     else if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--case" && i + 1 < argc) one_case = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME] [--peak]\n", argv[0]);
       return 2;
     }
   }
@@ -274,7 +337,12 @@ int main(int argc, char** argv) {
   if (one_case >= 0) {  // child: one case, one result line on stdout
     // Long cases take seconds each: fewer repeats keep the full run to minutes.
     const BenchCase& c = cases.at(static_cast<size_t>(one_case));
-    const Result r = run_case(c, c.N > 300000 ? 1 : c.N >= 65536 ? std::min(repeats, 2) : repeats);
+    // Small calls take microseconds: many repeats make their median meaningful.
+    const bool tiny = c.Nq == 1 || c.N <= 256;
+    const Result r = run_case(c, c.N > 300000            ? 1
+                                 : c.N >= 65536          ? std::min(repeats, 2)
+                                 : tiny                  ? std::max(repeats, 400)
+                                                         : repeats);
     std::printf("%.9g %.9g %.17g %ld %.17g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
                 r.tensor_bytes, r.fwd_cpu_s);
     return 0;
@@ -286,13 +354,19 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("DILATTN_NUM_THREADS")) threads = std::max(1, std::atoi(env));
   double peak_cpu = 0, peak1_cpu = 0;
   const double peak = fma_peak_gflops(threads, &peak_cpu);
+  if (peak_only) {  // for scripts (torch_sdpa_compare.py): one JSON line
+    std::printf("{\"cpu_isa\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.6g, "
+                "\"fma_peak_gflops_per_cpu_second\": %.6g}\n",
+                dilattn_cpu_isa(), threads, peak, peak_cpu);
+    return 0;
+  }
   const double peak1 = fma_peak_gflops(1, &peak1_cpu);
   const std::string model = cpuinfo_field("model name"), flags = simd_flags();
   std::printf("machine: %s, %u logical cores, flags: %s\n", model.c_str(), hw, flags.c_str());
   std::printf("build:   %s\n", dilattn_build_info());
   std::printf("threads: %d; FMA peak %.1f GFLOP/s (%d threads), %.1f GFLOP/s (1 thread), "
-              "%.1f GFLOP per CPU-second; %d-byte vectors\n",
-              threads, peak, threads, peak1, peak_cpu, dilattn::cpu::kVecBytes);
+              "%.1f GFLOP per CPU-second; cpu backend ISA %s\n",
+              threads, peak, threads, peak1, peak_cpu, dilattn_cpu_isa());
   std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff = the same per CPU-second (less "
               "disturbed by other load)\n");
   std::printf("\n%-26s %9s %9s %7s %8s %8s %9s %8s %9s %9s %7s\n", "case", "fwd s", "fwd GF/s",
@@ -300,7 +374,7 @@ int main(int argc, char** argv) {
 
   std::ostringstream json;
   json << "{\n  \"machine\": {\"cpu\": \"" << model << "\", \"logical_cores\": " << hw
-       << ", \"flags\": \"" << flags << "\", \"vector_bytes\": " << dilattn::cpu::kVecBytes
+       << ", \"flags\": \"" << flags << "\", \"cpu_isa\": \"" << dilattn_cpu_isa() << "\""
        << "},\n  \"threads\": " << threads << ",\n  \"quick\": " << (quick ? "true" : "false")
        << ",\n  \"repeats\": " << repeats << ",\n  \"fma_peak_gflops\": " << peak
        << ",\n  \"fma_peak_gflops_1thread\": " << peak1
@@ -322,15 +396,15 @@ int main(int argc, char** argv) {
     if (pclose(child) != 0) return 1;
     const double fwd_gf = 4.0 * c.D * r.pairs / r.fwd_s / 1e9;
     const double bwd_gf = r.bwd_s > 0 ? 2.5 * 4.0 * c.D * r.pairs / r.bwd_s / 1e9 : 0;
-    const double ns_token = r.fwd_s / static_cast<double>(c.B * c.N) * 1e9;
+    const double ns_token = r.fwd_s / static_cast<double>(c.B * (c.Nq > 0 ? c.Nq : c.N)) * 1e9;
     const double cpu_eff = 4.0 * c.D * r.pairs / r.fwd_cpu_s / 1e9 / peak_cpu;
-    std::printf("%-26s %9.4f %9.1f %6.1f%% %7.1f%% %8.4f %9.1f %8.2f %9.1f %9.1f %7.2f\n",
+    std::printf("%-26s %9.4g %9.1f %6.1f%% %7.1f%% %8.4g %9.1f %8.2f %9.1f %9.1f %7.2f\n",
                 c.name.c_str(), r.fwd_s, fwd_gf, 100 * fwd_gf / peak, 100 * cpu_eff, r.bwd_s, bwd_gf,
                 bwd_gf > 0 ? bwd_gf / fwd_gf : 0.0, ns_token, r.peak_rss / 1048576.0,
                 r.peak_rss / r.tensor_bytes);
     std::fflush(stdout);
     json << (first ? "\n" : ",\n") << "    {\"name\": \"" << c.name << "\", \"kind\": \""
-         << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"N\": " << c.N
+         << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"Nq\": " << (c.Nq > 0 ? c.Nq : c.N) << ", \"N\": " << c.N
          << ", \"H\": " << c.H << ", \"D\": " << c.D << ", \"causal\": " << (c.causal ? "true" : "false")
          << ", \"head_mode\": \"groups\", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak

@@ -77,8 +77,9 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
       const dilattn_tensor dvv = rows_view(dv_part_v, call.k_rows, call.g0, ng);
       if (dilattn_status s = c.backend->can_run(call.sub)) return s;
       workspace.grow(c.backend->workspace_bytes(call.sub).backward);
-      if (dilattn_status s = c.backend->backward(
-              call.sub, BackwardArgs{&qv, &kv, &vv, &ov, &lv, &dov, &dqv, &dkv, &dvv, workspace.data()}))
+      const BackwardArgs args{&qv, &kv, &vv, &ov,  &lv,
+                              &dov, &dqv, &dkv, &dvv, workspace.data(), StreamArgs{}};
+      if (dilattn_status s = c.backend->backward(call.sub, args))
         return s;
       add_view(dqv, rows_view(dq_acc_v, call.q_rows, call.h0, nh));
       add_view(dkv, rows_view(dk_acc, call.k_rows, call.g0, ng));

@@ -67,7 +67,8 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
       const dilattn_tensor lv = lse_rows_view(lse_part_v, call.q_rows, call.h0, nh);
       if (dilattn_status s = c.backend->can_run(call.sub)) return s;
       workspace.grow(c.backend->workspace_bytes(call.sub).forward);
-      if (dilattn_status s = c.backend->forward(call.sub, ForwardArgs{&qv, &kv, &vv, &ov, &lv, workspace.data()}))
+      const ForwardArgs args{&qv, &kv, &vv, &ov, &lv, workspace.data(), StreamArgs{}};
+      if (dilattn_status s = c.backend->forward(call.sub, args))
         return s;
       merge_partial(ov, lv, rows_view(o_acc_v, call.q_rows, call.h0, nh),
                     lse_rows_view(lse_acc_v, call.q_rows, call.h0, nh));

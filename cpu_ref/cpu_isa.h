@@ -1,0 +1,84 @@
+// cpu_isa.h - the cpu backend's runtime choice of instruction set.
+//
+// The per-ISA code is compiled once per target (cpu_isa_target.h, cpu_ref/meson.build); each
+// compilation publishes one IsaKernels table (cpu_isa_kernels.cpp). chosen_isa() picks one table
+// for the whole process, once, at first use (thread-safe: a function-local static):
+//   - DILATTN_CPU_ISA unset or empty: the first built table, widest first, whose required
+//     features this CPU has (cpuid, __builtin_cpu_supports);
+//   - DILATTN_CPU_ISA=sse|avx2|avx512 (neon, generic elsewhere): that table, if it is built and
+//     this CPU runs it; otherwise no table, and the cpu backend refuses every plan with a
+//     message naming the value (never an illegal instruction).
+// Results are bitwise identical across thread counts for each ISA; different ISAs differ in
+// the last bits (vector width changes the order of sums), all within SPEC 8.
+// Checked by tests/cpu/test_cpu_isa.cpp (every ISA this CPU runs, and the refusals).
+#ifndef DILATTN_CPU_ISA_H
+#define DILATTN_CPU_ISA_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend.h"
+
+namespace dilattn::cpu {
+
+// CPU features a table may require (x86; other machines need none beyond their baseline).
+enum CpuFeature : uint32_t {
+  kFeatureAvx = 1u << 0,
+  kFeatureAvx2 = 1u << 1,
+  kFeatureFma = 1u << 2,
+  kFeatureAvx512f = 1u << 3,
+};
+
+// The features the compiler may use in the file that evaluates this (its -m/-march flags).
+constexpr uint32_t compiler_features() {
+  uint32_t f = 0;
+#if defined(__AVX__)
+  f |= kFeatureAvx;
+#endif
+#if defined(__AVX2__)
+  f |= kFeatureAvx2;
+#endif
+#if defined(__FMA__)
+  f |= kFeatureFma;
+#endif
+#if defined(__AVX512F__)
+  f |= kFeatureAvx512f;
+#endif
+  return f;
+}
+
+// One target's compiled code. Plain data, constant-initialised: reading it runs none of the
+// target's instructions, so the choice can look at every table on any CPU.
+struct IsaKernels {
+  const char* name;   // DILATTN_CPU_ISA's value for it: "sse", "avx2", "avx512", "neon", ...
+  uint32_t required;  // CpuFeature bits the CPU must have
+  int vector_bytes;
+  size_t (*workspace_bytes_per_worker)(const Problem& p);
+  dilattn_status (*forward)(const Problem& p, const ForwardArgs& a);
+  dilattn_status (*backward)(const Problem& p, const BackwardArgs& a);
+};
+
+// The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is
+// cpu_ref/meson.build's choice (DILATTN_CPU_BUILT_<NAME> in cpu_isa_dispatch.cpp).
+namespace avx512 { extern const IsaKernels kKernels; }
+namespace avx2 { extern const IsaKernels kKernels; }
+namespace baseline { extern const IsaKernels kKernels; }
+namespace native { extern const IsaKernels kKernels; }
+
+// The choice for a DILATTN_CPU_ISA value (null or "": the default) on a CPU with the given
+// CpuFeature bits, among the tables this build holds: the table, or null and why not.
+struct IsaChoice {
+  const IsaKernels* kernels = nullptr;
+  std::string refusal;
+};
+IsaChoice choose_isa(const char* requested, uint32_t cpu_features);
+
+// The table this process uses (choose_isa of DILATTN_CPU_ISA and this CPU's cpuid), or null when DILATTN_CPU_ISA asks for one it cannot use;
+// isa_refusal() then says why ("" otherwise).
+const IsaKernels* chosen_isa();
+const char* isa_refusal();
+
+}  // namespace dilattn::cpu
+
+#endif  // DILATTN_CPU_ISA_H

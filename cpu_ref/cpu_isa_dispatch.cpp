@@ -1,0 +1,87 @@
+// cpu_isa_dispatch.cpp - chosen_isa(): the cpu backend's instruction set for this process
+// (cpu_isa.h). Compiled for the baseline target only: it runs before anything is known about
+// the CPU.
+// Checked by tests/cpu/test_cpu_isa.cpp.
+#include <cstdlib>
+#include <string>
+
+#include "cpu_isa.h"
+
+namespace dilattn::cpu {
+
+namespace {
+
+// The built tables, widest first: the default is the first one the CPU runs.
+const IsaKernels* const kBuilt[] = {
+#if defined(DILATTN_CPU_BUILT_NATIVE)
+    &native::kKernels,
+#endif
+#if defined(DILATTN_CPU_BUILT_AVX512)
+    &avx512::kKernels,
+#endif
+#if defined(DILATTN_CPU_BUILT_AVX2)
+    &avx2::kKernels,
+#endif
+#if defined(DILATTN_CPU_BUILT_BASELINE)
+    &baseline::kKernels,
+#endif
+};
+
+uint32_t cpu_features() {
+  uint32_t f = 0;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx")) f |= kFeatureAvx;
+  if (__builtin_cpu_supports("avx2")) f |= kFeatureAvx2;
+  if (__builtin_cpu_supports("fma")) f |= kFeatureFma;
+  if (__builtin_cpu_supports("avx512f")) f |= kFeatureAvx512f;
+#endif
+  return f;
+}
+
+bool runs_here(const IsaKernels& k, uint32_t have) { return (k.required & ~have) == 0; }
+
+}  // namespace
+
+IsaChoice choose_isa(const char* requested, uint32_t have) {
+  IsaChoice c;
+  if (requested == nullptr || requested[0] == '\0') {
+    for (const IsaKernels* k : kBuilt)
+      if (runs_here(*k, have)) {
+        c.kernels = k;
+        return c;
+      }
+    c.refusal = "backend 'cpu': no instruction set it was built for runs on this CPU";
+    return c;
+  }
+  std::string built;
+  for (const IsaKernels* k : kBuilt) {
+    built += std::string(built.empty() ? "" : ", ") + k->name;
+    if (std::string(requested) != k->name) continue;
+    if (runs_here(*k, have)) {
+      c.kernels = k;
+      return c;
+    }
+    c.refusal =
+        std::string("DILATTN_CPU_ISA = '") + requested + "': this CPU lacks its instructions";
+    return c;
+  }
+  c.refusal = std::string("DILATTN_CPU_ISA = '") + requested + "' is not an instruction set this "
+              "library was built for (" + built + ")";
+  return c;
+}
+
+namespace {
+
+const IsaChoice& choice() {
+  // Once per process, thread-safe.
+  static const IsaChoice once = choose_isa(std::getenv("DILATTN_CPU_ISA"), cpu_features());
+  return once;
+}
+
+}  // namespace
+
+const IsaKernels* chosen_isa() { return choice().kernels; }
+const char* isa_refusal() { return choice().refusal.c_str(); }
+
+}  // namespace dilattn::cpu

@@ -1,0 +1,25 @@
+// cpu_isa_kernels.cpp - the IsaKernels table of one target (cpu_isa.h): compiled once per
+// target with cpu_forward.cpp and cpu_backward.cpp (cpu_ref/meson.build), it names that
+// compilation's entry points. Constant-initialised data only: no code of the target runs
+// before cpu_isa_dispatch.cpp has checked the CPU has its instructions.
+// Checked by tests/cpu/test_cpu_isa.cpp.
+#include "cpu_isa_target.h"
+#include "cpu_microkernel.h"
+#include "cpu_tile_loop.h"
+#include "cpu_workspace.h"
+
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
+
+dilattn_status forward(const Problem& p, const ForwardArgs& a);    // cpu_forward.cpp
+dilattn_status backward(const Problem& p, const BackwardArgs& a);  // cpu_backward.cpp
+
+namespace {
+size_t workspace_bytes_per_worker(const Problem& p) {
+  return sizeof(float) * static_cast<size_t>(floats_per_worker(p.D, block_rows(p)));
+}
+}  // namespace
+
+extern const IsaKernels kKernels = {DILATTN_CPU_ISA_NAME, DILATTN_CPU_REQUIRED, kVecBytes,
+                                    workspace_bytes_per_worker, forward, backward};
+
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -1,0 +1,63 @@
+// test_cpu_isa_choice.cpp - the cpu backend's choice of instruction set (cpu_ref/cpu_isa.h,
+// choose_isa) for CPUs this machine is not: with the feature bits of an SSE2-only, an AVX2 and
+// an AVX-512 CPU, the default is the widest built table that CPU runs, DILATTN_CPU_ISA picks a
+// narrower one, and a wider one than the CPU has, or an unknown name, is refused with a
+// message naming the value (so it never runs: no illegal instruction). x86-64 GCC builds only
+// (the others hold one table). The ISAs this machine runs are run for real by test_cpu_isa.cpp.
+#include <cstdio>
+#include <string>
+
+#include "cpu_isa.h"
+
+using namespace dilattn::cpu;
+
+namespace {
+
+int failures = 0;
+
+void expect_choice(const char* requested, uint32_t features, const char* want) {
+  const IsaChoice c = choose_isa(requested, features);
+  const std::string got = c.kernels != nullptr ? c.kernels->name : "(refused)";
+  if (got != want) {
+    std::fprintf(stderr, "FAILED DILATTN_CPU_ISA='%s', features 0x%x: chose %s, expected %s (%s)\n",
+                 requested ? requested : "", features, got.c_str(), want, c.refusal.c_str());
+    ++failures;
+  }
+  if (c.kernels == nullptr && requested != nullptr &&
+      c.refusal.find(std::string("DILATTN_CPU_ISA = '") + requested + "'") == std::string::npos) {
+    std::fprintf(stderr, "FAILED refusal of '%s' does not name it: %s\n", requested,
+                 c.refusal.c_str());
+    ++failures;
+  }
+}
+
+}  // namespace
+
+int main() {
+#if !(defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__))
+  std::printf("skipped: one instruction set is built here\n");
+  return 77;
+#else
+  if (choose_isa("sse", 0).kernels == nullptr) {  // -Dnative=true: one table, -march=native
+    std::printf("skipped: this build holds one instruction set (-Dnative=true)\n");
+    return 77;
+  }
+  const uint32_t sse2_cpu = 0;
+  const uint32_t avx2_cpu = kFeatureAvx | kFeatureAvx2 | kFeatureFma;
+  const uint32_t avx512_cpu = avx2_cpu | kFeatureAvx512f;
+  expect_choice(nullptr, sse2_cpu, "sse");
+  expect_choice("", avx2_cpu, "avx2");
+  expect_choice(nullptr, avx512_cpu, "avx512");
+  expect_choice(nullptr, kFeatureAvx | kFeatureAvx2, "sse");  // AVX2 without FMA
+  expect_choice("sse", avx512_cpu, "sse");
+  expect_choice("avx2", avx512_cpu, "avx2");
+  expect_choice("avx512", avx512_cpu, "avx512");
+  expect_choice("avx512", avx2_cpu, "(refused)");
+  expect_choice("avx2", sse2_cpu, "(refused)");
+  expect_choice("avx512", sse2_cpu, "(refused)");
+  expect_choice("AVX2", avx512_cpu, "(refused)");  // names are exact
+  expect_choice("neon", avx512_cpu, "(refused)");
+  std::printf("%s\n", failures ? "FAILED" : "ok");
+  return failures != 0;
+#endif
+}
