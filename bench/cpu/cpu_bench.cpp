@@ -36,7 +36,6 @@
 #endif
 
 #include "dilattn.h"
-#include "index_rules.h"
 
 namespace {
 
@@ -70,29 +69,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// (query, key) pairs of A(i) summed over batch, heads and rows, from the shared index rules.
-double count_pairs(const BenchCase& c) {
-  double pairs = 0;
-  if (!c.dilated) {
-    const double n = static_cast<double>(c.N);
-    if (c.Nq > 0) return c.B * c.H * static_cast<double>(c.Nq) * n;  // never causal
-    return c.B * c.H * (c.causal ? n * (n + 1) / 2 : n * n);
-  }
-  const int64_t m = static_cast<int64_t>(c.segments.size());
-  for (int64_t h = 0; h < c.H; ++h)
-    for (int64_t b = 0; b < m; ++b) {
-      if (!dilattn::head_uses_branch(dilattn::kHeadsGroups, h, b, c.H, m)) continue;
-      const int64_t w = dilattn::clipped_segment(c.segments[b], c.N), r = c.dilations[b];
-      const int64_t o = dilattn::head_offset(dilattn::kHeadsGroups, h, b, r, c.H);
-      for (int64_t s0 = 0; s0 < c.N; s0 += w) {
-        const double n = static_cast<double>(
-            dilattn::selected_count(s0, dilattn::segment_end(s0, w, c.N), r, o));
-        pairs += c.causal ? n * (n + 1) / 2 : n * n;
-      }
-    }
-  return pairs * c.B;
-}
-
 long peak_rss_bytes() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -114,7 +90,6 @@ void check(dilattn_status s, const char* what) {
 // Runs one case in this process: forward repeats, then backward repeats.
 Result run_case(const BenchCase& c, int repeats) {
   Result res;
-  res.pairs = count_pairs(c);
   const int64_t Nq = c.Nq > 0 ? c.Nq : c.N;
   const size_t n_elem = static_cast<size_t>(c.B * c.N * c.H * c.D);
   const size_t n_q = static_cast<size_t>(c.B * Nq * c.H * c.D);
@@ -141,6 +116,9 @@ Result run_case(const BenchCase& c, int repeats) {
   dilattn_plan plan;
   const dilattn_shape shape = dilattn_shape_make(c.B, Nq, c.N, c.H, c.H, c.D);
   check(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU), "plan_create");
+  int64_t score_terms = 0;  // the (query, key) pairs of every A(i), from the library's own rules
+  check(dilattn_plan_score_count(plan, &score_terms), "plan_score_count");
+  res.pairs = static_cast<double>(score_terms);
   size_t fwd_ws = 0, bwd_ws = 0;
   check(dilattn_plan_workspace_size(plan, &fwd_ws, &bwd_ws), "workspace_size");
   std::vector<unsigned char> ws(std::max(fwd_ws, c.backward ? bwd_ws : 0));
