@@ -11,12 +11,18 @@
 #include "backend.h"
 #include "cpu_isa.h"
 #include "errors.h"
-#include "softmax_rules.h"  // kMaxHeadDim
+#include "softmax_rules.h"  // kMaxHeadDim, scale_fits_f32
 
 namespace dilattn::cpu {
 
 dilattn_status can_run(const Problem& p) {
-  if (chosen_isa() == nullptr) return set_error(DILATTN_ERROR_UNSUPPORTED, "%s", isa_refusal());
+  // A DILATTN_CPU_ISA this process cannot use is the user's setting gone wrong: INVALID_VALUE,
+  // which stops AUTO too instead of falling back to the slow reference (backend_table.cpp).
+  if (chosen_isa() == nullptr) return set_error(DILATTN_ERROR_INVALID_VALUE, "%s", isa_refusal());
+  if (!scale_fits_f32(p.scale))
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "backend 'cpu': scale = %g: |scale| * log2(e) exceeds f32 (use backend ref)",
+                     p.scale);
   if (p.D > kMaxHeadDim)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend 'cpu': head_dim = %lld is above its limit of %lld",

@@ -29,7 +29,9 @@ void for_each_key(const KeyGroup& group, F&& f) {
 }
 
 // SPEC 2 for one softmax group: S_j = scale <q, k_j>, LSE = log sum exp S_j,
-// O = sum exp(S_j - LSE) v_j. The max is subtracted first so exp never overflows.
+// O = sum exp(S_j - LSE) v_j. The max is subtracted first so exp never overflows, and the
+// weights are exp(S_j - max) / sum rather than exp(S_j - LSE): for scores near 1e38 (a huge
+// finite scale) max + log(sum) rounds back to max in f64 and exp(S_j - LSE) would drop the sum.
 void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k,
                   const dilattn_tensor& v, int64_t b, int64_t kvh, const KeyGroup& group,
                   double* o, double* lse) {
@@ -54,7 +56,7 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
   size_t n = 0;
   for_each_key(group, [&](int64_t j) {
     load_row(v, b, j, kvh, D, value.data());
-    const double weight = std::exp(scores[n++] - *lse);
+    const double weight = std::exp(scores[n++] - max_score) / sum;
     for (int64_t d = 0; d < D; ++d) o[d] += weight * value[d];
   });
 }
@@ -76,8 +78,9 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
   for (size_t g = 0; g < groups.size(); ++g)
     attend_group(p, q_row.data(), k, v, b, kvh, groups[g], &group_o[g * D], &group_lse[g]);
 
-  // SPEC 3: LSE = log sum_g exp(LSE^g), O = sum_g exp(LSE^g - LSE) O^g. No group: O = 0,
-  // LSE = -inf (SPEC 2, empty A(i)).
+  // SPEC 3: LSE = log sum_g exp(LSE^g), O = sum_g exp(LSE^g - LSE) O^g, the weights formed as
+  // exp(LSE^g - max) / sum for the reason attend_group gives. No group: O = 0, LSE = -inf
+  // (SPEC 2, empty A(i)).
   double max_lse = kNegInf;
   for (double l : group_lse) max_lse = max_nan(max_lse, l);
   for (int64_t d = 0; d < D; ++d) o[d] = 0;
@@ -89,7 +92,7 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
   for (double l : group_lse) sum += std::exp(l - max_lse);
   *lse = max_lse + std::log(sum);
   for (size_t g = 0; g < groups.size(); ++g) {
-    const double weight = std::exp(group_lse[g] - *lse);
+    const double weight = std::exp(group_lse[g] - max_lse) / sum;
     for (int64_t d = 0; d < D; ++d) o[d] += weight * group_o[g * D + d];
   }
 }

@@ -595,6 +595,10 @@ dilattn_status can_run(const Problem& p) {
   if (p.dtype == DILATTN_F64)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': dtype f64 is CPU only (backends ref and cpu)", kBackendName);
+  if (!scale_fits_f32(p.scale))
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "backend '%s': scale = %g: |scale| * log2(e) exceeds f32 (use backend ref)",
+                     kBackendName, p.scale);
   if (p.D > kMaxHeadDim)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': head_dim = %lld: the kernels take head dims up to %lld",

@@ -30,12 +30,20 @@ const Backend* find_backend(int32_t id) {
   return nullptr;
 }
 
-const Backend& resolve_auto_backend(const Problem& p) {
+dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen) {
   for (const Backend& b : kBackends) {
     if (b.id == DILATTN_BACKEND_EMU) continue;
-    if (b.can_run(p) == DILATTN_SUCCESS) return b;
+    const dilattn_status s = b.can_run(p);
+    if (s == DILATTN_SUCCESS) {
+      *chosen = &b;
+      return s;
+    }
+    // A backend that cannot run here or this problem is skipped; a setting the user got
+    // wrong (INVALID_VALUE, e.g. DILATTN_CPU_ISA naming what this CPU lacks) stops the plan.
+    if (s == DILATTN_ERROR_INVALID_VALUE) return s;
   }
-  return *find_backend(DILATTN_BACKEND_REF);  // ref_can_run never refuses
+  *chosen = find_backend(DILATTN_BACKEND_REF);  // ref_can_run never refuses
+  return DILATTN_SUCCESS;
 }
 
 }  // namespace dilattn

@@ -129,9 +129,9 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
 
   // AUTO takes the first backend of the table that can run the problem; a named backend
   // must be able to (its can_run says why not).
-  const dilattn::Backend* chosen =
-      auto_backend ? &dilattn::resolve_auto_backend(p) : dilattn::find_backend(backend_value);
-  if (!auto_backend && (s = chosen->can_run(p)) != DILATTN_SUCCESS) return s;
+  const dilattn::Backend* chosen = dilattn::find_backend(backend_value);
+  s = auto_backend ? dilattn::resolve_auto_backend(p, &chosen) : chosen->can_run(p);
+  if (s != DILATTN_SUCCESS) return s;
   p.backend = chosen->id;
   // What the backend keeps per plan (device copies of the mask), made once here.
   if (chosen->prepare != nullptr && (s = chosen->prepare(p)) != DILATTN_SUCCESS) return s;

@@ -75,8 +75,9 @@ struct Backend {
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
 const Backend* find_backend(int32_t id);
-// AUTO: the first backend, in the table's order of preference, that can run the problem.
-const Backend& resolve_auto_backend(const Problem& p);
+// AUTO: the first backend, in the table's order of preference, that can run the problem; a
+// backend refusing with INVALID_VALUE (a bad setting) makes AUTO fail with its status.
+dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen);
 
 // The functions behind the entries.
 namespace ref {

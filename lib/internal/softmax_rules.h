@@ -59,6 +59,14 @@ inline ScoreScale score_scale(double scale) {
   return ScoreScale{folded > 0 ? 1.0f : -1.0f, static_cast<float>(folded > 0 ? folded : -folded)};
 }
 
+// The fast backends compute in f32: |scale| * log2(e) must be a finite f32 (|scale| up to about
+// 2.4e38) or the exponent's factor `post` overflows. Larger finite scales (SPEC 7 allows any
+// finite one) run on the f64 reference only; the fast backends' can_run refuses them.
+inline bool scale_fits_f32(double scale) {
+  const double folded = scale * kLog2e;
+  return folded <= 3.4028234663852886e38 && folded >= -3.4028234663852886e38;
+}
+
 // ---------------------------------------------------------------- SPEC 2: the online update
 DILATTN_HD float exp2_of(float x) { return exp2f(x); }
 DILATTN_HD double exp2_of(double x) { return exp2(x); }

@@ -5,7 +5,7 @@
 //         for 1, 2 and 3 threads (SPEC 6), for dense, dense causal and dilated (GQA, causal,
 //         a head dim that is no multiple of the vector width);
 //   <isa> this CPU lacks, or an unknown name: the cpu backend refuses plans with
-//         DILATTN_ERROR_UNSUPPORTED and a message naming the value, dilattn_cpu_isa() is
+//         DILATTN_ERROR_INVALID_VALUE and a message naming the value (AUTO too), dilattn_cpu_isa() is
 //         "none", and nothing runs (no illegal instruction);
 //   unset: the widest instruction set this CPU runs (x86-64: avx512, avx2, sse).
 // Public ABI only (dilattn.h) and SPEC 8's tolerances.
@@ -213,15 +213,23 @@ void check_refused(const std::string& value) {
   std::string message;
   const dilattn_status s =
       make_plan(cases()[1], DILATTN_F32, DILATTN_BACKEND_CPU, 2, &plan, &message);
-  if (s != DILATTN_ERROR_UNSUPPORTED) {
+  if (s != DILATTN_ERROR_INVALID_VALUE) {
     fail("DILATTN_CPU_ISA=" + value + ": plan_create returned " + dilattn_status_string(s) +
-         ", expected DILATTN_ERROR_UNSUPPORTED");
+         ", expected DILATTN_ERROR_INVALID_VALUE");
     if (s == DILATTN_SUCCESS) dilattn_plan_destroy(plan);
   }
   if (message.find("DILATTN_CPU_ISA") == std::string::npos ||
       message.find("'" + value + "'") == std::string::npos)
     fail("DILATTN_CPU_ISA=" + value + ": the message does not name the variable and value: " +
          message);
+  // AUTO too: a setting gone wrong stops the plan instead of a silent fall back to ref.
+  const dilattn_status a = make_plan(cases()[1], DILATTN_F32, DILATTN_BACKEND_AUTO, 2, &plan,
+                                     &message);
+  if (a != DILATTN_ERROR_INVALID_VALUE) {
+    fail("DILATTN_CPU_ISA=" + value + ": an AUTO plan returned " + dilattn_status_string(a) +
+         ", expected DILATTN_ERROR_INVALID_VALUE");
+    if (a == DILATTN_SUCCESS) dilattn_plan_destroy(plan);
+  }
 }
 
 // False when the cpu backend refuses plans because this build has no such instruction set.
