@@ -7,7 +7,7 @@
 // Two passes over the same pieces (cpu_tile_loop.h), each recomputing S:
 //   dQ pass, work item (b, h, block of query rows), as the forward walks it:
 //     S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
-//     (lib/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), dQ += dS K
+//     (lib/internal/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), dQ += dS K
 //   dK/dV pass, work item (b, kv head g, block of key rows): for each query head of g in
 //   order, each piece (own = the keys, gathered once), each range of queries meeting it, each
 //   query tile, each key tile:

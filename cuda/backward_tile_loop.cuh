@@ -134,7 +134,7 @@ __device__ __forceinline__ void load_key_rows(const ForwardParams& p, int64_t b,
 }
 
 // After the two score products: S becomes P = 2^(post (pre S - lse_s)) (online_prob with the
-// final LSE as the shift, lib/softmax_rules.h) and dP becomes dS = P (dP - D_i); both 0 for a
+// final LSE as the shift, lib/internal/softmax_rules.h) and dP becomes dS = P (dP - D_i); both 0 for a
 // key the row does not see (c >= seen[t]), whatever S or dP hold there.
 template <class E, int BR, int BC>
 __device__ __forceinline__ void probabilities_and_ds(const ForwardParams& p,

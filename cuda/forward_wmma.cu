@@ -3,7 +3,7 @@
 // 16x16x16 tiles and f32 accumulation.
 //
 // The tile loop is forward_tile_loop.cuh's (query tile of BR = 16 rows, chunks of BC = 64 keys,
-// online softmax in lib/softmax_rules.h's base-2 domain, merge into the workspace); the Q, K, V
+// online softmax in lib/internal/softmax_rules.h's base-2 domain, merge into the workspace); the Q, K, V
 // tiles stay in the input dtype. What this kernel adds is the two products on tensor cores:
 //   S = Q K^T    warp w computes the 16x16 block of keys 16w .. 16w+15 (K rows read as a
 //                column-major B operand), stored to S in f32;

@@ -1,6 +1,6 @@
 // tensor.h - a test tensor: owned bytes of any dtype (f32, f64, f16, bf16) and the
 // dilattn_tensor view the library reads and writes (SPEC 1: a view is data, dtype, shape and
-// strides in elements). Elements are read and written as double through lib/dtype_convert.h,
+// strides in elements). Elements are read and written as double through lib/internal/dtype_convert.h,
 // so a test never re-derives f16/bf16 rounding.
 //
 // The layout picks the strides, so one test can hand a backend views that are not contiguous:

@@ -1,4 +1,4 @@
-// test_dtype_convert.cpp - lib/dtype_convert.h against the CUDA toolkit's own host conversions
+// test_dtype_convert.cpp - lib/internal/dtype_convert.h against the CUDA toolkit's own host conversions
 // (cuda_fp16.h, cuda_bf16.h), bit for bit (SPEC 1: round to nearest even):
 //   f16 -> f32 and bf16 -> f32 for all 65536 bit patterns;
 //   f32 -> f16 and f32 -> bf16 for every 97th f32 bit pattern (~44 million, every exponent,
