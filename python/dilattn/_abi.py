@@ -111,11 +111,16 @@ SIGNATURES = {
     "dilattn_plan_score_count": ([_P, _PI64], _ST),
     "dilattn_forward": ([_P, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
     "dilattn_backward": ([_P, _T, _T, _T, _T, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
+    # cuda_stream: a cudaStream_t as void* (None: the legacy default stream)
+    "dilattn_forward_on_stream": ([_P, _P, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
+    "dilattn_backward_on_stream": ([_P, _P, _T, _T, _T, _T, _T, _T, _T, _T, _T, _P, C.c_size_t],
+                                   _ST),
     "dilattn_reference_rows": ([_P, _T, _T, _T, _PI64, _I64, C.POINTER(C.c_double),
                                 C.POINTER(C.c_double)], _ST),
     "dilattn_backend_available": ([C.c_int], C.c_int),
     "dilattn_backend_name": ([C.c_int], C.c_char_p),
     "dilattn_build_info": ([], C.c_char_p),
+    "dilattn_cpu_isa": ([], C.c_char_p),
     # dilattn_mask.h
     "dilattn_mask_create": ([_PP, C.POINTER(BsrView)], _ST),
     "dilattn_mask_destroy": ([_P], _ST),

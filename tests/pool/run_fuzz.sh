@@ -21,7 +21,7 @@ CONFIG
 "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Wall -Wextra -Wpedantic -Werror \
-  -I"$work" -I"$root/lib" \
+  -I"$work" -I"$root/lib" -I"$root/lib/internal" \
   "$root/tests/pool/fuzz_pool.cpp" "$root/lib/buddy_pool.cpp" "$root/lib/buddy_allocator.cpp" \
   "$root/lib/errors.cpp" -o "$work/fuzz_pool"
 cd "$work"

@@ -226,6 +226,34 @@ extern "C" {
     pub fn dilattn_backend_available(backend: dilattn_backend) -> c_int;
     pub fn dilattn_backend_name(backend: dilattn_backend) -> *const c_char;
     pub fn dilattn_build_info() -> *const c_char;
+    pub fn dilattn_cpu_isa() -> *const c_char;
+    /// `cuda_stream`: a `cudaStream_t` (null: the legacy default stream).
+    pub fn dilattn_forward_on_stream(
+        plan: dilattn_plan,
+        cuda_stream: *mut c_void,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> dilattn_status;
+    pub fn dilattn_backward_on_stream(
+        plan: dilattn_plan,
+        cuda_stream: *mut c_void,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        d_o: *const dilattn_tensor,
+        dq: *const dilattn_tensor,
+        dk: *const dilattn_tensor,
+        dv: *const dilattn_tensor,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> dilattn_status;
 
     // dilattn_mask.h
     pub fn dilattn_mask_create(mask: *mut dilattn_mask, view: *const dilattn_bsr_view)
