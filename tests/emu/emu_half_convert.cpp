@@ -51,9 +51,12 @@ __global__ void convert_kernel(const float* in, uint16_t* h, uint16_t* bf, float
 int main() {
   std::vector<float> in;
   for (int i = 0; i < 1024; ++i) in.push_back(static_cast<float>(i - 512) * 0.37f);
-  for (int i = 0; i < 1024; ++i) in.push_back(std::ldexp(1.0f + static_cast<float>(i) / 1024.0f, i % 40 - 30));
-  for (int i = 0; i < 1024; ++i) in.push_back(dilattn::bits_float(0x33000000u + 0x1000u * static_cast<uint32_t>(i)));
-  for (int i = 0; i < 1021; ++i) in.push_back(1.0f + static_cast<float>(i) * (1.0f / 2048.0f));  // f16 ties
+  for (int i = 0; i < 1024; ++i)
+    in.push_back(std::ldexp(1.0f + static_cast<float>(i) / 1024.0f, i % 40 - 30));
+  for (int i = 0; i < 1024; ++i)
+    in.push_back(dilattn::bits_float(0x33000000u + 0x1000u * static_cast<uint32_t>(i)));
+  for (int i = 0; i < 1021; ++i)
+    in.push_back(1.0f + static_cast<float>(i) * (1.0f / 2048.0f));  // f16 ties
   in.push_back(INFINITY);
   in.push_back(-INFINITY);
   in.push_back(70000.0f);  // overflows f16 to inf
@@ -72,7 +75,7 @@ int main() {
         math.assign(8 * n, 0.0f);
         DILATTN_LAUNCH(convert_kernel, dim3((n + 127) / 128), dim3(128), 0, nullptr)
         (in.data(), h.data(), bf.data(), back.data(), ints.data(), math.data(), n);
-        CHECK(emu_test::launched_ok("convert_kernel"), "launch");
+        CHECK_MSG(emu_test::launched_ok("convert_kernel"), "launch");
         std::vector<unsigned char> all = emu_test::as_bytes(h);
         for (auto& v : {emu_test::as_bytes(bf), emu_test::as_bytes(back), emu_test::as_bytes(ints),
                         emu_test::as_bytes(math)}) {
@@ -83,34 +86,43 @@ int main() {
         return all;
       },
       &agree);
-  CHECK(agree, "conversions differ between thread orders");
+  CHECK_MSG(agree, "conversions differ between thread orders");
 
   auto same = [](float a, float b) { return dilattn::float_bits(a) == dilattn::float_bits(b); };
   for (int i = 0; i < n; ++i) {
     const float x = in[i];
-    CHECK(h[i] == dilattn::float_to_half(x), "f16(%g) = %04x, host %04x", double(x), h[i],
-          dilattn::float_to_half(x));
-    CHECK(bf[i] == dilattn::float_to_bf16(x), "bf16(%g) = %04x, host %04x", double(x), bf[i],
-          dilattn::float_to_bf16(x));
+    CHECK_MSG(h[i] == dilattn::float_to_half(x), "f16(%g) = %04x, host %04x", double(x), h[i],
+              dilattn::float_to_half(x));
+    CHECK_MSG(bf[i] == dilattn::float_to_bf16(x), "bf16(%g) = %04x, host %04x", double(x), bf[i],
+              dilattn::float_to_bf16(x));
     const float hx = dilattn::half_to_float(dilattn::float_to_half(x));
-    CHECK(same(back[4 * i], std::isinf(hx) ? NAN : hx + -hx) || (std::isinf(hx) && std::isnan(back[4 * i])),
-          "half pair %d", i);
-    CHECK(same(back[4 * i + 1], dilattn::bf16_to_float(dilattn::float_to_bf16(x))), "bf16 back %d", i);
-    CHECK(same(back[4 * i + 2], hx), "__half2 low %d", i);
-    CHECK(same(back[4 * i + 3], dilattn::bf16_to_float(dilattn::float_to_bf16(x))), "bf162 low %d", i);
+    CHECK_MSG(same(back[4 * i], std::isinf(hx) ? NAN : hx + -hx) ||
+                  (std::isinf(hx) && std::isnan(back[4 * i])),
+              "half pair %d", i);
+    CHECK_MSG(same(back[4 * i + 1], dilattn::bf16_to_float(dilattn::float_to_bf16(x))),
+              "bf16 back %d", i);
+    CHECK_MSG(same(back[4 * i + 2], hx), "__half2 low %d", i);
+    CHECK_MSG(same(back[4 * i + 3], dilattn::bf16_to_float(dilattn::float_to_bf16(x))),
+              "bf162 low %d", i);
     const float clamped = std::fmin(std::fmax(x, -1e6f), 1e6f);
-    CHECK(ints[2 * i] == static_cast<int>(std::nearbyint(clamped)), "__float2int_rn(%g) = %d",
-          double(clamped), ints[2 * i]);
-    CHECK(ints[2 * i + 1] == 0, "bit round trip %d", i);
+    CHECK_MSG(ints[2 * i] == static_cast<int>(std::nearbyint(clamped)), "__float2int_rn(%g) = %d",
+              double(clamped), ints[2 * i]);
+    CHECK_MSG(ints[2 * i + 1] == 0, "bit round trip %d", i);
     const float y = std::fabs(x) + 0.5f;
-    const float want[8] = {std::exp(std::fmin(x, 80.0f)), std::log(y), std::exp2(std::fmin(x, 100.0f)),
-                           x / y, 1.0f / std::sqrt(y), 1.0f / y, std::fma(x, y, 1.0f),
+    const float want[8] = {std::exp(std::fmin(x, 80.0f)),
+                           std::log(y),
+                           std::exp2(std::fmin(x, 100.0f)),
+                           x / y,
+                           1.0f / std::sqrt(y),
+                           1.0f / y,
+                           std::fma(x, y, 1.0f),
                            std::fmax(x, 0.0f) - std::fmin(x, 0.0f)};
     for (int k = 0; k < 8; ++k)
-      CHECK(same(math[8 * i + k], want[k]) || (std::isnan(math[8 * i + k]) && std::isnan(want[k])),
-            "math %d of x=%g: %g vs %g", k, double(x), double(math[8 * i + k]), double(want[k]));
+      CHECK_MSG(
+          same(math[8 * i + k], want[k]) || (std::isnan(math[8 * i + k]) && std::isnan(want[k])),
+          "math %d of x=%g: %g vs %g", k, double(x), double(math[8 * i + k]), double(want[k]));
   }
-  CHECK(__float2int_rn(2.5f) == 2 && __float2int_rn(3.5f) == 4 && __float2int_rn(-2.5f) == -2,
-        "__float2int_rn ties are not to even");
-  return emu_test::report("emu_half_convert");
+  CHECK_MSG(__float2int_rn(2.5f) == 2 && __float2int_rn(3.5f) == 4 && __float2int_rn(-2.5f) == -2,
+            "__float2int_rn ties are not to even");
+  return harness::finish("emu_half_convert");
 }

@@ -36,16 +36,16 @@ int main() {
     simt::ScopedThreadOrder scope(order, 5);
     std::vector<int> out(32, 0);
     DILATTN_LAUNCH(two_sites_kernel, dim3(2), dim3(32), 0, nullptr)(out.data(), 1);
-    CHECK(cudaGetLastError() == cudaErrorLaunchFailure, "two call sites not reported");
+    CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "two call sites not reported");
     const std::string msg = simt::last_error_message();
-    CHECK(msg.find("__syncthreads at different call sites") != std::string::npos &&
-              msg.find("emu_negative_barrier_sites.cpp:") != std::string::npos,
-          "msg: %s", msg.c_str());
+    CHECK_MSG(msg.find("__syncthreads at different call sites") != std::string::npos &&
+                  msg.find("emu_negative_barrier_sites.cpp:") != std::string::npos,
+              "msg: %s", msg.c_str());
     DILATTN_LAUNCH(two_sites_kernel, dim3(2), dim3(32), 0, nullptr)(out.data(), 0);
-    CHECK(emu_test::launched_ok("two_sites_kernel without defect"), "control");
+    CHECK_MSG(emu_test::launched_ok("two_sites_kernel without defect"), "control");
     DILATTN_LAUNCH(one_site_kernel, dim3(2), dim3(32), 0, nullptr)(out.data());
-    CHECK(emu_test::launched_ok("one_site_kernel"), "one site in a loop");
-    for (int t = 0; t < 32; ++t) CHECK(out[t] == t + 100, "out[%d] = %d", t, out[t]);
+    CHECK_MSG(emu_test::launched_ok("one_site_kernel"), "one site in a loop");
+    for (int t = 0; t < 32; ++t) CHECK_MSG(out[t] == t + 100, "out[%d] = %d", t, out[t]);
   }
-  return emu_test::report("emu_negative_barrier_sites");
+  return harness::finish("emu_negative_barrier_sites");
 }

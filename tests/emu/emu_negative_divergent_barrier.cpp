@@ -54,43 +54,44 @@ int main() {
     std::vector<int> out(4 * 32, 0);
 
     DILATTN_LAUNCH(early_return_kernel, dim3(4), dim3(32), 0, nullptr)(out.data(), 1);
-    CHECK(cudaPeekAtLastError() == cudaErrorLaunchFailure, "got %d", cudaPeekAtLastError());
+    CHECK_MSG(cudaPeekAtLastError() == cudaErrorLaunchFailure, "got %d", cudaPeekAtLastError());
     std::string msg = simt::last_error_message();
-    CHECK(cudaGetLastError() == cudaErrorLaunchFailure, "cudaGetLastError");
-    CHECK(cudaGetLastError() == cudaSuccess, "cudaGetLastError did not reset");
-    CHECK(contains(msg, "block (3,0,0): __syncthreads reached by 31 of 32 threads"), "msg: %s",
-          msg.c_str());
-    CHECK(contains(msg, "early_return_kernel"), "msg lacks the kernel name: %s", msg.c_str());
+    CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "cudaGetLastError");
+    CHECK_MSG(cudaGetLastError() == cudaSuccess, "cudaGetLastError did not reset");
+    CHECK_MSG(contains(msg, "block (3,0,0): __syncthreads reached by 31 of 32 threads"), "msg: %s",
+              msg.c_str());
+    CHECK_MSG(contains(msg, "early_return_kernel"), "msg lacks the kernel name: %s", msg.c_str());
 
     DILATTN_LAUNCH(early_return_kernel, dim3(4), dim3(32), 0, nullptr)(out.data(), 0);
-    CHECK(emu_test::launched_ok("early_return_kernel without defect"), "launch");
-    for (int i = 0; i < 4 * 32; ++i) CHECK(out[i] == i % 32 + 1, "out[%d] = %d", i, out[i]);
+    CHECK_MSG(emu_test::launched_ok("early_return_kernel without defect"), "launch");
+    for (int i = 0; i < 4 * 32; ++i) CHECK_MSG(out[i] == i % 32 + 1, "out[%d] = %d", i, out[i]);
 
     DILATTN_LAUNCH(shuffle_divergence_kernel, dim3(1), dim3(64), 0, nullptr)(out.data(), 1);
-    CHECK(cudaGetLastError() == cudaErrorLaunchFailure, "shuffle divergence not reported");
+    CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "shuffle divergence not reported");
     msg = simt::last_error_message();
-    CHECK(contains(msg, "warp 1: __shfl_xor_sync (mask 0xffffffff) reached by 31 of 32 lanes"),
-          "msg: %s", msg.c_str());
+    CHECK_MSG(contains(msg, "warp 1: __shfl_xor_sync (mask 0xffffffff) reached by 31 of 32 lanes"),
+              "msg: %s", msg.c_str());
     DILATTN_LAUNCH(shuffle_divergence_kernel, dim3(1), dim3(64), 0, nullptr)(out.data(), 0);
-    CHECK(emu_test::launched_ok("shuffle_divergence_kernel without defect"), "launch");
-    for (int i = 0; i < 64; ++i) CHECK(out[i] == ((i % 32) ^ 1), "out[%d] = %d", i, out[i]);
+    CHECK_MSG(emu_test::launched_ok("shuffle_divergence_kernel without defect"), "launch");
+    for (int i = 0; i < 64; ++i) CHECK_MSG(out[i] == ((i % 32) ^ 1), "out[%d] = %d", i, out[i]);
 
     DILATTN_LAUNCH(shuffle_outside_mask_kernel, dim3(1), dim3(32), 0, nullptr)(out.data(), 1);
-    CHECK(cudaGetLastError() == cudaErrorLaunchFailure, "read outside mask not reported");
+    CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "read outside mask not reported");
     msg = simt::last_error_message();
-    CHECK(contains(msg, "out-of-range shuffle lane 16"), "msg: %s", msg.c_str());
+    CHECK_MSG(contains(msg, "out-of-range shuffle lane 16"), "msg: %s", msg.c_str());
     DILATTN_LAUNCH(shuffle_outside_mask_kernel, dim3(1), dim3(32), 0, nullptr)(out.data(), 0);
-    CHECK(emu_test::launched_ok("shuffle_outside_mask_kernel without defect"), "launch");
+    CHECK_MSG(emu_test::launched_ok("shuffle_outside_mask_kernel without defect"), "launch");
     for (int i = 0; i < 32; ++i)
-      CHECK(out[i] == (i < 16 ? 15 - i : -i), "out[%d] = %d", i, out[i]);
+      CHECK_MSG(out[i] == (i < 16 ? 15 - i : -i), "out[%d] = %d", i, out[i]);
 
     DILATTN_LAUNCH(trap_kernel, dim3(2), dim3(32), 0, nullptr)(out.data(), 1);
-    CHECK(cudaGetLastError() == cudaErrorLaunchFailure, "__trap not reported");
+    CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "__trap not reported");
     msg = simt::last_error_message();
-    CHECK(contains(msg, "block (1,0,0) thread 7 (7,0,0): __trap() called"), "msg: %s", msg.c_str());
+    CHECK_MSG(contains(msg, "block (1,0,0) thread 7 (7,0,0): __trap() called"), "msg: %s",
+              msg.c_str());
     DILATTN_LAUNCH(trap_kernel, dim3(2), dim3(32), 0, nullptr)(out.data(), 0);
-    CHECK(emu_test::launched_ok("trap_kernel without defect"), "launch");
-    for (int i = 0; i < 64; ++i) CHECK(out[i] == 2, "out[%d] = %d", i, out[i]);
+    CHECK_MSG(emu_test::launched_ok("trap_kernel without defect"), "launch");
+    for (int i = 0; i < 64; ++i) CHECK_MSG(out[i] == 2, "out[%d] = %d", i, out[i]);
   }
-  return emu_test::report("emu_negative_divergent_barrier");
+  return harness::finish("emu_negative_divergent_barrier");
 }

@@ -32,7 +32,7 @@ template <class Kernel>
 std::vector<unsigned char> run(Kernel kernel, const std::vector<float>& in) {
   std::vector<float> out(in.size(), 0.0f);
   DILATTN_LAUNCH(kernel, dim3(3), dim3(96), 96 * sizeof(float), nullptr)(in.data(), out.data());
-  CHECK(emu_test::launched_ok("rotate"), "launch");
+  CHECK_MSG(emu_test::launched_ok("rotate"), "launch");
   return emu_test::as_bytes(out);
 }
 
@@ -45,16 +45,16 @@ int main() {
   bool agree = true;
   std::vector<float> bad = emu_test::from_bytes<float>(
       emu_test::run_in_orders([&] { return run(rotate_missing_barrier, in); }, &agree));
-  CHECK(!agree, "the missing barrier was NOT detected: all thread orders agreed");
+  CHECK_MSG(!agree, "the missing barrier was NOT detected: all thread orders agreed");
   int poisoned = 0;
   for (float x : bad) poisoned += std::isnan(x);
-  CHECK(poisoned > 0, "ascending order read no poisoned (NaN) shared memory");
+  CHECK_MSG(poisoned > 0, "ascending order read no poisoned (NaN) shared memory");
 
   std::vector<float> good = emu_test::from_bytes<float>(
       emu_test::run_in_orders([&] { return run(rotate_with_barrier, in); }, &agree));
-  CHECK(agree, "the correct kernel differs between thread orders");
+  CHECK_MSG(agree, "the correct kernel differs between thread orders");
   for (size_t b = 0; b < 3; ++b)
     for (size_t t = 0; t < 96; ++t)
-      CHECK(good[b * 96 + t] == in[b * 96 + (t + 1) % 96], "out[%zu]", b * 96 + t);
-  return emu_test::report("emu_negative_missing_barrier");
+      CHECK_MSG(good[b * 96 + t] == in[b * 96 + (t + 1) % 96], "out[%zu]", b * 96 + t);
+  return harness::finish("emu_negative_missing_barrier");
 }

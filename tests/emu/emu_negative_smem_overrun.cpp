@@ -38,17 +38,17 @@ __global__ void two_tiles_kernel(float* out, int overrun) {
 }  // namespace
 
 int main() {
-  CHECK(carved_bytes() == 2 * (128 + DILATTN_SMEM_GUARD_BYTES), "carved %zu bytes",
-        carved_bytes());
+  CHECK_MSG(carved_bytes() == 2 * (128 + DILATTN_SMEM_GUARD_BYTES), "carved %zu bytes",
+            carved_bytes());
   std::vector<float> out(kTile, 0.0f);
   DILATTN_LAUNCH(two_tiles_kernel, dim3(2), dim3(kTile), carved_bytes(), nullptr)(out.data(), 1);
-  CHECK(cudaGetLastError() == cudaErrorLaunchFailure, "overrun not reported");
+  CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "overrun not reported");
   const std::string msg = simt::last_error_message();
-  CHECK(msg.find("shared-memory overrun: guard byte 0 of the guard at offset 128") !=
-            std::string::npos,
-        "msg: %s", msg.c_str());
+  CHECK_MSG(msg.find("shared-memory overrun: guard byte 0 of the guard at offset 128") !=
+                std::string::npos,
+            "msg: %s", msg.c_str());
   DILATTN_LAUNCH(two_tiles_kernel, dim3(2), dim3(kTile), carved_bytes(), nullptr)(out.data(), 0);
-  CHECK(emu_test::launched_ok("two_tiles_kernel within bounds"), "control");
-  for (int t = 0; t < kTile; ++t) CHECK(out[t] == 3.0f, "out[%d] = %g", t, double(out[t]));
-  return emu_test::report("emu_negative_smem_overrun");
+  CHECK_MSG(emu_test::launched_ok("two_tiles_kernel within bounds"), "control");
+  for (int t = 0; t < kTile; ++t) CHECK_MSG(out[t] == 3.0f, "out[%d] = %g", t, double(out[t]));
+  return harness::finish("emu_negative_smem_overrun");
 }

@@ -80,31 +80,31 @@ int main() {
   // (1) 16 elements per lane: all of them or the copies disagree.
   DILATTN_LAUNCH(scaled_product_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), b.data(),
                                                                        d.data(), 8);
-  CHECK(fails_with("scaling x[0..7] only", "matrix_a fragment element"), "(1)");
+  CHECK_MSG(fails_with("scaling x[0..7] only", "matrix_a fragment element"), "(1)");
   DILATTN_LAUNCH(scaled_product_kernel, dim3(1), dim3(32), 0, nullptr)(
       a.data(), b.data(), d.data(), Frag16::num_elements);
-  CHECK(emu_test::launched_ok("scaling all num_elements"), "(1) control");
+  CHECK_MSG(emu_test::launched_ok("scaling all num_elements"), "(1) control");
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j) {
       float ref = 0.0f;
       for (int k = 0; k < 16; ++k)
         ref += 2.0f * __half2float(a[i * 16 + k]) * __half2float(b[k * 16 + j]);
-      CHECK(d[i * 16 + j] == ref, "(1) D[%d][%d] = %g, want %g", i, j, double(d[i * 16 + j]),
-            double(ref));
+      CHECK_MSG(d[i * 16 + j] == ref, "(1) D[%d][%d] = %g, want %g", i, j, double(d[i * 16 + j]),
+                double(ref));
     }
 
   // (2) alignment, (3) ldm, (4) one pointer and ldm for the warp.
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 8, 16, -1, d.data(), 16);
-  CHECK(fails_with("16 bytes off alignment", "is not 32-byte aligned"), "(2)");
+  CHECK_MSG(fails_with("16 bytes off alignment", "is not 32-byte aligned"), "(2)");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 0, 20, -1, d.data(), 16);
-  CHECK(fails_with("ldm 20 for f16", "ldm = 20 is not a positive multiple of 8"), "(3) f16");
+  CHECK_MSG(fails_with("ldm 20 for f16", "ldm = 20 is not a positive multiple of 8"), "(3) f16");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 0, 16, -1, d.data(), 18);
-  CHECK(fails_with("ldm 18 for a float store", "ldm = 18 is not a positive multiple of 4"),
-        "(3) f32");
+  CHECK_MSG(fails_with("ldm 18 for a float store", "ldm = 18 is not a positive multiple of 4"),
+            "(3) f32");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 0, 16, 5, d.data(), 16);
-  CHECK(fails_with("lane 5 passing another pointer", "lanes disagree"), "(4)");
+  CHECK_MSG(fails_with("lane 5 passing another pointer", "lanes disagree"), "(4)");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 16, 32, -1, d.data(), 24);
-  CHECK(emu_test::launched_ok("aligned pointer, legal ldm"), "(2-4) control");
+  CHECK_MSG(emu_test::launched_ok("aligned pointer, legal ldm"), "(2-4) control");
 
   // (5) a store is no warp barrier.
   for (int sync = 0; sync < 2; ++sync) {
@@ -117,15 +117,15 @@ int main() {
       emu_test::DeviceVector<float> tile(256, -1.0f), out(32, 0.0f);
       DILATTN_LAUNCH(read_after_store_kernel, dim3(1), dim3(32), 0, nullptr)(tile.data(),
                                                                              out.data(), sync);
-      CHECK(emu_test::launched_ok("read_after_store_kernel"), "(5) launch");
+      CHECK_MSG(emu_test::launched_ok("read_after_store_kernel"), "(5) launch");
       for (float x : out) all_stored = all_stored && x == 3.0f;
     }
     agree = all_stored;
     if (sync)
-      CHECK(agree, "(5) with __syncwarp every lane must read the stored 3.0");
+      CHECK_MSG(agree, "(5) with __syncwarp every lane must read the stored 3.0");
     else
-      CHECK(!agree, "(5) without __syncwarp some lane must read the old -1 in some order "
-                    "(store_matrix_sync synchronised the warp)");
+      CHECK_MSG(!agree, "(5) without __syncwarp some lane must read the old -1 in some order "
+                        "(store_matrix_sync synchronised the warp)");
   }
-  return emu_test::report("emu_negative_wmma");
+  return harness::finish("emu_negative_wmma");
 }

@@ -44,14 +44,14 @@ int main() {
         DILATTN_LAUNCH(transpose_kernel, grid, dim3(kTile, kRows),
                        kTile * (kTile + 1) * sizeof(float), nullptr)
         (in.data(), o.data(), rows, cols, &misaligned);
-        CHECK(emu_test::launched_ok("transpose_kernel"), "launch");
+        CHECK_MSG(emu_test::launched_ok("transpose_kernel"), "launch");
         return emu_test::as_bytes(o);
       },
       &agree));
-  CHECK(agree, "transpose differs between thread orders");
-  CHECK(misaligned == 0, "%d threads saw misaligned shared memory", misaligned);
+  CHECK_MSG(agree, "transpose differs between thread orders");
+  CHECK_MSG(misaligned == 0, "%d threads saw misaligned shared memory", misaligned);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c)
-      CHECK(out[c * rows + r] == in[r * cols + c], "out[%d][%d]", c, r);
-  return emu_test::report("emu_shared_tiles");
+      CHECK_MSG(out[c * rows + r] == in[r * cols + c], "out[%d][%d]", c, r);
+  return harness::finish("emu_shared_tiles");
 }

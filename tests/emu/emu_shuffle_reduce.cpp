@@ -19,7 +19,8 @@ __global__ void shuffle_kernel(const int* in, int* block_sum, int* scan16, int* 
   DILATTN_DYNAMIC_SHARED(int, warp_sums);
   const int t = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
   const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
-  const int block = static_cast<int>((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+  const int block =
+      static_cast<int>((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
   const int g = block * nthreads + t;
   const int lane = t % warpSize, warp = t / warpSize;
   const int v = in[g];
@@ -64,26 +65,27 @@ int main() {
         int* sums = all.data();
         DILATTN_LAUNCH(shuffle_kernel, kGrid, dim3(kBx, kBy), 4 * sizeof(int), nullptr)
         (in.data(), sums, sums + blocks, sums + blocks + n, sums + blocks + 2 * n);
-        CHECK(emu_test::launched_ok("shuffle_kernel"), "launch");
+        CHECK_MSG(emu_test::launched_ok("shuffle_kernel"), "launch");
         return emu_test::as_bytes(all);
       },
       &agree));
-  CHECK(agree, "results differ between thread orders");
-  CHECK(out.size() == static_cast<size_t>(blocks + 3 * n), "size %zu", out.size());
-  if (out.size() != static_cast<size_t>(blocks + 3 * n)) return emu_test::report("emu_shuffle_reduce");
+  CHECK_MSG(agree, "results differ between thread orders");
+  CHECK_MSG(out.size() == static_cast<size_t>(blocks + 3 * n), "size %zu", out.size());
+  if (out.size() != static_cast<size_t>(blocks + 3 * n))
+    return harness::finish("emu_shuffle_reduce");
 
   for (int b = 0; b < blocks; ++b) {
     int sum = 0;
     for (int t = 0; t < nthreads; ++t) sum += in[b * nthreads + t];
-    CHECK(out[b] == sum, "block %d sum %d, host %d", b, out[b], sum);
+    CHECK_MSG(out[b] == sum, "block %d sum %d, host %d", b, out[b], sum);
   }
   for (int g = 0; g < n; ++g) {
     const int lane = g % 32, warp0 = g - lane;
     int scan = 0;
     for (int l = lane - lane % 16; l <= lane; ++l) scan += in[warp0 + l];
-    CHECK(out[blocks + g] == scan, "scan16[%d] %d, host %d", g, out[blocks + g], scan);
-    CHECK(out[blocks + n + g] == in[warp0 + 3], "bcast32[%d]", g);
-    CHECK(out[blocks + 2 * n + g] == in[warp0 + lane - lane % 8 + 5], "bcast8[%d]", g);
+    CHECK_MSG(out[blocks + g] == scan, "scan16[%d] %d, host %d", g, out[blocks + g], scan);
+    CHECK_MSG(out[blocks + n + g] == in[warp0 + 3], "bcast32[%d]", g);
+    CHECK_MSG(out[blocks + 2 * n + g] == in[warp0 + lane - lane % 8 + 5], "bcast8[%d]", g);
   }
-  return emu_test::report("emu_shuffle_reduce");
+  return harness::finish("emu_shuffle_reduce");
 }

@@ -1,8 +1,10 @@
-// emu_test_util.h - small helpers shared by the SIMT emulator tests (tests/emu/).
+// emu_test_util.h - the SIMT emulator layer shared by the emulator tests (tests/emu/); their
+// checks go through the common harness (tests/common/check.h: CHECK_MSG, harness::finish).
 //
-// CHECK(cond, ...) records a failure with a message; run_in_orders() runs one computation under
-// ascending, descending and a shuffled thread order and reports whether all three gave bitwise
-// identical bytes (memcmp, never ==, so NaN and -0.0 count as differences).
+// run_in_orders() runs one computation under ascending, descending and a shuffled thread order
+// and reports whether all three gave bitwise identical bytes (memcmp, never ==, so NaN and -0.0
+// count as differences); DeviceVector is memory aligned as cudaMalloc's; as_bytes / from_bytes
+// move values to and from the compared bytes; launched_ok reports the last launch's status.
 #ifndef DILATTN_TESTS_EMU_TEST_UTIL_H
 #define DILATTN_TESTS_EMU_TEST_UTIL_H
 
@@ -12,24 +14,10 @@
 #include <new>
 #include <vector>
 
+#include "../common/check.h"
 #include "simt.h"
 
 namespace emu_test {
-
-inline int& failures() {
-  static int n = 0;
-  return n;
-}
-
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                              \
-      std::fprintf(stderr, "\n");                                     \
-      ++::emu_test::failures();                                       \
-    }                                                                 \
-  } while (0)
 
 // Runs `launch` (which launches kernels and returns the bytes it wants compared) under each
 // order; returns the ascending result and sets *agree to whether all orders matched bitwise.
@@ -94,15 +82,6 @@ inline bool launched_ok(const char* what) {
     return false;
   }
   return true;
-}
-
-inline int report(const char* name) {
-  if (failures() == 0) {
-    std::printf("%s: all checks passed\n", name);
-    return 0;
-  }
-  std::printf("%s: %d check(s) failed\n", name, failures());
-  return 1;
 }
 
 }  // namespace emu_test

@@ -50,10 +50,10 @@ std::string run_with_threads(const char* threads, std::vector<int>* sums) {
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>((i * 37) % 101) - 50;
   sums->assign(40, 0);
   DILATTN_LAUNCH(block_sum, dim3(40), dim3(64), 2 * sizeof(int), nullptr)(in.data(), sums->data());
-  CHECK(emu_test::launched_ok("block_sum"), "SIMT_THREADS=%s", threads);
+  CHECK_MSG(emu_test::launched_ok("block_sum"), "SIMT_THREADS=%s", threads);
   std::vector<int> out(40 * 32);
   DILATTN_LAUNCH(fails_in_two_blocks, dim3(40), dim3(32), 0, nullptr)(out.data());
-  CHECK(cudaGetLastError() == cudaErrorLaunchFailure, "SIMT_THREADS=%s: not reported", threads);
+  CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "SIMT_THREADS=%s: not reported", threads);
   unsetenv("SIMT_THREADS");
   return simt::last_error_message();
 }
@@ -65,10 +65,10 @@ int main() {
     simt::ScopedThreadOrder scope(order);
     std::vector<int> one, three;
     const std::string msg1 = run_with_threads("1", &one), msg3 = run_with_threads("3", &three);
-    CHECK(one == three, "SIMT_THREADS=3 changed the block sums");
+    CHECK_MSG(one == three, "SIMT_THREADS=3 changed the block sums");
     const char* first = order == simt::ThreadOrder::ascending ? "block (9,0,0)" : "block (23,0,0)";
-    CHECK(msg1.find(first) != std::string::npos, "1 thread: %s", msg1.c_str());
-    CHECK(msg1 == msg3, "messages differ: '%s' vs '%s'", msg1.c_str(), msg3.c_str());
+    CHECK_MSG(msg1.find(first) != std::string::npos, "1 thread: %s", msg1.c_str());
+    CHECK_MSG(msg1 == msg3, "messages differ: '%s' vs '%s'", msg1.c_str(), msg3.c_str());
   }
 
   std::atomic<int> wrong{0}, leaked{0}, missed{0};
@@ -78,7 +78,8 @@ int main() {
       std::vector<int> in(8 * 128), out(8);
       for (int it = 0; it < 20; ++it) {
         for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i % 97) * (id + 1) - it;
-        DILATTN_LAUNCH(block_sum, dim3(8), dim3(128), 4 * sizeof(int), nullptr)(in.data(), out.data());
+        DILATTN_LAUNCH(block_sum, dim3(8), dim3(128), 4 * sizeof(int), nullptr)
+        (in.data(), out.data());
         if (cudaGetLastError() != cudaSuccess) ++leaked;
         for (int b = 0; b < 8; ++b) {
           int s = 0;
@@ -96,8 +97,8 @@ int main() {
     }
   });
   for (std::thread& t : threads) t.join();
-  CHECK(wrong == 0, "%d wrong block sums", wrong.load());
-  CHECK(leaked == 0, "%d launches saw another thread's error", leaked.load());
-  CHECK(missed == 0, "%d divergent launches were not reported", missed.load());
-  return emu_test::report("emu_threads");
+  CHECK_MSG(wrong == 0, "%d wrong block sums", wrong.load());
+  CHECK_MSG(leaked == 0, "%d launches saw another thread's error", leaked.load());
+  CHECK_MSG(missed == 0, "%d divergent launches were not reported", missed.load());
+  return harness::finish("emu_threads");
 }

@@ -83,11 +83,11 @@ int main() {
         (in.data(), out.data(), reinterpret_cast<int*>(out.data() + 3),
          reinterpret_cast<int*>(out.data() + 6), out.data() + 9,
          reinterpret_cast<int*>(out.data() + 12));
-        CHECK(emu_test::launched_ok("vote_kernel"), "launch");
+        CHECK_MSG(emu_test::launched_ok("vote_kernel"), "launch");
         return emu_test::as_bytes(out);
       },
       &agree));
-  CHECK(agree, "votes differ between thread orders");
+  CHECK_MSG(agree, "votes differ between thread orders");
   for (int w = 0; w < 3; ++w) {
     unsigned b = 0, e = 0;
     int any = 0, all = 1;
@@ -98,10 +98,10 @@ int main() {
       all &= v > -1000;
       if (l % 2 == 0) e |= static_cast<unsigned>(v % 3 == 0) << l;
     }
-    CHECK(votes[w] == b, "ballot warp %d: %08x vs %08x", w, votes[w], b);
-    CHECK(votes[3 + w] == static_cast<unsigned>(any), "any warp %d", w);
-    CHECK(votes[6 + w] == static_cast<unsigned>(all), "all warp %d", w);
-    CHECK(votes[9 + w] == e, "even ballot warp %d: %08x vs %08x", w, votes[9 + w], e);
+    CHECK_MSG(votes[w] == b, "ballot warp %d: %08x vs %08x", w, votes[w], b);
+    CHECK_MSG(votes[3 + w] == static_cast<unsigned>(any), "any warp %d", w);
+    CHECK_MSG(votes[6 + w] == static_cast<unsigned>(all), "all warp %d", w);
+    CHECK_MSG(votes[9 + w] == e, "even ballot warp %d: %08x vs %08x", w, votes[9 + w], e);
   }
 
   unsigned positives = 0, over900 = 0;
@@ -109,22 +109,23 @@ int main() {
     positives += in[t] > 0;
     over900 += in[t] > 900;
   }
-  CHECK(votes[12] == positives, "__syncthreads_count %u vs %u", votes[12], positives);
-  CHECK(votes[13] == 1u && votes[14] == static_cast<unsigned>(positives == 96),
-        "__syncthreads_and %u %u", votes[13], votes[14]);
-  CHECK(votes[15] == static_cast<unsigned>(over900 > 0), "__syncthreads_or %u", votes[15]);
+  CHECK_MSG(votes[12] == positives, "__syncthreads_count %u vs %u", votes[12], positives);
+  CHECK_MSG(votes[13] == 1u && votes[14] == static_cast<unsigned>(positives == 96),
+            "__syncthreads_and %u %u", votes[13], votes[14]);
+  CHECK_MSG(votes[15] == static_cast<unsigned>(over900 > 0), "__syncthreads_or %u", votes[15]);
 
   auto tot = emu_test::from_bytes<Totals>(emu_test::run_in_orders(
       [&] {
         std::vector<Totals> t(1);
         t[0] = Totals{0, 0u, 0.0f, -2147483647, 0u, -1e30f, 0, 0, 0u};
         std::vector<int> cas(1, 0);
-        DILATTN_LAUNCH(atomic_kernel, dim3(4), dim3(96), 0, nullptr)(in.data(), t.data(), cas.data());
-        CHECK(emu_test::launched_ok("atomic_kernel"), "launch");
+        DILATTN_LAUNCH(atomic_kernel, dim3(4), dim3(96), 0, nullptr)
+        (in.data(), t.data(), cas.data());
+        CHECK_MSG(emu_test::launched_ok("atomic_kernel"), "launch");
         return emu_test::as_bytes(t);
       },
       &agree));
-  CHECK(agree, "atomics differ between thread orders");
+  CHECK_MSG(agree, "atomics differ between thread orders");
   int isum = 0, imax = -2147483647;
   unsigned usum = 0, umax = 0;
   float fsum = 0.0f, fmax = -1e30f;
@@ -136,14 +137,14 @@ int main() {
     umax = static_cast<unsigned>(v & 0xfff) > umax ? static_cast<unsigned>(v & 0xfff) : umax;
     fmax = static_cast<float>(v) * 0.5f > fmax ? static_cast<float>(v) * 0.5f : fmax;
   }
-  CHECK(tot[0].isum == isum, "isum %d vs %d", tot[0].isum, isum);
-  CHECK(tot[0].usum == usum, "usum %u vs %u", tot[0].usum, usum);
-  CHECK(tot[0].fsum == fsum, "fsum %g vs %g", tot[0].fsum, fsum);
-  CHECK(tot[0].imax == imax, "imax %d vs %d", tot[0].imax, imax);
-  CHECK(tot[0].umax == umax, "umax %u vs %u", tot[0].umax, umax);
-  CHECK(tot[0].fmax == fmax, "fmax %g vs %g", tot[0].fmax, fmax);
-  CHECK(tot[0].cas_winners == 1, "atomicCAS winners %d", tot[0].cas_winners);
-  CHECK(tot[0].exch_count == n, "atomicExch count %d", tot[0].exch_count);
-  CHECK(tot[0].exch_last_seen == 7u, "atomicExch value %u", tot[0].exch_last_seen);
-  return emu_test::report("emu_vote_atomics");
+  CHECK_MSG(tot[0].isum == isum, "isum %d vs %d", tot[0].isum, isum);
+  CHECK_MSG(tot[0].usum == usum, "usum %u vs %u", tot[0].usum, usum);
+  CHECK_MSG(tot[0].fsum == fsum, "fsum %g vs %g", tot[0].fsum, fsum);
+  CHECK_MSG(tot[0].imax == imax, "imax %d vs %d", tot[0].imax, imax);
+  CHECK_MSG(tot[0].umax == umax, "umax %u vs %u", tot[0].umax, umax);
+  CHECK_MSG(tot[0].fmax == fmax, "fmax %g vs %g", tot[0].fmax, fmax);
+  CHECK_MSG(tot[0].cas_winners == 1, "atomicCAS winners %d", tot[0].cas_winners);
+  CHECK_MSG(tot[0].exch_count == n, "atomicExch count %d", tot[0].exch_count);
+  CHECK_MSG(tot[0].exch_last_seen == 7u, "atomicExch value %u", tot[0].exch_last_seen);
+  return harness::finish("emu_vote_atomics");
 }

@@ -63,11 +63,11 @@ void check_type(const char* type) {
         DILATTN_LAUNCH(wmma_kernel<T>, dim3(2, 2), dim3(32), 0, nullptr)
         (a.data(), b.data(), c.data(), all.data(), all.data() + kN * kN,
          all.data() + 2 * kN * kN);
-        CHECK(emu_test::launched_ok("wmma_kernel"), "launch %s", type);
+        CHECK_MSG(emu_test::launched_ok("wmma_kernel"), "launch %s", type);
         return emu_test::as_bytes(all);
       },
       &agree));
-  CHECK(agree, "%s: wmma differs between thread orders", type);
+  CHECK_MSG(agree, "%s: wmma differs between thread orders", type);
   for (int i = 0; i < kN; ++i) {
     for (int j = 0; j < kN; ++j) {
       double ref = c[i * kN + j], mag = std::fabs(ref);
@@ -78,10 +78,11 @@ void check_type(const char* type) {
       }
       ref *= 2.0;
       const double tol = 1e-5 * (1.0 + 2.0 * mag);
-      CHECK(std::fabs(out[i * kN + j] - ref) <= tol, "%s D[%d][%d] = %g, ref %g", type, i, j,
-            double(out[i * kN + j]), ref);
-      CHECK(out[kN * kN + j * kN + i] == out[i * kN + j], "%s col-major store [%d][%d]", type, i, j);
-      CHECK(out[2 * kN * kN + i * kN + j] == 1.5f, "%s fill [%d][%d]", type, i, j);
+      CHECK_MSG(std::fabs(out[i * kN + j] - ref) <= tol, "%s D[%d][%d] = %g, ref %g", type, i, j,
+                double(out[i * kN + j]), ref);
+      CHECK_MSG(out[kN * kN + j * kN + i] == out[i * kN + j], "%s col-major store [%d][%d]", type,
+                i, j);
+      CHECK_MSG(out[2 * kN * kN + i * kN + j] == 1.5f, "%s fill [%d][%d]", type, i, j);
     }
   }
 }
@@ -89,13 +90,16 @@ void check_type(const char* type) {
 }  // namespace
 
 int main() {
-  static_assert(wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>::num_elements == 16,
-                "f16 matrix_a: 16 elements per lane, as on the GPU");
-  static_assert(wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>::num_elements == 16,
-                "bf16 matrix_b: 16 elements per lane, as on the GPU");
+  static_assert(
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>::num_elements == 16,
+      "f16 matrix_a: 16 elements per lane, as on the GPU");
+  static_assert(
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>::num_elements ==
+          16,
+      "bf16 matrix_b: 16 elements per lane, as on the GPU");
   static_assert(wmma::fragment<wmma::accumulator, 16, 16, 16, float>::num_elements == 8,
                 "f32 accumulator: 8 elements per lane");
   check_type<__half>("f16");
   check_type<__nv_bfloat16>("bf16");
-  return emu_test::report("emu_wmma");
+  return harness::finish("emu_wmma");
 }

@@ -21,26 +21,7 @@
 
 namespace {
 
-using kcase::Case;
-
-// Local window of one block plus a sink block 0; row block `empty_row` lists nothing.
-void local_sink_mask(Case& c, int64_t empty_row, int64_t shift) {
-  const int64_t I = (c.Nq + c.bq - 1) / c.bq, J = (c.Nk + c.bk - 1) / c.bk;
-  c.head_ptr.push_back(0);
-  for (int64_t h = 0; h < c.mask_heads; ++h) {
-    const size_t head_start = c.col_idx.size();
-    c.row_ptr.push_back(0);
-    for (int64_t ib = 0; ib < I; ++ib) {
-      if (ib != empty_row) {
-        const int64_t centre = (ib * c.bq + h * shift) / c.bk;  // key block at the row's start
-        for (int64_t jb = 0; jb < J; ++jb)
-          if (jb == 0 || jb == centre - 1 || jb == centre) c.col_idx.push_back(jb);
-      }
-      c.row_ptr.push_back(static_cast<int64_t>(c.col_idx.size() - head_start));
-    }
-    c.head_ptr.push_back(static_cast<int64_t>(c.col_idx.size()));
-  }
-}
+using Case = harness::AttentionCase;
 
 std::vector<Case> cases_for(const std::string& kernel) {
   std::vector<Case> out;
@@ -70,7 +51,8 @@ std::vector<Case> cases_for(const std::string& kernel) {
     c.Nq = 22; c.Nk = 13; c.causal = true;
     out.push_back(c);
     c = base("gqa_causal_strided");
-    c.Nq = c.Nk = 19; c.H = 4; c.Hkv = 2; c.causal = true; c.pad = 8;
+    c.Nq = c.Nk = 19; c.H = 4; c.Hkv = 2; c.causal = true;
+    c.input_layout = c.output_layout = {false, 8};
     out.push_back(c);
     c = base("dilated_mod_partial_gqa");
     c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 27; c.H = 4; c.Hkv = 2;
@@ -90,13 +72,13 @@ std::vector<Case> cases_for(const std::string& kernel) {
     out.push_back(c);
     c = base("sparse_local_sink_empty_row");
     c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 40; c.H = 2; c.Hkv = 1;
-    c.bq = c.bk = 8;
-    local_sink_mask(c, 2, 0);
+    c.mask.bq = c.mask.bk = 8;
+    kcase::local_sink_mask(c, 2, 0);
     out.push_back(c);
     c = base("sparse_per_head_bq16_bk8_causal");
     c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 40; c.H = 2; c.Hkv = 2; c.causal = true;
-    c.bq = 16; c.bk = 8; c.mask_heads = 2;
-    local_sink_mask(c, -1, 8);
+    c.mask.bq = 16; c.mask.bk = 8; c.mask.heads = 2;
+    kcase::local_sink_mask(c, -1, 8);
     out.push_back(c);
   }
   if (!wmma) {  // an odd head dim, and the largest ones (shared memory above 48 KiB)
@@ -110,45 +92,31 @@ std::vector<Case> cases_for(const std::string& kernel) {
   return out;
 }
 
-int run_case(const Case& c, const std::string& kernel) {
+void run_case(const Case& c, const std::string& kernel) {
+  harness::CaseScope scope(c.name);
+  const int64_t failed_before = harness::failures();
   const dilattn::KernelChoice expected =
       kernel == "wmma" ? dilattn::KernelChoice::wmma : dilattn::KernelChoice::simt;
-  if (dilattn::kernel_for(c.dtype, c.D, 8) != expected) {  // the emulator reports sm_80
-    std::fprintf(stderr, "%s: D = %lld runs %s, not %s\n", c.name.c_str(),
-                 static_cast<long long>(c.D),
-                 dilattn::kernel_name(dilattn::kernel_for(c.dtype, c.D, 8)), kernel.c_str());
-    return 1;
-  }
-  kcase::Buffer q = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, c.pad);
-  kcase::Buffer k = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, c.pad);
-  kcase::Buffer v = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, c.pad);
-  kcase::Buffer d_o = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, c.pad);
-  const std::vector<double> qx = kcase::fill_random(q, 1), kx = kcase::fill_random(k, 2),
-                            vx = kcase::fill_random(v, 3), dox = kcase::fill_random(d_o, 4);
-  kcase::Buffer q64 = kcase::f64_copy(qx, c.B, c.Nq, c.H, c.D);
-  kcase::Buffer k64 = kcase::f64_copy(kx, c.B, c.Nk, c.Hkv, c.D);
-  kcase::Buffer v64 = kcase::f64_copy(vx, c.B, c.Nk, c.Hkv, c.D);
-  kcase::Buffer do64 = kcase::f64_copy(dox, c.B, c.Nq, c.H, c.D);
-
-  kcase::Gradients ref, asc;
-  if (!kcase::run_backward(c, DILATTN_BACKEND_REF, q64.view, k64.view, v64.view, do64.view, &ref))
-    return 1;
-  const bool same = kcase::run_backward_in_thread_orders(c, q.view, k.view, v.view, d_o.view, &asc);
-  double atol = 0, rtol = 0;
-  kcase::tolerances(c.dtype, &atol, &rtol);  // SPEC 8 as for O: no looser bound needed here
-  // (at these shapes the worst f16/bf16 element uses 0.7 of it)
-  int64_t bad = kcase::count_bad(c.name + " dq", asc.dq, ref.dq, atol, rtol);
-  bad += kcase::count_bad(c.name + " dk", asc.dk, ref.dk, atol, rtol);
-  bad += kcase::count_bad(c.name + " dv", asc.dv, ref.dv, atol, rtol);
+  const dilattn::KernelChoice chosen = dilattn::kernel_for(c.dtype, c.D, 8);  // emulator: sm_80
+  if (!CHECK_MSG(chosen == expected, "D = %lld runs %s, not %s", static_cast<long long>(c.D),
+                 dilattn::kernel_name(chosen), kernel.c_str()))
+    return;
+  const harness::Inputs in = kcase::random_inputs(c);
+  const harness::Gradients ref =
+      kcase::run_forward_backward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
+  const harness::Gradients asc = kcase::run_backward_in_thread_orders(c, in);
+  // SPEC 8 as for O: no looser bound needed here (at these shapes the worst f16/bf16 element
+  // uses 0.7 of it).
+  const spec8::Tolerance tol = spec8::of(c.dtype);
+  CHECK_CLOSE("dQ", asc.dq, ref.dq, tol);
+  CHECK_CLOSE("dK", asc.dk, ref.dk, tol);
+  CHECK_CLOSE("dV", asc.dv, ref.dv, tol);
   // A case whose reference gradients are all zero checks little; each case here has some.
   int64_t nonzero = 0;
-  for (const std::vector<double>* g : {&ref.dq, &ref.dk, &ref.dv})
-    for (double x : *g) nonzero += x != 0 ? 1 : 0;
-  if (nonzero == 0) std::fprintf(stderr, "%s: the reference gradients are all 0\n", c.name.c_str());
-  const bool ok = bad == 0 && same && nonzero > 0;
-  std::printf("%-60s %s (%lld elements off)\n", c.name.c_str(), ok ? "ok" : "FAILED",
-              static_cast<long long>(bad));
-  return ok ? 0 : 1;
+  for (const harness::Tensor* g : {&ref.dq, &ref.dk, &ref.dv})
+    for (double x : g->values()) nonzero += x != 0 ? 1 : 0;
+  CHECK_MSG(nonzero > 0, "the reference gradients are all 0");
+  std::printf("%-60s %s\n", c.name.c_str(), harness::failures() == failed_before ? "ok" : "FAILED");
 }
 
 }  // namespace
@@ -158,11 +126,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s simt|wmma\n", argv[0]);
     return 2;
   }
-  int failures = 0, count = 0;
-  for (const Case& c : cases_for(argv[1])) {
-    failures += run_case(c, argv[1]);
-    ++count;
-  }
-  std::printf("%d of %d cases failed\n", failures, count);
-  return failures == 0 && count > 0 ? 0 : 1;
+  for (const Case& c : cases_for(argv[1])) run_case(c, argv[1]);
+  return harness::finish((std::string("kernels_backward_") + argv[1]).c_str());
 }

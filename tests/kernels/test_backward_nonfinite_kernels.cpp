@@ -22,7 +22,7 @@
 
 namespace {
 
-using kcase::Case;
+using Case = harness::AttentionCase;
 
 struct NanCase {
   Case c;
@@ -52,82 +52,48 @@ std::vector<NanCase> cases() {
   n.nan_key = 21;
   out.push_back(n);
   n = base("nan_sparse_local_band");
-  n.c.kind = DILATTN_KIND_BLOCK_SPARSE; n.c.Nq = n.c.Nk = 64; n.c.bq = n.c.bk = 16;
+  n.c.kind = DILATTN_KIND_BLOCK_SPARSE; n.c.Nq = n.c.Nk = 64; n.c.mask.bq = n.c.mask.bk = 16;
   // Row block ib lists key blocks ib - 1 and ib: the NaN key (block 2) reaches row blocks 2, 3.
-  n.c.row_ptr = {0, 1, 3, 5, 7};
-  n.c.col_idx = {0, 0, 1, 1, 2, 2, 3};
+  n.c.mask.row_ptr = {0, 1, 3, 5, 7};
+  n.c.mask.col_idx = {0, 0, 1, 1, 2, 2, 3};
   n.nan_key = 40;
   out.push_back(n);
   return out;
 }
 
-// Elements where NaN-ness differs from the reference's, or a non-NaN value is outside SPEC 8.
-// Counts the reference's NaNs and finite values.
-int64_t count_bad(const std::string& what, const std::vector<double>& got,
-                  const std::vector<double>& want, double atol, double rtol, int64_t* nans,
-                  int64_t* finite) {
-  if (got.size() != want.size()) return 1;
-  int64_t bad = 0;
-  for (size_t n = 0; n < got.size(); ++n) {
-    const double g = got[n], w = want[n];
-    const bool ok = (std::isnan(w) || std::isnan(g)) ? std::isnan(w) && std::isnan(g)
-                                                     : std::fabs(g - w) <= atol + rtol * std::fabs(w);
-    *nans += std::isnan(w) ? 1 : 0;
-    *finite += std::isfinite(w) ? 1 : 0;
-    if (!ok && bad++ < 5)
-      std::fprintf(stderr, "%s[%zu]: got %.9g, reference %.9g\n", what.c_str(), n, g, w);
-  }
-  return bad;
-}
-
-int run_case(const NanCase& n) {
+void run_case(const NanCase& n) {
   const Case& c = n.c;
-  kcase::Buffer q = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, 0);
-  kcase::Buffer k = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, 0);
-  kcase::Buffer v = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, 0);
-  kcase::Buffer d_o = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, 0);
-  const std::vector<double> vx = kcase::fill_random(v, 3), dox = kcase::fill_random(d_o, 4);
-  std::vector<double> qx = kcase::fill_random(q, 1), kx = kcase::fill_random(k, 2);
-  kcase::Buffer& target = n.nan_key >= 0 ? k : q;
-  std::vector<double>& exact = n.nan_key >= 0 ? kx : qx;
-  const int64_t at =
-      dilattn::element_offset(target.view, 0, n.nan_key >= 0 ? n.nan_key : n.nan_query, 0, 1);
-  dilattn::store_element(target.view.data, c.dtype, at, NAN);
-  exact[static_cast<size_t>(at)] = NAN;  // contiguous: the view's offset is the vector's index
-  kcase::Buffer q64 = kcase::f64_copy(qx, c.B, c.Nq, c.H, c.D);
-  kcase::Buffer k64 = kcase::f64_copy(kx, c.B, c.Nk, c.Hkv, c.D);
-  kcase::Buffer v64 = kcase::f64_copy(vx, c.B, c.Nk, c.Hkv, c.D);
-  kcase::Buffer do64 = kcase::f64_copy(dox, c.B, c.Nq, c.H, c.D);
-
-  kcase::Gradients ref, emu;
-  if (!kcase::run_backward(c, DILATTN_BACKEND_REF, q64.view, k64.view, v64.view, do64.view, &ref))
-    return 1;
-  const bool same = kcase::run_backward_in_thread_orders(c, q.view, k.view, v.view, d_o.view, &emu);
-  double atol = 0, rtol = 0;
-  kcase::tolerances(c.dtype, &atol, &rtol);
-  int64_t nans = 0, finite = 0;
-  int64_t bad = count_bad(c.name + " dq", emu.dq, ref.dq, atol, rtol, &nans, &finite);
-  bad += count_bad(c.name + " dk", emu.dk, ref.dk, atol, rtol, &nans, &finite);
-  bad += count_bad(c.name + " dv", emu.dv, ref.dv, atol, rtol, &nans, &finite);
+  harness::CaseScope scope(c.name);
+  const int64_t failed_before = harness::failures();
+  harness::Inputs in = kcase::random_inputs(c);
+  if (n.nan_key >= 0)
+    in.k.set(0, n.nan_key, 0, 1, NAN);
+  else
+    in.q.set(0, n.nan_query, 0, 1, NAN);
+  const harness::Gradients ref =
+      kcase::run_forward_backward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
+  const harness::Gradients emu = kcase::run_backward_in_thread_orders(c, in);
+  // NaN exactly where the reference's gradients are NaN, SPEC 8 elsewhere (compare.h).
+  const spec8::Tolerance tol = spec8::of(c.dtype);
+  CHECK_CLOSE("dQ", emu.dq, ref.dq, tol);
+  CHECK_CLOSE("dK", emu.dk, ref.dk, tol);
+  CHECK_CLOSE("dV", emu.dv, ref.dv, tol);
   // The case must check what it is about: NaN gradients next to finite ones.
-  const bool meaningful = nans > 0 && finite > 0;
-  if (!meaningful)
-    std::fprintf(stderr, "%s: the reference has %lld NaN and %lld finite gradient values\n",
-                 c.name.c_str(), static_cast<long long>(nans), static_cast<long long>(finite));
-  const bool ok = bad == 0 && same && meaningful;
-  std::printf("%-60s %s (%lld elements off, reference %lld NaN)\n", c.name.c_str(),
-              ok ? "ok" : "FAILED", static_cast<long long>(bad), static_cast<long long>(nans));
-  return ok ? 0 : 1;
+  int64_t nans = 0, finite = 0;
+  for (const harness::Tensor* g : {&ref.dq, &ref.dk, &ref.dv}) {
+    nans += harness::nan_count(*g);
+    for (double x : g->values()) finite += std::isfinite(x) ? 1 : 0;
+  }
+  CHECK_MSG(nans > 0 && finite > 0, "the reference has %lld NaN and %lld finite gradient values",
+            static_cast<long long>(nans), static_cast<long long>(finite));
+  std::printf("%-60s %s (reference %lld NaN)\n", c.name.c_str(),
+              harness::failures() == failed_before ? "ok" : "FAILED",
+              static_cast<long long>(nans));
 }
 
 }  // namespace
 
 int main() {
-  int failures = 0, count = 0;
-  for (const NanCase& n : cases()) {
-    failures += run_case(n);
-    ++count;
-  }
-  std::printf("%d of %d cases failed\n", failures, count);
-  return failures == 0 && count > 0 ? 0 : 1;
+  for (const NanCase& n : cases()) run_case(n);
+  return harness::finish("kernels_backward_nonfinite_simt");
 }

@@ -8,6 +8,7 @@
 // shuffled thread order; the outputs must be bitwise identical (no race, no order-dependent
 // sum), and the ascending one within SPEC 8 of the reference.
 // kernel_for (cuda/kernel_choice.h) must name the kernel this run is about for every case.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -18,26 +19,7 @@
 
 namespace {
 
-using kcase::Case;
-
-// Local window of one block plus a sink block 0; row block `empty_row` lists nothing.
-void local_sink_mask(Case& c, int64_t empty_row, int64_t shift) {
-  const int64_t I = (c.Nq + c.bq - 1) / c.bq, J = (c.Nk + c.bk - 1) / c.bk;
-  c.head_ptr.push_back(0);
-  for (int64_t h = 0; h < c.mask_heads; ++h) {
-    const size_t head_start = c.col_idx.size();
-    c.row_ptr.push_back(0);
-    for (int64_t ib = 0; ib < I; ++ib) {
-      if (ib != empty_row) {
-        const int64_t centre = (ib * c.bq + h * shift) / c.bk;  // key block at the row's start
-        for (int64_t jb = 0; jb < J; ++jb)
-          if (jb == 0 || jb == centre - 1 || jb == centre) c.col_idx.push_back(jb);
-      }
-      c.row_ptr.push_back(static_cast<int64_t>(c.col_idx.size() - head_start));
-    }
-    c.head_ptr.push_back(static_cast<int64_t>(c.col_idx.size()));
-  }
-}
+using Case = harness::AttentionCase;
 
 std::vector<Case> cases_for(const std::string& kernel) {
   std::vector<Case> out;
@@ -67,7 +49,8 @@ std::vector<Case> cases_for(const std::string& kernel) {
     c.Nq = 37; c.Nk = 20; c.causal = true;
     out.push_back(c);
     c = base("gqa_causal_strided");
-    c.Nq = c.Nk = 29; c.H = 4; c.Hkv = 2; c.causal = true; c.pad = 8;
+    c.Nq = c.Nk = 29; c.H = 4; c.Hkv = 2; c.causal = true;
+    c.input_layout = c.output_layout = {false, 8};
     out.push_back(c);
     c = base("dilated_mod_partial");
     c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 50; c.H = 4; c.Hkv = 2;
@@ -87,13 +70,13 @@ std::vector<Case> cases_for(const std::string& kernel) {
     out.push_back(c);
     c = base("sparse_local_sink_empty_row");
     c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 70; c.H = 2; c.Hkv = 1;
-    c.bq = c.bk = 16;
-    local_sink_mask(c, 2, 0);
+    c.mask.bq = c.mask.bk = 16;
+    kcase::local_sink_mask(c, 2, 0);
     out.push_back(c);
     c = base("sparse_per_head_bq32_bk16_causal");
     c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 70; c.H = 2; c.Hkv = 2; c.causal = true;
-    c.bq = 32; c.bk = 16; c.mask_heads = 2;
-    local_sink_mask(c, -1, 16);
+    c.mask.bq = 32; c.mask.bk = 16; c.mask.heads = 2;
+    kcase::local_sink_mask(c, -1, 16);
     out.push_back(c);
   }
   if (!wmma) {  // the largest head dims: shared memory above the 48 KiB default (opt-in)
@@ -107,39 +90,26 @@ std::vector<Case> cases_for(const std::string& kernel) {
   return out;
 }
 
-int run_case(const Case& c, const std::string& kernel) {
+void run_case(const Case& c, const std::string& kernel) {
+  harness::CaseScope scope(c.name);
+  const int64_t failed_before = harness::failures();
   const dilattn::KernelChoice expected =
       kernel == "wmma" ? dilattn::KernelChoice::wmma : dilattn::KernelChoice::simt;
-  if (dilattn::kernel_for(c.dtype, c.D, 8) != expected) {  // the emulator reports sm_80
-    std::fprintf(stderr, "%s: D = %lld runs %s, not %s\n", c.name.c_str(),
-                 static_cast<long long>(c.D), dilattn::kernel_name(dilattn::kernel_for(c.dtype, c.D, 8)),
-                 kernel.c_str());
-    return 1;
-  }
-  kcase::Buffer q = kcase::make_buffer(c.dtype, c.B, c.Nq, c.H, c.D, c.pad);
-  kcase::Buffer k = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, c.pad);
-  kcase::Buffer v = kcase::make_buffer(c.dtype, c.B, c.Nk, c.Hkv, c.D, c.pad);
-  const std::vector<double> qx = kcase::fill_random(q, 1), kx = kcase::fill_random(k, 2),
-                            vx = kcase::fill_random(v, 3);
-  kcase::Buffer q64 = kcase::f64_copy(qx, c.B, c.Nq, c.H, c.D);
-  kcase::Buffer k64 = kcase::f64_copy(kx, c.B, c.Nk, c.Hkv, c.D);
-  kcase::Buffer v64 = kcase::f64_copy(vx, c.B, c.Nk, c.Hkv, c.D);
-
-  kcase::Outputs ref, asc;
-  if (!kcase::run(c, DILATTN_BACKEND_REF, q64.view, k64.view, v64.view, &ref)) return 1;
-  const bool same = kcase::run_emu_in_thread_orders(c, q.view, k.view, v.view, &asc);
-  double atol = 0, rtol = 0;
-  kcase::tolerances(c.dtype, &atol, &rtol);
-  int64_t bad = kcase::count_bad(c.name + " o", asc.o, ref.o, atol, rtol);
-  bad += kcase::count_bad(c.name + " lse", asc.lse, ref.lse, spec8::kLseAtol, 0.0);
+  const dilattn::KernelChoice chosen = dilattn::kernel_for(c.dtype, c.D, 8);  // emulator: sm_80
+  if (!CHECK_MSG(chosen == expected, "D = %lld runs %s, not %s", static_cast<long long>(c.D),
+                 dilattn::kernel_name(chosen), kernel.c_str()))
+    return;
+  const harness::Inputs in = kcase::random_inputs(c);
+  const harness::Forward ref =
+      harness::run_forward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
+  const harness::Forward asc = kcase::run_emu_in_thread_orders(c, in);
+  CHECK_CLOSE("O", asc.o, ref.o, spec8::of(c.dtype));
+  CHECK_CLOSE("LSE", asc.lse, ref.lse, spec8::lse());
   // A case whose reference has no finite LSE checks little; each case here has some.
   int64_t finite = 0;
-  for (double x : ref.lse) finite += std::isfinite(x) ? 1 : 0;
-  if (finite == 0) std::fprintf(stderr, "%s: no row has a key\n", c.name.c_str());
-  const bool ok = bad == 0 && same && finite > 0;
-  std::printf("%-60s %s (%lld elements off)\n", c.name.c_str(), ok ? "ok" : "FAILED",
-              static_cast<long long>(bad));
-  return ok ? 0 : 1;
+  for (double x : ref.lse.values()) finite += std::isfinite(x) ? 1 : 0;
+  CHECK_MSG(finite > 0, "no row has a key");
+  std::printf("%-60s %s\n", c.name.c_str(), harness::failures() == failed_before ? "ok" : "FAILED");
 }
 
 }  // namespace
@@ -149,11 +119,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s simt|wmma\n", argv[0]);
     return 2;
   }
-  int failures = 0, count = 0;
-  for (const Case& c : cases_for(argv[1])) {
-    failures += run_case(c, argv[1]);
-    ++count;
-  }
-  std::printf("%d of %d cases failed\n", failures, count);
-  return failures == 0 && count > 0 ? 0 : 1;
+  for (const Case& c : cases_for(argv[1])) run_case(c, argv[1]);
+  return harness::finish((std::string("kernels_forward_") + argv[1]).c_str());
 }

@@ -7,21 +7,10 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/check.h"
 #include "dilattn.h"
 
 namespace {
-
-int failures = 0;
-
-void expect_status(dilattn_status got, dilattn_status want, const char* what) {
-  if (got == want) {
-    std::printf("%-50s ok (%s)\n", what, dilattn_last_error());
-    return;
-  }
-  std::fprintf(stderr, "%s: got %s (%s), want %s\n", what, dilattn_status_string(got),
-               dilattn_last_error(), dilattn_status_string(want));
-  ++failures;
-}
 
 dilattn_plan make_plan(dilattn_dtype dtype, int64_t D, dilattn_status* status) {
   dilattn_desc desc = nullptr;
@@ -38,13 +27,12 @@ dilattn_plan make_plan(dilattn_dtype dtype, int64_t D, dilattn_status* status) {
 int main() {
   dilattn_status s;
   make_plan(DILATTN_F64, 8, &s);
-  expect_status(s, DILATTN_ERROR_UNSUPPORTED, "f64 plan on emu");
+  CHECK_EQ(s, DILATTN_ERROR_UNSUPPORTED);  // f64 plan on emu
   make_plan(DILATTN_F32, 264, &s);
-  expect_status(s, DILATTN_ERROR_UNSUPPORTED, "head_dim 264 on emu");
+  CHECK_EQ(s, DILATTN_ERROR_UNSUPPORTED);  // head_dim 264 on emu
 
   dilattn_plan plan = make_plan(DILATTN_F32, 8, &s);
-  expect_status(s, DILATTN_SUCCESS, "f32 D=8 plan on emu");
-  if (plan == nullptr) return 1;
+  if (!CHECK_OK(s)) return harness::finish("kernels_launch_checks");  // f32 D=8 plan on emu
   std::vector<float> q(1 + 8 * 8, 0.5f), k(8 * 8, 0.25f), v(8 * 8, 1.0f), o(8 * 8, -7.0f);
   dilattn_tensor tq = dilattn_tensor_contiguous(q.data(), DILATTN_F32, 1, 8, 1, 8);
   dilattn_tensor tk = dilattn_tensor_contiguous(k.data(), DILATTN_F32, 1, 8, 1, 8);
@@ -54,29 +42,22 @@ int main() {
   // A float pointer one byte off its alignment.
   dilattn_tensor misaligned = tq;
   misaligned.data = reinterpret_cast<unsigned char*>(q.data()) + 1;
-  expect_status(dilattn_forward(plan, &misaligned, &tk, &tv, &to, nullptr, nullptr, 0),
-                DILATTN_ERROR_UNSUPPORTED, "misaligned q");
+  CHECK_EQ(dilattn_forward(plan, &misaligned, &tk, &tv, &to, nullptr, nullptr, 0),
+           DILATTN_ERROR_UNSUPPORTED);
   // Every query row written to the same 8 floats.
   dilattn_tensor overlapping = to;
   overlapping.strides[1] = 0;
-  expect_status(dilattn_forward(plan, &tq, &tk, &tv, &overlapping, nullptr, nullptr, 0),
-                DILATTN_ERROR_UNSUPPORTED, "output rows with stride 0");
+  CHECK_EQ(dilattn_forward(plan, &tq, &tk, &tv, &overlapping, nullptr, nullptr, 0),
+           DILATTN_ERROR_UNSUPPORTED);
   bool untouched = true;
   for (float x : o) untouched = untouched && x == -7.0f;
-  if (!untouched) {
-    std::fprintf(stderr, "a refused call wrote the output\n");
-    ++failures;
-  }
+  CHECK_MSG(untouched, "a refused call wrote the output");
 
   // The plain call: every row attends to equal keys, so O is v's row, 1.0.
-  expect_status(dilattn_forward(plan, &tq, &tk, &tv, &to, nullptr, nullptr, 0), DILATTN_SUCCESS,
-                "plain forward");
+  CHECK_OK(dilattn_forward(plan, &tq, &tk, &tv, &to, nullptr, nullptr, 0));
   for (float x : o)
-    if (x != 1.0f) {
-      std::fprintf(stderr, "plain forward: O element %g, want 1\n", static_cast<double>(x));
-      ++failures;
+    if (!CHECK_MSG(x == 1.0f, "plain forward: O element %g, want 1", static_cast<double>(x)))
       break;
-    }
 
   std::vector<float> lse(8), d_o(8 * 8, 1.0f), dq(8 * 8, -7.0f), dk(8 * 8, -7.0f),
       dv(8 * 8, -7.0f);
@@ -85,34 +66,27 @@ int main() {
   dilattn_tensor tdq = dilattn_tensor_contiguous(dq.data(), DILATTN_F32, 1, 8, 1, 8);
   dilattn_tensor tdk = dilattn_tensor_contiguous(dk.data(), DILATTN_F32, 1, 8, 1, 8);
   dilattn_tensor tdv = dilattn_tensor_contiguous(dv.data(), DILATTN_F32, 1, 8, 1, 8);
-  expect_status(dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0), DILATTN_SUCCESS,
-                "forward with lse");
+  CHECK_OK(dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0));
   // Every key row's gradient written to the same 8 floats.
   dilattn_tensor overlapping_dk = tdk;
   overlapping_dk.strides[1] = 0;
-  expect_status(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &overlapping_dk, &tdv,
-                                 nullptr, 0),
-                DILATTN_ERROR_UNSUPPORTED, "backward: dk rows with stride 0");
+  CHECK_EQ(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &overlapping_dk, &tdv,
+                            nullptr, 0),
+           DILATTN_ERROR_UNSUPPORTED);
   bool grads_untouched = true;
   for (const std::vector<float>* g : {&dq, &dk, &dv})
     for (float x : *g) grads_untouched = grads_untouched && x == -7.0f;
-  if (!grads_untouched) {
-    std::fprintf(stderr, "a refused backward wrote a gradient\n");
-    ++failures;
-  }
+  CHECK_MSG(grads_untouched, "a refused backward wrote a gradient");
   // The plain backward: all scores equal, so P = 1/8, dP = <dO, v> = 8 = D_i and dS = 0:
   // dQ = dK = 0, and dV_j = sum_i P_ij dO_i = 1.
-  expect_status(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0),
-                DILATTN_SUCCESS, "plain backward");
+  CHECK_OK(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0));
   for (int n = 0; n < 8 * 8; ++n)
-    if (std::fabs(dq[n]) > 1e-6f || std::fabs(dk[n]) > 1e-6f || std::fabs(dv[n] - 1.0f) > 1e-6f) {
-      std::fprintf(stderr, "plain backward: element %d: dQ %g, dK %g, dV %g; want 0, 0, 1\n", n,
+    if (!CHECK_MSG(std::fabs(dq[n]) <= 1e-6f && std::fabs(dk[n]) <= 1e-6f &&
+                       std::fabs(dv[n] - 1.0f) <= 1e-6f,
+                   "plain backward: element %d: dQ %g, dK %g, dV %g; want 0, 0, 1", n,
                    static_cast<double>(dq[n]), static_cast<double>(dk[n]),
-                   static_cast<double>(dv[n]));
-      ++failures;
+                   static_cast<double>(dv[n])))
       break;
-    }
   dilattn_plan_destroy(plan);
-  std::printf("%d failures\n", failures);
-  return failures == 0 ? 0 : 1;
+  return harness::finish("kernels_launch_checks");
 }

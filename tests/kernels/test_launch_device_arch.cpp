@@ -7,32 +7,25 @@
 #include <cstdio>
 #include <string>
 
+#include "../common/check.h"
 #include "backend.h"
 #include "dilattn.h"
 #include "simt.h"
 
 int main() {
-  int failures = 0;
   simt::set_emulated_device(7, 5);  // before any call: device facts are cached per process
   dilattn_desc desc = nullptr;
   dilattn_desc_create(&desc);
   const dilattn_shape shape = dilattn_shape_make(1, 8, 8, 1, 1, 16);
   dilattn_plan plan = nullptr;
-  const dilattn_status s = dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_EMU);
-  const std::string msg = dilattn_last_error();
-  if (s != DILATTN_ERROR_DEVICE_NOT_BUILT ||
-      msg.find("device 0 (sm_75): no kernel image for it (kernels built for sm 80,90)") ==
-          std::string::npos) {
-    std::fprintf(stderr, "plan on sm_75: got %s (%s)\n", dilattn_status_string(s), msg.c_str());
-    ++failures;
-  }
+  CHECK_ERROR(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_EMU),
+              DILATTN_ERROR_DEVICE_NOT_BUILT,
+              "device 0 (sm_75): no kernel image for it (kernels built for sm 80,90)");
   const std::string report = dilattn::emu::device_report();
-  if (report != "yes (sm_75), no kernel image for it (kernels built for sm 80,90): emu not used") {
-    std::fprintf(stderr, "device report: %s\n", report.c_str());
-    ++failures;
-  }
+  CHECK_MSG(
+      report == "yes (sm_75), no kernel image for it (kernels built for sm 80,90): emu not used",
+      "device report: %s", report.c_str());
   dilattn_plan_destroy(plan);
   dilattn_desc_destroy(desc);
-  std::printf("test_launch_device_arch: %d failure(s)\n", failures);
-  return failures == 0 ? 0 : 1;
+  return harness::finish("kernels_launch_device_arch");
 }
