@@ -2,7 +2,7 @@
 //
 // Property: in a kernel, __float2half/__half2float, __float2bfloat16/__bfloat162float and the
 // __half2/__nv_bfloat162 pairs round exactly as the library's portable converters
-// (lib/dtype_convert.h, round to nearest even) over 4096 values including ties, subnormals,
+// (lib/internal/dtype_convert.h, round to nearest even) over 4096 values including ties, subnormals,
 // infinities and overflow; __float2int_rn rounds half to even; __int_as_float/__float_as_int
 // round-trip bits; __expf/__logf/exp2f/__fdividef/rsqrtf/__frcp_rn/__fmaf_rn/fmaxf/fminf/__ldg
 // equal the host's libm results bitwise. Ascending and descending orders agree.
