@@ -127,8 +127,9 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
   p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(p.D));
 
-  // AUTO takes the first backend of the table that can run the problem; a named backend
-  // must be able to (its can_run says why not).
+  // AUTO takes the first backend of the table that can run the problem (a setting gone wrong,
+  // INVALID_VALUE, stops it: backend_table.cpp); a named backend must be able to (its can_run
+  // says why not).
   const dilattn::Backend* chosen = dilattn::find_backend(backend_value);
   s = auto_backend ? dilattn::resolve_auto_backend(p, &chosen) : chosen->can_run(p);
   if (s != DILATTN_SUCCESS) return s;
