@@ -200,7 +200,9 @@ struct DeviceInfo {
   int major = 0, minor = 0;
   size_t smem_limit = 0;
   std::mutex granted_mutex;
-  std::vector<std::pair<KernelFn, size_t>> granted;  // dynamic shared memory limits raised
+  // Dynamic shared memory limits raised so far, per kernel (any kernel's type, forward or
+  // backward, as a plain function pointer).
+  std::vector<std::pair<void (*)(), size_t>> granted;
 };
 
 void query_device(int device, DeviceInfo* info) {
@@ -389,6 +391,28 @@ ChosenKernel pick_kernel(const Problem& p, int cc_major) {
   }
 }
 
+// Above 48 KiB a kernel must opt in to more dynamic shared memory. Its limit is raised once per
+// device to the largest size asked so far (device.granted), not per call. Used by the forward
+// (choose_kernel) and the backward (launch_backward.cu).
+template <class Kernel>
+dilattn_status grant_shared_memory(DeviceInfo& device, Kernel fn, size_t smem) {
+  if (smem <= 48 * 1024) return DILATTN_SUCCESS;
+  const auto key = reinterpret_cast<void (*)()>(fn);
+  std::lock_guard<std::mutex> lock(device.granted_mutex);
+  std::pair<void (*)(), size_t>* grant = nullptr;
+  for (auto& g : device.granted)
+    if (g.first == key) grant = &g;
+  if (grant != nullptr && grant->second >= smem) return DILATTN_SUCCESS;
+  const cudaError_t e =
+      cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return cuda_failure(e, "cudaFuncSetAttribute");
+  if (grant != nullptr)
+    grant->second = smem;
+  else
+    device.granted.emplace_back(key, smem);
+  return DILATTN_SUCCESS;
+}
+
 // The kernel for this problem on the device, its shared memory checked and granted (a kernel's
 // limit is raised once per device to the largest size asked so far, not per call).
 dilattn_status choose_kernel(const Problem& p, DeviceInfo& device, ChosenKernel* kernel) {
@@ -398,21 +422,7 @@ dilattn_status choose_kernel(const Problem& p, DeviceInfo& device, ChosenKernel*
                      "backend '%s': head_dim = %lld needs %zu bytes of shared memory per block, "
                      "the device has %zu",
                      kBackendName, static_cast<long long>(p.D), kernel->smem, device.smem_limit);
-  if (kernel->smem <= 48 * 1024) return DILATTN_SUCCESS;
-  // Above 48 KiB a kernel must opt in to more dynamic shared memory.
-  std::lock_guard<std::mutex> lock(device.granted_mutex);
-  std::pair<KernelFn, size_t>* grant = nullptr;
-  for (auto& g : device.granted)
-    if (g.first == kernel->fn) grant = &g;
-  if (grant != nullptr && grant->second >= kernel->smem) return DILATTN_SUCCESS;
-  const cudaError_t e = cudaFuncSetAttribute(
-      kernel->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kernel->smem));
-  if (e != cudaSuccess) return cuda_failure(e, "cudaFuncSetAttribute");
-  if (grant != nullptr)
-    grant->second = kernel->smem;
-  else
-    device.granted.emplace_back(kernel->fn, kernel->smem);
-  return DILATTN_SUCCESS;
+  return grant_shared_memory(device, kernel->fn, kernel->smem);
 }
 
 // ---------------------------------------------------------------- prepare_workspace

@@ -150,28 +150,23 @@ BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
   }
 }
 
-// Above 48 KiB a kernel must opt in to more dynamic shared memory.
-dilattn_status grant_smem(BackwardKernelFn fn, size_t smem, size_t limit, int64_t D) {
-  if (smem > limit)
+// The kernel's shared memory checked against the device, then granted once per device
+// (grant_shared_memory, launch.cu).
+dilattn_status grant_smem(DeviceInfo& device, BackwardKernelFn fn, size_t smem, int64_t D) {
+  if (smem > device.smem_limit)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': head_dim = %lld needs %zu bytes of shared memory per block "
                      "in the backward, the device has %zu",
-                     kBackendName, static_cast<long long>(D), smem, limit);
-  cudaError_t e = cudaSuccess;
-  if (smem > 48 * 1024 &&
-      (e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(smem))) != cudaSuccess)
-    return cuda_failure(e, "cudaFuncSetAttribute");
-  return DILATTN_SUCCESS;
+                     kBackendName, static_cast<long long>(D), smem, device.smem_limit);
+  return grant_shared_memory(device, fn, smem);
 }
 
 // From the device's cached facts (device_info): no property query per call.
-dilattn_status choose_backward_kernels(const Problem& p, const DeviceInfo& device,
+dilattn_status choose_backward_kernels(const Problem& p, DeviceInfo& device,
                                        BackwardKernels* kernels) {
   *kernels = pick_backward_kernels(p, device.major);
-  dilattn_status st = grant_smem(kernels->dq, kernels->dq_smem, device.smem_limit, p.D);
-  if (st == DILATTN_SUCCESS)
-    st = grant_smem(kernels->dkdv, kernels->dkdv_smem, device.smem_limit, p.D);
+  dilattn_status st = grant_smem(device, kernels->dq, kernels->dq_smem, p.D);
+  if (st == DILATTN_SUCCESS) st = grant_smem(device, kernels->dkdv, kernels->dkdv_smem, p.D);
   return st;
 }
 
