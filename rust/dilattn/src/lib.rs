@@ -20,12 +20,16 @@
 //! library's message naming the argument and its value.
 mod attention;
 mod error;
+mod half;
 mod mask;
+mod pool;
 mod tensor;
 
 pub use attention::{Attention, Backend, HeadMode, Plan, Shape};
 pub use error::{Error, Result};
+pub use half::{Bf16, F16};
 pub use mask::{Bsr, Mask};
+pub use pool::{Block, Growth, Pool, PoolStats};
 pub use tensor::{Dtype, Element, Tensor, TensorMut};
 
 use std::ffi::CStr;
