@@ -18,8 +18,8 @@ from ._info import __version__, backend_available, build_info, info, library_ver
 from ._numpy import backward, forward
 from .pool import Pool, PoolStats
 
-__all__ = ["forward", "backward", "mask", "Pool", "PoolStats", "Error", "InvalidArgumentError", "UnsupportedError",
-           "DeviceError", "OutOfMemoryError", "InternalError", "backend_available",
+__all__ = ["forward", "backward", "mask", "Pool", "PoolStats", "Error", "InvalidArgumentError",
+           "UnsupportedError", "DeviceError", "OutOfMemoryError", "InternalError", "backend_available",
            "build_info", "info", "library_path", "library_version", "__version__"]
 
 

@@ -1,7 +1,7 @@
 """test_abi.py - the ctypes declarations (dilattn/_abi.py) agree with the C headers: every
-function of lib/dilattn.h, lib/dilattn_mask.h and lib/dilattn_pool.h is declared with the header's parameter count,
-the enum values match, and the struct sizes equal the sizes the library itself writes into
-struct_size (so a field added to a struct fails here)."""
+function of lib/dilattn.h, lib/dilattn_mask.h and lib/dilattn_pool.h is declared with the
+header's parameter count, the enum values match, and the struct sizes equal the sizes the
+library itself writes into struct_size (so a field added to a struct fails here)."""
 import ctypes as C
 import os
 import re

@@ -20,7 +20,6 @@ import contextlib
 import ctypes as C
 import types
 
-import numpy as np
 import pytest
 
 from helpers import CASES, TOLERANCE, import_torch, inputs, within
