@@ -16,6 +16,9 @@
 //!              &mut TensorMut::new(&mut lse, [b, h, n, 1]).unwrap()).unwrap();
 //! ```
 //!
+//! Elements: f32, f64, and f16 / bf16 as [`F16`] / [`Bf16`] (u16 bits). Workspace memory:
+//! [`Pool`] (the library's buddy pool) attached with [`Attention::pool`].
+//!
 //! Every fallible call returns `Result<_, Error>`; an error carries the C status and the
 //! library's message naming the argument and its value.
 mod attention;
