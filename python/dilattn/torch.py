@@ -146,7 +146,7 @@ class _Attention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if d_o is None:
             d_o = torch.zeros_like(o)
-        # o and lse are the forward's, on ctx.device; autograd may hand d_o elsewhere.
+        # o and lse are the forward's, made on q's device; autograd may hand d_o elsewhere.
         device = _one_device([("q", q), ("k", k), ("v", v), ("grad of o", d_o)])
         d_o = d_o.to(o.dtype)
         with _on_device(device):
