@@ -1,4 +1,5 @@
-"""dilattn.py - a small ctypes binding of the dilattn C ABI (lib/dilattn.h), numpy only.
+"""dilattn.py - a small ctypes binding of the dilattn C ABI (lib/dilattn.h), numpy only, that
+runs from a source checkout without pip install.
 
 What it does: loads libdilattn (env DILATTN_LIB, else the newest build*/lib/libdilattn.so next to
 this repository), wraps numpy arrays of any non-negative strides as dilattn_tensor views, and
@@ -10,36 +11,38 @@ bits with dtype="bf16" (to_bf16 / from_bf16 convert, round to nearest even).
     o, lse = dilattn.forward(q, k, v, segments=[4, 8], dilations=[1, 2], head_mode="mod")
     dq, dk, dv = dilattn.backward(q, k, v, o, lse, d_o, segments=[4, 8], dilations=[1, 2])
 
+The ABI's declarations (enums, structs, function signatures) are not repeated here: they are the
+Python package's python/dilattn/_abi.py, loaded by its path (it needs nothing but the standard
+library), so a change of the C ABI is made, and checked against the headers, in one file.
+
 Used by tests/python/ (checked there against an independent numpy implementation of SPEC.md)
 and by examples/python/example.py.
 """
 import ctypes
 import glob
+import importlib.util
 import os
 
 import numpy as np
 
-# ---------------------------------------------------------------- enums of dilattn.h
-STATUS_NAMES = [
-    "DILATTN_SUCCESS", "DILATTN_ERROR_NULL_POINTER", "DILATTN_ERROR_SHAPE_MISMATCH",
-    "DILATTN_ERROR_DTYPE_MISMATCH", "DILATTN_ERROR_HEADS_NOT_DIVISIBLE",
-    "DILATTN_ERROR_BAD_SEGMENT", "DILATTN_ERROR_BAD_DILATION", "DILATTN_ERROR_NO_BRANCHES",
-    "DILATTN_ERROR_GROUPS_TOO_FEW_HEADS", "DILATTN_ERROR_BAD_SCALE",
-    "DILATTN_ERROR_SIZE_OVERFLOW", "DILATTN_ERROR_BAD_MASK", "DILATTN_ERROR_DEVICE_NOT_BUILT",
-    "DILATTN_ERROR_DEVICE_MISMATCH", "DILATTN_ERROR_INVALID_VALUE",
-    "DILATTN_ERROR_SEQLEN_MISMATCH", "DILATTN_ERROR_UNSUPPORTED",
-    "DILATTN_ERROR_BACKEND_NOT_BUILT", "DILATTN_ERROR_OUT_OF_MEMORY",
-    "DILATTN_ERROR_WORKSPACE_TOO_SMALL", "DILATTN_ERROR_CUDA", "DILATTN_ERROR_INTERNAL",
-    "DILATTN_ERROR_POOL_DOUBLE_FREE", "DILATTN_ERROR_POOL_FOREIGN_POINTER",
-    "DILATTN_ERROR_POOL_INTERIOR_POINTER", "DILATTN_ERROR_POOL_ZERO_SIZE",
-    "DILATTN_ERROR_POOL_TOO_LARGE", "DILATTN_ERROR_POOL_DESTROYED", "DILATTN_ERROR_COMM",
-]
-DTYPES = {"f32": 0, "f64": 1, "f16": 2, "bf16": 3}
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_abi():
+    path = os.path.join(_REPO, "python", "dilattn", "_abi.py")
+    spec = importlib.util.spec_from_file_location("dilattn_abi", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_abi = _load_abi()
+STATUS_NAMES = _abi.STATUS_NAMES
+DTYPES = _abi.DTYPES
+HEAD_MODES = _abi.HEAD_MODES
+BACKENDS = _abi.BACKENDS
 NUMPY_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
                 np.dtype(np.float16): "f16"}
-HEAD_MODES = {"mod": 0, "block": 1, "groups": 2}
-BACKENDS = {"auto": 0, "ref": 1, "cpu": 2, "cuda": 3, "emu": 4}
-DEVICE_CPU = 0
 
 
 class DilattnError(Exception):
@@ -52,69 +55,25 @@ class DilattnError(Exception):
         super().__init__(f"{self.name}: {message}")
 
 
-class Tensor(ctypes.Structure):
-    """struct dilattn_tensor: struct_size, data, dtype, device, device_index, shape[4], strides[4]."""
-    _fields_ = [("struct_size", ctypes.c_size_t), ("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device", ctypes.c_int),
-                ("device_index", ctypes.c_int32), ("shape", ctypes.c_int64 * 4),
-                ("strides", ctypes.c_int64 * 4)]
-
-
-class Shape(ctypes.Structure):
-    """struct dilattn_shape: struct_size, then B, Nq, Nk, H, Hkv, D."""
-    _fields_ = [("struct_size", ctypes.c_size_t)] + [
-        (name, ctypes.c_int64) for name in
-        ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")]
-
-
 # ---------------------------------------------------------------- loading the library
 def _find_library():
     path = os.environ.get("DILATTN_LIB")
     if path:
         return path
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    found = glob.glob(os.path.join(repo, "build*", "lib", "libdilattn.so"))
+    found = glob.glob(os.path.join(_REPO, "build*", "lib", "libdilattn.so"))
     if not found:
         raise OSError("libdilattn.so not found: set DILATTN_LIB or build into ./build")
     return max(found, key=os.path.getmtime)
-
-
-def _load():
-    lib = ctypes.CDLL(_find_library())
-    P = ctypes.c_void_p
-    T = ctypes.POINTER(Tensor)
-    i64 = ctypes.c_int64
-    sigs = {
-        "dilattn_version": ([], ctypes.c_int),
-        "dilattn_status_string": ([ctypes.c_int], ctypes.c_char_p),
-        "dilattn_last_error": ([], ctypes.c_char_p),
-        "dilattn_backend_available": ([ctypes.c_int], ctypes.c_int),
-        "dilattn_desc_create": ([ctypes.POINTER(P)], ctypes.c_int),
-        "dilattn_desc_destroy": ([P], ctypes.c_int),
-        "dilattn_desc_set_dilated": ([P, ctypes.c_int32, ctypes.POINTER(i64),
-                                      ctypes.POINTER(i64), ctypes.c_int], ctypes.c_int),
-        "dilattn_desc_set_causal": ([P, ctypes.c_int32], ctypes.c_int),
-        "dilattn_desc_set_scale": ([P, ctypes.c_double], ctypes.c_int),
-        "dilattn_plan_create": ([ctypes.POINTER(P), P, ctypes.POINTER(Shape), ctypes.c_int,
-                                 ctypes.c_int], ctypes.c_int),
-        "dilattn_plan_destroy": ([P], ctypes.c_int),
-        "dilattn_forward": ([P, T, T, T, T, T, P, ctypes.c_size_t], ctypes.c_int),
-        "dilattn_backward": ([P, T, T, T, T, T, T, T, T, T, P, ctypes.c_size_t], ctypes.c_int),
-    }
-    for name, (args, res) in sigs.items():
-        fn = getattr(lib, name)
-        fn.argtypes = args
-        fn.restype = res
-    return lib
 
 
 _lib = None
 
 
 def lib():
-    """The loaded library (loaded on first use)."""
+    """The loaded library (loaded on first use), declared by _abi.SIGNATURES."""
     global _lib
     if _lib is None:
-        _lib = _load()
+        _lib = _abi.use_library(_find_library())
     return _lib
 
 
@@ -153,18 +112,10 @@ def tensor(array, dtype=None):
     """A dilattn_tensor view of a 4-d numpy array (strides in elements, any order)."""
     if array.ndim != 4:
         raise ValueError(f"dilattn tensors are 4-d, got shape {array.shape}")
-    t = Tensor()
-    t.struct_size = ctypes.sizeof(Tensor)
-    t.data = array.ctypes.data
-    t.dtype = DTYPES[dtype_name(array, dtype)]
-    t.device = DEVICE_CPU
-    t.device_index = 0
-    for i in range(4):
-        t.shape[i] = array.shape[i]
-        if array.strides[i] % array.itemsize:
-            raise ValueError("strides must be whole elements")
-        t.strides[i] = array.strides[i] // array.itemsize
-    return t
+    if any(s % array.itemsize for s in array.strides):
+        raise ValueError("strides must be whole elements")
+    return _abi.tensor(array.ctypes.data, dtype_name(array, dtype), array.shape,
+                       [s // array.itemsize for s in array.strides])
 
 
 # ---------------------------------------------------------------- descriptions and plans
@@ -186,7 +137,7 @@ class Plan:
             _check(L.dilattn_desc_set_causal(desc, 1 if causal else 0))
             if scale is not None:
                 _check(L.dilattn_desc_set_scale(desc, float(scale)))
-            shape = Shape(ctypes.sizeof(Shape), B, Nq, Nk, H, Hkv, D)
+            shape = _abi.shape(B, Nq, Nk, H, Hkv, D)
             _check(L.dilattn_plan_create(ctypes.byref(self._plan), desc, ctypes.byref(shape),
                                          DTYPES[dtype], BACKENDS[backend]))
         finally:

@@ -6,6 +6,7 @@ numpy:   o, lse = dilattn.forward(q, k, v, segments=[8, 16], dilations=[1, 2])
 masks:   dilattn.forward(q, k, v, mask=dilattn.mask.pattern("local:2+sink:1", n, 64))
 PyTorch: dilattn.torch.attention(q, k, v, ...), dilattn.torch.DilatedAttention,
          dilattn.torch.MultiheadDilatedAttention (torch is optional: import dilattn.torch)
+pools:   with dilattn.Pool(1 << 20) as pool: dilattn.forward(q, k, v, pool=pool); pool.stats()
 errors:  dilattn.Error and its subclasses, with .status, .status_name and .message
 build:   python -m dilattn info
 """
@@ -15,9 +16,10 @@ from ._errors import (DeviceError, Error, InternalError, InvalidArgumentError, O
                       UnsupportedError)
 from ._info import __version__, backend_available, build_info, info, library_version
 from ._numpy import backward, forward
+from .pool import Pool, PoolStats
 
-__all__ = ["forward", "backward", "mask", "Error", "InvalidArgumentError", "UnsupportedError",
-           "DeviceError", "OutOfMemoryError", "InternalError", "backend_available",
+__all__ = ["forward", "backward", "mask", "Pool", "PoolStats", "Error", "InvalidArgumentError",
+           "UnsupportedError", "DeviceError", "OutOfMemoryError", "InternalError", "backend_available",
            "build_info", "info", "library_path", "library_version", "__version__"]
 
 

@@ -1,11 +1,14 @@
-"""_abi.py - every ctypes declaration of the dilattn C ABI (lib/dilattn.h, lib/dilattn_mask.h)
-the package uses, in one place: enums, structs, function signatures and loading the library.
+"""_abi.py - every ctypes declaration of the dilattn C ABI (lib/dilattn.h, lib/dilattn_mask.h,
+lib/dilattn_pool.h) the package uses, in one place: enums, structs, function signatures and
+loading the library. It imports nothing but the standard library, so examples/python loads this
+file by path from a source checkout (no pip install) instead of declaring the ABI again.
 
 A change of the C ABI is a change of this file only (tests/packages/test_abi.py compares the
 declarations below with the header, so a forgotten change fails there).
 
 The shared library is the one meson-python installed next to this file; DILATTN_LIB (a path)
-overrides it, e.g. to run the package's Python code against a meson build directory.
+overrides it, e.g. to run the package's Python code against a meson build directory, and
+use_library(path) chooses one before the first call.
 """
 import ctypes as C
 import glob
@@ -31,10 +34,12 @@ STATUS = {name: value for value, name in enumerate(STATUS_NAMES)}
 
 DTYPES = {"f32": 0, "f64": 1, "f16": 2, "bf16": 3}
 DEVICE_CPU = 0
+DEVICE_CUDA = 1
 HEAD_MODES = {"mod": 0, "block": 1, "groups": 2}
 BACKENDS = {"auto": 0, "ref": 1, "cpu": 2, "cuda": 3, "emu": 4}
 BACKEND_NAMES = {value: name for name, value in BACKENDS.items()}
 INDEX_INT64 = 1
+POOL_GROWTH = {"fixed": 0, "grow": 1}  # dilattn_pool_growth
 
 
 # ---------------------------------------------------------------- structs
@@ -60,14 +65,30 @@ class BsrView(C.Structure):
                 ("head_ptr", C.c_void_p)]
 
 
-def tensor(data_ptr, dtype, shape, strides):
-    """A dilattn_tensor view of host memory; shape and strides (in elements) have 4 entries."""
+class PoolOptions(C.Structure):
+    """struct dilattn_pool_options (dilattn_pool.h); dilattn_pool_options_init fills it."""
+    _fields_ = [("struct_size", C.c_size_t), ("arena_bytes", C.c_size_t),
+                ("min_block_bytes", C.c_size_t), ("growth", C.c_int32), ("max_arenas", C.c_int32)]
+
+
+class PoolStats(C.Structure):
+    """struct dilattn_pool_stats (dilattn_pool.h); set struct_size before the call."""
+    _fields_ = [("struct_size", C.c_size_t), ("num_arenas", C.c_size_t),
+                ("arena_bytes_total", C.c_size_t), ("bytes_in_use", C.c_size_t),
+                ("bytes_requested", C.c_size_t), ("internal_fragmentation", C.c_size_t),
+                ("peak_bytes_in_use", C.c_size_t), ("live_blocks", C.c_size_t),
+                ("largest_free_block", C.c_size_t), ("free_blocks", C.c_size_t * 64)]
+
+
+def tensor(data_ptr, dtype, shape, strides, device=DEVICE_CPU, device_index=0):
+    """A dilattn_tensor view; shape and strides (in elements) have 4 entries. Host memory unless
+    device is DEVICE_CUDA (then data_ptr is memory of CUDA device device_index)."""
     t = Tensor()
     t.struct_size = C.sizeof(Tensor)
     t.data = data_ptr
     t.dtype = DTYPES[dtype]
-    t.device = DEVICE_CPU
-    t.device_index = 0
+    t.device = device
+    t.device_index = device_index
     for i in range(4):
         t.shape[i] = shape[i]
         t.strides[i] = strides[i]
@@ -88,7 +109,7 @@ _I32 = C.c_int32
 _ST = C.c_int  # dilattn_status and the other enums are C ints
 
 # name: (argument types, result type); the order and count follow the header. Every function
-# of dilattn.h and dilattn_mask.h is here (the pools of dilattn_pool.h are not bound).
+# of dilattn.h, dilattn_mask.h and dilattn_pool.h is here.
 SIGNATURES = {
     "dilattn_version": ([], C.c_int),
     "dilattn_status_string": ([_ST], C.c_char_p),
@@ -135,6 +156,16 @@ SIGNATURES = {
     "dilattn_mask_hierarchical": ([_PP, _I64, _I64, _I64, _I64, _I32, _PI64, _PI64, _PI64, _I32],
                                   _ST),
     "dilattn_mask_topk": ([_PP, _T, _T, _I64, _I64, _I64, _I32], _ST),
+    # dilattn_pool.h
+    "dilattn_pool_options_init": ([C.POINTER(PoolOptions), C.c_size_t], _ST),
+    "dilattn_pool_create_host": ([_PP, C.POINTER(PoolOptions)], _ST),
+    "dilattn_pool_create_cuda": ([_PP, _I32, C.POINTER(PoolOptions)], _ST),
+    "dilattn_pool_create_from_memory": ([_PP, _P, C.c_size_t, C.c_size_t, C.c_int, _I32], _ST),
+    "dilattn_pool_alloc": ([_P, C.c_size_t, _PP], _ST),
+    "dilattn_pool_free": ([_P, _P], _ST),
+    "dilattn_pool_get_stats": ([_P, C.POINTER(PoolStats)], _ST),
+    "dilattn_pool_reset": ([_P], _ST),
+    "dilattn_pool_destroy": ([_P], _ST),
 }
 
 
@@ -153,8 +184,8 @@ def library_path():
                   "pip install .?); set DILATTN_LIB to the path of libdilattn")
 
 
-def _load():
-    lib = C.CDLL(library_path())
+def _load(path):
+    lib = C.CDLL(path)
     for name, (args, result) in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = args
@@ -169,5 +200,17 @@ def lib():
     """The loaded library, loaded on first use."""
     global _lib
     if _lib is None:
-        _lib = _load()
+        _lib = _load(library_path())
+    return _lib
+
+
+def use_library(path):
+    """Loads the library at path for every later call (before any other call: a library already
+    loaded stays, as ctypes cannot unload it)."""
+    global _lib
+    if _lib is None:
+        _lib = _load(path)
+    elif _lib._name != path:
+        raise OSError(f"dilattn: {_lib._name} is loaded already; use_library({path!r}) "
+                      "must come first")
     return _lib

@@ -41,7 +41,9 @@ def info():
         lines.append(f"backend {name}: {'available' if backend_available(name) else 'not available'}")
     try:
         import torch
-        lines.append(f"torch: {torch.__version__} (dilattn.torch takes CPU tensors)")
+        lines.append(f"torch: {torch.__version__} (dilattn.torch takes CPU tensors"
+                     + (" and CUDA tensors)" if backend_available("cuda") else
+                        "; CUDA tensors need a library built with CUDA)"))
     except ImportError:
         lines.append("torch: not installed (dilattn.torch unavailable; numpy API only)")
     lines.append(build_info().rstrip("\n"))

@@ -65,14 +65,14 @@ def _lse4(lse):
 
 
 def forward(q, k, v, *, segments=None, dilations=None, heads_mode="mod", causal=False,
-            scale=None, mask=None, backend="auto"):
+            scale=None, mask=None, backend="auto", pool=None):
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
     with no keys). Dense by default; dilated with segments=[w...], dilations=[r...] and
     heads_mode "mod" | "block" | "groups"; block-sparse with mask=dilattn.mask.pattern(...).
-    Raises dilattn.Error (a subclass per kind of failure) with the library's message."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend)
+    pool: a dilattn.Pool (host) for the workspace. Raises dilattn.Error (a subclass per kind of failure) with the library's message."""
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
     try:
@@ -86,10 +86,10 @@ def forward(q, k, v, *, segments=None, dilations=None, heads_mode="mod", causal=
 
 
 def backward(q, k, v, o, lse, do, *, segments=None, dilations=None, heads_mode="mod",
-             causal=False, scale=None, mask=None, backend="auto"):
+             causal=False, scale=None, mask=None, backend="auto", pool=None):
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
     the output gradient do (SPEC 6). Deterministic: the same inputs give the same bits."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend)
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
     q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                                    ("do", do)))
     lse = as_array("lse", _lse4(lse))

@@ -5,7 +5,12 @@ Plan.backward here.
 Options (SPEC 2-4): dense attention by default; dilated with segments and dilations (one entry
 per branch) and a heads_mode; block-sparse with a dilattn.mask.Mask; causal; scale (default
 1/sqrt(D)); backend "auto" (cuda when a GPU can run the problem, else cpu, else the f64
-reference for f64 inputs), "ref", "cpu", "cuda" or "emu".
+reference for f64 inputs), "ref", "cpu", "cuda" or "emu"; pool, a dilattn.Pool for the
+workspace (default: the library's default pool of the device).
+
+A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaStream_t as an
+int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
+Without one (stream=None) it is dilattn_forward / dilattn_backward.
 """
 import ctypes as C
 import numbers
@@ -18,7 +23,7 @@ class Options:
     """Validated attention options; the same for forward and backward."""
 
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
-                 scale=None, mask=None, backend="auto"):
+                 scale=None, mask=None, backend="auto", pool=None):
         def as_list(name, value):
             if value is None:
                 return None
@@ -57,18 +62,26 @@ class Options:
                 raise error_for("DILATTN_ERROR_INVALID_VALUE",
                                 "mask and segments/dilations given together: attention is "
                                 "either block-sparse or dilated")
+        if pool is not None:
+            from .pool import Pool
+            if not isinstance(pool, Pool):
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"pool={pool!r}: expected a dilattn.Pool")
+            pool.handle()  # a closed pool is refused here, before any plan is made
         self.heads_mode = heads_mode
         self.causal = bool(causal)
         self.scale = None if scale is None else float(scale)
         self.mask = mask
         self.backend = backend
+        self.pool = pool
 
 
 class Plan:
-    """A dilattn plan: options, sizes (B, Nq, Nk, H, Hkv, D), a dtype name and a backend.
-    Immutable; may be used from several threads at once (dilattn.h)."""
+    """A dilattn plan: options, sizes (B, Nq, Nk, H, Hkv, D), a dtype name and a backend
+    (options.backend unless backend names another: dilattn.torch asks for "cuda" for CUDA
+    tensors). Immutable; may be used from several threads at once (dilattn.h)."""
 
-    def __init__(self, options, sizes, dtype):
+    def __init__(self, options, sizes, dtype, backend=None):
         L = _abi.lib()
         self.options = options
         self.sizes = tuple(int(s) for s in sizes)
@@ -88,9 +101,12 @@ class Plan:
             check(L.dilattn_desc_set_causal(desc, 1 if options.causal else 0))
             if options.scale is not None:
                 check(L.dilattn_desc_set_scale(desc, options.scale))
+            if options.pool is not None:
+                check(L.dilattn_desc_set_pool(desc, options.pool.handle()))
             shape = _abi.shape(*self.sizes)
             check(L.dilattn_plan_create(C.byref(self._plan), desc, C.byref(shape),
-                                        _abi.DTYPES[dtype], _abi.BACKENDS[options.backend]))
+                                        _abi.DTYPES[dtype],
+                                        _abi.BACKENDS[backend or options.backend]))
         finally:
             L.dilattn_desc_destroy(desc)
         chosen = C.c_int()
@@ -109,11 +125,35 @@ class Plan:
     def __del__(self):
         self.close()
 
-    def forward(self, q, k, v, o, lse):
-        """Views (dilattn_tensor) in, results written into the views o and lse."""
-        check(_abi.lib().dilattn_forward(self._plan, C.byref(q), C.byref(k), C.byref(v),
-                                         C.byref(o), C.byref(lse), None, 0))
+    def workspace_bytes(self):
+        """(forward, backward) bytes of workspace the plan takes from its pool per call."""
+        forward, backward = C.c_size_t(), C.c_size_t()
+        check(_abi.lib().dilattn_plan_workspace_size(self._plan, C.byref(forward),
+                                                     C.byref(backward)))
+        return forward.value, backward.value
 
-    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv):
+    def _check_pool(self):
+        # The library's own check of a destroyed pool is best effort (dilattn_pool.h: a new pool
+        # may reuse the address); the Python object knows for sure.
+        if self.options.pool is not None:
+            self.options.pool.handle()
+
+    def forward(self, q, k, v, o, lse, stream=None):
+        """Views (dilattn_tensor) in, results written into the views o and lse; on the CUDA
+        stream `stream` when it is not None."""
+        self._check_pool()
+        views = [C.byref(t) for t in (q, k, v, o, lse)]
+        L = _abi.lib()
+        if stream is None:
+            check(L.dilattn_forward(self._plan, *views, None, 0))
+        else:
+            check(L.dilattn_forward_on_stream(self._plan, stream, *views, None, 0))
+
+    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, stream=None):
+        self._check_pool()
         views = [C.byref(t) for t in (q, k, v, o, lse, d_o, dq, dk, dv)]
-        check(_abi.lib().dilattn_backward(self._plan, *views, None, 0))
+        L = _abi.lib()
+        if stream is None:
+            check(L.dilattn_backward(self._plan, *views, None, 0))
+        else:
+            check(L.dilattn_backward_on_stream(self._plan, stream, *views, None, 0))

@@ -6,20 +6,29 @@ attention() is a torch.autograd.Function: the forward saves O and LSE, the backw
 library's backward (SPEC 6). Tensors are passed as views (torch strides are in elements and
 never negative, as the C ABI wants), in float32, float64, float16 or bfloat16.
 
-CPU tensors only for now: the C ABI has no CUDA stream argument yet, so the library cannot run
-on the stream PyTorch uses; a CUDA tensor raises dilattn.DeviceError saying so.
+Devices: q, k, v (and the incoming gradient) must be on one device, else DeviceError naming
+two of them. CPU tensors run on options.backend. CUDA tensors run on the library's cuda
+backend (backend "auto" or "cuda"; another is refused) through dilattn_forward_on_stream /
+dilattn_backward_on_stream on torch.cuda.current_stream(device), with the tensors' device
+current: the call orders with the other work PyTorch queued there and returns without waiting.
+O, LSE and the gradients are allocated by torch on that device; nothing is copied to the host.
+A library built without CUDA (the default pip install .) raises DeviceError saying how to build
+one: pip install . -Csetup-args=-Dcuda=enabled.
 
 DilatedAttention and MultiheadDilatedAttention take the constructor and forward arguments of
 fkodom's dilated-attention-pytorch, with heads_mode="groups" (its head split), and compute
 exact softmax attention; README ("Drop-in for dilated-attention-pytorch") states how the
 outputs differ from that package's (SPEC 9).
 """
+import contextlib
+
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import _abi
 from ._errors import error_for
+from ._info import backend_available, build_info
 from ._plan import Options, Plan
 
 _DTYPE_NAMES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
@@ -40,11 +49,9 @@ def _check_tensor(name, t):
     if not isinstance(t, torch.Tensor):
         raise error_for("DILATTN_ERROR_INVALID_VALUE",
                         f"{name} is a {type(t).__name__}, expected a torch.Tensor")
-    if t.device.type != "cpu":
+    if t.device.type not in ("cpu", "cuda"):
         raise error_for("DILATTN_ERROR_DEVICE_MISMATCH",
-                        f"{name} is on {t.device}: dilattn.torch takes CPU tensors only, until "
-                        "the C ABI takes a CUDA stream; move the tensors to the CPU "
-                        "(tensor.cpu())")
+                        f"{name} is on {t.device}: dilattn.torch takes CPU and CUDA tensors")
     if t.dim() != 4:
         raise error_for("DILATTN_ERROR_SHAPE_MISMATCH",
                         f"{name} has shape {tuple(t.shape)}: expected 4 dimensions "
@@ -52,9 +59,62 @@ def _check_tensor(name, t):
     _dtype_name(name, t)
 
 
-def _view(name, t):
-    """The dilattn_tensor view of a CPU tensor's memory (the tensor must outlive it)."""
+def _view(name, t, device):
+    """The dilattn_tensor view of the memory of a tensor on device, host or CUDA (the tensor
+    must outlive it)."""
+    if device.type == "cuda":
+        return _abi.tensor(t.data_ptr(), _dtype_name(name, t), tuple(t.shape), t.stride(),
+                           _abi.DEVICE_CUDA, device.index)
     return _abi.tensor(t.data_ptr(), _dtype_name(name, t), tuple(t.shape), t.stride())
+
+
+# ---------------------------------------------------------------- devices
+def _one_device(named):
+    """The device of the (name, tensor) pairs, all checked first; DEVICE_MISMATCH names the
+    first two that differ."""
+    first_name, first = named[0]
+    for name, t in named:
+        if not isinstance(t, torch.Tensor) or not isinstance(first, torch.Tensor):
+            break  # _check_tensor below names it
+        if t.device != first.device:
+            raise error_for("DILATTN_ERROR_DEVICE_MISMATCH",
+                            f"{first_name} is on {first.device} but {name} is on {t.device}: "
+                            "dilattn.torch needs all tensors on one device")
+    for name, t in named:
+        _check_tensor(name, t)
+    return first.device
+
+
+def _plan_backend(device, options):
+    """The backend a plan for tensors on device asks for: options.backend on the CPU, cuda for
+    CUDA tensors (the only backend that reads device memory, SPEC 1)."""
+    if device.type != "cuda":
+        return options.backend
+    if options.backend not in ("auto", "cuda"):
+        raise error_for("DILATTN_ERROR_DEVICE_MISMATCH",
+                        f"backend={options.backend!r} runs on host memory but the tensors are "
+                        f"on {device}: use backend='auto' or 'cuda', or move them to the CPU")
+    if not backend_available("cuda"):
+        facts = dict(line.split(": ", 1) for line in build_info().splitlines() if ": " in line)
+        if facts.get("CUDA found at build") == "yes":
+            why = f"its cuda backend cannot run here (GPU present: {facts.get('GPU present')})"
+        else:
+            why = ("it was built without CUDA; build it with CUDA: pip install . "
+                   "-Csetup-args=-Dcuda=enabled (needs nvcc)")
+        raise error_for("DILATTN_ERROR_DEVICE_NOT_BUILT",
+                        f"the tensors are on {device} but the dilattn library "
+                        f"{_abi.library_path()} cannot run CUDA tensors: {why}")
+    return "cuda"
+
+
+def _on_device(device):
+    """The tensors' GPU as the current device while a CUDA call is planned and enqueued."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _stream(device):
+    """torch's current stream of the device as the int the C ABI takes, None on the CPU."""
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
 
 class _Attention(torch.autograd.Function):
@@ -62,14 +122,18 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, options):
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            _check_tensor(name, t)
+        device = _one_device([("q", q), ("k", k), ("v", v)])
+        backend = _plan_backend(device, options)
         B, Nq, H, D = q.shape
-        plan = Plan(options, (B, Nq, k.shape[1], H, k.shape[2], D), _dtype_name("q", q))
-        o = torch.empty(q.shape, dtype=q.dtype)
-        lse = torch.empty((B, H, Nq, 1), dtype=_TORCH_DTYPES[plan.lse_dtype()])
-        plan.forward(_view("q", q), _view("k", k), _view("v", v), _view("o", o),
-                     _view("lse", lse))
+        with _on_device(device):
+            plan = Plan(options, (B, Nq, k.shape[1], H, k.shape[2], D), _dtype_name("q", q),
+                        backend)
+            o = torch.empty(q.shape, dtype=q.dtype, device=device)
+            lse = torch.empty((B, H, Nq, 1), dtype=_TORCH_DTYPES[plan.lse_dtype()],
+                              device=device)
+            plan.forward(_view("q", q, device), _view("k", k, device), _view("v", v, device),
+                         _view("o", o, device), _view("lse", lse, device),
+                         stream=_stream(device))
         ctx.plan = plan
         ctx.save_for_backward(q, k, v, o, lse)
         lse3 = lse.squeeze(3)
@@ -82,21 +146,27 @@ class _Attention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if d_o is None:
             d_o = torch.zeros_like(o)
-        _check_tensor("grad of o", d_o)
-        dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype) for t in (q, k, v))
-        ctx.plan.backward(_view("q", q), _view("k", k), _view("v", v), _view("o", o),
-                          _view("lse", lse), _view("grad of o", d_o.to(o.dtype)),
-                          _view("dq", dq), _view("dk", dk), _view("dv", dv))
+        # o and lse are the forward's, made on q's device; autograd may hand d_o elsewhere.
+        device = _one_device([("q", q), ("k", k), ("v", v), ("grad of o", d_o)])
+        d_o = d_o.to(o.dtype)
+        with _on_device(device):
+            dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
+            named = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("grad of o", d_o),
+                     ("dq", dq), ("dk", dk), ("dv", dv))
+            ctx.plan.backward(*(_view(name, t, device) for name, t in named),
+                              stream=_stream(device))
         return dq, dk, dv, None
 
 
 def attention(q, k, v, *, segments=None, dilations=None, heads_mode="mod", causal=False,
-              scale=None, mask=None, backend="auto", return_lse=False):
-    """Differentiable attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4, 6).
+              scale=None, mask=None, backend="auto", pool=None, return_lse=False):
+    """Differentiable attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4, 6),
+    on the tensors' device (CPU or CUDA, see the module's text).
 
-    Options as dilattn.forward. Returns o [B, Nq, H, D] in q's dtype, or (o, lse) with
-    return_lse=True (lse [B, H, Nq], not differentiable)."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend)
+    Options as dilattn.forward (pool: a dilattn.Pool on the tensors' device). Returns
+    o [B, Nq, H, D] in q's dtype, or (o, lse) with return_lse=True (lse [B, H, Nq], not
+    differentiable)."""
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
     o, lse = _Attention.apply(q, k, v, options)
     return (o, lse) if return_lse else o
 

@@ -26,10 +26,14 @@ cargo_args=(test --offline --workspace)
 # (nm's output is captured first: with pipefail, grep -q closing the pipe early would fail it)
 symbols="$(nm -D "$lib_dir/libdilattn.so" 2>/dev/null || true)"
 if [[ "$symbols" == *__asan_init* ]]; then
-  export LD_PRELOAD="$(cc -print-file-name=libasan.so)"
+  # Only the test processes get the runtime, through cargo's runner: cargo and rustc under an
+  # LD_PRELOADed libasan crash.
+  asan="$(cc -print-file-name=libasan.so)"
+  host="$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')"
+  export "CARGO_TARGET_${host}_RUNNER=env LD_PRELOAD=$asan"
   export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
   cargo_args+=(--lib --tests)
-  echo "   (ASan build: LD_PRELOAD=$LD_PRELOAD, doctests skipped)"
+  echo "   (ASan build: test processes run with LD_PRELOAD=$asan, doctests skipped)"
 fi
 cd "$repo/rust"
 log="$CARGO_TARGET_DIR/cargo-test.log"

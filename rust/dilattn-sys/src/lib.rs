@@ -1,7 +1,8 @@
-//! Raw bindings of the dilattn C ABI: every function, struct and enum value of lib/dilattn.h and
-//! lib/dilattn_mask.h, written by hand with the header's names (the pools of dilattn_pool.h
-//! are not bound). tests/header.rs compares this file with the headers: function names and
-//! parameter counts, enum values, and struct sizes as the library itself reports them.
+//! Raw bindings of the dilattn C ABI: every function, struct and enum value of lib/dilattn.h,
+//! lib/dilattn_mask.h and lib/dilattn_pool.h, written by hand with the header's names (the
+//! pool header's two #define limits are not enum values and are left out). tests/header.rs
+//! compares this file with the headers: function names and parameter counts, enum values, and
+//! struct sizes as the library itself reports them.
 //!
 //! Everything here is `unsafe` to call; the `dilattn` crate is the safe API.
 #![allow(non_camel_case_types)]
@@ -94,6 +95,11 @@ pub type dilattn_index_type = c_int;
 pub const DILATTN_INDEX_INT32: dilattn_index_type = 0;
 pub const DILATTN_INDEX_INT64: dilattn_index_type = 1;
 
+/// dilattn_pool.h; stored in dilattn_pool_options::growth (an int32_t).
+pub type dilattn_pool_growth = i32;
+pub const DILATTN_POOL_FIXED: dilattn_pool_growth = 0;
+pub const DILATTN_POOL_GROW: dilattn_pool_growth = 1;
+
 // ---------------------------------------------------------------- structs
 /// A view of caller memory (SPEC 1). struct_size = size_of::<dilattn_tensor>().
 #[repr(C)]
@@ -135,6 +141,33 @@ pub struct dilattn_bsr_view {
     pub row_ptr: *const c_void,
     pub col_idx: *const c_void,
     pub head_ptr: *const c_void,
+}
+
+/// Options of a pool (dilattn_pool.h); dilattn_pool_options_init fills them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dilattn_pool_options {
+    pub struct_size: usize,
+    pub arena_bytes: usize,
+    pub min_block_bytes: usize,
+    pub growth: i32,
+    pub max_arenas: i32,
+}
+
+/// A pool's statistics (dilattn_pool.h). struct_size = size_of::<dilattn_pool_stats>().
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dilattn_pool_stats {
+    pub struct_size: usize,
+    pub num_arenas: usize,
+    pub arena_bytes_total: usize,
+    pub bytes_in_use: usize,
+    pub bytes_requested: usize,
+    pub internal_fragmentation: usize,
+    pub peak_bytes_in_use: usize,
+    pub live_blocks: usize,
+    pub largest_free_block: usize,
+    pub free_blocks: [usize; 64],
 }
 
 // ---------------------------------------------------------------- functions
@@ -333,4 +366,30 @@ extern "C" {
         k_keep: i64,
         causal: i32,
     ) -> dilattn_status;
+
+    // dilattn_pool.h
+    pub fn dilattn_pool_options_init(options: *mut dilattn_pool_options, arena_bytes: usize)
+        -> dilattn_status;
+    pub fn dilattn_pool_create_host(pool: *mut dilattn_pool, options: *const dilattn_pool_options)
+        -> dilattn_status;
+    pub fn dilattn_pool_create_cuda(
+        pool: *mut dilattn_pool,
+        device_index: i32,
+        options: *const dilattn_pool_options,
+    ) -> dilattn_status;
+    pub fn dilattn_pool_create_from_memory(
+        pool: *mut dilattn_pool,
+        memory: *mut c_void,
+        bytes: usize,
+        min_block_bytes: usize,
+        device: dilattn_device_type,
+        device_index: i32,
+    ) -> dilattn_status;
+    pub fn dilattn_pool_alloc(pool: dilattn_pool, bytes: usize, ptr: *mut *mut c_void)
+        -> dilattn_status;
+    pub fn dilattn_pool_free(pool: dilattn_pool, ptr: *mut c_void) -> dilattn_status;
+    pub fn dilattn_pool_get_stats(pool: dilattn_pool, stats: *mut dilattn_pool_stats)
+        -> dilattn_status;
+    pub fn dilattn_pool_reset(pool: dilattn_pool) -> dilattn_status;
+    pub fn dilattn_pool_destroy(pool: dilattn_pool) -> dilattn_status;
 }

@@ -1,4 +1,5 @@
-//! The hand-written bindings (src/lib.rs) agree with lib/dilattn.h and lib/dilattn_mask.h:
+//! The hand-written bindings (src/lib.rs) agree with lib/dilattn.h, lib/dilattn_mask.h and
+//! lib/dilattn_pool.h:
 //! the same functions with the same parameter counts, the same enum values, and struct sizes
 //! equal to the sizes the library writes into struct_size. A change of the header that the
 //! bindings miss fails here.
@@ -13,7 +14,7 @@ const BINDINGS: &str = include_str!("../src/lib.rs");
 fn header_text() -> String {
     let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../lib");
     let mut text = String::new();
-    for name in ["dilattn.h", "dilattn_mask.h"] {
+    for name in ["dilattn.h", "dilattn_mask.h", "dilattn_pool.h"] {
         let path = lib.join(name);
         text += &std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -147,6 +148,29 @@ fn struct_sizes_and_fields_match_the_library() {
     assert_eq!(view.index_type, DILATTN_INDEX_INT64);
     assert!(nnz > 0);
     assert_eq!(unsafe { dilattn_mask_destroy(mask) }, DILATTN_SUCCESS);
+    let mut options = unsafe { std::mem::zeroed::<dilattn_pool_options>() };
+    assert_eq!(unsafe { dilattn_pool_options_init(&mut options, 4096) }, DILATTN_SUCCESS);
+    assert_eq!(options.struct_size, size_of::<dilattn_pool_options>());
+    assert_eq!((options.arena_bytes, options.min_block_bytes, options.growth), (4096, 256,
+               DILATTN_POOL_FIXED));
+}
+
+#[test]
+fn pool_stats_layout_matches_the_library() {
+    // The library refuses a struct_size that stops before free_blocks and fills the rest.
+    let mut options = unsafe { std::mem::zeroed::<dilattn_pool_options>() };
+    unsafe { dilattn_pool_options_init(&mut options, 4096) };
+    let mut pool: dilattn_pool = std::ptr::null_mut();
+    assert_eq!(unsafe { dilattn_pool_create_host(&mut pool, &options) }, DILATTN_SUCCESS);
+    let mut stats = unsafe { std::mem::zeroed::<dilattn_pool_stats>() };
+    stats.struct_size = std::mem::offset_of!(dilattn_pool_stats, free_blocks) - 1;
+    assert_eq!(unsafe { dilattn_pool_get_stats(pool, &mut stats) }, DILATTN_ERROR_INVALID_VALUE);
+    stats.struct_size = size_of::<dilattn_pool_stats>();
+    assert_eq!(unsafe { dilattn_pool_get_stats(pool, &mut stats) }, DILATTN_SUCCESS);
+    assert_eq!((stats.num_arenas, stats.arena_bytes_total, stats.largest_free_block),
+               (1, 4096, 4096));
+    assert!(stats.free_blocks.iter().enumerate().all(|(k, &n)| n == usize::from(k == 12)));
+    assert_eq!(unsafe { dilattn_pool_destroy(pool) }, DILATTN_SUCCESS);
 }
 
 #[test]

@@ -1,11 +1,14 @@
-//! What to compute (Attention: dense, dilated or block-sparse; causal; scale), for which sizes
-//! (Shape), on which backend: a Plan, which runs forward and backward on tensor views.
+//! What to compute (Attention: dense, dilated or block-sparse; causal; scale; a workspace
+//! pool), for which sizes (Shape), on which backend: a Plan, which runs forward and backward on
+//! tensor views.
 use std::ptr;
+use std::sync::Arc;
 
 use dilattn_sys as sys;
 
 use crate::error::{check, Result};
 use crate::mask::Mask;
+use crate::pool::{self, Pool};
 use crate::tensor::{Dtype, Element, Tensor, TensorMut};
 
 /// How dilated branches pick rows per head (SPEC 3).
@@ -81,18 +84,29 @@ enum Kind {
     BlockSparse(Mask),
 }
 
-/// What a plan computes (SPEC 2-4): built as Attention::dense() and friends, then .causal()
-/// and .scale().
+/// A pool shared by the attentions and plans that use it (it lives as long as they do).
+#[derive(Clone)]
+struct SharedPool(Arc<pool::Handle>);
+
+impl std::fmt::Debug for SharedPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pool({:p})", self.0.raw())
+    }
+}
+
+/// What a plan computes (SPEC 2-4): built as Attention::dense() and friends, then .causal(),
+/// .scale() and .pool().
 #[derive(Clone, Debug)]
 pub struct Attention {
     kind: Kind,
     causal: bool,
     scale: Option<f64>,
+    pool: Option<SharedPool>,
 }
 
 impl Attention {
     pub fn dense() -> Attention {
-        Attention { kind: Kind::Dense, causal: false, scale: None }
+        Attention { kind: Kind::Dense, causal: false, scale: None, pool: None }
     }
 
     /// Branches (segment length w, dilation r); the library validates them at Plan::new.
@@ -102,11 +116,12 @@ impl Attention {
             dilations: branches.iter().map(|b| b.1 as i64).collect(),
             mode,
         };
-        Attention { kind, causal: false, scale: None }
+        Attention { kind, causal: false, scale: None, pool: None }
     }
 
     pub fn block_sparse(mask: &Mask) -> Attention {
-        Attention { kind: Kind::BlockSparse(mask.clone()), causal: false, scale: None }
+        Attention { kind: Kind::BlockSparse(mask.clone()), causal: false, scale: None,
+                    pool: None }
     }
 
     /// Causal: key j allowed for row i iff j <= i + (Nk - Nq) (SPEC 2).
@@ -118,6 +133,13 @@ impl Attention {
     /// The softmax scale; 1/sqrt(D) without this call.
     pub fn scale(mut self, scale: f64) -> Attention {
         self.scale = Some(scale);
+        self
+    }
+
+    /// Plans take their workspace from this pool (on the plan's device) instead of the
+    /// library's default pool; the attention and its plans share the pool.
+    pub fn pool(mut self, pool: &Pool) -> Attention {
+        self.pool = Some(SharedPool(pool.shared()));
         self
     }
 
@@ -146,6 +168,9 @@ impl Attention {
         if let Some(scale) = self.scale {
             check(unsafe { sys::dilattn_desc_set_scale(desc.0, scale) })?;
         }
+        if let Some(pool) = &self.pool {
+            check(unsafe { sys::dilattn_desc_set_pool(desc.0, pool.0.raw()) })?;
+        }
         Ok(desc)
     }
 }
@@ -169,6 +194,7 @@ pub struct Plan {
     shape: Shape,
     dtype: Dtype,
     backend: Backend,
+    _pool: Option<SharedPool>, // kept alive while the plan may take workspace from it
 }
 
 // The C header guarantees a plan "is immutable and may be used from several threads at once",
@@ -189,7 +215,7 @@ impl Plan {
         check(unsafe {
             sys::dilattn_plan_create(&mut raw, desc.0, &raw_shape, dtype.raw(), backend.raw())
         })?;
-        let mut plan = Plan { raw, shape, dtype, backend };
+        let mut plan = Plan { raw, shape, dtype, backend, _pool: attention.pool.clone() };
         let mut chosen = 0;
         check(unsafe { sys::dilattn_plan_backend(raw, &mut chosen) })?;
         plan.backend = Backend::from_raw(chosen);
@@ -207,6 +233,13 @@ impl Plan {
     /// The backend the plan runs on (Auto resolved).
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// (forward, backward): the workspace bytes a call takes from the plan's pool.
+    pub fn workspace_bytes(&self) -> Result<(usize, usize)> {
+        let (mut forward, mut backward) = (0usize, 0usize);
+        check(unsafe { sys::dilattn_plan_workspace_size(self.raw, &mut forward, &mut backward) })?;
+        Ok((forward, backward))
     }
 
     /// O (and LSE, [B, H, Nq, 1] in f32 or f64: f64 from the ref backend) = attention(Q, K, V).

@@ -16,16 +16,23 @@
 //!              &mut TensorMut::new(&mut lse, [b, h, n, 1]).unwrap()).unwrap();
 //! ```
 //!
+//! Elements: f32, f64, and f16 / bf16 as [`F16`] / [`Bf16`] (u16 bits). Workspace memory:
+//! [`Pool`] (the library's buddy pool) attached with [`Attention::pool`].
+//!
 //! Every fallible call returns `Result<_, Error>`; an error carries the C status and the
 //! library's message naming the argument and its value.
 mod attention;
 mod error;
+mod half;
 mod mask;
+mod pool;
 mod tensor;
 
 pub use attention::{Attention, Backend, HeadMode, Plan, Shape};
 pub use error::{Error, Result};
+pub use half::{Bf16, F16};
 pub use mask::{Bsr, Mask};
+pub use pool::{Block, Growth, Pool, PoolStats};
 pub use tensor::{Dtype, Element, Tensor, TensorMut};
 
 use std::ffi::CStr;

@@ -7,11 +7,14 @@
 use dilattn_sys as sys;
 
 use crate::error::{Error, Result};
+use crate::half::{Bf16, F16};
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
+    impl Sealed for crate::half::F16 {}
+    impl Sealed for crate::half::Bf16 {}
 }
 
 /// The element types of the C ABI (SPEC 1).
@@ -34,8 +37,8 @@ impl Dtype {
     }
 }
 
-/// An element type the library takes from Rust slices: f32 or f64 (f16 and bf16 have no type
-/// in std; use dilattn-sys with raw u16 bits for them).
+/// An element type the library takes from Rust slices: f32, f64, and F16 and Bf16 (u16 bits in
+/// newtypes: std has no stable f16 or bf16).
 pub trait Element: Copy + Default + sealed::Sealed + Send + Sync + 'static {
     const DTYPE: Dtype;
 }
@@ -44,6 +47,12 @@ impl Element for f32 {
 }
 impl Element for f64 {
     const DTYPE: Dtype = Dtype::F64;
+}
+impl Element for F16 {
+    const DTYPE: Dtype = Dtype::F16;
+}
+impl Element for Bf16 {
+    const DTYPE: Dtype = Dtype::Bf16;
 }
 
 fn contiguous_strides(shape: [usize; 4]) -> [usize; 4] {

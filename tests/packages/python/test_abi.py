@@ -1,7 +1,7 @@
 """test_abi.py - the ctypes declarations (dilattn/_abi.py) agree with the C headers: every
-function of lib/dilattn.h and lib/dilattn_mask.h is declared with the header's parameter count,
-the enum values match, and the struct sizes equal the sizes the library itself writes into
-struct_size (so a field added to a struct fails here)."""
+function of lib/dilattn.h, lib/dilattn_mask.h and lib/dilattn_pool.h is declared with the
+header's parameter count, the enum values match, and the struct sizes equal the sizes the
+library itself writes into struct_size (so a field added to a struct fails here)."""
 import ctypes as C
 import os
 import re
@@ -9,7 +9,8 @@ import re
 from dilattn import _abi
 from helpers import REPO
 
-HEADERS = [os.path.join(REPO, "lib", name) for name in ("dilattn.h", "dilattn_mask.h")]
+HEADERS = [os.path.join(REPO, "lib", name) for name in ("dilattn.h", "dilattn_mask.h",
+                                                                "dilattn_pool.h")]
 
 
 def _header_text():
@@ -51,6 +52,9 @@ def test_enum_values_match_the_header():
         for name, value in table.items():
             assert values[prefix + name.upper()] == value
     assert values["DILATTN_DEVICE_CPU"] == _abi.DEVICE_CPU
+    assert values["DILATTN_DEVICE_CUDA"] == _abi.DEVICE_CUDA
+    for name, value in _abi.POOL_GROWTH.items():
+        assert values["DILATTN_POOL_" + name.upper()] == value
     assert values["DILATTN_INDEX_INT64"] == _abi.INDEX_INT64
 
 
@@ -69,3 +73,29 @@ def test_struct_sizes_and_fields_match_the_library():
     assert view.struct_size == C.sizeof(_abi.BsrView)
     assert (view.seqlen_q, view.seqlen_k, view.block_q, view.block_k) == (12, 8, 4, 2)
     assert view.index_type == _abi.INDEX_INT64 and view.num_heads == 1 and nnz > 0
+    options = _abi.PoolOptions()
+    assert L.dilattn_pool_options_init(C.byref(options), 4096) == _abi.SUCCESS
+    assert options.struct_size == C.sizeof(_abi.PoolOptions)
+    assert (options.arena_bytes, options.min_block_bytes, options.growth) == (4096, 256, 0)
+
+
+def test_pool_stats_struct_has_the_header_layout():
+    # The library does not report sizeof(dilattn_pool_stats); it refuses a struct_size that
+    # stops before largest_free_block, so the offset of free_blocks is checked by that bound.
+    L = _abi.lib()
+    options = _abi.PoolOptions()
+    L.dilattn_pool_options_init(C.byref(options), 4096)
+    pool = C.c_void_p()
+    assert L.dilattn_pool_create_host(C.byref(pool), C.byref(options)) == _abi.SUCCESS
+    try:
+        stats = _abi.PoolStats()
+        stats.struct_size = _abi.PoolStats.free_blocks.offset - 1
+        assert L.dilattn_pool_get_stats(pool, C.byref(stats)) == _abi.STATUS[
+            "DILATTN_ERROR_INVALID_VALUE"]
+        stats.struct_size = C.sizeof(_abi.PoolStats)
+        assert L.dilattn_pool_get_stats(pool, C.byref(stats)) == _abi.SUCCESS
+        assert (stats.num_arenas, stats.arena_bytes_total, stats.largest_free_block) == (1, 4096,
+                                                                                         4096)
+        assert list(stats.free_blocks) == [1 if k == 12 else 0 for k in range(64)]
+    finally:
+        L.dilattn_pool_destroy(pool)
