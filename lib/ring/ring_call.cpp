@@ -104,8 +104,8 @@ dilattn_status agree(RingTransport& t, dilattn_status mine, uint64_t fingerprint
   for (int32_t r = 0; r < t.size(); ++r)
     if (all[r].fingerprint != fingerprint)
       return set_error(DILATTN_ERROR_INVALID_VALUE,
-                       "rank %d called with another plan shape, kind, scale, device or split than rank "
-                       "%d: every rank of a ring call must pass the same",
+                       "rank %d called with another plan shape, kind, scale, device or split "
+                       "than rank %d: every rank of a ring call must pass the same",
                        static_cast<int>(r), static_cast<int>(t.rank()));
   return DILATTN_SUCCESS;
 }
