@@ -705,3 +705,6 @@ std::string device_report() {
 
 // The backward launcher and its kernels (SPEC 6): backward() and backward_workspace_bytes.
 #include "launch_backward.cu"
+
+// The ring's element work on this backend's device (SPEC 5): make_ring_ops.
+#include "ring_ops.cu"

@@ -13,13 +13,13 @@ dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
 const Backend kBackends[] = {
     {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
-     cuda::forward, cuda::backward, cuda::prepare, cuda::after_work},
+     cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
-     cpu::forward, cpu::backward, nullptr, nullptr},
+     cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
-     ref::forward, ref::backward, nullptr, nullptr},
+     ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
-     emu::forward, emu::backward, emu::prepare, emu::after_work},
+     emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops},
 };
 
 }  // namespace

@@ -7,6 +7,10 @@
  * ring algorithm (lib/ring/). Transports in this version:
  *   threads: P ranks are P threads of one process; chunks are copied into the receiver's own
  *            buffers (no rank reads another's shard during compute), so it models separate memory.
+ *            With a cuda plan the ranks' shards are on one or several GPUs of the process and
+ *            chunks are copied device to device.
+ *   nccl:    one rank per GPU (in one process or many); chunks move with ncclSend/ncclRecv on the
+ *            communicator's CUDA stream. Needs a plan on the cuda backend.
  *
  * Usage (threads):
  *   dilattn_comm comms[P];  dilattn_comm_create_threads(P, 10000, comms);
@@ -15,7 +19,8 @@
  *   // when every rank is done: dilattn_comm_destroy(comms[p]) for each p.
  *
  * The plan describes the full problem (seqlen_q == seqlen_k == N) and runs every sub-problem
- * on its backend (a CPU backend: ref, cpu or emu). Shard views have N replaced by the rank's
+ * on its backend (ref, cpu, emu, or cuda with the threads or NCCL transport; shards on the
+ * plan's device). Shard views have N replaced by the rank's
  * row count: q, o [B, rows, H, D]; k, v [B, rows, Hkv, D]; lse [B, H, rows, 1]. Every rank of a
  * communicator must call the same function with the same plan shape and split; a call is
  * collective. When any rank's input is bad, that rank returns its own status and every other
@@ -50,6 +55,16 @@ typedef struct dilattn_comm_s* dilattn_comm;
  * DILATTN_ERROR_COMM instead of hanging. */
 DILATTN_API dilattn_status dilattn_comm_create_threads(int32_t num_ranks, int32_t timeout_ms,
                                                        dilattn_comm* comms);
+/* One rank of an NCCL communicator: nccl_comm points to the caller's ncclComm_t (the caller
+ * keeps and destroys it, after this end), cuda_stream is a cudaStream_t (NULL: the legacy default
+ * stream) on which every ring call of this end runs: its shifts (ncclSend to rank + 1, ncclRecv
+ * from rank - 1), the agreement of the ranks (ncclAllGather) and its kernels. Ring calls on it
+ * need a plan on the cuda backend and shards on the communicator's GPU, and return once their
+ * work is done. timeout_ms > 0 bounds every wait for the other ranks: past it the call aborts
+ * the NCCL communicator (ncclCommAbort; the caller must not use or destroy it afterwards) and
+ * returns DILATTN_ERROR_COMM. A build without NCCL returns DILATTN_ERROR_UNSUPPORTED. */
+DILATTN_API dilattn_status dilattn_comm_create_nccl(const void* nccl_comm, void* cuda_stream,
+                                                    int32_t timeout_ms, dilattn_comm* comm);
 /* Destroys one rank's end; the shared state goes with the last one. Not while a ring call on
  * any rank of the communicator runs. */
 DILATTN_API dilattn_status dilattn_comm_destroy(dilattn_comm comm);

@@ -6,12 +6,15 @@
 #define DILATTN_BACKEND_H
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "dilattn.h"
 #include "problem.h"
 
 namespace dilattn {
+
+class RingOps;  // ring_ops.h
 
 // Where a device backend runs a call: the caller's CUDA stream (a cudaStream_t; null = the
 // legacy default stream) and whether the call waits for its work before returning
@@ -61,6 +64,8 @@ struct WorkspaceBytes {
 //   after_work  calls release(ctx) once the work a call left on `stream` of device
 //               `device_index` is done (from another thread, so release only marks; it must
 //               not call the CUDA runtime).
+//   ring_ops    the element work of one ring call (ring_ops.h): host loops for the CPU
+//               backends, kernels on `stream` of device `device_index` for cuda and emu.
 struct Backend {
   dilattn_backend id;
   const char* name;
@@ -71,6 +76,7 @@ struct Backend {
   dilattn_status (*backward)(const Problem& p, const BackwardArgs& a);
   dilattn_status (*prepare)(Problem& p);
   void (*after_work)(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
+  dilattn_status (*ring_ops)(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
@@ -80,6 +86,9 @@ const Backend* find_backend(int32_t id);
 dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen);
 
 // The functions behind the entries.
+// The ring's host loops, for every backend whose tensors live in host memory (ref, cpu).
+dilattn_status make_host_ring_ops(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
+
 namespace ref {
 WorkspaceBytes workspace_bytes(const Problem& p);
 dilattn_status forward(const Problem& p, const ForwardArgs& a);
@@ -113,6 +122,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 dilattn_status prepare(Problem& p);
 void after_work(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
 std::string device_report();
+// The ring's element work as kernels on `stream` (cuda/ring_ops.cu).
+dilattn_status make_ring_ops(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
 }  // namespace cuda
 
 namespace emu {
@@ -123,6 +134,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 dilattn_status prepare(Problem& p);
 void after_work(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
 std::string device_report();
+// The ring's element work as kernels on `stream` (cuda/ring_ops.cu).
+dilattn_status make_ring_ops(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
 }  // namespace emu
 
 }  // namespace dilattn

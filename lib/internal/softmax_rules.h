@@ -147,6 +147,13 @@ template <class T>
 DILATTN_HD T merge_weight(T part, T merged) {
   return part == -static_cast<T>(INFINITY) ? T(0) : exp_of(part - merged);
 }
+// One element of the merged O, o' = w_old * o + w_part * o_b (weights from merge_weight): a
+// weight of 0 contributes nothing, even against an inf or NaN it would multiply. The ring's
+// merge (lib/ring/ring_tensor_ops.h on the host, cuda/ring_ops.cu on a device) is this.
+template <class T>
+DILATTN_HD T merge_element(T w_old, T o, T w_part, T o_b) {
+  return (w_old == T(0) ? T(0) : w_old * o) + (w_part == T(0) ? T(0) : w_part * o_b);
+}
 
 }  // namespace dilattn
 

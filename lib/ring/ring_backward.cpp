@@ -10,7 +10,9 @@
 // The accumulators of chunk c receive rank c's terms first, then c+1's, ...: an order fixed by
 // ring position, never by arrival time, so the gradients are bitwise the same on every run.
 // Accumulators are f32 (f64 for f64 plans); each pair's gradient is rounded once to the plan's
-// dtype by the backend before it is added.
+// dtype by the backend before it is added. The sums run where the backend keeps its tensors
+// (ring_ops.h: host loops, or kernels on the device's stream), each element by one thread in
+// this fixed order, so the device path is bitwise schedule-independent too.
 // Checked by tests/ring/test_ring_backward.cpp against the single-device reference.
 #include "abi_enum.h"
 #include "dtype_convert.h"
@@ -18,7 +20,6 @@
 #include "handles.h"
 #include "ring_call.h"
 #include "ring_pairs.h"
-#include "ring_tensor_ops.h"
 #include "tensor_checks.h"
 
 namespace dilattn {
@@ -31,6 +32,7 @@ struct BackwardTensors {
 
 dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
   const Problem& p = *c.p;
+  RingOps& ops = *c.ops;
   const int64_t rows = c.mine.rows;
   const size_t esize = dtype_size(p.dtype), asize = dtype_size(c.acc_dtype);
   const size_t chunk_n = static_cast<size_t>(c.chunk_elements());
@@ -42,11 +44,16 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
   RingBuffer dq_acc(c.memory, shard_q * asize), dq_part(c.memory, shard_q * esize);
   RingBuffer dk_part(c.memory, chunk_n * esize), dv_part(c.memory, chunk_n * esize);
   RingBuffer workspace(c.memory);
+  for (const RingBuffer* b : {&messages[0], &messages[1], &dq_acc, &dq_part, &dk_part, &dv_part})
+    if (dilattn_status s = b->status()) return s;
 
-  const dilattn_tensor dq_acc_v = dilattn_tensor_contiguous(dq_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
-  const dilattn_tensor dq_part_v = dilattn_tensor_contiguous(dq_part.data(), p.dtype, p.B, rows, p.H, p.D);
-  copy_view(t.k, c.chunk_view(messages[0].data(), p.dtype, p.Hkv, rows));
-  copy_view(t.v, c.chunk_view(messages[0].data() + chunk_n * esize, p.dtype, p.Hkv, rows));
+  const dilattn_tensor dq_acc_v = c.view(dq_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
+  const dilattn_tensor dq_part_v = c.view(dq_part.data(), p.dtype, p.B, rows, p.H, p.D);
+  if (dilattn_status s = ops.copy(t.k, c.chunk_view(messages[0].data(), p.dtype, p.Hkv, rows)))
+    return s;
+  if (dilattn_status s =
+          ops.copy(t.v, c.chunk_view(messages[0].data() + chunk_n * esize, p.dtype, p.Hkv, rows)))
+    return s;
 
   dilattn_status status = DILATTN_SUCCESS;
   for (int32_t step = 0; step < c.P; ++step) {
@@ -55,6 +62,7 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
     unsigned char* next = messages[(step + 1) % 2].data();
     const bool pass_on = step + 1 < c.P;
     if (pass_on) {
+      if (dilattn_status s = c.ready_to_send()) return s;
       if (dilattn_status s = c.transport->shift_begin(cur, next, kv_bytes)) return s;
     }
     const int64_t their_rows = c.rows_of(owner).rows;
@@ -76,36 +84,41 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
       const dilattn_tensor dkv = rows_view(dk_part_v, call.k_rows, call.g0, ng);
       const dilattn_tensor dvv = rows_view(dv_part_v, call.k_rows, call.g0, ng);
       if (dilattn_status s = c.backend->can_run(call.sub)) return s;
-      workspace.grow(c.backend->workspace_bytes(call.sub).backward);
+      if (dilattn_status s = workspace.grow(c.backend->workspace_bytes(call.sub).backward)) return s;
       const BackwardArgs args{&qv, &kv, &vv, &ov,  &lv,
-                              &dov, &dqv, &dkv, &dvv, workspace.data(), StreamArgs{}};
+                              &dov, &dqv, &dkv, &dvv, workspace.data(), ops.stream_args()};
       if (dilattn_status s = c.backend->backward(call.sub, args))
         return s;
-      add_view(dqv, rows_view(dq_acc_v, call.q_rows, call.h0, nh));
-      add_view(dkv, rows_view(dk_acc, call.k_rows, call.g0, ng));
-      add_view(dvv, rows_view(dv_acc, call.k_rows, call.g0, ng));
-      return DILATTN_SUCCESS;
+      if (dilattn_status s = ops.add(dqv, rows_view(dq_acc_v, call.q_rows, call.h0, nh))) return s;
+      if (dilattn_status s = ops.add(dkv, rows_view(dk_acc, call.k_rows, call.g0, ng))) return s;
+      return ops.add(dvv, rows_view(dv_acc, call.k_rows, call.g0, ng));
     };
     // After a failure the rank still passes chunks on, so no other rank waits for it.
     for (const RowRange& qr : c.mine.range)
       for (const RowRange& kr : c.rows_of(owner).range)
-        if (status == DILATTN_SUCCESS) status = for_each_sub_call(p, qr, kr, run);
+        if (status == DILATTN_SUCCESS)
+          status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
     if (pass_on) {
       if (dilattn_status s = c.transport->shift_end()) return s;
     }
     // The chunk's gradients go on to the next rank; after step P-1 they reach their owner.
     if (c.P > 1) {
+      if (dilattn_status s = c.ready_to_send()) return s;
       if (dilattn_status s = c.transport->shift_begin(cur + kv_bytes, next + kv_bytes, grad_bytes))
         return s;
       if (dilattn_status s = c.transport->shift_end()) return s;
     }
   }
+  if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
   if (dilattn_status s = finish_ring_call(c, status)) return s;
   unsigned char* own = messages[c.P > 1 ? c.P % 2 : 0].data();
-  copy_view(dq_acc_v, t.dq);
-  copy_view(c.chunk_view(own + kv_bytes, c.acc_dtype, p.Hkv, rows), t.dk);
-  copy_view(c.chunk_view(own + kv_bytes + chunk_n * asize, c.acc_dtype, p.Hkv, rows), t.dv);
-  return DILATTN_SUCCESS;
+  if (dilattn_status s = ops.copy(dq_acc_v, t.dq)) return s;
+  if (dilattn_status s = ops.copy(c.chunk_view(own + kv_bytes, c.acc_dtype, p.Hkv, rows), t.dk))
+    return s;
+  if (dilattn_status s =
+          ops.copy(c.chunk_view(own + kv_bytes + chunk_n * asize, c.acc_dtype, p.Hkv, rows), t.dv))
+    return s;
+  return ops.wait();
 }
 
 }  // namespace

@@ -26,9 +26,12 @@ struct Fingerprint {
   }
 };
 
-uint64_t call_fingerprint(const Problem& p, int32_t P, int32_t split, bool backward) {
+uint64_t call_fingerprint(const Problem& p, dilattn_device_type device, int32_t P,
+                          int32_t split, bool backward) {
   Fingerprint f;
-  for (int64_t x : {p.B, p.Nq, p.Nk, p.H, p.Hkv, p.D, static_cast<int64_t>(p.dtype),
+  // The device type too: a rank's chunk must be memory its neighbour's ops can copy.
+  for (int64_t x : {p.B, p.Nq, p.Nk, p.H, p.Hkv, p.D, static_cast<int64_t>(device),
+                    static_cast<int64_t>(p.dtype),
                     static_cast<int64_t>(p.kind), static_cast<int64_t>(p.causal),
                     static_cast<int64_t>(p.head_mode), static_cast<int64_t>(P),
                     static_cast<int64_t>(split), static_cast<int64_t>(backward)})
@@ -60,10 +63,16 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
     return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
                      "ring attention needs seqlen_q == seqlen_k, the plan has %lld and %lld",
                      static_cast<long long>(p.Nq), static_cast<long long>(p.Nk));
-  if (plan->backend->device != DILATTN_DEVICE_CPU)
+  const RingTransport::Memory memory = comm->transport->memory();
+  const bool on_gpu = plan->backend->device == DILATTN_DEVICE_CUDA;
+  if (memory == RingTransport::Memory::device && !on_gpu)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "ring attention runs its sub-problems on a CPU backend (ref, cpu, emu); "
-                     "the plan's backend is %s", plan->backend->name);
+                     "argument 'comm': an NCCL communicator moves GPU memory and needs a plan on "
+                     "the cuda backend; the plan's backend is %s", plan->backend->name);
+  if (memory == RingTransport::Memory::host && on_gpu)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "argument 'comm': its transport moves host memory only; ring attention on "
+                     "the cuda backend needs the threads or NCCL transport");
   const int32_t P = comm->transport->size();
   if (dilattn_status s = check_ring_split(p, P, split_value)) return s;
   // Each shard is the plan's problem with N replaced by this rank's row count.
@@ -95,22 +104,30 @@ dilattn_status agree(RingTransport& t, dilattn_status mine, uint64_t fingerprint
   for (int32_t r = 0; r < t.size(); ++r)
     if (all[r].fingerprint != fingerprint)
       return set_error(DILATTN_ERROR_INVALID_VALUE,
-                       "rank %d called with another plan shape, kind, scale or split than rank "
-                       "%d: every rank of a ring call must pass the same",
+                       "rank %d called with another plan shape, kind, scale, device or split "
+                       "than rank %d: every rank of a ring call must pass the same",
                        static_cast<int>(r), static_cast<int>(t.rank()));
   return DILATTN_SUCCESS;
 }
 
 }  // namespace
 
+dilattn_tensor RingCall::view(void* data, dilattn_dtype t, int64_t d0, int64_t d1, int64_t d2,
+                              int64_t d3) const {
+  dilattn_tensor v = dilattn_tensor_contiguous(data, t, d0, d1, d2, d3);
+  v.device = device;
+  v.device_index = device_index;
+  return v;
+}
+
 dilattn_tensor RingCall::chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const {
-  dilattn_tensor v = dilattn_tensor_contiguous(data, t, p->B, max_rows, heads, p->D);
+  dilattn_tensor v = view(data, t, p->B, max_rows, heads, p->D);
   v.shape[1] = rows;
   return v;
 }
 
 dilattn_tensor RingCall::lse_view(void* data) const {
-  return dilattn_tensor_contiguous(data, acc_dtype, p->B, p->H, mine.rows, 1);
+  return view(data, acc_dtype, p->B, p->H, mine.rows, 1);
 }
 
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
@@ -118,11 +135,22 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
                                RingCall* call) {
   if (dilattn_status s = check_live(comm, dilattn_comm_s::kKind, "comm")) return s;
   RingTransport& t = *comm->transport;
-  const dilattn_status own = check_own_call(plan, comm, split_value, tensors);
+  dilattn_status own = check_own_call(plan, comm, split_value, tensors);
+  // The element ops on the shards' device (the first tensor is q), before the vote: a rank
+  // whose device cannot be used fails every rank.
+  if (own == DILATTN_SUCCESS) {
+    call->device = plan->backend->device;
+    call->device_index = tensors.begin()->t->device_index;
+    own = plan->backend->ring_ops(call->device_index, t.stream(), &call->ops);
+  }
   const uint64_t fingerprint =
-      own == DILATTN_SUCCESS ? call_fingerprint(plan->problem, t.size(), split_value, backward) : 0;
+      own == DILATTN_SUCCESS
+          ? call_fingerprint(plan->problem, plan->backend->device, t.size(), split_value, backward)
+          : 0;
   if (dilattn_status s = agree(t, own, fingerprint)) return s;
 
+  call->memory.use(call->ops.get());
+  t.receive_with(call->ops.get());
   call->p = &plan->problem;
   call->backend = plan->backend;
   call->transport = &t;

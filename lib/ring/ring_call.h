@@ -11,9 +11,11 @@
 #define DILATTN_RING_CALL_H
 
 #include <initializer_list>
+#include <memory>
 
 #include "backend.h"
 #include "ring_memory.h"
+#include "ring_ops.h"
 #include "ring_shard.h"
 #include "ring_transport.h"
 
@@ -21,6 +23,13 @@ namespace dilattn {
 
 // One rank's view of a validated ring call.
 struct RingCall {
+  RingCall() = default;
+  RingCall(const RingCall&) = delete;
+  RingCall& operator=(const RingCall&) = delete;
+  ~RingCall() {
+    if (transport != nullptr) transport->receive_with(nullptr);
+  }
+
   const Problem* p = nullptr;       // the plan's full problem
   const Backend* backend = nullptr; // runs every sub-problem
   RingTransport* transport = nullptr;
@@ -28,15 +37,27 @@ struct RingCall {
   ShardRows mine;                   // this rank's rows
   int64_t max_rows = 0;             // the largest shard: the size of a chunk buffer
   dilattn_dtype acc_dtype = DILATTN_F32;  // accumulators: f64 for f64 plans, else f32
-  RingMemory memory;
+  // Where the shards live (the backend's device); the ring's own views say the same.
+  dilattn_device_type device = DILATTN_DEVICE_CPU;
+  int32_t device_index = 0;
+  std::unique_ptr<RingOps> ops;     // the element work, on the backend's memory (ring_ops.h)
+  RingMemory memory;                // allocates through ops
 
   ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
   // Elements of one [B, max_rows, Hkv, D] chunk tensor.
   int64_t chunk_elements() const { return p->B * max_rows * p->Hkv * p->D; }
+  // A contiguous [d0, d1, d2, d3] view of `data` (the ring's memory) in dtype t.
+  dilattn_tensor view(void* data, dilattn_dtype t, int64_t d0, int64_t d1, int64_t d2,
+                      int64_t d3) const;
   // A contiguous [B, max_rows, heads, D] view of `data` in dtype t (its rows: the first `rows`).
   dilattn_tensor chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const;
   // A contiguous LSE [B, H, mine.rows, 1] view.
   dilattn_tensor lse_view(void* data) const;
+  // Before a shift_begin: a transport that reads the bytes from the host needs the queued
+  // work that wrote them done (the device's ops queue it); a stream-ordered one does not.
+  dilattn_status ready_to_send() const {
+    return transport->stream_ordered() ? DILATTN_SUCCESS : ops->wait();
+  }
 };
 
 // Tensors of a ring call, with their roles, for the shard checks.

@@ -1,5 +1,5 @@
-// ring_comm.cpp - the communicator handles of dilattn_ring.h: create (threads transport),
-// destroy, rank, peak bytes; and dilattn_ring_shard_rows.
+// ring_comm.cpp - the communicator handles of dilattn_ring.h: create (threads and NCCL
+// transports), destroy, rank, peak bytes; and dilattn_ring_shard_rows.
 #include <vector>
 
 #include "abi_enum.h"
@@ -34,6 +34,26 @@ extern "C" dilattn_status dilattn_comm_create_threads(int32_t num_ranks, int32_t
     made.back()->transport = std::move(t);
   }
   for (int32_t r = 0; r < num_ranks; ++r) comms[r] = made[r].release();
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_comm_create_nccl(const void* nccl_comm, void* cuda_stream,
+                                                   int32_t timeout_ms, dilattn_comm* comm) {
+  DILATTN_ABI_BEGIN
+  if (comm == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'comm' is NULL");
+  if (nccl_comm == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER,
+                     "argument 'nccl_comm' is NULL (pass the address of your ncclComm_t)");
+  if (timeout_ms < 1)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'timeout_ms' = %d: must be >= 1",
+                     static_cast<int>(timeout_ms));
+  std::unique_ptr<dilattn::RingTransport> transport;
+  dilattn_status s = dilattn::make_nccl_transport(nccl_comm, cuda_stream, timeout_ms, &transport);
+  if (s != DILATTN_SUCCESS) return s;
+  auto made = std::make_unique<dilattn_comm_s>();
+  made->transport = std::move(transport);
+  *comm = made.release();
   return DILATTN_SUCCESS;
   DILATTN_ABI_END
 }

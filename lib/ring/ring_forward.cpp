@@ -7,7 +7,9 @@
 // stable update (softmax_rules.h merge_lse / merge_weight). The merge order is the step order,
 // fixed by ring position, so a run gives the same bits every time.
 // Memory on a rank (RingMemory): two K/V chunks (one computed on, one arriving), the running O
-// and LSE, one partial O and LSE, and a backend workspace: O(N / P).
+// and LSE, one partial O and LSE, and a backend workspace: O(N / P). The element work (copies,
+// the merge) runs where the backend keeps its tensors (ring_ops.h): host loops for ref and cpu,
+// kernels on the device's stream for cuda and emu.
 // Checked by tests/ring/test_ring_forward.cpp against the single-device reference.
 #include <cmath>
 
@@ -17,7 +19,6 @@
 #include "handles.h"
 #include "ring_call.h"
 #include "ring_pairs.h"
-#include "ring_tensor_ops.h"
 #include "tensor_checks.h"
 
 namespace dilattn {
@@ -28,6 +29,7 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
                            const dilattn_tensor& v, const dilattn_tensor& o,
                            const dilattn_tensor* lse) {
   const Problem& p = *c.p;
+  RingOps& ops = *c.ops;
   const int64_t rows = c.mine.rows;
   const size_t esize = dtype_size(p.dtype), asize = dtype_size(c.acc_dtype);
   const size_t chunk_bytes = static_cast<size_t>(c.chunk_elements()) * esize;
@@ -37,14 +39,18 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
   RingBuffer o_acc(c.memory, shard_o * asize), lse_acc(c.memory, shard_lse * asize);
   RingBuffer o_part(c.memory, shard_o * esize), lse_part(c.memory, shard_lse * asize);
   RingBuffer workspace(c.memory);
+  for (const RingBuffer* b : {&chunks[0], &chunks[1], &o_acc, &lse_acc, &o_part, &lse_part})
+    if (dilattn_status s = b->status()) return s;
 
-  const dilattn_tensor o_acc_v = dilattn_tensor_contiguous(o_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
-  const dilattn_tensor o_part_v = dilattn_tensor_contiguous(o_part.data(), p.dtype, p.B, rows, p.H, p.D);
+  const dilattn_tensor o_acc_v = c.view(o_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
+  const dilattn_tensor o_part_v = c.view(o_part.data(), p.dtype, p.B, rows, p.H, p.D);
   const dilattn_tensor lse_acc_v = c.lse_view(lse_acc.data()), lse_part_v = c.lse_view(lse_part.data());
-  fill_view(lse_acc_v, -INFINITY);  // an empty running result (SPEC 2: O = 0, LSE = -inf)
-  // Our own chunk, packed: K then V, each [B, max_rows, Hkv, D].
-  copy_view(k, c.chunk_view(chunks[0].data(), p.dtype, p.Hkv, rows));
-  copy_view(v, c.chunk_view(chunks[0].data() + chunk_bytes, p.dtype, p.Hkv, rows));
+  // An empty running result (SPEC 2: O = 0, LSE = -inf), and our own chunk, packed: K then V,
+  // each [B, max_rows, Hkv, D].
+  if (dilattn_status s = ops.fill(lse_acc_v, -INFINITY)) return s;
+  if (dilattn_status s = ops.copy(k, c.chunk_view(chunks[0].data(), p.dtype, p.Hkv, rows))) return s;
+  if (dilattn_status s = ops.copy(v, c.chunk_view(chunks[0].data() + chunk_bytes, p.dtype, p.Hkv, rows)))
+    return s;
 
   dilattn_status status = DILATTN_SUCCESS;
   for (int32_t step = 0; step < c.P; ++step) {
@@ -52,6 +58,7 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
     unsigned char* cur = chunks[step % 2].data();
     const bool pass_on = step + 1 < c.P;
     if (pass_on) {
+      if (dilattn_status s = c.ready_to_send()) return s;
       if (dilattn_status s = c.transport->shift_begin(cur, chunks[(step + 1) % 2].data(), 2 * chunk_bytes))
         return s;
     }
@@ -66,26 +73,29 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
       const dilattn_tensor ov = rows_view(o_part_v, call.q_rows, call.h0, nh);
       const dilattn_tensor lv = lse_rows_view(lse_part_v, call.q_rows, call.h0, nh);
       if (dilattn_status s = c.backend->can_run(call.sub)) return s;
-      workspace.grow(c.backend->workspace_bytes(call.sub).forward);
-      const ForwardArgs args{&qv, &kv, &vv, &ov, &lv, workspace.data(), StreamArgs{}};
+      if (dilattn_status s = workspace.grow(c.backend->workspace_bytes(call.sub).forward)) return s;
+      const ForwardArgs args{&qv, &kv, &vv, &ov, &lv, workspace.data(), ops.stream_args()};
       if (dilattn_status s = c.backend->forward(call.sub, args))
         return s;
-      merge_partial(ov, lv, rows_view(o_acc_v, call.q_rows, call.h0, nh),
-                    lse_rows_view(lse_acc_v, call.q_rows, call.h0, nh));
-      return DILATTN_SUCCESS;
+      return ops.merge(ov, lv, rows_view(o_acc_v, call.q_rows, call.h0, nh),
+                       lse_rows_view(lse_acc_v, call.q_rows, call.h0, nh));
     };
     // After a failure the rank still passes chunks on, so no other rank waits for it.
     for (const RowRange& qr : c.mine.range)
       for (const RowRange& kr : theirs.range)
-        if (status == DILATTN_SUCCESS) status = for_each_sub_call(p, qr, kr, run);
+        if (status == DILATTN_SUCCESS)
+          status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
     if (pass_on) {
       if (dilattn_status s = c.transport->shift_end()) return s;
     }
   }
+  if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
   if (dilattn_status s = finish_ring_call(c, status)) return s;
-  copy_view(o_acc_v, o);
-  if (lse != nullptr) copy_view(lse_acc_v, *lse);
-  return DILATTN_SUCCESS;
+  if (dilattn_status s = ops.copy(o_acc_v, o)) return s;
+  if (lse != nullptr) {
+    if (dilattn_status s = ops.copy(lse_acc_v, *lse)) return s;
+  }
+  return ops.wait();
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ Problem dense_sub_problem(const Problem& p, int64_t nq, int64_t nk, int64_t nh, 
   s.kind = DILATTN_KIND_DENSE;
   s.branches.clear();
   s.mask.reset();
+  s.backend_state.reset();
   s.causal = causal;
   return s;
 }
@@ -95,6 +96,7 @@ dilattn_status check_ring_split(const Problem& p, int32_t num_ranks, int32_t spl
 }
 
 dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const RowRange& kr,
+                                 dilattn_status (*prepare)(Problem& p),
                                  const std::function<dilattn_status(const SubCall&)>& run) {
   if (qr.count == 0 || kr.count == 0) return DILATTN_SUCCESS;
   const CausalPart part = causal_part(p, qr, kr);
@@ -115,6 +117,9 @@ dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const Row
     }
     call.q_rows = {qr.local, 1, qr.count};
     call.k_rows = {kr.local, 1, kr.count};
+    if (prepare != nullptr) {
+      if (dilattn_status s = prepare(call.sub)) return s;
+    }
     return run(call);
   }
 

@@ -42,8 +42,11 @@ struct SubCall {
 dilattn_status check_ring_split(const Problem& p, int32_t num_ranks, int32_t split);
 
 // Calls run(call) for every sub-problem of queries `qr` (this rank's) and keys `kr` (a chunk's),
-// in a fixed order; returns the first error run returns.
+// in a fixed order; returns the first error run returns. A sub-problem has no plan state of
+// its own; `prepare` (the backend's Backend::prepare, may be null) makes it first, since a
+// device backend keeps the block-sparse mask there and the sub-mask is not the plan's.
 dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const RowRange& kr,
+                                 dilattn_status (*prepare)(Problem& p),
                                  const std::function<dilattn_status(const SubCall&)>& run);
 
 // The view [B, rows.count, nh, D] of rows `rows` and heads [h0, h0 + nh) of t ([B, n, heads, D]).

@@ -1,7 +1,8 @@
-// ring_tensor_ops.h - the element loops of the ring: copy a view, add one into another, and the
-// SPEC 5 merge of a partial (O_b, LSE_b) into the running (O, LSE), all over strided views of
-// equal shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64
-// for f64 plans, so a partial is rounded once per merge).
+// ring_tensor_ops.h - the element loops of the ring in host memory (ring_ops_host.cpp; the
+// device's kernels are cuda/ring_ops.cu): copy a view, add one into another, and the SPEC 5
+// merge of a partial (O_b, LSE_b) into the running (O, LSE), all over strided views of equal
+// shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64 for
+// f64 plans, so a partial is rounded once per merge).
 #ifndef DILATTN_RING_TENSOR_OPS_H
 #define DILATTN_RING_TENSOR_OPS_H
 
@@ -68,9 +69,7 @@ inline void merge_partial(const dilattn_tensor& o_b, const dilattn_tensor& lse_b
           const int64_t od = element_offset(o, b, i, h, d);
           const double part = load_element(o_b.data, o_b.dtype, element_offset(o_b, b, i, h, d));
           const double acc = load_element(o.data, o.dtype, od);
-          // A weight of 0 contributes nothing, even against an inf or NaN it would multiply.
-          store_element(o.data, o.dtype, od,
-                        (w_old == 0 ? 0 : w_old * acc) + (w_part == 0 ? 0 : w_part * part));
+          store_element(o.data, o.dtype, od, merge_element(w_old, acc, w_part, part));
         }
       }
 }

@@ -10,6 +10,13 @@
 //              `send` must stay unchanged and `recv` untouched until shift_end returns.
 // A transport never hangs for ever on a missing rank where it can help it: the threads
 // transport gives up after its timeout and marks the communicator broken (DILATTN_ERROR_COMM).
+//
+// Where the shifted bytes live: host memory for a transport that moves them from the host
+// (the default), device memory too for the threads transport (it receives with the ring's
+// RingOps::copy_bytes, a device-to-device copy for the cuda backend), device memory only for
+// NCCL. A stream-ordered transport (NCCL) enqueues its shifts on its stream(); the ring then
+// runs its element work and sub-problems on that stream too. Any other transport reads the
+// bytes from the host, so the ring waits for its queued work before a shift_begin.
 #ifndef DILATTN_RING_TRANSPORT_H
 #define DILATTN_RING_TRANSPORT_H
 
@@ -29,8 +36,12 @@ struct RingVote {
   char message[256];     // its last error when status != SUCCESS
 };
 
+class RingOps;
+
 class RingTransport {
  public:
+  enum class Memory { host, host_or_device, device };
+
   virtual ~RingTransport() = default;
   virtual int32_t rank() const = 0;
   virtual int32_t size() const = 0;
@@ -38,11 +49,24 @@ class RingTransport {
   virtual dilattn_status allgather(const RingVote& mine, RingVote* all) = 0;
   virtual dilattn_status shift_begin(const void* send, void* recv, size_t bytes) = 0;
   virtual dilattn_status shift_end() = 0;
+
+  virtual Memory memory() const { return Memory::host; }
+  virtual bool stream_ordered() const { return false; }
+  virtual void* stream() const { return nullptr; }
+  // The ring call's element ops, for a transport that copies received bytes itself (threads);
+  // null after the call.
+  virtual void receive_with(RingOps* ops) { (void)ops; }
 };
 
 // P transports sharing one in-process state, rank p = element p (transport_threads.cpp).
 dilattn_status make_thread_transports(int32_t num_ranks, int32_t timeout_ms,
                                       std::unique_ptr<RingTransport>* transports);
+
+// One rank of an NCCL communicator (*nccl_comm is the caller's ncclComm_t), shifting on
+// cuda_stream (transport_nccl.cpp); DILATTN_ERROR_UNSUPPORTED in a build without NCCL
+// (transport_nccl_stub.cpp).
+dilattn_status make_nccl_transport(const void* nccl_comm, void* cuda_stream, int32_t timeout_ms,
+                                   std::unique_ptr<RingTransport>* transport);
 
 }  // namespace dilattn
 

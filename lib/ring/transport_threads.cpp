@@ -7,7 +7,10 @@
 // shift_end waits for that. Every wait has the communicator's timeout: past it the waiting rank
 // marks the state broken, wakes everyone, and every call from then on returns
 // DILATTN_ERROR_COMM. A rank never returns while a neighbour is still copying from its buffer
-// (the copy itself never waits), so a timeout cannot leave a dangling read.
+// (the copy itself never waits), so a timeout cannot leave a dangling read. The receiver copies
+// with its ring call's RingOps::copy_bytes (ring_ops.h): a host memcpy for the CPU backends, a
+// finished device-to-device copy for the cuda backend, so ranks on one or several GPUs of this
+// process pass chunks in device memory (the ring waits for a chunk's writes before posting it).
 // Checked by tests/ring/test_ring_errors.cpp (a missing rank, a failing rank).
 #include <chrono>
 #include <condition_variable>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "ring_ops.h"
 #include "ring_transport.h"
 
 namespace dilattn {
@@ -56,6 +60,8 @@ class ThreadsTransport final : public RingTransport {
       : s_(std::move(state)), rank_(rank) {}
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return s_->P; }
+  Memory memory() const override { return Memory::host_or_device; }
+  void receive_with(RingOps* ops) override { ops_ = ops; }
 
   dilattn_status allgather(const RingVote& mine, RingVote* all) override {
     ThreadsState& s = *s_;
@@ -116,11 +122,24 @@ class ThreadsTransport final : public RingTransport {
     }
     in.copying = true;
     lock.unlock();
-    std::memcpy(recv_, in.data, recv_bytes_);
+    dilattn_status copied = DILATTN_SUCCESS;
+    if (ops_ != nullptr)
+      copied = ops_->copy_bytes(recv_, in.data, recv_bytes_);
+    else
+      std::memcpy(recv_, in.data, recv_bytes_);
     lock.lock();
     in.copying = false;
     ++in.consumed;
     s.cv.notify_all();
+    if (copied != DILATTN_SUCCESS) {
+      if (!s.broken) {
+        s.broken = true;
+        s.broken_why = "rank " + std::to_string(rank_) + " could not copy a chunk: " +
+                       dilattn_last_error();
+        s.cv.notify_all();
+      }
+      return retract(lock);
+    }
     // 2. Our own chunk must have been copied before its buffer may change.
     if (!wait(lock, [&] { return s.broken || out.consumed == out.posted; }))
       return time_out(lock, "rank " + std::to_string(rank_) + " waiting for rank " +
@@ -167,6 +186,7 @@ class ThreadsTransport final : public RingTransport {
   const int32_t rank_;
   void* recv_ = nullptr;
   size_t recv_bytes_ = 0;
+  RingOps* ops_ = nullptr;
 };
 
 }  // namespace

@@ -1,0 +1,54 @@
+// ring_ops.h - the element work of one ring call (SPEC 5), where the plan's backend keeps its
+// tensors: the ring's buffers, copies, sums and SPEC 5's merge of a partial (O_b, LSE_b).
+//
+// The ring algorithm (lib/ring/ring_forward.cpp, ring_backward.cpp) is written once against
+// this interface; the backend table (backend_table.cpp, Backend::ring_ops) picks the
+// implementation for the plan's backend:
+//   host    lib/ring/ring_ops_host.cpp: loops over host memory (ref, cpu), ring_tensor_ops.h;
+//   device  cuda/ring_ops.cu: small kernels queued on one stream, built by nvcc for the cuda
+//           backend (device memory) and run by the SIMT emulator for the emu backend.
+// Both do the same arithmetic (f64, stored in each view's dtype; the merge is softmax_rules.h
+// merge_lse / merge_weight / merge_element), so a ring gives the same results on either.
+//
+// Views are dilattn_tensor views of equal shape, [B, n, heads, D] or, for an LSE, [B, heads,
+// n, 1]. Work may still be queued when a call returns; wait() returns once it is done. A call
+// that fails sets the last error and returns its status.
+// Checked by tests/ring (the ring on ref, cpu and emu against the reference).
+#ifndef DILATTN_RING_OPS_H
+#define DILATTN_RING_OPS_H
+
+#include <cstddef>
+
+#include "backend.h"
+#include "dilattn.h"
+
+namespace dilattn {
+
+class RingOps {
+ public:
+  virtual ~RingOps() = default;
+  // *p = `bytes` of zeroed memory where the backend reads and writes its tensors.
+  virtual dilattn_status allocate(size_t bytes, void** p) = 0;
+  virtual void release(void* p) = 0;
+  // dst = src, converted when the dtypes differ (bytes copied when they agree).
+  virtual dilattn_status copy(const dilattn_tensor& src, const dilattn_tensor& dst) = 0;
+  // acc += part.
+  virtual dilattn_status add(const dilattn_tensor& part, const dilattn_tensor& acc) = 0;
+  // Every element of t = x.
+  virtual dilattn_status fill(const dilattn_tensor& t, double x) = 0;
+  // SPEC 5: (o, lse) <- the merge of (o, lse) and (o_b, lse_b), row by row.
+  // o, o_b: [B, n, nh, D]; lse, lse_b: [B, nh, n, 1].
+  virtual dilattn_status merge(const dilattn_tensor& o_b, const dilattn_tensor& lse_b,
+                               const dilattn_tensor& o, const dilattn_tensor& lse) = 0;
+  // `bytes` from src to dst (memory of this kind, or of another rank of the same process),
+  // finished when it returns: how the threads transport receives a chunk.
+  virtual dilattn_status copy_bytes(void* dst, const void* src, size_t bytes) = 0;
+  // Returns once every piece of work queued so far is done (host: at once).
+  virtual dilattn_status wait() = 0;
+  // How the ring calls the backend's forward and backward: on the ops' stream, not waiting.
+  virtual StreamArgs stream_args() const = 0;
+};
+
+}  // namespace dilattn
+
+#endif  // DILATTN_RING_OPS_H

@@ -1,0 +1,106 @@
+// test_ring_device_errors.cpp - SPEC 7 for the device side of ring attention, the parts that
+// need no GPU:
+//   nccl_comm_arguments_checked: dilattn_comm_create_nccl with NULL pointers, a bad timeout, a
+//     pointer to a NULL ncclComm_t (a build with NCCL), or any call in a build without NCCL
+//     (UNSUPPORTED, saying so); nothing written to *comm.
+//   nccl_comm_needs_cuda_plan: a communicator whose transport moves device memory only (as
+//     NCCL's; here a one-rank stand-in) with a plan on the ref backend is refused with
+//     UNSUPPORTED naming NCCL and the cuda backend, outputs untouched.
+//   cuda_ring_ops_in_build_without_cuda: in a build without CUDA the cuda backend's ring ops
+//     answer DEVICE_NOT_BUILT (a cuda plan cannot be made there either).
+#include <cstring>
+#include <memory>
+
+#include "dilattn_config.h"
+#include "ring_ops.h"
+#include "ring_test_util.h"
+#include "ring_transport.h"
+
+using namespace harness;
+
+namespace {
+
+void nccl_comm_arguments() {
+  CaseScope scope("nccl_comm_arguments_checked");
+  const dilattn_comm untouched_comm = reinterpret_cast<dilattn_comm>(0x1234);
+  dilattn_comm comm = untouched_comm;
+  void* nccl_comm = nullptr;  // the caller's ncclComm_t, NULL here
+  CHECK_ERROR(dilattn_comm_create_nccl(&nccl_comm, nullptr, 1000, nullptr),
+              DILATTN_ERROR_NULL_POINTER, "'comm'");
+  CHECK_ERROR(dilattn_comm_create_nccl(nullptr, nullptr, 1000, &comm), DILATTN_ERROR_NULL_POINTER,
+              "'nccl_comm'");
+  CHECK_ERROR(dilattn_comm_create_nccl(&nccl_comm, nullptr, 0, &comm), DILATTN_ERROR_INVALID_VALUE,
+              "'timeout_ms' = 0");
+#if DILATTN_HAVE_NCCL
+  CHECK_ERROR(dilattn_comm_create_nccl(&nccl_comm, nullptr, 1000, &comm),
+              DILATTN_ERROR_NULL_POINTER, "NULL ncclComm_t");
+#else
+  CHECK_ERROR(dilattn_comm_create_nccl(&nccl_comm, nullptr, 1000, &comm),
+              DILATTN_ERROR_UNSUPPORTED, "this build has no NCCL");
+#endif
+  CHECK_MSG(comm == untouched_comm, "dilattn_comm_create_nccl wrote *comm on an error");
+}
+
+// One rank that moves device memory only, as the NCCL transport does.
+class DeviceOnlyTransport final : public dilattn::RingTransport {
+ public:
+  int32_t rank() const override { return 0; }
+  int32_t size() const override { return 1; }
+  dilattn_status allgather(const dilattn::RingVote& mine, dilattn::RingVote* all) override {
+    all[0] = mine;
+    return DILATTN_SUCCESS;
+  }
+  dilattn_status shift_begin(const void*, void*, size_t) override { return DILATTN_SUCCESS; }
+  dilattn_status shift_end() override { return DILATTN_SUCCESS; }
+  Memory memory() const override { return Memory::device; }
+  bool stream_ordered() const override { return true; }
+};
+
+bool poisoned(const Tensor& t) {
+  for (unsigned char b : t.bytes())
+    if (b != 0x7f) return false;
+  return true;
+}
+
+void nccl_comm_needs_cuda_plan() {
+  CaseScope scope("nccl_comm_needs_cuda_plan");
+  AttentionCase c;
+  c.name = "dense";
+  c.Nq = c.Nk = 8;
+  c.H = c.Hkv = 1;
+  c.D = 4;
+  Plan plan;
+  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return;
+  auto* comm = new dilattn_comm_s;
+  comm->transport = std::make_unique<DeviceOnlyTransport>();
+  Tensor q(DILATTN_F32, 1, 8, 1, 4), k(DILATTN_F32, 1, 8, 1, 4), v(DILATTN_F32, 1, 8, 1, 4);
+  Tensor o(DILATTN_F32, 1, 8, 1, 4), lse(DILATTN_F32, 1, 1, 8, 1);
+  o.poison();
+  lse.poison();
+  CHECK_ERROR(dilattn_ring_forward(plan.get(), comm, DILATTN_RING_CONTIGUOUS, &q.view(), &k.view(),
+                                   &v.view(), &o.view(), &lse.view()),
+              DILATTN_ERROR_UNSUPPORTED, "NCCL", "cuda backend", "ref");
+  CHECK_MSG(poisoned(o) && poisoned(lse), "the refused ring call wrote its outputs");
+  CHECK_OK(dilattn_comm_destroy(comm));
+}
+
+void cuda_ring_ops_without_cuda() {
+  CaseScope scope("cuda_ring_ops_in_build_without_cuda");
+#if DILATTN_HAVE_CUDA
+  std::printf("cuda_ring_ops_in_build_without_cuda: not checked, this build has CUDA\n");
+#else
+  std::unique_ptr<dilattn::RingOps> ops;
+  CHECK_ERROR(dilattn::find_backend(DILATTN_BACKEND_CUDA)->ring_ops(0, nullptr, &ops),
+              DILATTN_ERROR_DEVICE_NOT_BUILT, "no CUDA");
+  CHECK_MSG(ops == nullptr, "the stub made ring ops");
+#endif
+}
+
+}  // namespace
+
+int main() {
+  nccl_comm_arguments();
+  nccl_comm_needs_cuda_plan();
+  cuda_ring_ops_without_cuda();
+  return finish("ring_device_errors");
+}

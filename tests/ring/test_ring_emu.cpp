@@ -1,0 +1,106 @@
+// test_ring_emu.cpp - SPEC 5 + 6 on the device path: the ring with its sub-problems on the emu
+// backend, so its buffers are the emulated device's memory and its element work (copies, sums,
+// SPEC 5's merge) runs as the kernels of cuda/ring_ops.cu under the SIMT emulator, the code
+// the cuda backend runs on a GPU.
+//   ring_emu_forward_within_spec8: every rank's O and LSE against the reference, for every case
+//     of ring_test_util.h (dense, causal, GQA, dilated mod/block/groups, block-sparse), P = 1..4,
+//     contiguous and zigzag; f32, SPEC 8.
+//   ring_emu_backward_within_spec8: dQ, dK, dV the same way.
+//   ring_emu_bf16_within_spec8: two bf16 cases, forward and backward, P = 3: the kernels'
+//     conversions between the f32 accumulators and bf16 outputs.
+//   ring_emu_backward_bitwise_same_for_any_schedule: P = 4, a rank starting late and the
+//     emulator's threads in descending and shuffled order give the same bits.
+#include "ring_test_util.h"
+#include "simt.h"
+
+using namespace harness;
+
+namespace {
+
+// Cases small enough for the emulator (a fiber per CUDA thread) in a few seconds each.
+bool emu_sized(const AttentionCase& c) { return c.Nq * c.H <= 512; }
+
+void check_forward(const AttentionCase& c, const Inputs& in, int32_t P,
+                   dilattn_ring_split split) {
+  const Forward want = run_forward(c, in, DILATTN_BACKEND_REF, 1);
+  const ringtest::Ring ring{P, split, DILATTN_BACKEND_EMU};
+  const Forward got = ringtest::ring_forward(c, in, ring);
+  CaseScope named(ringtest::label(c, ring));
+  CHECK_CLOSE("O", got.o, want.o, spec8::of(c.dtype));
+  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
+}
+
+void check_backward(const AttentionCase& c, const Inputs& in, int32_t P,
+                    dilattn_ring_split split) {
+  const Forward fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1);
+  const Gradients want = run_backward(c, in, fwd, DILATTN_BACKEND_REF, 1);
+  const ringtest::Ring ring{P, split, DILATTN_BACKEND_EMU};
+  const Gradients got = ringtest::ring_backward(c, in, fwd, ring);
+  CaseScope named(ringtest::label(c, ring));
+  CHECK_CLOSE("dQ", got.dq, want.dq, spec8::of(c.dtype));
+  CHECK_CLOSE("dK", got.dk, want.dk, spec8::of(c.dtype));
+  CHECK_CLOSE("dV", got.dv, want.dv, spec8::of(c.dtype));
+}
+
+void every_case(bool backward) {
+  CaseScope scope(backward ? "ring_emu_backward_within_spec8" : "ring_emu_forward_within_spec8");
+  for (const AttentionCase& c : ringtest::ring_cases(DILATTN_F32)) {
+    if (!emu_sized(c)) continue;
+    CaseScope named(c.name);
+    const Inputs in = make_inputs(c, backward ? 11 : 7, 2.0);
+    for (int32_t P = 1; P <= 4; ++P)
+      for (dilattn_ring_split split : {DILATTN_RING_CONTIGUOUS, DILATTN_RING_ZIGZAG}) {
+        if (!ringtest::ring_supports(c, P)) continue;
+        if (backward)
+          check_backward(c, in, P, split);
+        else
+          check_forward(c, in, P, split);
+      }
+  }
+}
+
+void bf16_cases() {
+  CaseScope scope("ring_emu_bf16_within_spec8");
+  for (const AttentionCase& c : ringtest::ring_cases(DILATTN_BF16)) {
+    if (c.name != "dense_causal" && c.name != "dilated_block_causal") continue;
+    CaseScope named(c.name);
+    const Inputs in = make_inputs(c, 5, 2.0);
+    check_forward(c, in, 3, DILATTN_RING_ZIGZAG);
+    check_backward(c, in, 3, DILATTN_RING_ZIGZAG);
+  }
+}
+
+void schedule_independent() {
+  CaseScope scope("ring_emu_backward_bitwise_same_for_any_schedule");
+  const ringtest::Ring ring{4, DILATTN_RING_CONTIGUOUS, DILATTN_BACKEND_EMU};
+  for (const AttentionCase& c : ringtest::ring_cases(DILATTN_F32)) {
+    if (!emu_sized(c) || !ringtest::ring_supports(c, ring.P)) continue;
+    CaseScope named(c.name);
+    const Inputs in = make_inputs(c, 13, 2.0);
+    const Forward fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1);
+    const Gradients first = ringtest::ring_backward(c, in, fwd, ring);
+    const struct {
+      simt::ThreadOrder order;
+      int32_t late;
+      const char* name;
+    } schedules[] = {{simt::ThreadOrder::descending, 0, "descending threads, rank 0 late"},
+                     {simt::ThreadOrder::shuffled, 3, "shuffled threads, rank 3 late"}};
+    for (const auto& s : schedules) {
+      simt::ScopedThreadOrder order(s.order, 99);
+      const Gradients again = ringtest::ring_backward(c, in, fwd, ring, s.late);
+      CHECK_MSG(first.dq.bytes() == again.dq.bytes(), "dQ differs in bits with %s", s.name);
+      CHECK_MSG(first.dk.bytes() == again.dk.bytes(), "dK differs in bits with %s", s.name);
+      CHECK_MSG(first.dv.bytes() == again.dv.bytes(), "dV differs in bits with %s", s.name);
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  every_case(false);
+  every_case(true);
+  bf16_cases();
+  schedule_independent();
+  return finish("ring_emu_matches_reference");
+}
