@@ -427,6 +427,7 @@ def main(argv=None):
     ap.add_argument("--sass", help="read this cuobjdump -sass listing instead of running cuobjdump")
     ap.add_argument("--json", help="write the results as JSON here")
     ap.add_argument("--txt", help="write the table here too")
+    ap.add_argument("--label", default="", help="what the binary is (commit, compiler), printed")
     args = ap.parse_args(argv)
     if args.sass:
         with open(args.sass) as f:
@@ -453,7 +454,7 @@ def main(argv=None):
     if not rows:
         sys.stderr.write("sass_model.py: no kernel matches %r\n" % args.kernel)
         return 1
-    out = table(rows)
+    out = ("Binary: %s\n" % args.label if args.label else "") + table(rows)
     sys.stdout.write(out)
     if args.txt:
         with open(args.txt, "w") as f:
@@ -461,7 +462,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": "bench/gpu/sass_model.py (modelled, not measured)",
-                       "binary": os.path.basename(args.binary), "devices": DEVICES,
+                       "binary": os.path.basename(args.binary), "label": args.label,
+                       "devices": DEVICES,
                        "results": rows}, f, indent=1,
                       default=lambda o: None)
     return 0
