@@ -4,7 +4,10 @@
 // The tile loop is forward_tile_loop.cuh's (query tile of BR = 16 rows, chunks of BC = 32 keys,
 // online softmax in lib/internal/softmax_rules.h's base-2 domain, merge into the workspace). What this
 // kernel adds is how the two products are computed, with plain f32 loops over shared tiles:
-//   S = Q K^T    thread idx owns S[idx / BC][idx % BC]: one dot product of D terms;
+//   S = Q K^T    thread idx owns S[idx / BC][idx % BC]: one dot product of D terms; the 32
+//                lanes of a warp read element d of 32 keys at once, so K rows are padded to
+//                an odd pitch (key_pitch): 32 distinct banks, where pitch D = 64 hit one
+//                bank 32 times (checked by tests/kernels/test_simt_smem_banks.cpp);
 //   O = alpha O + P V    thread idx owns O[idx / D][idx % D]: rescale, then add its P V sum,
 //                        over the keys the row sees only (a NaN in a V row the row does not
 //                        see must not reach it as 0 * NaN).
@@ -29,13 +32,18 @@ struct SimtProducts {
 
   __host__ __device__ void carve(SmemCarver&, int64_t) {}  // no scratch of its own
 
+  // K's row pitch in f32 words: odd, so words c * pitch + d of keys c = 0 .. 31 fall in 32
+  // distinct banks of the 32 (4-byte banks; an odd pitch is coprime with 32).
+  __host__ __device__ static int64_t key_pitch(int64_t D) { return D | 1; }
+
   // S[t][c] = <Q_t, K_c>.
   __device__ __forceinline__ void scores(const TileMemory<float>& s, int64_t D) {
     const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+    const int64_t kpitch = key_pitch(D);
     for (int idx = tid; idx < kBr * kBc; idx += nt) {
       const int64_t t = idx / kBc, c = idx % kBc;
       float dot = 0.0f;
-      for (int64_t d = 0; d < D; ++d) dot += s.q[t * D + d] * s.k[c * D + d];
+      for (int64_t d = 0; d < D; ++d) dot += s.q[t * D + d] * s.k[c * kpitch + d];
       s.s[idx] = dot;
     }
     __syncthreads();

@@ -1,0 +1,473 @@
+#!/usr/bin/env python3
+r"""sass_model.py - a static cost model of the forward kernels, from their SASS. Modelled, not
+measured: no GPU runs anything here.
+
+Usage:
+  bench/gpu/sass_model.py LIBRARY_OR_OBJECT [--kernel REGEX] [--json FILE] [--txt FILE]
+                          [--tile FAMILY=BR,BC,THREADS]
+  e.g. bench/gpu/sass_model.py build-cuda/lib/libdilattn.so --json bench/results/x.json
+
+What it does, per kernel whose name matches --kernel (default: forward_\w*kernel) and per arch:
+  1. cuobjdump -sass, split per kernel (bench/gpu/sass_parse.py: name, arch, basic blocks,
+     natural loops).
+  2. The loop over key chunks: the innermost loop that holds a BAR (every forward kernel
+     synchronizes its block once per chunk at least, and no loop inside the chunk loop does).
+  3. Instructions issued per warp per chunk, by class (CLASSES): each instruction of the chunk
+     loop counts once, times the trip counts of the inner loops around it. Trip counts come from
+     the kernel's profile (PROFILES: the inner loops in header-address order, as functions of D);
+     a kernel without one, or whose inner loops differ from it, counts every inner loop body
+     once and is marked "unprofiled". Both sides of a data-dependent branch count once per
+     iteration (an upper bound); warps are assumed converged (sass_parse.Cfg).
+  4. Per chunk of BC keys and a block of BR query rows (the kernel's tile, TILES):
+       FLOP        4 * BR * BC * D (S = Q K^T and P V, FlashAttention's count);
+       issue       warp instructions / 4 per clock per SM (4 sub-partitions, 1 each);
+       tensor      HMMA FLOP / the device's dense f16 FLOP per clock per SM;
+       smem        shared-memory wavefronts / 1 per clock per SM (128 bytes per clock), with
+                   the bank conflicts of the kernel's access pattern (ACCESS: an assumption,
+                   written from the kernel source, stated in the output);
+       bandwidth   global bytes loaded per chunk (LDG/LDGSTS widths x lanes x warps) at HBM
+                   bandwidth, each block loading its own K and V (the reuse of BR rows per
+                   block; no L2 reuse between blocks);
+     each bound gives a fraction of the dense f16 tensor peak; the estimate is the smallest.
+  Table on stdout, JSON with --json, the same table with --txt.
+
+Device constants (DEVICES) and their sources are below. Checked by bench/gpu/test_sass_model.py.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_parse  # noqa: E402
+
+# ---------------------------------------------------------------- devices
+# A100: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs, boost 1410 MHz,
+#   dense FP16/BF16 tensor 312 TFLOPS = 108 SMs x 2048 FLOP/clk x 1.41 GHz; 4 SM sub-partitions
+#   (one warp instruction issued per clock each); 32 banks x 4 bytes of shared memory (128 B/clk).
+#   HBM2e 2039 GB/s: the A100 80GB SXM datasheet (the 40 GB part: 1555 GB/s).
+# H100: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), SXM5: 132 SMs, dense FP16/BF16
+#   tensor 989.4 TFLOPS = 132 SMs x 4096 FLOP/clk x 1.83 GHz; 4 sub-partitions; 32 banks x 4 bytes;
+#   HBM3 3.35 TB/s (H100 SXM datasheet). mma.sync (HMMA) is counted at this peak, which only
+#   wgmma reaches on H100: an optimistic bound for an HMMA kernel there.
+DEVICES = {
+    "sm_80": {"name": "A100-SXM4-80GB", "sms": 108, "clock_ghz": 1.41,
+              "tensor_flop_per_clk_sm": 2048, "issue_per_clk_sm": 4, "hbm_gb_s": 2039,
+              "smem_banks": 32, "smem_bank_bytes": 4, "smem_wavefronts_per_clk_sm": 1},
+    "sm_90": {"name": "H100-SXM5", "sms": 132, "clock_ghz": 1.83,
+              "tensor_flop_per_clk_sm": 4096, "issue_per_clk_sm": 4, "hbm_gb_s": 3350,
+              "smem_banks": 32, "smem_bank_bytes": 4, "smem_wavefronts_per_clk_sm": 1},
+}
+
+# ---------------------------------------------------------------- kernels
+# The tiles of the library's forward kernels (cuda/forward_simt.cu, forward_wmma.cu: kBr, kBc,
+# kThreads). Another kernel: --tile family=BR,BC,THREADS.
+TILES = {
+    "forward_simt_kernel": (16, 32, 128),
+    "forward_wmma_kernel": (16, 64, 128),
+}
+
+# Trip counts of the chunk loop's inner loops, in header-address order (pre-order: a nested
+# loop follows its parent and counts per iteration of it), per thread or per warp as the loop
+# runs; t = (BR, BC, THREADS). Read off the SASS of nvcc 13 (sm_80 and sm_90 alike).
+#   SIMT: gather K,V (BC*D/T) | S idx (BR*BC/T) > d unrolled x16 (D/16), x4 rest ((D%16)/4) |
+#         mask (BR*BC/T) | softmax rows per warp (BR/warps) | O idx (BR*D/T) > keys x16 (BC/16),
+#         x4 rest ((BC%16)/4)
+#   WMMA: gather (BC*D/T) | S key blocks per warp (BC/16/warps) | mask (BR*BC/T) | softmax rows
+#         (BR/warps) | P to dtype (BR*BC/T) | PV column blocks per warp (D/16/warps) | O (BR*D/T)
+def _simt_trips(D, br, bc, t):
+    w = t // 32
+    return [bc * D // t, br * bc // t, D // 16, (D % 16) // 4, br * bc // t, br // w,
+            br * D // t, bc // 16, (bc % 16) // 4]
+
+
+def _wmma_trips(D, br, bc, t):
+    w = t // 32
+    return [bc * D // t, max(1, bc // 16 // w), br * bc // t, br // w, br * bc // t,
+            max(1, D // 16 // w), br * D // t]
+
+
+PROFILES = {"forward_simt_kernel": _simt_trips, "forward_wmma_kernel": _wmma_trips}
+
+
+# Shared-memory bank conflicts, an assumption per kernel (what its source says about its tiles):
+# the warp-wide accesses whose lanes do not read consecutive words, each as the 4-byte words one
+# wavefront of it touches, and how many there are per warp per chunk: a count, or the chunk
+# loop's instructions it matches (times their trip counts). Everything else is taken to be
+# conflict-free (consecutive words, or one word broadcast).
+#   SIMT S = Q K^T: lane c reads element d of key c, word c * pitch + d, BR*BC/T * D times per
+#     chunk; pitch is the K tile's row pitch: D before the padding, SimtProducts::key_pitch(D)
+#     = D | 1 after, told apart by the OR it compiles to (simt_key_pitch_rule).
+#   WMMA fragments: ldmatrix (LDSM .4: 4 phases of 8 rows x 16 bytes) and bf16's generic LD
+#     (lane l: row l / 4, word l % 4) read 8 rows whose pitch is 2 * D (Q, K, V) or 2 * BC (P)
+#     bytes, multiples of 128 bytes for D = 64, 128: every row starts in bank 0.
+def _simt_access(D, br, bc, t, key_pitch):
+    return [{"what": "S=QK^T LDS: K[c][d], lane = key c", "per_warp": br * bc // t * D,
+             "words": [c * key_pitch for c in range(32)], "wavefronts": 1}]
+
+
+def _wmma_access(D, br, bc, t, key_pitch):
+    pitch_words = 2 * D // 4  # Q, K, V rows; P's 2 * BC = 128 bytes falls in the same banks
+    ldsm = [r * pitch_words + j for r in range(8) for j in range(4)]
+    frag = [(l // 4) * pitch_words + l % 4 for l in range(32)]
+    return [{"what": "ldmatrix phase: 8 rows x 16 B, pitch %d B" % (2 * D),
+             "match": lambda i: i.base == "LDSM", "words": ldsm, "wavefronts": 4},
+            {"what": "generic LD of a fragment: 8 rows x 4 words, pitch %d B" % (2 * D),
+             "match": lambda i: i.op.startswith("LD.E") and access_bytes(i.op) == 4,
+             "words": frag, "wavefronts": 1}]
+
+
+ACCESS = {"forward_simt_kernel": _simt_access, "forward_wmma_kernel": _wmma_access}
+
+
+def simt_key_pitch_rule(kernel):
+    """'D|1' or 'D': the SIMT K pitch the binary computes. key_pitch(D) = D | 1 compiles to an
+    OR with 1 (LOP3.LUT Rd, Ra, 0x1, RZ, 0xfc: 0xfc is a | b), which the kernel has nowhere
+    else; pitch D needs none."""
+    for ins in kernel.instrs:
+        if ins.base == "LOP3" and re.search(r", 0x1, RZ, 0xfc,", ins.operands):
+            return "D|1"
+    return "D"
+
+
+def eval_pitch(rule, D):
+    return {"D": D, "D|1": D | 1, "D+1": D + 1}.get(rule, D)
+
+
+# ---------------------------------------------------------------- instruction classes
+CLASSES = ["HMMA", "LDG", "LDS", "STS", "FP32", "MUFU", "BAR", "INT", "OTHER"]
+_INT = {"IMAD", "IADD3", "IADD", "LEA", "LEA.HI", "SHF", "LOP3", "LOP", "ISETP", "IABS", "SEL",
+        "MOV", "PRMT", "IMNMX", "S2R", "S2UR", "CS2R", "ULDC", "UIADD3", "UMOV", "ULEA", "USHF",
+        "ULOP3", "UISETP", "UIMAD", "USEL", "UPRMT", "IMUL", "SGXT", "BMSK", "POPC", "FLO",
+        "R2UR", "IDP", "VIADD", "VIMNMX", "UMNMX"}
+
+
+def classify(ins):
+    b = ins.base
+    if b in ("HMMA", "HGMMA", "IMMA"):
+        return "HMMA"
+    if b in ("LDG", "LDGSTS"):
+        return "LDG"
+    if b in ("LDS", "LDSM"):
+        return "LDS"
+    if b == "STS":
+        return "STS"
+    if b in ("FFMA", "FMUL", "FADD"):
+        return "FP32"
+    if b == "MUFU":
+        return "MUFU"
+    if b == "BAR":
+        return "BAR"
+    if b in _INT:
+        return "INT"
+    return "OTHER"
+
+
+def access_bytes(op):
+    """Bytes one lane moves: LDG.E.128 16, .64 8, .U16/.S16 2, .U8/.S8 1, else 4."""
+    for mod, n in ((".128", 16), (".64", 8), (".U16", 2), (".S16", 2), (".U8", 1), (".S8", 1)):
+        if mod in op:
+            return n
+    return 4
+
+
+_MMA_SHAPES = {"16816": (16, 8, 16), "1688": (16, 8, 8), "884": (8, 8, 4), "8816": (8, 8, 16),
+               "16832": (16, 8, 32), "8832": (8, 8, 32)}
+
+
+def hmma_flop(op):
+    """FLOP of one warp-wide tensor instruction from its shape: HMMA.16816 is m16 n8 k16,
+    HGMMA.64x128x16 (a warpgroup's) m64 n128 k16."""
+    m = re.search(r"\.(\d+)x(\d+)x(\d+)", op)
+    if m:
+        a, b, c = (int(x) for x in m.groups())
+        return 2 * a * b * c
+    parts = op.split(".")
+    shape = _MMA_SHAPES.get(parts[1]) if len(parts) > 1 else None
+    return 2 * shape[0] * shape[1] * shape[2] if shape else 0
+
+
+def smem_wavefronts(ins):
+    """Wavefronts of a conflict-free warp-wide shared access: 128 bytes each (LDS.64 two,
+    LDS.128 four); LDSM moves 4 8x8 matrices of 16-bit elements (.4: 512 bytes, four)."""
+    if ins.base == "LDSM":
+        m = re.search(r"\.(\d)\b", ins.op.replace("LDSM.16", ""))
+        return int(m.group(1)) if m else 1
+    return max(1, access_bytes(ins.op) * 32 // 128)
+
+
+# ---------------------------------------------------------------- the model
+def chunk_loop(cfg):
+    """The loop over key chunks: among loops holding a BAR, one with no BAR-holding loop inside
+    it; if several, the one with the most barriers (then the largest)."""
+    loops = cfg.loops()
+    with_bar = [l for l in loops if l.count(lambda i: i.base == "BAR") > 0]
+    inner = [l for l in with_bar if not any(o is not l and o.blocks < l.blocks for o in with_bar)]
+    if not inner:
+        return None
+    return max(inner, key=lambda l: (l.count(lambda i: i.base == "BAR"), len(l.blocks)))
+
+
+def weights(loop, trips):
+    """Instruction weight per block of `loop`: the product of the trip counts of the inner loops
+    that hold the block (trips in loop.descendants() order; None: every body once)."""
+    w = {b: 1 for b in loop.blocks}
+    if trips is None:
+        return w
+    for inner, n in zip(loop.descendants(), trips):
+        for b in inner.blocks:
+            w[b] *= n
+    return w
+
+
+def count_chunk(loop, trips):
+    w = weights(loop, trips)
+    counts = {c: 0 for c in CLASSES}
+    ldg_bytes = hmma = wavefronts = 0
+    for b in loop.blocks:
+        for ins in loop.cfg.blocks[b]:
+            if ins.base == "NOP":
+                continue
+            n = w[b]
+            cls = classify(ins)
+            counts[cls] += n
+            if cls == "LDG":
+                ldg_bytes += n * access_bytes(ins.op) * 32
+            elif cls == "HMMA":
+                hmma += n * hmma_flop(ins.op)
+            if cls in ("LDS", "STS"):
+                wavefronts += n * smem_wavefronts(ins)
+    return counts, ldg_bytes, hmma, wavefronts
+
+
+def conflict_ways(words, banks):
+    """Wavefronts one warp-wide access needs, per conflict-free one: the most distinct 4-byte
+    words in one bank (a word read by several lanes is broadcast)."""
+    per_bank = {}
+    for word in words:
+        per_bank.setdefault(word % banks, set()).add(word)
+    return max(len(s) for s in per_bank.values())
+
+
+def model_kernel(kernel, D, dtype, tile, family):
+    """One kernel at head dim D on its arch: counts per chunk and the four bounds."""
+    dev = DEVICES.get(kernel.arch)
+    cfg = sass_parse.Cfg(kernel.instrs)
+    loop = chunk_loop(cfg)
+    out = {"kernel": kernel.demangled, "family": family, "arch": kernel.arch, "dtype": dtype,
+           "D": D}
+    if loop is None:
+        out["error"] = "no loop with a barrier (no chunk loop found)"
+        return out
+    br, bc, threads = tile
+    inner = list(loop.descendants())
+    trips, profiled = None, False
+    if family in PROFILES:
+        want = PROFILES[family](D, br, bc, threads)
+        if len(want) == len(inner):
+            trips, profiled = want, True
+    if not inner:
+        profiled = True  # no inner loop: the body is what one chunk issues
+    counts, ldg_bytes_warp, hmma_flop_warp, wavefronts = count_chunk(loop, trips)
+    warps = threads // 32
+    out.update({
+        "chunk_loop": {"header": "0x%x" % loop.header_addr,
+                       "static_instructions": sum(1 for _ in loop.instrs()),
+                       "inner_loops": ["0x%x" % l.header_addr for l in inner],
+                       "trip_counts": trips, "profiled": profiled},
+        "tile": {"BR": br, "BC": bc, "threads": threads},
+        "per_warp_per_chunk": counts,
+    })
+    # Bank conflicts of the described accesses: extra wavefronts beyond one per access.
+    conflicts = []
+    extra = 0
+    if family in ACCESS and dev is not None:
+        pitch_rule = simt_key_pitch_rule(kernel) if family == "forward_simt_kernel" else "D"
+        pitch = eval_pitch(pitch_rule, D)
+        w = weights(loop, trips)
+        for acc in ACCESS[family](D, br, bc, threads, pitch):
+            ways = conflict_ways(acc["words"], dev["smem_banks"])
+            n = acc.get("per_warp")
+            if n is None:
+                n = sum(w[b] for b in loop.blocks for i in cfg.blocks[b] if acc["match"](i))
+            conflicts.append({"access": acc["what"], "ways": ways, "per_warp": n})
+            extra += n * acc["wavefronts"] * (ways - 1)
+        if family == "forward_simt_kernel":
+            conflicts[0].update({"key_pitch": pitch, "pitch_rule": pitch_rule})
+    out["bank_conflicts"] = conflicts
+    flop = 4 * br * bc * D
+    out["flop_per_chunk"] = flop
+    out["global_bytes_per_chunk"] = ldg_bytes_warp * warps
+    if dev is None:
+        out["error"] = "no device constants for " + kernel.arch
+        return out
+    issue_clk = sum(counts.values()) * warps / dev["issue_per_clk_sm"]
+    tensor_clk = hmma_flop_warp * warps / dev["tensor_flop_per_clk_sm"]
+    smem_clk = (wavefronts + extra) * warps / dev["smem_wavefronts_per_clk_sm"]
+    peak = dev["tensor_flop_per_clk_sm"]
+    frac = {
+        "issue": flop / max(issue_clk, tensor_clk, 1e-30) / peak,
+        "smem": flop / max(smem_clk, 1e-30) / peak,
+    }
+    gbytes = out["global_bytes_per_chunk"]
+    if gbytes > 0:
+        flop_per_s = flop / gbytes * dev["hbm_gb_s"] * 1e9
+        frac["bandwidth"] = flop_per_s / (peak * dev["sms"] * dev["clock_ghz"] * 1e9)
+    out["clocks_per_chunk_per_sm"] = {"issue": issue_clk, "tensor": tensor_clk, "smem": smem_clk}
+    out["smem_wavefronts_per_warp"] = {"conflict_free": wavefronts, "conflict_extra": extra}
+    out["fraction_of_dense_f16_peak"] = frac
+    out["estimate"] = min(frac.values())
+    out["bound_by"] = min(frac, key=frac.get)
+    out["device"] = dev["name"]
+    return out
+
+
+# ---------------------------------------------------------------- driver
+def find_cuobjdump():
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for d in ("/usr/local/cuda/bin",):
+        if os.access(os.path.join(d, "cuobjdump"), os.X_OK):
+            return os.path.join(d, "cuobjdump")
+    try:
+        import nvidia  # the PyPI nvidia-cuda-cuobjdump package
+        for p in nvidia.__path__:
+            for c in sorted(glob.glob(os.path.join(p, "*", "bin", "cuobjdump")), reverse=True):
+                if os.access(c, os.X_OK):
+                    return c
+    except ImportError:
+        pass
+    return None
+
+
+_DTYPES = {"__half": "f16", "__nv_bfloat16": "bf16", "float": "f32"}
+
+
+def kernel_variants(kernel, head_dims):
+    """(family, dtype, [D...]) of a kernel: dtype and D from its template arguments; a kernel
+    without a D argument takes D at run time, modelled at every D of head_dims."""
+    family, args = kernel.family_and_args()
+    dtype = next((_DTYPES[a] for a in args if a in _DTYPES), "?")
+    ds = [int(a) for a in args if re.fullmatch(r"\d+", a)]
+    return family, dtype, (ds[:1] if ds else list(head_dims))
+
+
+def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
+              dtypes=("f16", "bf16")):
+    rows = []
+    for k in sass_parse.parse(sass_text):
+        if not re.search(kernel_re, k.demangled):
+            continue
+        family, dtype, ds = kernel_variants(k, head_dims)
+        if dtype not in dtypes:
+            continue
+        tile = tiles.get(family)
+        for D in ds:
+            if D not in head_dims:
+                continue
+            if tile is None:
+                rows.append({"kernel": k.demangled, "family": family, "arch": k.arch,
+                             "dtype": dtype, "D": D,
+                             "error": "tile unknown: pass --tile %s=BR,BC,THREADS" % family})
+                continue
+            rows.append(model_kernel(k, D, dtype, tile, family))
+    rows.sort(key=lambda r: (r["family"], r["arch"], r["dtype"], r["D"]))
+    return rows
+
+
+_ROW = "%-20s %-5s %-4s %4s %7s %7s %5s %4s %5s %5s %5s %6s %7s %7s %7s  %s"
+
+
+def table(rows):
+    """The results as a table a person reads: one row per kernel, arch, dtype and D."""
+    lines = ["Modelled, not measured (bench/gpu/sass_model.py). Per chunk of BC keys for a block "
+             "of BR query rows; counts per warp.",
+             _ROW % ("kernel", "arch", "type", "D", "FLOP", "instr", "HMMA", "LDG", "LDS", "FP32",
+                     "INT", "banks", "issue%", "smem%", "hbm%", "bound")]
+    for r in rows:
+        if "error" in r:
+            lines.append("%-20s %-5s %-4s %4s  %s" % (r["family"][:20], r["arch"], r["dtype"],
+                                                      r["D"], r["error"]))
+            continue
+        c, f = r["per_warp_per_chunk"], r["fraction_of_dense_f16_peak"]
+        ways = [x["ways"] for x in r["bank_conflicts"] if x["per_warp"] > 0]
+        bound = r["bound_by"] + ("" if r["chunk_loop"]["profiled"] else " (unprofiled)")
+        lines.append(_ROW % (
+            r["family"][:20], r["arch"], r["dtype"], r["D"], r["flop_per_chunk"],
+            sum(c.values()), c["HMMA"], c["LDG"], c["LDS"], c["FP32"], c["INT"],
+            "%d-way" % max(ways) if ways else "-", "%.2f%%" % (100 * f["issue"]),
+            "%.2f%%" % (100 * f["smem"]), "%.2f%%" % (100 * f.get("bandwidth", 0)), bound))
+    lines += [
+        "instr: warp instructions issued per warp per chunk (HMMA .. INT: by class); banks: the",
+        "worst bank conflict of the accesses the model describes (-: none described); issue%,",
+        "smem%, hbm%: the fraction of the dense f16 tensor peak each bound allows (issue: the",
+        "instructions at 4 per clock per SM, or the HMMAs at the tensor rate if slower; smem:",
+        "shared-memory wavefronts at 1 per clock per SM; hbm: each block's K and V bytes at HBM",
+        "bandwidth); bound: the smallest, the estimate."]
+    for a in sorted({r["arch"] for r in rows if r["arch"] in DEVICES}):
+        d = DEVICES[a]
+        lines.append("%s = %s: %d SMs, %.2f GHz, %d FLOP/clk/SM dense f16, %d warp instr/clk/SM, "
+                     "%d GB/s HBM, %d x %d-byte smem banks" % (
+                         a, d["name"], d["sms"], d["clock_ghz"], d["tensor_flop_per_clk_sm"],
+                         d["issue_per_clk_sm"], d["hbm_gb_s"], d["smem_banks"],
+                         d["smem_bank_bytes"]))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("binary", help="libdilattn.so, a .o or a .cubin built with the CUDA kernels")
+    ap.add_argument("--kernel", default=r"forward_\w*kernel", help="regex on the demangled name")
+    ap.add_argument("--tile", action="append", default=[], help="FAMILY=BR,BC,THREADS")
+    ap.add_argument("--sass", help="read this cuobjdump -sass listing instead of running cuobjdump")
+    ap.add_argument("--json", help="write the results as JSON here")
+    ap.add_argument("--txt", help="write the table here too")
+    ap.add_argument("--label", default="", help="what the binary is (commit, compiler), printed")
+    args = ap.parse_args(argv)
+    if args.sass:
+        with open(args.sass) as f:
+            text = f.read()
+    else:
+        tool = find_cuobjdump()
+        if tool is None:
+            sys.stderr.write("sass_model.py: cuobjdump not found (PATH, /usr/local/cuda/bin, the "
+                             "nvidia PyPI packages). Install the CUDA toolkit, or "
+                             "`pip install nvidia-cuda-cuobjdump`.\n")
+            return 2
+        run = subprocess.run([tool, "-sass", args.binary], capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.stderr.write("sass_model.py: %s -sass %s failed:\n%s" % (tool, args.binary,
+                                                                         run.stderr))
+            return 2
+        text = run.stdout
+    tiles = dict(TILES)
+    for t in args.tile:
+        fam, _, nums = t.partition("=")
+        br, bc, th = (int(x) for x in nums.split(","))
+        tiles[fam] = (br, bc, th)
+    rows = run_model(text, args.kernel, tiles)
+    if not rows:
+        sys.stderr.write("sass_model.py: no kernel matches %r\n" % args.kernel)
+        return 1
+    out = ("Binary: %s\n" % args.label if args.label else "") + table(rows)
+    sys.stdout.write(out)
+    if args.txt:
+        with open(args.txt, "w") as f:
+            f.write(out)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": "bench/gpu/sass_model.py (modelled, not measured)",
+                       "binary": os.path.basename(args.binary), "label": args.label,
+                       "devices": DEVICES,
+                       "results": rows}, f, indent=1,
+                      default=lambda o: None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

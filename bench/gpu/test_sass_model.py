@@ -1,0 +1,153 @@
+"""test_sass_model.py - bench/gpu/sass_model.py's parser, loops and counting on a hand-written
+SASS listing (testdata/toy_forward.sass), whose exact counts are worked out below; no GPU,
+nvcc or cuobjdump needed. Run by meson test (suite gpu_model) through pytest.
+
+The listing: 0x00-0x10 prologue; the chunk loop 0x20-0x140 (LDG.E.128, STS.128, BAR, the
+inner loop 0x50-0x90 of 5 instructions, HMMA.16816, BRA.DIV, SHFL, MUFU, MOV + subroutine CALL,
+BAR, IADD3, ISETP, the CALL that leaves the loop, the back-edge BRA); 0x150-0x160 after the
+loop; 0x170-0x180 the diverged shuffle path; 0x190-0x1a0 the subroutine; 0x1b0 the trailer.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_model  # noqa: E402
+import sass_parse  # noqa: E402
+
+TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "toy_forward.sass")
+
+
+def toy_kernel():
+    kernels = sass_parse.parse(open(TOY).read())
+    assert len(kernels) == 1
+    return kernels[0]
+
+
+def test_parse_splits_kernel_arch_and_instructions():
+    k = toy_kernel()
+    assert k.name == "_ZN7dilattn4cuda18toy_forward_kernelI6__halfLi64EEEvv"
+    assert k.arch == "sm_80"
+    assert len(k.instrs) == 28
+    assert [i.addr for i in k.instrs[:3]] == [0x0, 0x10, 0x20]
+    bra = next(i for i in k.instrs if i.addr == 0x90)
+    assert (bra.pred, bra.op, bra.branch_target()) == ("!P0", "BRA", 0x50)
+    assert k.instrs[2].op == "LDG.E.128" and k.instrs[2].operands == "R4, [R2.64]"
+
+
+def test_template_arguments_give_dtype_and_head_dim():
+    family, dtype, ds = sass_model.kernel_variants(toy_kernel(), (64, 128))
+    assert (family, dtype, ds) == ("toy_forward_kernel", "f16", [64])
+
+
+def test_chunk_loop_is_the_innermost_loop_with_a_barrier():
+    cfg = sass_parse.Cfg(toy_kernel().instrs)
+    headers = sorted(l.header_addr for l in cfg.loops())
+    assert headers == [0x20, 0x50]  # the unreachable trailer self-branch is no loop
+    loop = sass_model.chunk_loop(cfg)
+    assert loop.header_addr == 0x20
+    assert [l.header_addr for l in loop.descendants()] == [0x50]
+    addrs = sorted(i.addr for i in loop.instrs())
+    # 0x20 .. 0x140: the subroutine CALL falls through, the leaving CALL ends the body, and the
+    # diverged path (0x170, 0x180) is not taken by a converged warp.
+    assert addrs == list(range(0x20, 0x150, 0x10))
+    # The CALL at 0x130 leaves the loop (to 0x150) or falls through to the back edge.
+    leave = next(b for b, blk in enumerate(cfg.blocks) if blk[-1].addr == 0x130)
+    assert sorted(cfg.blocks[s][0].addr for s in cfg.succ[leave]) == [0x140, 0x150]
+
+
+def test_counts_per_chunk_weight_the_inner_loop_by_its_trip_count():
+    loop = sass_model.chunk_loop(sass_parse.Cfg(toy_kernel().instrs))
+    counts, ldg_bytes, hmma_flop, wavefronts = sass_model.count_chunk(loop, [4])
+    assert counts == {"HMMA": 1, "LDG": 1, "LDS": 4, "STS": 1, "FP32": 4, "MUFU": 1, "BAR": 2,
+                      "INT": 11, "OTHER": 9}
+    assert ldg_bytes == 16 * 32           # LDG.E.128: 16 bytes a lane
+    assert hmma_flop == 2 * 16 * 8 * 16   # m16 n8 k16
+    assert wavefronts == 4 + 4            # STS.128: 4 wavefronts; 4 x LDS.32: 1 each
+    once, _, _, _ = sass_model.count_chunk(loop, None)
+    assert sum(once.values()) == 19 and once["LDS"] == 1
+
+
+def test_bank_conflicts_of_a_key_column():
+    # lane c reads word c * pitch: pitch 64 puts all 32 lanes in one bank, an odd pitch none.
+    assert sass_model.conflict_ways([c * 64 for c in range(32)], 32) == 32
+    assert sass_model.conflict_ways([c * 65 for c in range(32)], 32) == 1
+    assert sass_model.conflict_ways([c * 66 for c in range(32)], 32) == 2
+    assert sass_model.conflict_ways([7] * 32, 32) == 1  # a broadcast
+    # ldmatrix: 8 rows of 4 words at a 128-byte pitch all start in bank 0; padded by 16 bytes
+    # they tile the 32 banks.
+    assert sass_model.conflict_ways([r * 32 + j for r in range(8) for j in range(4)], 32) == 8
+    assert sass_model.conflict_ways([r * 36 + j for r in range(8) for j in range(4)], 32) == 1
+
+
+def test_simt_key_pitch_is_read_from_the_or_with_one():
+    k = toy_kernel()
+    assert sass_model.simt_key_pitch_rule(k) == "D"
+    k.instrs.append(sass_parse.Instr(0x1c0, "LOP3.LUT R7, R6, 0x1, RZ, 0xfc, !PT"))
+    assert sass_model.simt_key_pitch_rule(k) == "D|1"
+
+
+def test_simt_access_uses_the_key_pitch():
+    acc = sass_model.ACCESS["forward_simt_kernel"](64, 16, 32, 128, 64)[0]
+    assert acc["per_warp"] == 16 * 32 // 128 * 64
+    assert sass_model.conflict_ways(acc["words"], 32) == 32
+    acc = sass_model.ACCESS["forward_simt_kernel"](64, 16, 32, 128, 65)[0]
+    assert sass_model.conflict_ways(acc["words"], 32) == 1
+
+
+def test_model_of_the_toy_kernel_without_a_profile():
+    k = toy_kernel()
+    r = sass_model.model_kernel(k, 64, "f16", (16, 64, 128), "toy_forward_kernel")
+    assert r["chunk_loop"]["profiled"] is False  # an inner loop and no profile: bodies once
+    assert r["chunk_loop"]["trip_counts"] is None
+    assert r["flop_per_chunk"] == 4 * 16 * 64 * 64
+    assert r["global_bytes_per_chunk"] == 16 * 32 * 4
+    dev = sass_model.DEVICES["sm_80"]
+    issue_clk = 19 * 4 / dev["issue_per_clk_sm"]
+    tensor_clk = 4096 * 4 / dev["tensor_flop_per_clk_sm"]
+    assert r["clocks_per_chunk_per_sm"]["issue"] == issue_clk
+    assert r["clocks_per_chunk_per_sm"]["tensor"] == tensor_clk
+    want_issue = 4 * 16 * 64 * 64 / max(issue_clk, tensor_clk) / dev["tensor_flop_per_clk_sm"]
+    assert abs(r["fraction_of_dense_f16_peak"]["issue"] - want_issue) < 1e-12
+    bw = 4 * 16 * 64 * 64 / (16 * 32 * 4) * dev["hbm_gb_s"] * 1e9 / (
+        dev["tensor_flop_per_clk_sm"] * dev["sms"] * dev["clock_ghz"] * 1e9)
+    assert abs(r["fraction_of_dense_f16_peak"]["bandwidth"] - bw) < 1e-12
+    assert r["estimate"] == min(r["fraction_of_dense_f16_peak"].values())
+
+
+def test_tensor_pipe_bounds_when_it_is_the_slower(monkeypatch):
+    # A device whose tensor pipe does 64 FLOP per clock: the HMMA (4096 FLOP a warp, 4 warps)
+    # takes 256 clocks, more than the 19 * 4 / 4 of issue, so it sets the issue bound.
+    slow = dict(sass_model.DEVICES["sm_80"], tensor_flop_per_clk_sm=64)
+    monkeypatch.setitem(sass_model.DEVICES, "sm_80", slow)
+    r = sass_model.model_kernel(toy_kernel(), 64, "f16", (16, 64, 128), "toy_forward_kernel")
+    assert r["clocks_per_chunk_per_sm"]["tensor"] == 256
+    assert r["fraction_of_dense_f16_peak"]["issue"] == 4 * 16 * 64 * 64 / 256 / 64
+
+
+def test_missing_cuobjdump_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setattr(sass_model, "find_cuobjdump", lambda: None)
+    assert sass_model.main(["nothing.so"]) == 2
+    assert "pip install nvidia-cuda-cuobjdump" in capsys.readouterr().err
+
+
+def test_table_and_json_from_a_listing(tmp_path):
+    out_json = tmp_path / "toy.json"
+    rc = sass_model.main(["toy.o", "--sass", TOY, "--kernel", "toy_forward",
+                          "--tile", "toy_forward_kernel=16,64,128", "--json", str(out_json)])
+    assert rc == 0
+    import json
+    data = json.loads(out_json.read_text())
+    assert [r["D"] for r in data["results"]] == [64]
+    assert data["results"][0]["per_warp_per_chunk"]["HMMA"] == 1
+
+
+def test_wmma_fragment_reads_conflict_eight_ways():
+    # Rows of 2 * D bytes (D = 64, 128) all start in bank 0: ldmatrix's 8 rows of one phase and
+    # the generic LD's 8 rows of 4 words each share 4 banks.
+    for D in (64, 128):
+        ldsm, frag = sass_model.ACCESS["forward_wmma_kernel"](D, 16, 64, 128, D)
+        assert sass_model.conflict_ways(ldsm["words"], 32) == 8
+        assert sass_model.conflict_ways(frag["words"], 32) == 8
+        assert ldsm["match"](sass_parse.Instr(0, "LDSM.16.M88.4 R4, [R2]"))
+        assert frag["match"](sass_parse.Instr(0, "LD.E R4, [R2.64]"))
+        assert not frag["match"](sass_parse.Instr(0, "LD.E.64 R4, [R2.64]"))

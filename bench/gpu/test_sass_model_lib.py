@@ -1,0 +1,58 @@
+"""test_sass_model_lib.py - bench/gpu/sass_model.py on the library this build made with nvcc
+(DILATTN_CUDA_LIB): the model must find every forward kernel's chunk loop, match its profile,
+and count what the kernels' tiles imply. Registered by bench/gpu/meson.build only when the CUDA
+kernels are built; it then fails, never skips, without cuobjdump (sass_model.py says how to
+install it). Run by meson test (suite gpu_model) through pytest; no GPU needed.
+"""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    """The model of the library, run once for the module's tests."""
+    lib = os.environ["DILATTN_CUDA_LIB"]
+    out = tmp_path_factory.mktemp("model") / "model.json"
+    assert sass_model.main([lib, "--json", str(out)]) == 0
+    return json.loads(out.read_text())["results"]
+
+
+def test_every_forward_kernel_is_profiled_and_counted(rows):
+    built = {"sm_" + a.strip() for a in os.environ["DILATTN_SM_ARCHS"].split(",") if a.strip()}
+    modelled = built & set(sass_model.DEVICES)
+    assert modelled, "none of the built archs %s has device constants" % sorted(built)
+    assert modelled <= {r["arch"] for r in rows}
+    for r in rows:
+        if r["arch"] not in modelled:
+            continue
+        assert "error" not in r, r
+        assert r["chunk_loop"]["profiled"], (r["kernel"], r["arch"], r["chunk_loop"])
+        br, bc, D = r["tile"]["BR"], r["tile"]["BC"], r["D"]
+        elem = 2  # f16, bf16
+        # Each block loads the chunk's K and V once: 2 * BC * D elements.
+        assert r["global_bytes_per_chunk"] == 2 * bc * D * elem, r
+        assert r["flop_per_chunk"] == 4 * br * bc * D
+        assert r["per_warp_per_chunk"]["BAR"] >= 2
+
+
+def test_wmma_hmma_count_is_the_tile_products(rows):
+    for r in rows:
+        if r["family"] != "forward_wmma_kernel":
+            continue
+        # S = Q K^T and P V, 2 * BR * BC * D multiply-adds each, in HMMA.16816 (16*8*16 each)
+        # shared by the 4 warps.
+        want = 2 * r["tile"]["BR"] * r["tile"]["BC"] * r["D"] // (16 * 8 * 16) // 4
+        assert r["per_warp_per_chunk"]["HMMA"] == want, r["kernel"]
+
+
+def test_simt_key_reads_are_free_of_bank_conflicts(rows):
+    simt = [r for r in rows if r["family"] == "forward_simt_kernel"]
+    assert simt
+    for r in simt:
+        assert [c["ways"] for c in r["bank_conflicts"]] == [1], r["bank_conflicts"]
