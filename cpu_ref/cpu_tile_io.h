@@ -68,10 +68,31 @@ inline void gather_rows(const dilattn_tensor& t, int64_t b, int64_t h,
   gather(t, b, h, rows, first, count, D, dst, ld, 1, count, ld);
 }
 
+// f32 rows with unit element stride and D a multiple of kW, as a transposed tile: kW rows at
+// a time are loaded as vectors and transposed in registers (transpose_block), so every load
+// and store is a whole vector. Columns count .. kBC - 1 are zero, as in gather().
+inline void gather_columns_f32(const dilattn_tensor& t, int64_t b, int64_t h,
+                               const KeyProgression& rows, int64_t first, int64_t count,
+                               int64_t D, float* dst) {
+  const float* src[kBC];
+  for (int64_t c = 0; c < count; ++c)
+    src[c] = static_cast<const float*>(t.data) +
+             element_offset(t, b, progression_at(rows, first + c), h, 0);
+  for (int64_t c0 = 0; c0 < kBC; c0 += kW)
+    for (int64_t d0 = 0; d0 < D; d0 += kW) {
+      vfloat v[kW];
+      for (int i = 0; i < kW; ++i) v[i] = c0 + i < count ? vload(src[c0 + i] + d0) : vfloat{};
+      transpose_block(v);
+      for (int i = 0; i < kW; ++i) vstore(dst + (d0 + i) * kBC + c0, v[i]);
+    }
+}
+
 // Rows as a transposed tile [D][kBC]: row t becomes column t (K or V as the right side of S).
 inline void gather_columns(const dilattn_tensor& t, int64_t b, int64_t h,
                            const KeyProgression& rows, int64_t first, int64_t count, int64_t D,
                            float* dst) {
+  if (t.dtype == DILATTN_F32 && t.strides[3] == 1 && D % kW == 0)
+    return gather_columns_f32(t, b, h, rows, first, count, D, dst);
   gather(t, b, h, rows, first, count, D, dst, 1, kBC, kBC, D);
 }
 
