@@ -206,11 +206,15 @@ inline void scores_tile(const float* Q, int64_t ldq, int64_t rows, const float* 
 }
 
 // ---------------------------------------------------------------- O += A B
+// A's element (row r, shared index c) is A[r * lda + c * a_step]: a_step = 1 for a row-major
+// A (P V, dS K), lda = 1 for a transposed one (P^T dO, dS^T Q read straight from the S tile,
+// no transposed copy). The A values are broadcast one at a time, so either layout costs the
+// same.
 // kMR_ rows of O, kNV_ vectors of columns: for every shared index c, kNV_ vectors of B row c
 // are loaded once and multiplied by kMR_ broadcast A values.
 template <int kMR_, int kNV_>
-inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda, int64_t count,
-                             const float* Bm, int64_t ldb) {
+inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda, int64_t a_step,
+                             int64_t count, const float* Bm, int64_t ldb) {
   vfloat acc[kMR_][kNV_];
   for (int r = 0; r < kMR_; ++r)
     for (int n = 0; n < kNV_; ++n) acc[r][n] = vload(O + r * ldo + n * kW);
@@ -218,7 +222,7 @@ inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda,
     vfloat b[kNV_];
     for (int n = 0; n < kNV_; ++n) b[n] = in_register(vload(Bm + c * ldb + n * kW));
     for (int r = 0; r < kMR_; ++r) {
-      const vfloat a = splat(A[r * lda + c]);
+      const vfloat a = splat(A[r * lda + c * a_step]);
       for (int n = 0; n < kNV_; ++n) acc[r][n] = madd(a, b[n], acc[r][n]);
     }
   }
@@ -227,25 +231,28 @@ inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda,
 }
 
 template <int kMR_>
-inline void accumulate_rows(float* O, int64_t ldo, const float* A, int64_t lda, int64_t count,
-                            const float* Bm, int64_t ldb, int64_t width) {
+inline void accumulate_rows(float* O, int64_t ldo, const float* A, int64_t lda, int64_t a_step,
+                            int64_t count, const float* Bm, int64_t ldb, int64_t width) {
   int64_t d = 0;
   for (; d + kNV * kW <= width; d += kNV * kW)
-    accumulate_block<kMR_, kNV>(O + d, ldo, A, lda, count, Bm + d, ldb);
-  for (; d < width; d += kW) accumulate_block<kMR_, 1>(O + d, ldo, A, lda, count, Bm + d, ldb);
+    accumulate_block<kMR_, kNV>(O + d, ldo, A, lda, a_step, count, Bm + d, ldb);
+  for (; d < width; d += kW)
+    accumulate_block<kMR_, 1>(O + d, ldo, A, lda, a_step, count, Bm + d, ldb);
 }
 
-// O[r][0:width) += sum_{c < count} A[r][c] * Bm[c][0:width) for r < rows; width is a multiple
+// O[r][0:width) += sum_{c < count} A(r, c) * Bm[c][0:width) for r < rows; width is a multiple
 // of kPad. Rows of O are ldo apart (a dilated branch's rows are r rows apart in the block).
 inline void accumulate_tile(float* O, int64_t ldo, int64_t rows, const float* A, int64_t lda,
-                            int64_t count, const float* Bm, int64_t ldb, int64_t width) {
+                            int64_t a_step, int64_t count, const float* Bm, int64_t ldb,
+                            int64_t width) {
   int64_t r = 0;
   for (; r + kMR <= rows; r += kMR)
-    accumulate_rows<kMR>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width);
+    accumulate_rows<kMR>(O + r * ldo, ldo, A + r * lda, lda, a_step, count, Bm, ldb, width);
+  const float* a = A + r * lda;
   switch (rows - r) {
-    case 3: accumulate_rows<3>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width); break;
-    case 2: accumulate_rows<2>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width); break;
-    case 1: accumulate_rows<1>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width); break;
+    case 3: accumulate_rows<3>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;
+    case 2: accumulate_rows<2>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;
+    case 1: accumulate_rows<1>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;
     default: break;
   }
 }
