@@ -29,27 +29,43 @@ namespace {
 
 // The online softmax step for `rows` rows of S (pre-scaled and masked): S becomes P, the
 // running max m and sum l (rows `stride` apart) are updated, alpha[t] says how much to shrink
-// the row's old O. The vector max keeps a NaN (vmax), so a NaN score reaches m and the row.
-void online_softmax(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
-                    float* alpha) {
+// the row's old O. kPostIsOne: the scale is folded into S (post = 1, softmax_rules.h), so the
+// exponent is S - shift without a multiply (bitwise the same result).
+// NaN: the row max is taken with the one-instruction max (vmax_plain), which may drop a NaN
+// score; that score's probability is NaN all the same, so the tile's sum is NaN, and m is then
+// set to NaN, as max_nan would have made it. From there the row is NaN as the rules say: l is
+// NaN, O meets the NaN probability (its key is never masked: masking writes -inf over it),
+// and later tiles see m = NaN (README "Decisions"; tests/cpu/test_cpu_nan_inputs.cpp).
+template <bool kPostIsOne>
+void online_softmax_rows(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
+                         float* alpha) {
   const vfloat vpost = splat(post);
   for (int64_t t = 0; t < rows; ++t) {
     float* s = S + t * kBC;
     vfloat vm = vload(s);
-    for (int c = kW; c < kBC; c += kW) vm = vmax(vm, vload(s + c));
+    for (int c = kW; c < kBC; c += kW) vm = vmax_plain(vm, vload(s + c));
     const float m_old = m[t * stride];
-    const float m_new = max_nan(m_old, hmax(vm));
+    float m_new = max_nan(m_old, hmax_plain(vm));
     const vfloat shift = splat(online_shift(m_new));
     vfloat sum = vfloat{};
     for (int c = 0; c < kBC; c += kW) {
-      const vfloat e = exp2v(vpost * (vload(s + c) - shift));  // online_prob, a vector at a time
+      const vfloat x = vload(s + c) - shift;
+      const vfloat e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
       vstore(s + c, e);
       sum += e;
     }
+    const float tile_sum = hsum(sum);
+    if (tile_sum != tile_sum) m_new = std::numeric_limits<float>::quiet_NaN();
     alpha[t] = online_rescale(m_old, m_new, post);
-    l[t * stride] = l[t * stride] * alpha[t] + hsum(sum);
+    l[t * stride] = l[t * stride] * alpha[t] + tile_sum;
     m[t * stride] = m_new;
   }
+}
+
+void online_softmax(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
+                    float* alpha) {
+  if (post == 1.0f) return online_softmax_rows<true>(S, rows, post, m, l, stride, alpha);
+  online_softmax_rows<false>(S, rows, post, m, l, stride, alpha);
 }
 
 void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t width) {

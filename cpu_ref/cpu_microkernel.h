@@ -77,6 +77,11 @@ inline vfloat vmax(vfloat a, vfloat b) {
   return (vfloat)(((vint)b & take_b) | ((vint)a & ~take_b));
 }
 
+// Lane-wise max in one instruction (x86 max semantics: where a lane is NaN, b's lane wins), so
+// a NaN may be dropped. The forward's row max uses it and restores the NaN afterwards from the
+// row's sum (cpu_forward.cpp, online_softmax).
+inline vfloat vmax_plain(vfloat a, vfloat b) { return a > b ? a : b; }
+
 // ---------------------------------------------------------------- lane shuffles
 // Lane index lists for __builtin_shufflevector (GCC >= 12, Clang), per vector width:
 //   SWAP_h:  each lane i takes lane i ^ h (the two halves of every 2h lanes trade places);
@@ -122,10 +127,14 @@ inline float reduce_lanes(vfloat v, Op op) {
 struct MaxOp {
   vfloat operator()(vfloat a, vfloat b) const { return vmax(a, b); }
 };
+struct PlainMaxOp {
+  vfloat operator()(vfloat a, vfloat b) const { return vmax_plain(a, b); }
+};
 struct AddOp {
   vfloat operator()(vfloat a, vfloat b) const { return a + b; }
 };
 inline float hmax(vfloat v) { return reduce_lanes(v, MaxOp{}); }
+inline float hmax_plain(vfloat v) { return reduce_lanes(v, PlainMaxOp{}); }
 inline float hsum(vfloat v) { return reduce_lanes(v, AddOp{}); }
 
 // Transposes the kW x kW block held in v[0 .. kW) (v[i] = row i): afterwards v[i] is column i.
