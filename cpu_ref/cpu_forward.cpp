@@ -7,7 +7,9 @@
 // (cpu_tile_loop.h: the rows one dilated branch selects in one segment, or the whole block)
 // and each key tile of kBC keys it meets (gathered with the branch's stride, converted to f32),
 // with the softmax rules of lib/internal/softmax_rules.h (pre * post = scale * log2(e), score_scale):
-//   S = pre * Q K^T                                 (cpu_microkernel.h, register-blocked)
+//   S = pre * Q K^T                                 (cpu_microkernel.h, register-blocked;
+//                                                    a piece of <= 4 rows, decode: dot
+//                                                    products on the K rows in place)
 //   mask padding and, causal, keys past the row's limit; skip tiles past every row's limit
 //   m' = max_nan(m, rowmax S); alpha = online_rescale(m, m'); P = 2^(post (S - shift(m')))
 //   l = alpha l + rowsum P;  O = alpha O + P V
@@ -76,6 +78,10 @@ void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t
   }
 }
 
+// Pieces of at most this many rows compute S by scores_from_rows: for up to 4 rows (kMR, one
+// register block of scores_tile) the transposed key tile costs more than it saves.
+constexpr int64_t kDecodeRows = kMR;
+
 // One work item: rows [i0, i1) of head h, batch b.
 void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, int64_t b,
                    int64_t h, int64_t i0, int64_t i1) {
@@ -96,6 +102,9 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
     float* acc = w.block_c + at * Dp;
     float* m = w.row_a + at;
     float* l = w.row_b + at;
+    // A piece of a few rows (decode) reads K rows in place: no transposed key tile.
+    const bool decode = own.count <= kDecodeRows && rows_are_f32_vectors(*a.k, D);
+    const float* k_rows[kBC];
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
       for (int64_t k0 = 0; k0 < keys.count && !done; k0 += kBC) {
@@ -104,12 +113,18 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
           return;
         }
         const int64_t kcount = min_i64(kBC, keys.count - k0);
-        gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
+        if (decode)
+          row_pointers(*a.k, b, kvh, keys, k0, kcount, k_rows);
+        else
+          gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
         gather_rows(*a.v, b, kvh, keys, k0, kcount, D, w.kv, Dp);
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
-          scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
+          if (decode)
+            scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);
+          else
+            scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride, w.small);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);

@@ -214,6 +214,20 @@ inline void scores_tile(const float* Q, int64_t ldq, int64_t rows, const float* 
   }
 }
 
+// S[r][c] = pre * <Q_r, K_c> for r < rows, c < count, with K_c a key row of D floats read in
+// place (D a multiple of kW): one dot product per pair, reduced across D by reduce_lanes. For a
+// few query rows (decode, Nq small) this is cheaper than transposing the key tile for
+// scores_tile, a cost the few rows could not amortise. Columns from count on are not written.
+inline void scores_from_rows(const float* Q, int64_t ldq, int64_t rows, const float* const* K,
+                             int64_t count, int64_t D, float pre, float* S) {
+  for (int64_t c = 0; c < count; ++c)
+    for (int64_t r = 0; r < rows; ++r) {
+      vfloat acc = vfloat{};
+      for (int64_t d = 0; d < D; d += kW) acc = madd(vload(Q + r * ldq + d), vload(K[c] + d), acc);
+      S[r * kBC + c] = hsum(acc) * pre;
+    }
+}
+
 // ---------------------------------------------------------------- O += A B
 // A's element (row r, shared index c) is A[r * lda + c * a_step]: a_step = 1 for a row-major
 // A (P V, dS K), lda = 1 for a transposed one (P^T dO, dS^T Q read straight from the S tile,

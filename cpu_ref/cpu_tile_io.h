@@ -68,6 +68,21 @@ inline void gather_rows(const dilattn_tensor& t, int64_t b, int64_t h,
   gather(t, b, h, rows, first, count, D, dst, ld, 1, count, ld);
 }
 
+// Can rows of t be read in place as D contiguous f32 (gather_columns_f32, scores_from_rows)?
+inline bool rows_are_f32_vectors(const dilattn_tensor& t, int64_t D) {
+  return t.dtype == DILATTN_F32 && t.strides[3] == 1 && D % kW == 0;
+}
+
+// Pointers to rows first .. first + count - 1 of the progression (head h, batch b), for
+// reading in place when rows_are_f32_vectors.
+inline void row_pointers(const dilattn_tensor& t, int64_t b, int64_t h,
+                         const KeyProgression& rows, int64_t first, int64_t count,
+                         const float** out) {
+  for (int64_t c = 0; c < count; ++c)
+    out[c] = static_cast<const float*>(t.data) +
+             element_offset(t, b, progression_at(rows, first + c), h, 0);
+}
+
 // f32 rows with unit element stride and D a multiple of kW, as a transposed tile: kW rows at
 // a time are loaded as vectors and transposed in registers (transpose_block), so every load
 // and store is a whole vector. Columns count .. kBC - 1 are zero, as in gather().
@@ -75,9 +90,7 @@ inline void gather_columns_f32(const dilattn_tensor& t, int64_t b, int64_t h,
                                const KeyProgression& rows, int64_t first, int64_t count,
                                int64_t D, float* dst) {
   const float* src[kBC];
-  for (int64_t c = 0; c < count; ++c)
-    src[c] = static_cast<const float*>(t.data) +
-             element_offset(t, b, progression_at(rows, first + c), h, 0);
+  row_pointers(t, b, h, rows, first, count, src);
   for (int64_t c0 = 0; c0 < kBC; c0 += kW)
     for (int64_t d0 = 0; d0 < D; d0 += kW) {
       vfloat v[kW];
@@ -91,7 +104,7 @@ inline void gather_columns_f32(const dilattn_tensor& t, int64_t b, int64_t h,
 inline void gather_columns(const dilattn_tensor& t, int64_t b, int64_t h,
                            const KeyProgression& rows, int64_t first, int64_t count, int64_t D,
                            float* dst) {
-  if (t.dtype == DILATTN_F32 && t.strides[3] == 1 && D % kW == 0)
+  if (rows_are_f32_vectors(t, D))
     return gather_columns_f32(t, b, h, rows, first, count, D, dst);
   gather(t, b, h, rows, first, count, D, dst, 1, kBC, kBC, D);
 }
