@@ -1,5 +1,6 @@
-// cpu_microkernel.h - the hot loops of the cpu backend: S = pre * Q K^T, O += A B, and a
-// vectorised exp2 (SPEC 2, accumulated in f32 as SPEC 1 allows for fast paths).
+// cpu_microkernel.h - the hot loops of the cpu backend: S = pre * Q K^T, O += A B, a
+// vectorised exp2 (SPEC 2, accumulated in f32 as SPEC 1 allows for fast paths), and the lane
+// shuffles they need (horizontal max/sum by a fixed tree, an in-register kW x kW transpose).
 //
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while
 // the shared dimension streams through, so each loaded K (or V) vector feeds kMR FMAs and each
@@ -10,9 +11,12 @@
 // with -std=c++17, where GCC does not contract a*b+c on its own).
 //
 // Layouts, all f32 and row-major: Q rows [rows][ldq]; K transposed Kt [D][kBC] (a key per
-// column, so S rows are vectors over keys); S [rows][kBC]; the right-hand side of O += A B is
-// [count][ldb] with ldb a multiple of 16 (rows padded with zeros past D).
-// Checked through tests/cpu/ (every result against the f64 reference).
+// column, so S rows are vectors over keys; cpu_tile_io.h transposes K in registers) or, for a
+// few rows (decode), K rows read in place; S [rows][kBC]; A of O += A B row-major or
+// transposed (a_step); its right-hand side [count][ldb] with ldb a multiple of 16 (rows padded
+// with zeros past D).
+// Checked through tests/cpu/ (every result against the f64 reference); exp2v alone, on every
+// instruction set, by tests/cpu/test_cpu_exp2.cpp.
 #ifndef DILATTN_CPU_MICROKERNEL_H
 #define DILATTN_CPU_MICROKERNEL_H
 

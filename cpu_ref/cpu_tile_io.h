@@ -3,7 +3,8 @@
 // SPEC 1: inputs are converted per tile (f16, bf16, f64 -> f32) while they are gathered, so the
 // backend never copies a whole tensor; a dilated branch's rows are gathered with a stride (the
 // KeyProgression step, index_rules.h), which is how dilation costs no copy. Outputs are rounded
-// once to their dtype.
+// once to their dtype. f32 rows with unit stride and D a multiple of the vector width are
+// transposed a vector at a time (gather_columns_f32) or read in place (row_pointers).
 // Checked through tests/cpu/ (every dtype, strided outputs).
 #ifndef DILATTN_CPU_TILE_IO_H
 #define DILATTN_CPU_TILE_IO_H
