@@ -70,12 +70,6 @@ void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const f
   }
 }
 
-// dst[c][t] = src[t][c] for t < rows, c < cols.
-void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t c = 0; c < cols; ++c) dst[c * kBR + t] = src[t * kBC + c];
-}
-
 // ---------------------------------------------------------------- dQ, per query block
 void dq_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b, int64_t h,
               int64_t i0, int64_t i1) {
@@ -160,10 +154,9 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
                 mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
             scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, 1.0f, w.dp);
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed);
-            transpose(w.s, rows, kcount, w.pt);
-            transpose(w.dp, rows, kcount, w.dst);
-            accumulate_tile(dv + k0 * ldo, ldo, kcount, w.pt, kBR, rows, w.tile_do, Dp, Dp);
-            accumulate_tile(dk + k0 * ldo, ldo, kcount, w.dst, kBR, rows, w.tile_q, Dp, Dp);
+            // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
+            accumulate_tile(dv + k0 * ldo, ldo, kcount, w.s, 1, kBC, rows, w.tile_do, Dp, Dp);
+            accumulate_tile(dk + k0 * ldo, ldo, kcount, w.dp, 1, kBC, rows, w.tile_q, Dp, Dp);
           }
         }
       });

@@ -7,7 +7,9 @@
 // (cpu_tile_loop.h: the rows one dilated branch selects in one segment, or the whole block)
 // and each key tile of kBC keys it meets (gathered with the branch's stride, converted to f32),
 // with the softmax rules of lib/internal/softmax_rules.h (pre * post = scale * log2(e), score_scale):
-//   S = pre * Q K^T                                 (cpu_microkernel.h, register-blocked)
+//   S = pre * Q K^T                                 (cpu_microkernel.h, register-blocked;
+//                                                    a piece of <= 4 rows, decode: dot
+//                                                    products on the K rows in place)
 //   mask padding and, causal, keys past the row's limit; skip tiles past every row's limit
 //   m' = max_nan(m, rowmax S); alpha = online_rescale(m, m'); P = 2^(post (S - shift(m')))
 //   l = alpha l + rowsum P;  O = alpha O + P V
@@ -29,27 +31,43 @@ namespace {
 
 // The online softmax step for `rows` rows of S (pre-scaled and masked): S becomes P, the
 // running max m and sum l (rows `stride` apart) are updated, alpha[t] says how much to shrink
-// the row's old O. The vector max keeps a NaN (vmax), so a NaN score reaches m and the row.
-void online_softmax(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
-                    float* alpha) {
+// the row's old O. kPostIsOne: the scale is folded into S (post = 1, softmax_rules.h), so the
+// exponent is S - shift without a multiply (bitwise the same result).
+// NaN: the row max is taken with the one-instruction max (vmax_plain), which may drop a NaN
+// score; that score's probability is NaN all the same, so the tile's sum is NaN, and m is then
+// set to NaN, as max_nan would have made it. From there the row is NaN as the rules say: l is
+// NaN, O meets the NaN probability (its key is never masked: masking writes -inf over it),
+// and later tiles see m = NaN (README "Decisions"; tests/cpu/test_cpu_nan_inputs.cpp).
+template <bool kPostIsOne>
+void online_softmax_rows(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
+                         float* alpha) {
   const vfloat vpost = splat(post);
   for (int64_t t = 0; t < rows; ++t) {
     float* s = S + t * kBC;
     vfloat vm = vload(s);
-    for (int c = kW; c < kBC; c += kW) vm = vmax(vm, vload(s + c));
+    for (int c = kW; c < kBC; c += kW) vm = vmax_plain(vm, vload(s + c));
     const float m_old = m[t * stride];
-    const float m_new = max_nan(m_old, hmax(vm));
+    float m_new = max_nan(m_old, hmax_plain(vm));
     const vfloat shift = splat(online_shift(m_new));
     vfloat sum = vfloat{};
     for (int c = 0; c < kBC; c += kW) {
-      const vfloat e = exp2v(vpost * (vload(s + c) - shift));  // online_prob, a vector at a time
+      const vfloat x = vload(s + c) - shift;
+      const vfloat e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
       vstore(s + c, e);
       sum += e;
     }
+    const float tile_sum = hsum(sum);
+    if (tile_sum != tile_sum) m_new = std::numeric_limits<float>::quiet_NaN();
     alpha[t] = online_rescale(m_old, m_new, post);
-    l[t * stride] = l[t * stride] * alpha[t] + hsum(sum);
+    l[t * stride] = l[t * stride] * alpha[t] + tile_sum;
     m[t * stride] = m_new;
   }
+}
+
+void online_softmax(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
+                    float* alpha) {
+  if (post == 1.0f) return online_softmax_rows<true>(S, rows, post, m, l, stride, alpha);
+  online_softmax_rows<false>(S, rows, post, m, l, stride, alpha);
 }
 
 void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t width) {
@@ -59,6 +77,10 @@ void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t
     for (int64_t d = 0; d < width; d += kW) vstore(O + t * ldo + d, vload(O + t * ldo + d) * a);
   }
 }
+
+// Pieces of at most this many rows compute S by scores_from_rows: for up to 4 rows (kMR, one
+// register block of scores_tile) the transposed key tile costs more than it saves.
+constexpr int64_t kDecodeRows = kMR;
 
 // One work item: rows [i0, i1) of head h, batch b.
 void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, int64_t b,
@@ -80,6 +102,9 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
     float* acc = w.block_c + at * Dp;
     float* m = w.row_a + at;
     float* l = w.row_b + at;
+    // A piece of a few rows (decode) reads K rows in place: no transposed key tile.
+    const bool decode = own.count <= kDecodeRows && rows_are_f32_vectors(*a.k, D);
+    const float* k_rows[kBC];
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
       for (int64_t k0 = 0; k0 < keys.count && !done; k0 += kBC) {
@@ -88,12 +113,18 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
           return;
         }
         const int64_t kcount = min_i64(kBC, keys.count - k0);
-        gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
+        if (decode)
+          row_pointers(*a.k, b, kvh, keys, k0, kcount, k_rows);
+        else
+          gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
         gather_rows(*a.v, b, kvh, keys, k0, kcount, D, w.kv, Dp);
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
-          scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
+          if (decode)
+            scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);
+          else
+            scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride, w.small);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);

@@ -57,6 +57,9 @@ struct IsaKernels {
   size_t (*workspace_bytes_per_worker)(const Problem& p);
   dilattn_status (*forward)(const Problem& p, const ForwardArgs& a);
   dilattn_status (*backward)(const Problem& p, const BackwardArgs& a);
+  // y[i] = 2^x[i], i < n, by the vector exp2 the softmax uses (cpu_microkernel.h, exp2v):
+  // exposed so tests/cpu/test_cpu_exp2.cpp can sweep every instruction set's copy.
+  void (*exp2)(const float* x, float* y, int64_t n);
 };
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is
@@ -76,6 +79,9 @@ IsaChoice choose_isa(const char* requested, uint32_t cpu_features);
 
 // The table this process uses (choose_isa of DILATTN_CPU_ISA and this CPU's cpuid), or null when DILATTN_CPU_ISA asks for one it cannot use;
 // isa_refusal() then says why ("" otherwise).
+// The CpuFeature bits of the CPU this runs on (cpuid; 0 off x86).
+uint32_t this_cpu_features();
+
 const IsaKernels* chosen_isa();
 const char* isa_refusal();
 

@@ -27,7 +27,9 @@ const IsaKernels* const kBuilt[] = {
 #endif
 };
 
-uint32_t cpu_features() {
+}  // namespace
+
+uint32_t this_cpu_features() {
   uint32_t f = 0;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
   __builtin_cpu_init();
@@ -38,6 +40,8 @@ uint32_t cpu_features() {
 #endif
   return f;
 }
+
+namespace {
 
 bool runs_here(const IsaKernels& k, uint32_t have) { return (k.required & ~have) == 0; }
 
@@ -75,7 +79,7 @@ namespace {
 
 const IsaChoice& choice() {
   // Once per process, thread-safe.
-  static const IsaChoice once = choose_isa(std::getenv("DILATTN_CPU_ISA"), cpu_features());
+  static const IsaChoice once = choose_isa(std::getenv("DILATTN_CPU_ISA"), this_cpu_features());
   return once;
 }
 

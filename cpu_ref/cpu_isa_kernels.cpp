@@ -17,9 +17,18 @@ namespace {
 size_t workspace_bytes_per_worker(const Problem& p) {
   return sizeof(float) * static_cast<size_t>(floats_per_worker(p.D, block_rows(p)));
 }
+// exp2v over an array, a vector at a time (the tail through a zero-padded vector).
+void exp2_array(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kW) {
+    float in[kW] = {}, out[kW];
+    std::memcpy(in, x + i, sizeof(float) * static_cast<size_t>(min_i64(kW, n - i)));
+    vstore(out, exp2v(vload(in)));
+    std::memcpy(y + i, out, sizeof(float) * static_cast<size_t>(min_i64(kW, n - i)));
+  }
+}
 }  // namespace
 
 extern const IsaKernels kKernels = {DILATTN_CPU_ISA_NAME, DILATTN_CPU_REQUIRED, kVecBytes,
-                                    workspace_bytes_per_worker, forward, backward};
+                                    workspace_bytes_per_worker, forward, backward, exp2_array};
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -1,5 +1,6 @@
-// cpu_microkernel.h - the hot loops of the cpu backend: S = pre * Q K^T, O += A B, and a
-// vectorised exp2 (SPEC 2, accumulated in f32 as SPEC 1 allows for fast paths).
+// cpu_microkernel.h - the hot loops of the cpu backend: S = pre * Q K^T, O += A B, a
+// vectorised exp2 (SPEC 2, accumulated in f32 as SPEC 1 allows for fast paths), and the lane
+// shuffles they need (horizontal max/sum by a fixed tree, an in-register kW x kW transpose).
 //
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while
 // the shared dimension streams through, so each loaded K (or V) vector feeds kMR FMAs and each
@@ -10,9 +11,12 @@
 // with -std=c++17, where GCC does not contract a*b+c on its own).
 //
 // Layouts, all f32 and row-major: Q rows [rows][ldq]; K transposed Kt [D][kBC] (a key per
-// column, so S rows are vectors over keys); S [rows][kBC]; the right-hand side of O += A B is
-// [count][ldb] with ldb a multiple of 16 (rows padded with zeros past D).
-// Checked through tests/cpu/ (every result against the f64 reference).
+// column, so S rows are vectors over keys; cpu_tile_io.h transposes K in registers) or, for a
+// few rows (decode), K rows read in place; S [rows][kBC]; A of O += A B row-major or
+// transposed (a_step); its right-hand side [count][ldb] with ldb a multiple of 16 (rows padded
+// with zeros past D).
+// Checked through tests/cpu/ (every result against the f64 reference); exp2v alone, on every
+// instruction set, by tests/cpu/test_cpu_exp2.cpp.
 #ifndef DILATTN_CPU_MICROKERNEL_H
 #define DILATTN_CPU_MICROKERNEL_H
 
@@ -23,6 +27,7 @@ namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 constexpr int kVecBytes = DILATTN_CPU_VEC_BYTES;
 typedef float vfloat __attribute__((vector_size(kVecBytes)));
 typedef int32_t vint __attribute__((vector_size(kVecBytes)));
+typedef uint32_t vuint __attribute__((vector_size(kVecBytes)));
 constexpr int kW = kVecBytes / 4;  // floats per vector
 
 constexpr int kBC = 64;  // keys per key tile: the columns of S
@@ -76,48 +81,103 @@ inline vfloat vmax(vfloat a, vfloat b) {
   return (vfloat)(((vint)b & take_b) | ((vint)a & ~take_b));
 }
 
-// Horizontal max (NaN-keeping, as vmax) and sum of one vector: halve the lanes until one is
-// left (fixed-size loops the compiler turns into a few vector ops; the order is fixed, so
-// results are too).
-inline float hmax(vfloat v) {
-  float lanes[kW];
-  vstore(lanes, v);
-  for (int half = kW / 2; half >= 1; half /= 2)
-    for (int i = 0; i < half; ++i) {
-      const float b = lanes[i + half];
-      lanes[i] = (b > lanes[i] || b != b) ? b : lanes[i];
-    }
-  return lanes[0];
+// Lane-wise max in one instruction (x86 max semantics: where a lane is NaN, b's lane wins), so
+// a NaN may be dropped. The forward's row max uses it and restores the NaN afterwards from the
+// row's sum (cpu_forward.cpp, online_softmax).
+inline vfloat vmax_plain(vfloat a, vfloat b) { return a > b ? a : b; }
+
+// ---------------------------------------------------------------- lane shuffles
+// Lane index lists for __builtin_shufflevector (GCC >= 12, Clang), per vector width:
+//   SWAP_h:  each lane i takes lane i ^ h (the two halves of every 2h lanes trade places);
+//   ZIP_LO / ZIP_HI: the low (high) halves of a and b interleaved, a0 b0 a1 b1 ...
+// (b's lanes are numbered kW .. 2 kW - 1).
+#if DILATTN_CPU_VEC_BYTES == 64
+#define DILATTN_SWAP_8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define DILATTN_SWAP_4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define DILATTN_SWAP_2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define DILATTN_SWAP_1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#define DILATTN_ZIP_LO 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
+#define DILATTN_ZIP_HI 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+#elif DILATTN_CPU_VEC_BYTES == 32
+#define DILATTN_SWAP_4 4, 5, 6, 7, 0, 1, 2, 3
+#define DILATTN_SWAP_2 2, 3, 0, 1, 6, 7, 4, 5
+#define DILATTN_SWAP_1 1, 0, 3, 2, 5, 4, 7, 6
+#define DILATTN_ZIP_LO 0, 8, 1, 9, 2, 10, 3, 11
+#define DILATTN_ZIP_HI 4, 12, 5, 13, 6, 14, 7, 15
+#else
+#define DILATTN_SWAP_2 2, 3, 0, 1
+#define DILATTN_SWAP_1 1, 0, 3, 2
+#define DILATTN_ZIP_LO 0, 4, 1, 5
+#define DILATTN_ZIP_HI 2, 6, 3, 7
+#endif
+
+// Horizontal reduction of one vector by a fixed tree: combine each lane with the lane kW/2
+// away, then kW/4, ... 1, all in registers. Every lane ends with the result; the order of the
+// operations is fixed by the width alone, so results never depend on the thread count.
+template <class Op>
+inline float reduce_lanes(vfloat v, Op op) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_8));
+#endif
+#if DILATTN_CPU_VEC_BYTES >= 32
+  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_4));
+#endif
+  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_2));
+  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_1));
+  return v[0];
 }
-inline float hsum(vfloat v) {
-  float lanes[kW];
-  vstore(lanes, v);
-  for (int half = kW / 2; half >= 1; half /= 2)
-    for (int i = 0; i < half; ++i) lanes[i] += lanes[i + half];
-  return lanes[0];
+// Max (NaN-keeping, as vmax) and sum of the lanes of one vector. (Function objects, not
+// lambdas: a lambda's body would be compiled without this file's target instructions.)
+struct MaxOp {
+  vfloat operator()(vfloat a, vfloat b) const { return vmax(a, b); }
+};
+struct PlainMaxOp {
+  vfloat operator()(vfloat a, vfloat b) const { return vmax_plain(a, b); }
+};
+struct AddOp {
+  vfloat operator()(vfloat a, vfloat b) const { return a + b; }
+};
+inline float hmax(vfloat v) { return reduce_lanes(v, MaxOp{}); }
+inline float hmax_plain(vfloat v) { return reduce_lanes(v, PlainMaxOp{}); }
+inline float hsum(vfloat v) { return reduce_lanes(v, AddOp{}); }
+
+// Transposes the kW x kW block held in v[0 .. kW) (v[i] = row i): afterwards v[i] is column i.
+// log2(kW) rounds of interleaving row i with row i + kW/2 (a perfect shuffle of the lanes each
+// time), kW two-source shuffles per round.
+inline void transpose_block(vfloat* v) {
+  for (int round = 1; round < kW; round *= 2) {
+    vfloat out[kW];
+    for (int i = 0; i < kW / 2; ++i) {
+      out[2 * i] = __builtin_shufflevector(v[i], v[i + kW / 2], DILATTN_ZIP_LO);
+      out[2 * i + 1] = __builtin_shufflevector(v[i], v[i + kW / 2], DILATTN_ZIP_HI);
+    }
+    for (int i = 0; i < kW; ++i) v[i] = out[i];
+  }
 }
 
-// 2^x for x <= 128, exactly 0 for x < -126 (and for -inf, the masked scores), NaN for NaN
-// (a NaN score's probability stays NaN), relative error about 2e-7: round x to n, 2^(x-n) by
-// its degree-6 Taylor polynomial on [-1/2, 1/2], times 2^n built in the exponent bits.
+// ---------------------------------------------------------------- exp2
+// 2^x for the online softmax (softmax_rules.h's online_prob, a vector at a time): round x to
+// n, 2^(x - n) by a degree-5 polynomial on [-1/2, 1/2] (relative-error minimax fit, constant
+// term exactly 1 so 2^0 = 1 exactly), times 2^n built in the exponent bits.
+// Maximum relative error 2.5e-7 for x in [-126, 127] (tests/cpu/test_cpu_exp2.cpp sweeps every
+// instruction set over the whole range), far inside SPEC 8's f32 rtol = 1e-4.
+// Exactly 0 for x < -126.5 and for -inf (a masked score), NaN for NaN (a NaN score's
+// probability stays NaN), 2^127 (times up to sqrt 2) for x >= 127 (never reached: scores are
+// at most their running max, so x <= 0).
 inline vfloat exp2v(vfloat x) {
-  const vint nan = x != x;
-  const vfloat x_in = x;
-  const vint alive = x >= splat(-126.0f);
-  x = (vfloat)(((vint)x & alive) | ((vint)splat(-126.0f) & ~alive));
-  const vint small = x <= splat(127.0f);
-  x = (vfloat)(((vint)x & small) | ((vint)splat(127.0f) & ~small));
-  const vint n = __builtin_convertvector(x + 127.5f, vint);  // round(x) + 127, in [1, 254]
-  const vfloat f = x - (__builtin_convertvector(n, vfloat) - 127.0f);
-  vfloat p = splat(1.540353e-4f);
-  p = madd(p, f, splat(1.3333558e-3f));
-  p = madd(p, f, splat(9.6181291e-3f));
-  p = madd(p, f, splat(5.5504109e-2f));
-  p = madd(p, f, splat(2.4022651e-1f));
-  p = madd(p, f, splat(6.9314718e-1f));
+  x = x < splat(-127.0f) ? splat(-127.0f) : x;  // a NaN compares false and stays NaN
+  x = x > splat(127.0f) ? splat(127.0f) : x;
+  // n + 127 = round(x) + 127 in [0, 254]; for NaN the conversion gives some integer and the
+  // NaN comes through f below. Biased exponent 0 makes 2^n exactly +0: x < -126.5 gives 0.
+  const vint n = __builtin_convertvector(x + 127.5f, vint);
+  const vfloat f = x - (__builtin_convertvector(n, vfloat) - 127.0f);  // in [-1/2, 1/2]
+  vfloat p = splat(1.326472731e-3f);
+  p = madd(p, f, splat(9.671512991e-3f));
+  p = madd(p, f, splat(5.550733581e-2f));
+  p = madd(p, f, splat(2.402224243e-1f));
+  p = madd(p, f, splat(6.931470037e-1f));
   p = madd(p, f, splat(1.0f));
-  const vfloat two_n = (vfloat)(n << 23);
-  return (vfloat)(((vint)(p * two_n) & alive) | ((vint)x_in & nan));
+  return p * (vfloat)((vuint)n << 23);
 }
 
 // ---------------------------------------------------------------- S = pre * Q Kt
@@ -158,12 +218,30 @@ inline void scores_tile(const float* Q, int64_t ldq, int64_t rows, const float* 
   }
 }
 
+// S[r][c] = pre * <Q_r, K_c> for r < rows, c < count, with K_c a key row of D floats read in
+// place (D a multiple of kW): one dot product per pair, reduced across D by reduce_lanes. For a
+// few query rows (decode, Nq small) this is cheaper than transposing the key tile for
+// scores_tile, a cost the few rows could not amortise. Columns from count on are not written.
+inline void scores_from_rows(const float* Q, int64_t ldq, int64_t rows, const float* const* K,
+                             int64_t count, int64_t D, float pre, float* S) {
+  for (int64_t c = 0; c < count; ++c)
+    for (int64_t r = 0; r < rows; ++r) {
+      vfloat acc = vfloat{};
+      for (int64_t d = 0; d < D; d += kW) acc = madd(vload(Q + r * ldq + d), vload(K[c] + d), acc);
+      S[r * kBC + c] = hsum(acc) * pre;
+    }
+}
+
 // ---------------------------------------------------------------- O += A B
+// A's element (row r, shared index c) is A[r * lda + c * a_step]: a_step = 1 for a row-major
+// A (P V, dS K), lda = 1 for a transposed one (P^T dO, dS^T Q read straight from the S tile,
+// no transposed copy). The A values are broadcast one at a time, so either layout costs the
+// same.
 // kMR_ rows of O, kNV_ vectors of columns: for every shared index c, kNV_ vectors of B row c
 // are loaded once and multiplied by kMR_ broadcast A values.
 template <int kMR_, int kNV_>
-inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda, int64_t count,
-                             const float* Bm, int64_t ldb) {
+inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda, int64_t a_step,
+                             int64_t count, const float* Bm, int64_t ldb) {
   vfloat acc[kMR_][kNV_];
   for (int r = 0; r < kMR_; ++r)
     for (int n = 0; n < kNV_; ++n) acc[r][n] = vload(O + r * ldo + n * kW);
@@ -171,7 +249,7 @@ inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda,
     vfloat b[kNV_];
     for (int n = 0; n < kNV_; ++n) b[n] = in_register(vload(Bm + c * ldb + n * kW));
     for (int r = 0; r < kMR_; ++r) {
-      const vfloat a = splat(A[r * lda + c]);
+      const vfloat a = splat(A[r * lda + c * a_step]);
       for (int n = 0; n < kNV_; ++n) acc[r][n] = madd(a, b[n], acc[r][n]);
     }
   }
@@ -180,25 +258,28 @@ inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda,
 }
 
 template <int kMR_>
-inline void accumulate_rows(float* O, int64_t ldo, const float* A, int64_t lda, int64_t count,
-                            const float* Bm, int64_t ldb, int64_t width) {
+inline void accumulate_rows(float* O, int64_t ldo, const float* A, int64_t lda, int64_t a_step,
+                            int64_t count, const float* Bm, int64_t ldb, int64_t width) {
   int64_t d = 0;
   for (; d + kNV * kW <= width; d += kNV * kW)
-    accumulate_block<kMR_, kNV>(O + d, ldo, A, lda, count, Bm + d, ldb);
-  for (; d < width; d += kW) accumulate_block<kMR_, 1>(O + d, ldo, A, lda, count, Bm + d, ldb);
+    accumulate_block<kMR_, kNV>(O + d, ldo, A, lda, a_step, count, Bm + d, ldb);
+  for (; d < width; d += kW)
+    accumulate_block<kMR_, 1>(O + d, ldo, A, lda, a_step, count, Bm + d, ldb);
 }
 
-// O[r][0:width) += sum_{c < count} A[r][c] * Bm[c][0:width) for r < rows; width is a multiple
+// O[r][0:width) += sum_{c < count} A(r, c) * Bm[c][0:width) for r < rows; width is a multiple
 // of kPad. Rows of O are ldo apart (a dilated branch's rows are r rows apart in the block).
 inline void accumulate_tile(float* O, int64_t ldo, int64_t rows, const float* A, int64_t lda,
-                            int64_t count, const float* Bm, int64_t ldb, int64_t width) {
+                            int64_t a_step, int64_t count, const float* Bm, int64_t ldb,
+                            int64_t width) {
   int64_t r = 0;
   for (; r + kMR <= rows; r += kMR)
-    accumulate_rows<kMR>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width);
+    accumulate_rows<kMR>(O + r * ldo, ldo, A + r * lda, lda, a_step, count, Bm, ldb, width);
+  const float* a = A + r * lda;
   switch (rows - r) {
-    case 3: accumulate_rows<3>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width); break;
-    case 2: accumulate_rows<2>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width); break;
-    case 1: accumulate_rows<1>(O + r * ldo, ldo, A + r * lda, lda, count, Bm, ldb, width); break;
+    case 3: accumulate_rows<3>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;
+    case 2: accumulate_rows<2>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;
+    case 1: accumulate_rows<1>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;
     default: break;
   }
 }

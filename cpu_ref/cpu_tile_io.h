@@ -3,7 +3,8 @@
 // SPEC 1: inputs are converted per tile (f16, bf16, f64 -> f32) while they are gathered, so the
 // backend never copies a whole tensor; a dilated branch's rows are gathered with a stride (the
 // KeyProgression step, index_rules.h), which is how dilation costs no copy. Outputs are rounded
-// once to their dtype.
+// once to their dtype. f32 rows with unit stride and D a multiple of the vector width are
+// transposed a vector at a time (gather_columns_f32) or read in place (row_pointers).
 // Checked through tests/cpu/ (every dtype, strided outputs).
 #ifndef DILATTN_CPU_TILE_IO_H
 #define DILATTN_CPU_TILE_IO_H
@@ -68,10 +69,44 @@ inline void gather_rows(const dilattn_tensor& t, int64_t b, int64_t h,
   gather(t, b, h, rows, first, count, D, dst, ld, 1, count, ld);
 }
 
+// Can rows of t be read in place as D contiguous f32 (gather_columns_f32, scores_from_rows)?
+inline bool rows_are_f32_vectors(const dilattn_tensor& t, int64_t D) {
+  return t.dtype == DILATTN_F32 && t.strides[3] == 1 && D % kW == 0;
+}
+
+// Pointers to rows first .. first + count - 1 of the progression (head h, batch b), for
+// reading in place when rows_are_f32_vectors.
+inline void row_pointers(const dilattn_tensor& t, int64_t b, int64_t h,
+                         const KeyProgression& rows, int64_t first, int64_t count,
+                         const float** out) {
+  for (int64_t c = 0; c < count; ++c)
+    out[c] = static_cast<const float*>(t.data) +
+             element_offset(t, b, progression_at(rows, first + c), h, 0);
+}
+
+// f32 rows with unit element stride and D a multiple of kW, as a transposed tile: kW rows at
+// a time are loaded as vectors and transposed in registers (transpose_block), so every load
+// and store is a whole vector. Columns count .. kBC - 1 are zero, as in gather().
+inline void gather_columns_f32(const dilattn_tensor& t, int64_t b, int64_t h,
+                               const KeyProgression& rows, int64_t first, int64_t count,
+                               int64_t D, float* dst) {
+  const float* src[kBC];
+  row_pointers(t, b, h, rows, first, count, src);
+  for (int64_t c0 = 0; c0 < kBC; c0 += kW)
+    for (int64_t d0 = 0; d0 < D; d0 += kW) {
+      vfloat v[kW];
+      for (int i = 0; i < kW; ++i) v[i] = c0 + i < count ? vload(src[c0 + i] + d0) : vfloat{};
+      transpose_block(v);
+      for (int i = 0; i < kW; ++i) vstore(dst + (d0 + i) * kBC + c0, v[i]);
+    }
+}
+
 // Rows as a transposed tile [D][kBC]: row t becomes column t (K or V as the right side of S).
 inline void gather_columns(const dilattn_tensor& t, int64_t b, int64_t h,
                            const KeyProgression& rows, int64_t first, int64_t count, int64_t D,
                            float* dst) {
+  if (rows_are_f32_vectors(t, D))
+    return gather_columns_f32(t, b, h, rows, first, count, D, dst);
   gather(t, b, h, rows, first, count, D, dst, 1, kBC, kBC, D);
 }
 

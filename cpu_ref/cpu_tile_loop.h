@@ -154,9 +154,9 @@ inline bool mask_tile(float* S, int64_t lds, const KeyProgression& q, int64_t q0
 inline void accumulate_allowed(float* O, int64_t ldo, int64_t rows, const float* A, int64_t lda,
                                bool cut, const int64_t* allowed, int64_t kcount, const float* Bm,
                                int64_t ldb, int64_t width) {
-  if (!cut) return accumulate_tile(O, ldo, rows, A, lda, kcount, Bm, ldb, width);
+  if (!cut) return accumulate_tile(O, ldo, rows, A, lda, 1, kcount, Bm, ldb, width);
   for (int64_t t = 0; t < rows; ++t)
-    accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, allowed[t], Bm, ldb, width);
+    accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, 1, allowed[t], Bm, ldb, width);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -26,8 +26,6 @@ struct Workspace {
   float* kv;       // [kBC][Dp]: V rows (forward), K rows (dQ)
   float* s;        // [kBR][kBC]: scores, then probabilities
   float* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
-  float* pt;       // [kBC][kBR]: P transposed (dK/dV)
-  float* dst;      // [kBC][kBR]: dS transposed (dK/dV)
   float* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
   float* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
   float* tile_o;   // [kBR][Dp]: O rows while D_i is formed
@@ -39,7 +37,7 @@ inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 inline int64_t floats_per_worker(int64_t D, int64_t T) {
   const int64_t Dp = padded(D);
   return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
-         4 * round16(kBR * kBC) + 3 * round16(kBR * Dp) + round16(kBR) + 16;  // +16: alignment
+         2 * round16(kBR * kBC) + 3 * round16(kBR * Dp) + round16(kBR) + 16;  // +16: alignment
 }
 
 inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t T) {
@@ -61,8 +59,6 @@ inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t
   s.kv = take(kBC * Dp);
   s.s = take(kBR * kBC);
   s.dp = take(kBR * kBC);
-  s.pt = take(kBC * kBR);
-  s.dst = take(kBC * kBR);
   s.tile_q = take(kBR * Dp);
   s.tile_do = take(kBR * Dp);
   s.tile_o = take(kBR * Dp);

@@ -1,7 +1,7 @@
 // standard_cases.h - the cases every cpu test against the reference walks: each kind, head
-// mode, odd head dims (1, 40, 72, 100, 256), N not a multiple of any tile (64 keys, 64 rows,
-// 256..1024-row blocks), GQA, causal, Nq != Nk, every dtype, permuted outputs. Small enough for
-// the f64 reference under ASan.
+// mode, odd head dims (1, 40, 72, 100, 256), decode (Nq 1 and 3), N not a multiple of any tile
+// (64 keys, 64 rows, 256..1024-row blocks), GQA, causal, Nq != Nk, every dtype, permuted
+// outputs. Small enough for the f64 reference under ASan.
 #ifndef DILATTN_TESTS_CPU_STANDARD_CASES_H
 #define DILATTN_TESTS_CPU_STANDARD_CASES_H
 
@@ -35,6 +35,10 @@ inline std::vector<AttentionCase> standard_cases() {
   dense("dense_f16_causal_d100", 1, 130, 130, 2, 2, 100, true, DILATTN_F16);
   dense("dense_bf16_gqa_d64", 1, 100, 100, 4, 2, 64, false, DILATTN_BF16);
   dense("dense_f64_d40", 1, 65, 65, 2, 1, 40, true, DILATTN_F64);
+  // Decode (a piece of <= 4 query rows reads K rows in place, cpu_forward.cpp): one and three
+  // rows, f32 with D a multiple of the vector width; keys not a multiple of the 64-key tile.
+  dense("decode_nq1_causal_gqa_d64", 2, 1, 300, 4, 2, 64, true, DILATTN_F32);
+  dense("decode_nq3_d32", 1, 3, 200, 2, 2, 32, false, DILATTN_F32);
 
   auto dilated = [&](const char* name, int64_t N, int64_t H, int64_t Hkv, int64_t D,
                      std::vector<int64_t> w, std::vector<int64_t> r, dilattn_head_mode mode,

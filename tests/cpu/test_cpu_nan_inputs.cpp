@@ -5,7 +5,9 @@
 // dQ, dK, dV NaN exactly where the reference's are, SPEC 8 elsewhere. Cases: dense, causal
 // (rows before the key must stay finite: a masked key is never multiplied in), dilated
 // (causal, GQA) and block-sparse (causal). Also: a row whose only score is -inf (softmax_rules.h:
-// m stays -inf) is empty, O = 0 and LSE = -inf, in the reference and the cpu backend alike.
+// m stays -inf) is empty, O = 0 and LSE = -inf, in the reference and the cpu backend alike;
+// a row whose only score is NaN is NaN, not empty.
+#include <cmath>
 #include <limits>
 
 #include "../common/attention_run.h"
@@ -96,10 +98,31 @@ void check_all_neg_inf_row_is_empty() {
   CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
 }
 
+// Causal row 0 sees key 0 alone, and its one score is NaN (K row 0 holds a NaN): the row is
+// NaN, not empty, though every other score of its tile is -inf (masked). The cpu forward's row
+// max may drop that NaN (vmax_plain) and must restore it from the row's sum; every later row
+// meets key 0 too, so the whole O and LSE are NaN, as in the reference.
+void check_nan_score_alone_is_nan_not_empty() {
+  AttentionCase c;
+  c.name = "causal_row0_score_nan";
+  c.Nq = c.Nk = 70; c.D = 4; c.causal = true;
+  CaseScope scope(c.name);
+  Inputs in = make_inputs(c, 7, 2.0);
+  in.k.set(0, 0, 0, 1, std::numeric_limits<double>::quiet_NaN());
+  const Forward want = run_forward(c, in, DILATTN_BACKEND_REF, 1);
+  CHECK_MSG(std::isnan(want.lse.at(0, 0, 0, 0)) && std::isnan(want.o.at(0, 0, 0, 0)),
+            "reference row 0: O %g, LSE %g; want NaN, NaN", want.o.at(0, 0, 0, 0),
+            want.lse.at(0, 0, 0, 0));
+  const Forward got = run_forward(c, in, DILATTN_BACKEND_CPU, 1);
+  CHECK_CLOSE("O", got.o, want.o, spec8::of(c.dtype));
+  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
+}
+
 }  // namespace
 
 int main() {
   check_all_neg_inf_row_is_empty();
+  check_nan_score_alone_is_nan_not_empty();
   for (const AttentionCase& c : nan_cases()) {
     check(c, false);
     check(c, true);
