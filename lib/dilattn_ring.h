@@ -7,6 +7,8 @@
  * ring algorithm (lib/ring/). Transports in this version:
  *   threads: P ranks are P threads of one process; chunks are copied into the receiver's own
  *            buffers (no rank reads another's shard during compute), so it models separate memory.
+ *   mpi:     one rank per MPI process (dilattn_comm_create_mpi), when the library was built
+ *            with MPI (meson option mpi); chunks travel with MPI_Isend / MPI_Irecv.
  *
  * Usage (threads):
  *   dilattn_comm comms[P];  dilattn_comm_create_threads(P, 10000, comms);
@@ -50,6 +52,17 @@ typedef struct dilattn_comm_s* dilattn_comm;
  * DILATTN_ERROR_COMM instead of hanging. */
 DILATTN_API dilattn_status dilattn_comm_create_threads(int32_t num_ranks, int32_t timeout_ms,
                                                        dilattn_comm* comms);
+/* This process's end of a communicator over the MPI communicator *mpi_comm (an MPI_Comm, passed
+ * by address so that this header needs no mpi.h): rank and size are its rank and size.
+ * Collective: every rank of *mpi_comm calls it. The library duplicates the communicator, so its
+ * messages never mix with the caller's, and dilattn_comm_destroy frees the duplicate (before
+ * MPI_Finalize). MPI must be initialised with at least MPI_THREAD_FUNNELED; below
+ * MPI_THREAD_SERIALIZED every call on the communicator must come from the main thread.
+ * timeout_ms > 0 bounds every wait for another rank, this call's included; past it the call
+ * returns DILATTN_ERROR_COMM and the communicator is broken (nothing calls MPI_Abort).
+ * A library built without MPI returns DILATTN_ERROR_UNSUPPORTED. */
+DILATTN_API dilattn_status dilattn_comm_create_mpi(const void* mpi_comm, int32_t timeout_ms,
+                                                   dilattn_comm* comm);
 /* Destroys one rank's end; the shared state goes with the last one. Not while a ring call on
  * any rank of the communicator runs. */
 DILATTN_API dilattn_status dilattn_comm_destroy(dilattn_comm comm);

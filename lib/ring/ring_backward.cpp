@@ -55,7 +55,7 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
     unsigned char* next = messages[(step + 1) % 2].data();
     const bool pass_on = step + 1 < c.P;
     if (pass_on) {
-      if (dilattn_status s = c.transport->shift_begin(cur, next, kv_bytes)) return s;
+      if (dilattn_status s = c.shift_begin(cur, next, kv_bytes)) return s;
     }
     const int64_t their_rows = c.rows_of(owner).rows;
     const dilattn_tensor k_chunk = c.chunk_view(cur, p.dtype, p.Hkv, their_rows);
@@ -91,13 +91,13 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
       for (const RowRange& kr : c.rows_of(owner).range)
         if (status == DILATTN_SUCCESS) status = for_each_sub_call(p, qr, kr, run);
     if (pass_on) {
-      if (dilattn_status s = c.transport->shift_end()) return s;
+      if (dilattn_status s = c.shift_end()) return s;
     }
     // The chunk's gradients go on to the next rank; after step P-1 they reach their owner.
     if (c.P > 1) {
-      if (dilattn_status s = c.transport->shift_begin(cur + kv_bytes, next + kv_bytes, grad_bytes))
+      if (dilattn_status s = c.shift_begin(cur + kv_bytes, next + kv_bytes, grad_bytes))
         return s;
-      if (dilattn_status s = c.transport->shift_end()) return s;
+      if (dilattn_status s = c.shift_end()) return s;
     }
   }
   if (dilattn_status s = finish_ring_call(c, status)) return s;
@@ -131,7 +131,7 @@ extern "C" dilattn_status dilattn_ring_backward(
       &call);
   if (s != DILATTN_SUCCESS) return s;
   s = dilattn::run_backward(call, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});
-  comm->peak_bytes = call.memory.peak();
+  dilattn::record_ring_call(comm, call);
   return s;
   DILATTN_ABI_END
 }

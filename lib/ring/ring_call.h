@@ -10,11 +10,13 @@
 #ifndef DILATTN_RING_CALL_H
 #define DILATTN_RING_CALL_H
 
+#include <chrono>
 #include <initializer_list>
 
 #include "backend.h"
 #include "ring_memory.h"
 #include "ring_shard.h"
+#include "ring_stats.h"
 #include "ring_transport.h"
 
 namespace dilattn {
@@ -29,6 +31,8 @@ struct RingCall {
   int64_t max_rows = 0;             // the largest shard: the size of a chunk buffer
   dilattn_dtype acc_dtype = DILATTN_F32;  // accumulators: f64 for f64 plans, else f32
   RingMemory memory;
+  ShiftStats shifts;                // timed by shift_begin / shift_end (ring_stats.h)
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
   // Elements of one [B, max_rows, Hkv, D] chunk tensor.
@@ -37,6 +41,9 @@ struct RingCall {
   dilattn_tensor chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const;
   // A contiguous LSE [B, H, mine.rows, 1] view.
   dilattn_tensor lse_view(void* data) const;
+  // The transport's shift, timed into `shifts` (ring_stats.cpp).
+  dilattn_status shift_begin(const void* send, void* recv, size_t bytes);
+  dilattn_status shift_end();
 };
 
 // Tensors of a ring call, with their roles, for the shard checks.
@@ -56,6 +63,10 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
 
 // The agreement after the ring: SUCCESS when every rank's `status` is SUCCESS.
 dilattn_status finish_ring_call(RingCall& call, dilattn_status status);
+
+// What the call leaves on its communicator: peak bytes (the ring's and the transport's) and
+// its shift timings (ring_stats.cpp).
+void record_ring_call(dilattn_comm comm, RingCall& call);
 
 }  // namespace dilattn
 

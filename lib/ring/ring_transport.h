@@ -19,6 +19,7 @@
 
 #include "dilattn_ring.h"
 #include "handle_registry.h"
+#include "ring_stats.h"
 
 namespace dilattn {
 
@@ -38,11 +39,21 @@ class RingTransport {
   virtual dilattn_status allgather(const RingVote& mine, RingVote* all) = 0;
   virtual dilattn_status shift_begin(const void* send, void* recv, size_t bytes) = 0;
   virtual dilattn_status shift_end() = 0;
+  // Bytes the transport itself holds for shifts (the MPI transport's staging buffers), counted
+  // in dilattn_comm_peak_bytes beside the ring's own.
+  virtual size_t buffer_bytes() const { return 0; }
 };
 
 // P transports sharing one in-process state, rank p = element p (transport_threads.cpp).
 dilattn_status make_thread_transports(int32_t num_ranks, int32_t timeout_ms,
                                       std::unique_ptr<RingTransport>* transports);
+
+// One MPI process's end over *static_cast<const MPI_Comm*>(mpi_comm) (transport_mpi.cpp):
+// checks MPI's state and thread level, duplicates the communicator. A shift travels in
+// messages of at most piece_bytes (MPI counts are int); tests pass a small one.
+constexpr size_t kMpiPieceBytes = size_t{1} << 30;
+dilattn_status make_mpi_transport(const void* mpi_comm, int32_t timeout_ms, size_t piece_bytes,
+                                  std::unique_ptr<RingTransport>* transport);
 
 }  // namespace dilattn
 
@@ -51,6 +62,7 @@ struct dilattn_comm_s {
   dilattn::LiveHandle live{this, kKind};
   std::unique_ptr<dilattn::RingTransport> transport;
   size_t peak_bytes = 0;  // of the last ring call on this rank (dilattn_comm_peak_bytes)
+  dilattn::ShiftStats last_shifts;  // of the last ring call on this rank (ring_stats.h)
 };
 
 #endif  // DILATTN_RING_TRANSPORT_H
