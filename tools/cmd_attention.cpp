@@ -116,8 +116,6 @@ Settings parse_settings(const Flags& f) {
     const std::string transport = f.get("ring", "");
     if (transport != "mpi") fail_input("flag --ring: '" + transport + "' is not one of mpi");
     if (f.has("ring-threads")) fail_input("flags --ring and --ring-threads exclude each other");
-    // Only rank 0 reads files; a mask file would have to reach the other ranks (not yet).
-    if (f.has("mask")) fail_input("flag --ring mpi takes --pattern, not --mask");
     s.ring.mpi = true;
   }
   if (f.has("ring-split")) {
@@ -229,7 +227,8 @@ class PlanHandle {
   dilattn_plan plan_ = nullptr;
 };
 
-void make_plan(const Settings& s, const Operands& o, PlanHandle* plan) {
+// `file_mask`: the mask --mask named, already read (load_mask_file).
+void make_plan(const Settings& s, const Operands& o, const MaskHandle& file_mask, PlanHandle* plan) {
   DescHandle desc;
   check_status(dilattn_desc_set_causal(desc.get(), s.causal ? 1 : 0), "--causal");
   if (s.has_scale) check_status(dilattn_desc_set_scale(desc.get(), s.scale), "--scale");
@@ -238,15 +237,13 @@ void make_plan(const Settings& s, const Operands& o, PlanHandle* plan) {
     check_status(dilattn_desc_set_dilated(desc.get(), static_cast<int32_t>(s.segments.size()),
                                           s.segments.data(), s.dilations.data(), s.head_mode),
                  "--segments/--dilations");
-  } else if (!s.mask_path.empty() || !s.pattern.empty()) {
+  } else if (!s.mask_path.empty()) {
+    check_status(dilattn_desc_set_block_sparse(desc.get(), file_mask.get()), "--mask " + s.mask_path);
+  } else if (!s.pattern.empty()) {
     MaskHandle mask;
-    if (!s.mask_path.empty())
-      load_mask_npz(s.mask_path, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
-    else
-      build_mask_pattern(s.pattern, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
+    build_mask_pattern(s.pattern, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
     // The description keeps its own reference; our handle may go.
-    check_status(dilattn_desc_set_block_sparse(desc.get(), mask.get()),
-                 s.mask_path.empty() ? "--pattern" : "--mask " + s.mask_path);
+    check_status(dilattn_desc_set_block_sparse(desc.get(), mask.get()), "--pattern");
   }
   const dilattn_shape shape = dilattn_shape_make(o.B, o.Nq, o.Nk, o.H, o.Hkv, o.D);
   check_status(dilattn_plan_create(plan->out(), desc.get(), &shape, o.dtype, s.backend),
@@ -267,12 +264,20 @@ void check_ring_backend(const Settings& s, const PlanHandle& plan) {
                                      "the plan runs on cuda");
 }
 
-// Under --ring mpi the ranks other than 0 know the operands' dtypes and shapes only.
-void share_operands(const MpiWorld& world, Operands* o) {
+// The mask file of --mask, read on rank 0 (under --ring mpi it reaches the other ranks in
+// share_operands).
+void load_mask_file(const Settings& s, const Operands& o, MaskHandle* mask) {
+  if (!s.mask_path.empty()) load_mask_npz(s.mask_path, o.Nq, o.Nk, s.block_q, s.block_k, mask);
+}
+
+// Under --ring mpi the ranks other than 0 know the operands' dtypes and shapes only (and the
+// mask of --mask).
+void share_operands(const MpiWorld& world, const Settings& s, Operands* o, MaskHandle* mask) {
   world.share_header(&o->q);
   world.share_header(&o->k);
   world.share_header(&o->v);
   set_dims(o);
+  if (!s.mask_path.empty()) world.share_mask(mask, o->Nq, o->Nk, s.block_q, s.block_k);
 }
 
 // ---------------------------------------------------------------- tensors
@@ -358,15 +363,17 @@ int cmd_forward(int argc, char** argv, int first) {
   const bool want_lse = f.has("lse");
   size_t out_file = 0, lse_file = 0;
   Operands o;
+  MaskHandle mask;
   world.on_root([&] {
     note_inputs(s, &outputs);
     out_file = outputs.reserve("out", f.required("out"));
     if (want_lse) lse_file = outputs.reserve("lse", f.required("lse"));
     o = read_operands(s);
+    load_mask_file(s, o, &mask);
   });
-  share_operands(world, &o);
+  share_operands(world, s, &o, &mask);
   PlanHandle plan;
-  make_plan(s, o, &plan);
+  make_plan(s, o, mask, &plan);
   check_ring_backend(s, plan);
   NpyArray out, lse;
   run_forward(plan, s.ring, o, &out, &lse, world.root());
@@ -393,6 +400,7 @@ int cmd_backward(int argc, char** argv, int first) {
   OutputFiles outputs;
   size_t dq_file = 0, dk_file = 0, dv_file = 0;
   Operands o;
+  MaskHandle mask;
   NpyArray d_o, out, lse;
   world.on_root([&] {
     note_inputs(s, &outputs);
@@ -403,6 +411,7 @@ int cmd_backward(int argc, char** argv, int first) {
     dk_file = outputs.reserve("dk", f.required("dk"));
     dv_file = outputs.reserve("dv", f.required("dv"));
     o = read_operands(s);
+    load_mask_file(s, o, &mask);
     d_o = read_operand(do_path, "do", &o.q);
     require_shape(d_o, do_path, o.q.shape, "dO must have Q's shape");
     if (f.has("o")) {
@@ -415,10 +424,10 @@ int cmd_backward(int argc, char** argv, int first) {
       require_shape(lse, lse_path, {o.B, o.H, o.Nq}, "LSE is [B, H, Nq]");
     }
   });
-  share_operands(world, &o);
+  share_operands(world, s, &o, &mask);
   world.share_header(&d_o);
   PlanHandle plan;
-  make_plan(s, o, &plan);
+  make_plan(s, o, mask, &plan);
   check_ring_backend(s, plan);
 
   if (f.has("o")) {

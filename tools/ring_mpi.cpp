@@ -7,6 +7,7 @@
 #include "ring_mpi.h"
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,11 @@ int world_size() {
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   return n;
+}
+
+void send_to_all(const std::vector<int64_t>& v) {
+  for (int r = 1; r < world_size(); ++r)
+    send_bytes(reinterpret_cast<const unsigned char*>(v.data()), v.size() * 8, r);
 }
 
 class CommHandle {
@@ -177,6 +183,32 @@ void MpiWorld::share_header(NpyArray* a) const {
   a->type = static_cast<NpyType>(header[0]);
   a->shape.assign(header + 2, header + 2 + header[1]);
   a->data.clear();
+}
+
+void MpiWorld::share_mask(MaskHandle* mask, int64_t seqlen_q, int64_t seqlen_k, int64_t block_q,
+                          int64_t block_k) const {
+  if (!active_) return;
+  std::vector<int64_t> arrays[3];  // row_ptr, col_idx, head_ptr (empty: one head)
+  if (root()) {
+    const std::map<std::string, NpyArray> a = mask_arrays(*mask);
+    const char* names[3] = {"row_ptr", "col_idx", "head_ptr"};
+    for (int i = 0; i < 3; ++i) {
+      const auto it = a.find(names[i]);
+      if (it == a.end()) continue;
+      arrays[i].resize(it->second.data.size() / 8);
+      if (!arrays[i].empty()) std::memcpy(arrays[i].data(), it->second.data.data(), it->second.data.size());
+    }
+  }
+  for (std::vector<int64_t>& v : arrays) {
+    uint64_t n = v.size();
+    MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    v.resize(n);
+    if (root()) send_to_all(v);
+    else recv_bytes(reinterpret_cast<unsigned char*>(v.data()), n * 8, 0);
+  }
+  if (!root())
+    create_mask(arrays[0], arrays[1], arrays[2], seqlen_q, seqlen_k, block_q, block_k,
+                "--mask (from rank 0)", mask);
 }
 
 void ring_forward_mpi(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,

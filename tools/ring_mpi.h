@@ -12,6 +12,7 @@
 
 #include <functional>
 
+#include "mask_input.h"
 #include "npy.h"
 #include "ring_run.h"
 
@@ -31,6 +32,9 @@ class MpiWorld {
   void on_root(const std::function<void()>& step) const;
   // Rank 0's dtype and shape of *a, on every rank (the data stays on rank 0).
   void share_header(NpyArray* a) const;
+  // Rank 0's mask (read from --mask), made on every rank from its BSR arrays.
+  void share_mask(MaskHandle* mask, int64_t seqlen_q, int64_t seqlen_k, int64_t block_q,
+                  int64_t block_k) const;
 
  private:
   bool active_ = false;

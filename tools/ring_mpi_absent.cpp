@@ -13,6 +13,7 @@ MpiWorld::MpiWorld(bool wanted) {
 MpiWorld::~MpiWorld() = default;
 void MpiWorld::on_root(const std::function<void()>& step) const { step(); }
 void MpiWorld::share_header(NpyArray*) const {}
+void MpiWorld::share_mask(MaskHandle*, int64_t, int64_t, int64_t, int64_t) const {}
 
 [[noreturn]] static void unreachable() {
   throw CliError(kExitRuntime, "flag --ring mpi: this dilattn was built without MPI");

@@ -2,7 +2,8 @@
 per MPI process; rank 0 reads the inputs, scatters the rows, gathers and writes the outputs):
   * bitwise equal to `--ring-threads P` (the same ring algorithm on the threads transport), and
     within SPEC 8's f32 tolerances of the single-device reference, for dense, causal GQA,
-    dilated and block-sparse attention, P = 2 and 3, both splits, forward and backward;
+    dilated and block-sparse attention (a pattern, and a --mask file that rank 0 alone reads),
+    P = 2 and 3, both splits, forward and backward;
   * a bad input file on rank 0 stops every rank: exit 2, its message printed once (by rank 0;
     the other ranks exit 0 silently), no output;
   * a ring failure on every rank (a mask block cut by a shard) exits 3 naming it, no output;
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cli"))
-from cli_support import CLI, make_inputs, qkv_flags, run  # noqa: E402
+from cli_support import CLI, make_inputs, qkv_flags, run, write_bsr  # noqa: E402
 from spec_numpy import assert_close  # noqa: E402
 
 MPIRUN = os.environ.get("DILATTN_MPIRUN", "")
@@ -29,11 +30,12 @@ CASES = {
     "dilated_groups_causal": ["--segments", "4,8,30", "--dilations", "1,2,3", "--heads-mode",
                               "groups", "--causal"],
     "sparse_local": ["--pattern", "local:1", "--block-size", "5"],
+    "sparse_mask_file": ["--mask", "MASK", "--block-size", "5"],  # rank 0 reads it
 }
 # 3 shards of 40 rows cut the 5-row mask blocks: that combination is the error test below.
 RINGS = [(P, split) for P in (2, 3) for split in ("contiguous", "zigzag")]
 PARAMS = [(case, P, split) for case in sorted(CASES) for P, split in RINGS
-          if not (case == "sparse_local" and P == 3)]
+          if not (case.startswith("sparse") and P == 3)]
 
 
 def mpirun(P, *args, timeout=300):
@@ -58,10 +60,15 @@ def command_flags(paths, out, command):
 def test_ring_mpi_equals_threads_and_single_device(tmp_path, case, P, split):
     H, Hkv = (3, 3) if case.startswith("dilated") else (4, 2)
     _, paths = make_inputs(tmp_path, B=2, Nq=40, H=H, Hkv=Hkv, D=4, seed=3)
-    flags = [*CASES[case], "--backend", "cpu", "--ring-split", split]
+    case_flags = list(CASES[case])
+    if "MASK" in case_flags:  # 8 blocks of 5 rows: each row block sees itself and block 0
+        mask = tmp_path / "mask.npz"
+        write_bsr(mask, [0, 1, 3, 5, 7, 9, 11, 13, 15], [0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7])
+        case_flags[case_flags.index("MASK")] = mask
+    flags = [*case_flags, "--backend", "cpu", "--ring-split", split]
     for command in ("forward", "backward"):
         want = outputs(tmp_path, "ref", command)
-        run(command, *command_flags(paths, want, command), *CASES[case], "--backend", "ref",
+        run(command, *command_flags(paths, want, command), *case_flags, "--backend", "ref",
             expect=0)
         threads = outputs(tmp_path, "threads", command)
         run(command, *command_flags(paths, threads, command), *flags, "--ring-threads", P,
@@ -106,6 +113,4 @@ def test_ring_mpi_flags_checked(tmp_path):
     assert "flag --ring: 'nccl' is not one of mpi" in p.stderr
     p = run("forward", *qkv_flags(paths), *out, "--ring", "mpi", "--ring-threads", "2", expect=2)
     assert "exclude each other" in p.stderr
-    p = run("forward", *qkv_flags(paths), *out, "--ring", "mpi", "--mask", paths["q"], expect=2)
-    assert "--ring mpi takes --pattern, not --mask" in p.stderr
     assert not (tmp_path / "o.npy").exists()
