@@ -8,8 +8,10 @@
 //              halves so that a rank computes on the chunk it sends while it travels:
 //              shift_begin(send, recv) ... compute reading `send` ... shift_end().
 //              `send` must stay unchanged and `recv` untouched until shift_end returns.
-// A transport never hangs for ever on a missing rank where it can help it: the threads
-// transport gives up after its timeout and marks the communicator broken (DILATTN_ERROR_COMM).
+// A transport never hangs for ever on a missing rank where it can help it: the threads and MPI
+// transports give up after their timeout and mark the communicator broken (DILATTN_ERROR_COMM).
+// Transports: transport_threads.cpp (P threads of one process), transport_mpi.cpp (one rank
+// per MPI process; transport_mpi_absent.cpp in a build without MPI).
 #ifndef DILATTN_RING_TRANSPORT_H
 #define DILATTN_RING_TRANSPORT_H
 

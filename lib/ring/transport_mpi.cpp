@@ -24,14 +24,13 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "errors.h"
-#include "handle_registry.h"
 #include "ring_shard.h"
 #include "ring_transport.h"
 
