@@ -9,6 +9,7 @@
 // take on their own. hidden = 1 - exposed / bare, clamped to [0, 1]. Waiting for a slower
 // neighbour counts as exposed, so load imbalance lowers the figure too (it is time the ring
 // loses either way).
+// Checked by tests/ring/test_ring_stats.cpp (what is recorded; no timing is asserted).
 #ifndef DILATTN_RING_STATS_H
 #define DILATTN_RING_STATS_H
 
