@@ -11,6 +11,8 @@
  *            chunks are copied device to device.
  *   nccl:    one rank per GPU (in one process or many); chunks move with ncclSend/ncclRecv on the
  *            communicator's CUDA stream. Needs a plan on the cuda backend.
+ *   mpi:     one rank per MPI process (dilattn_comm_create_mpi), when the library was built
+ *            with MPI (meson option mpi); chunks travel with MPI_Isend / MPI_Irecv.
  *
  * Usage (threads):
  *   dilattn_comm comms[P];  dilattn_comm_create_threads(P, 10000, comms);
@@ -65,6 +67,17 @@ DILATTN_API dilattn_status dilattn_comm_create_threads(int32_t num_ranks, int32_
  * returns DILATTN_ERROR_COMM. A build without NCCL returns DILATTN_ERROR_UNSUPPORTED. */
 DILATTN_API dilattn_status dilattn_comm_create_nccl(const void* nccl_comm, void* cuda_stream,
                                                     int32_t timeout_ms, dilattn_comm* comm);
+/* This process's end of a communicator over the MPI communicator *mpi_comm (an MPI_Comm, passed
+ * by address so that this header needs no mpi.h): rank and size are its rank and size.
+ * Collective: every rank of *mpi_comm calls it. The library duplicates the communicator, so its
+ * messages never mix with the caller's, and dilattn_comm_destroy frees the duplicate (before
+ * MPI_Finalize). MPI must be initialised with at least MPI_THREAD_FUNNELED; below
+ * MPI_THREAD_SERIALIZED every call on the communicator must come from the main thread.
+ * timeout_ms > 0 bounds every wait for another rank, this call's included; past it the call
+ * returns DILATTN_ERROR_COMM and the communicator is broken (nothing calls MPI_Abort).
+ * A library built without MPI returns DILATTN_ERROR_UNSUPPORTED. */
+DILATTN_API dilattn_status dilattn_comm_create_mpi(const void* mpi_comm, int32_t timeout_ms,
+                                                   dilattn_comm* comm);
 /* Destroys one rank's end; the shared state goes with the last one. Not while a ring call on
  * any rank of the communicator runs. */
 DILATTN_API dilattn_status dilattn_comm_destroy(dilattn_comm comm);

@@ -99,6 +99,7 @@ extern "C" const char* dilattn_build_info(void) {
     // it (kernels built for sm 80,90): cuda not used" (then AUTO runs on the CPU).
     s += "GPU present: " + dilattn::cuda::device_report() + "\n";
     s += std::string("NCCL found at build: ") + (DILATTN_HAVE_NCCL ? "yes" : "no") + "\n";
+    s += std::string("MPI found at build: ") + (DILATTN_HAVE_MPI ? "yes" : "no") + "\n";
     s += "compiled for: " DILATTN_BUILD_FLAGS "\n";
     s += "CPU features:" + cpu_features() + "\n";
     s += std::string("cpu backend ISA: ") + dilattn_cpu_isa() + "\n";

@@ -28,6 +28,11 @@ class CliError : public std::runtime_error {
   int code_;
 };
 
+// A rank of `--ring mpi` other than 0 stopping because of a failure that rank 0 reports:
+// main() prints nothing and exits 0, so that the one message and mpirun's exit status come from
+// rank 0 (a non-zero exit elsewhere lets mpirun kill rank 0 before it prints). ring_mpi.h.
+struct QuietExit {};
+
 // A bad-input error (exit 2): the message names the file or flag and the problem.
 [[noreturn]] inline void fail_input(const std::string& message) {
   throw CliError(kExitBadInput, message);

@@ -25,6 +25,7 @@
 #include "mask_input.h"
 #include "npy.h"
 #include "output_files.h"
+#include "ring_mpi.h"
 #include "ring_run.h"
 
 namespace dilattn_cli {
@@ -37,7 +38,7 @@ const FlagSpec kCommonFlags[] = {
     {"q", true}, {"k", true}, {"v", true}, {"segments", true}, {"dilations", true},
     {"heads-mode", true}, {"causal", false}, {"scale", true}, {"backend", true},
     {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
-    {"pattern", true}, {"ring-threads", true}, {"ring-split", true}};
+    {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -72,7 +73,7 @@ struct Settings {
   dilattn_head_mode head_mode = DILATTN_HEADS_MOD;
   std::string mask_path, pattern;
   int64_t block_q = 64, block_k = 64;
-  RingOptions ring;  // --ring-threads P [--ring-split contiguous|zigzag]: SPEC 5 on P threads
+  RingOptions ring;  // --ring-threads P | --ring mpi [--ring-split contiguous|zigzag]: SPEC 5
 };
 
 Settings parse_settings(const Flags& f) {
@@ -111,8 +112,14 @@ Settings parse_settings(const Flags& f) {
   const int64_t ranks = f.get_int("ring-threads", 0, 1);
   if (ranks > 4096) fail_input("flag --ring-threads: " + std::to_string(ranks) + " is above 4096");
   s.ring.ranks = static_cast<int32_t>(ranks);
+  if (f.has("ring")) {
+    const std::string transport = f.get("ring", "");
+    if (transport != "mpi") fail_input("flag --ring: '" + transport + "' is not one of mpi");
+    if (f.has("ring-threads")) fail_input("flags --ring and --ring-threads exclude each other");
+    s.ring.mpi = true;
+  }
   if (f.has("ring-split")) {
-    if (!f.has("ring-threads")) fail_input("flag --ring-split needs --ring-threads");
+    if (!s.ring.any()) fail_input("flag --ring-split needs --ring-threads or --ring mpi");
     const std::string split = f.get("ring-split", "");
     if (split == "zigzag") s.ring.split = DILATTN_RING_ZIGZAG;
     else if (split != "contiguous")
@@ -166,14 +173,19 @@ struct Operands {
   int64_t B = 0, Nq = 0, Nk = 0, H = 0, Hkv = 0, D = 0;
 };
 
+void set_dims(Operands* o) {
+  o->dtype = o->q.type == NpyType::f8 ? DILATTN_F64 : o->q.type == NpyType::f2 ? DILATTN_F16 : DILATTN_F32;
+  o->B = o->q.shape[0]; o->Nq = o->q.shape[1]; o->H = o->q.shape[2]; o->D = o->q.shape[3];
+  o->Nk = o->k.shape[1]; o->Hkv = o->k.shape[2];
+}
+
 Operands read_operands(const Settings& s) {
   Operands o;
   o.q = read_operand(s.q_path, "q", nullptr);
   o.k = read_operand(s.k_path, "k", &o.q);
   o.v = read_operand(s.v_path, "v", &o.q);
-  o.dtype = dtype_of(o.q.type, s.q_path);
-  o.B = o.q.shape[0]; o.Nq = o.q.shape[1]; o.H = o.q.shape[2]; o.D = o.q.shape[3];
-  o.Nk = o.k.shape[1]; o.Hkv = o.k.shape[2];
+  dtype_of(o.q.type, s.q_path);
+  set_dims(&o);
   if (o.k.shape[0] != o.B || o.k.shape[3] != o.D)
     fail_input(s.k_path + ": shape " + shape_string(o.k.shape) + " does not match --q's " +
                shape_string(o.q.shape) + " (B and D must agree)");
@@ -215,7 +227,8 @@ class PlanHandle {
   dilattn_plan plan_ = nullptr;
 };
 
-void make_plan(const Settings& s, const Operands& o, PlanHandle* plan) {
+// `file_mask`: the mask --mask named, already read (load_mask_file).
+void make_plan(const Settings& s, const Operands& o, const MaskHandle& file_mask, PlanHandle* plan) {
   DescHandle desc;
   check_status(dilattn_desc_set_causal(desc.get(), s.causal ? 1 : 0), "--causal");
   if (s.has_scale) check_status(dilattn_desc_set_scale(desc.get(), s.scale), "--scale");
@@ -224,15 +237,13 @@ void make_plan(const Settings& s, const Operands& o, PlanHandle* plan) {
     check_status(dilattn_desc_set_dilated(desc.get(), static_cast<int32_t>(s.segments.size()),
                                           s.segments.data(), s.dilations.data(), s.head_mode),
                  "--segments/--dilations");
-  } else if (!s.mask_path.empty() || !s.pattern.empty()) {
+  } else if (!s.mask_path.empty()) {
+    check_status(dilattn_desc_set_block_sparse(desc.get(), file_mask.get()), "--mask " + s.mask_path);
+  } else if (!s.pattern.empty()) {
     MaskHandle mask;
-    if (!s.mask_path.empty())
-      load_mask_npz(s.mask_path, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
-    else
-      build_mask_pattern(s.pattern, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
+    build_mask_pattern(s.pattern, o.Nq, o.Nk, s.block_q, s.block_k, &mask);
     // The description keeps its own reference; our handle may go.
-    check_status(dilattn_desc_set_block_sparse(desc.get(), mask.get()),
-                 s.mask_path.empty() ? "--pattern" : "--mask " + s.mask_path);
+    check_status(dilattn_desc_set_block_sparse(desc.get(), mask.get()), "--pattern");
   }
   const dilattn_shape shape = dilattn_shape_make(o.B, o.Nq, o.Nk, o.H, o.Hkv, o.D);
   check_status(dilattn_plan_create(plan->out(), desc.get(), &shape, o.dtype, s.backend),
@@ -245,11 +256,28 @@ dilattn_backend plan_backend(const PlanHandle& plan) {
   return b;
 }
 
-// --ring-threads copies rows between host arrays, so the plan must run on the CPU.
+// The ring copies rows between host arrays, so the plan must run on the CPU.
 void check_ring_backend(const Settings& s, const PlanHandle& plan) {
-  if (s.ring.ranks > 0 && plan_backend(plan) == DILATTN_BACKEND_CUDA)
-    throw CliError(kExitRuntime, "flag --ring-threads: ring attention runs on CPU backends "
-                                 "(ref, cpu, emu); the plan runs on cuda");
+  if (s.ring.any() && plan_backend(plan) == DILATTN_BACKEND_CUDA)
+    throw CliError(kExitRuntime, std::string("flag ") + (s.ring.mpi ? "--ring mpi" : "--ring-threads") +
+                                     ": ring attention runs on CPU backends (ref, cpu, emu); "
+                                     "the plan runs on cuda");
+}
+
+// The mask file of --mask, read on rank 0 (under --ring mpi it reaches the other ranks in
+// share_operands).
+void load_mask_file(const Settings& s, const Operands& o, MaskHandle* mask) {
+  if (!s.mask_path.empty()) load_mask_npz(s.mask_path, o.Nq, o.Nk, s.block_q, s.block_k, mask);
+}
+
+// Under --ring mpi the ranks other than 0 know the operands' dtypes and shapes only (and the
+// mask of --mask).
+void share_operands(const MpiWorld& world, const Settings& s, Operands* o, MaskHandle* mask) {
+  world.share_header(&o->q);
+  world.share_header(&o->k);
+  world.share_header(&o->v);
+  set_dims(o);
+  if (!s.mask_path.empty()) world.share_mask(mask, o->Nq, o->Nk, s.block_q, s.block_k);
 }
 
 // ---------------------------------------------------------------- tensors
@@ -294,25 +322,28 @@ class Binder {
   std::vector<std::pair<DeviceBuffer*, NpyArray*>> outputs_;
 };
 
-NpyArray zeros(NpyType type, std::vector<int64_t> shape) {
+// A zero array; with `allocate` false (ranks of --ring mpi other than 0) its shape alone.
+NpyArray zeros(NpyType type, std::vector<int64_t> shape, bool allocate = true) {
   NpyArray a;
   a.type = type;
   a.shape = std::move(shape);
-  a.data.assign(static_cast<size_t>(a.numel()) * npy_itemsize(a.type), 0);
+  if (allocate) a.data.assign(static_cast<size_t>(a.numel()) * npy_itemsize(a.type), 0);
   return a;
 }
 
 // O and LSE of the forward pass, LSE in the dtype the plan's backend writes.
 void run_forward(const PlanHandle& plan, const RingOptions& ring, Operands& o, NpyArray* out,
-                 NpyArray* lse) {
+                 NpyArray* lse, bool root) {
   const bool ref = plan_backend(plan) == DILATTN_BACKEND_REF;
-  *out = zeros(o.q.type, o.q.shape);
-  *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq});
+  *out = zeros(o.q.type, o.q.shape, root);
+  *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq}, root);
   Binder bind(plan_backend(plan) == DILATTN_BACKEND_CUDA);
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
                        tl = bind.output(*lse, ref ? DILATTN_F64 : DILATTN_F32, 1);
-  if (ring.ranks > 0)
+  if (ring.mpi)
+    ring_forward_mpi(plan.get(), ring, tq, tk, tv, to, tl);
+  else if (ring.ranks > 0)
     ring_forward(plan.get(), ring, tq, tk, tv, to, tl);
   else
     check_status(dilattn_forward(plan.get(), &tq, &tk, &tv, &to, &tl, nullptr, 0), "forward");
@@ -327,18 +358,26 @@ int cmd_forward(int argc, char** argv, int first) {
   const Flags f(argc, argv, first,
                 with_common({{"out", true}, {"lse", true}}), 0);
   const Settings s = parse_settings(f);
+  const MpiWorld world(s.ring.mpi);  // --ring mpi: files on rank 0 only (ring_mpi.h)
   OutputFiles outputs;
-  note_inputs(s, &outputs);
-  const size_t out_file = outputs.reserve("out", f.required("out"));
   const bool want_lse = f.has("lse");
-  const size_t lse_file = want_lse ? outputs.reserve("lse", f.required("lse")) : 0;
-
-  Operands o = read_operands(s);
+  size_t out_file = 0, lse_file = 0;
+  Operands o;
+  MaskHandle mask;
+  world.on_root([&] {
+    note_inputs(s, &outputs);
+    out_file = outputs.reserve("out", f.required("out"));
+    if (want_lse) lse_file = outputs.reserve("lse", f.required("lse"));
+    o = read_operands(s);
+    load_mask_file(s, o, &mask);
+  });
+  share_operands(world, s, &o, &mask);
   PlanHandle plan;
-  make_plan(s, o, &plan);
+  make_plan(s, o, mask, &plan);
   check_ring_backend(s, plan);
   NpyArray out, lse;
-  run_forward(plan, s.ring, o, &out, &lse);
+  run_forward(plan, s.ring, o, &out, &lse, world.root());
+  if (!world.root()) return kExitOk;
   outputs.write(out_file, serialize_npy(out));
   if (want_lse) outputs.write(lse_file, serialize_npy(lse));
   outputs.commit();
@@ -357,37 +396,49 @@ int cmd_backward(int argc, char** argv, int first) {
   if (f.has("o") != f.has("lse"))
     fail_input(std::string("flag --") + (f.has("o") ? "o" : "lse") + " needs --" +
                (f.has("o") ? "lse" : "o") + " (give both, or neither to recompute them)");
+  const MpiWorld world(s.ring.mpi);  // --ring mpi: files on rank 0 only (ring_mpi.h)
   OutputFiles outputs;
-  note_inputs(s, &outputs);
-  outputs.note_input("do", do_path);
-  for (const char* name : {"o", "lse"})
-    if (f.has(name)) outputs.note_input(name, f.required(name));
-  const size_t dq_file = outputs.reserve("dq", f.required("dq"));
-  const size_t dk_file = outputs.reserve("dk", f.required("dk"));
-  const size_t dv_file = outputs.reserve("dv", f.required("dv"));
-
-  Operands o = read_operands(s);
-  NpyArray d_o = read_operand(do_path, "do", &o.q);
-  require_shape(d_o, do_path, o.q.shape, "dO must have Q's shape");
+  size_t dq_file = 0, dk_file = 0, dv_file = 0;
+  Operands o;
+  MaskHandle mask;
+  NpyArray d_o, out, lse;
+  world.on_root([&] {
+    note_inputs(s, &outputs);
+    outputs.note_input("do", do_path);
+    for (const char* name : {"o", "lse"})
+      if (f.has(name)) outputs.note_input(name, f.required(name));
+    dq_file = outputs.reserve("dq", f.required("dq"));
+    dk_file = outputs.reserve("dk", f.required("dk"));
+    dv_file = outputs.reserve("dv", f.required("dv"));
+    o = read_operands(s);
+    load_mask_file(s, o, &mask);
+    d_o = read_operand(do_path, "do", &o.q);
+    require_shape(d_o, do_path, o.q.shape, "dO must have Q's shape");
+    if (f.has("o")) {
+      const std::string o_path = f.required("o"), lse_path = f.required("lse");
+      out = read_operand(o_path, "o", &o.q);
+      require_shape(out, o_path, o.q.shape, "O must have Q's shape");
+      lse = read_npy_file(lse_path);
+      if (lse.type != NpyType::f4 && lse.type != NpyType::f8)
+        fail_input(lse_path + ": dtype " + npy_descr(lse.type) + ", LSE must be <f4 or <f8");
+      require_shape(lse, lse_path, {o.B, o.H, o.Nq}, "LSE is [B, H, Nq]");
+    }
+  });
+  share_operands(world, s, &o, &mask);
+  world.share_header(&d_o);
   PlanHandle plan;
-  make_plan(s, o, &plan);
+  make_plan(s, o, mask, &plan);
   check_ring_backend(s, plan);
 
-  NpyArray out, lse;
   if (f.has("o")) {
-    const std::string o_path = f.required("o"), lse_path = f.required("lse");
-    out = read_operand(o_path, "o", &o.q);
-    require_shape(out, o_path, o.q.shape, "O must have Q's shape");
-    lse = read_npy_file(lse_path);
-    if (lse.type != NpyType::f4 && lse.type != NpyType::f8)
-      fail_input(lse_path + ": dtype " + npy_descr(lse.type) + ", LSE must be <f4 or <f8");
-    require_shape(lse, lse_path, {o.B, o.H, o.Nq}, "LSE is [B, H, Nq]");
+    world.share_header(&out);
+    world.share_header(&lse);
   } else {
-    run_forward(plan, s.ring, o, &out, &lse);  // SPEC 6 needs the forward's O and LSE
+    run_forward(plan, s.ring, o, &out, &lse, world.root());  // SPEC 6 needs the forward's O and LSE
   }
 
-  NpyArray dq = zeros(o.q.type, o.q.shape), dk = zeros(o.k.type, o.k.shape),
-           dv = zeros(o.v.type, o.v.shape);
+  NpyArray dq = zeros(o.q.type, o.q.shape, world.root()), dk = zeros(o.k.type, o.k.shape, world.root()),
+           dv = zeros(o.v.type, o.v.shape, world.root());
   Binder bind(plan_backend(plan) == DILATTN_BACKEND_CUDA);
   const dilattn_dtype lse_dtype = lse.type == NpyType::f8 ? DILATTN_F64 : DILATTN_F32;
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
@@ -395,13 +446,16 @@ int cmd_backward(int argc, char** argv, int first) {
                        tl = bind.input(lse, lse_dtype, 1), tdo = bind.input(d_o, o.dtype),
                        tdq = bind.output(dq, o.dtype), tdk = bind.output(dk, o.dtype),
                        tdv = bind.output(dv, o.dtype);
-  if (s.ring.ranks > 0)
+  if (s.ring.mpi)
+    ring_backward_mpi(plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
+  else if (s.ring.ranks > 0)
     ring_backward(plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   else
     check_status(dilattn_backward(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
                                   nullptr, 0),
                  "backward");
   bind.finish();
+  if (!world.root()) return kExitOk;
   outputs.write(dq_file, serialize_npy(dq));
   outputs.write(dk_file, serialize_npy(dk));
   outputs.write(dv_file, serialize_npy(dv));

@@ -54,8 +54,12 @@ const char kUsage[] =
     "  --ring-threads P                       ring attention (SPEC 5) on P threads, each rank\n"
     "                                         holding its own rows; needs seqlen_q == seqlen_k and\n"
     "                                         a CPU backend\n"
+    "  --ring mpi                             ring attention with one rank per MPI process, under\n"
+    "                                         mpirun -n P: rank 0 reads the inputs, scatters the\n"
+    "                                         rows, gathers and writes the outputs\n"
     "  --ring-split contiguous|zigzag         rows per rank (default contiguous; zigzag balances\n"
-    "                                         causal work)\n"    "\n"
+    "                                         causal work)\n"
+    "\n"
     "exit codes: 0 ok; 1 compare out of tolerance; 2 bad input or usage (malformed .npy/.npz,\n"
     "wrong dtype, shape mismatch, missing, unknown or bad flag); 3 backend or runtime failure\n"
     "(backend or device not built, unsupported input, out of memory, CUDA error).\n"
@@ -95,6 +99,8 @@ int main(int argc, char** argv) {
     if (command == "mask") return cmd_mask(argc, argv, 2);
     if (command == "info") return cmd_info(argc, argv, 2);
     fail_input("unknown command '" + command + "' (forward, backward, compare, mask, info; --help)");
+  } catch (const QuietExit&) {
+    return kExitOk;
   } catch (const HelpRequested&) {
     std::fputs(kUsage, stdout);
     return kExitOk;

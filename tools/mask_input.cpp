@@ -67,6 +67,13 @@ void load_mask_npz(const std::string& path, int64_t seqlen_q, int64_t seqlen_k, 
   if (static_cast<int64_t>(col_idx.size()) != nnz)
     fail_input(path + ":col_idx: length " + std::to_string(col_idx.size()) + ", row_ptr says " +
                std::to_string(nnz) + " entries");
+  create_mask(row_ptr, col_idx, head_ptr, seqlen_q, seqlen_k, block_q, block_k, "--mask " + path,
+              mask);
+}
+
+void create_mask(const std::vector<int64_t>& row_ptr, const std::vector<int64_t>& col_idx,
+                 const std::vector<int64_t>& head_ptr, int64_t seqlen_q, int64_t seqlen_k,
+                 int64_t block_q, int64_t block_k, const std::string& what, MaskHandle* mask) {
   dilattn_bsr_view view;
   std::memset(&view, 0, sizeof(view));
   view.struct_size = sizeof(view);
@@ -74,12 +81,12 @@ void load_mask_npz(const std::string& path, int64_t seqlen_q, int64_t seqlen_k, 
   view.seqlen_k = seqlen_k;
   view.block_q = block_q;
   view.block_k = block_k;
-  view.num_heads = heads;
+  view.num_heads = head_ptr.empty() ? 1 : static_cast<int64_t>(head_ptr.size()) - 1;
   view.index_type = DILATTN_INDEX_INT64;
   view.row_ptr = row_ptr.data();
   view.col_idx = col_idx.empty() ? nullptr : col_idx.data();
   view.head_ptr = head_ptr.empty() ? nullptr : head_ptr.data();
-  check_status(dilattn_mask_create(mask->out(), &view), "--mask " + path);
+  check_status(dilattn_mask_create(mask->out(), &view), what);
 }
 
 void build_mask_pattern(const std::string& pattern, int64_t seqlen_q, int64_t seqlen_k,

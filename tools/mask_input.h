@@ -11,6 +11,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "dilattn.h"
 #include "npy.h"
@@ -33,6 +34,11 @@ class MaskHandle {
 
 void load_mask_npz(const std::string& path, int64_t seqlen_q, int64_t seqlen_k, int64_t block_q,
                    int64_t block_k, MaskHandle* mask);
+// A mask from int64 BSR arrays whose lengths the caller checked (head_ptr empty: one head);
+// `what` names them in an error.
+void create_mask(const std::vector<int64_t>& row_ptr, const std::vector<int64_t>& col_idx,
+                 const std::vector<int64_t>& head_ptr, int64_t seqlen_q, int64_t seqlen_k,
+                 int64_t block_q, int64_t block_k, const std::string& what, MaskHandle* mask);
 void build_mask_pattern(const std::string& pattern, int64_t seqlen_q, int64_t seqlen_k,
                         int64_t block_q, int64_t block_k, MaskHandle* mask);
 // row_ptr, col_idx (int64) and head_ptr when the mask has more than one head.

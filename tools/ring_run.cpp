@@ -9,6 +9,7 @@
 
 #include "cli_error.h"
 #include "library_status.h"
+#include "shard_copy.h"
 
 namespace dilattn_cli {
 
@@ -16,55 +17,6 @@ namespace {
 
 // Every wait inside one process ends long before this unless a rank is stuck.
 constexpr int32_t kRingTimeoutMs = 600000;
-
-size_t element_size(dilattn_dtype t) { return t == DILATTN_F64 ? 8 : t == DILATTN_F32 ? 4 : 2; }
-
-// The rows of one rank: up to two ranges of the full sequence.
-struct Rows {
-  int64_t first[2] = {0, 0}, count[2] = {0, 0};
-  int64_t total() const { return count[0] + count[1]; }
-};
-
-// One rank's copy of the rows of a full contiguous tensor. The row axis is 1 ([B, N, H, D])
-// or 2 (LSE, [B, H, N, 1]); the copy has the same layout with N replaced by the row count.
-class Shard {
- public:
-  Shard(const dilattn_tensor& full, const Rows& rows, bool lse, bool copy_in)
-      : full_(full), rows_(rows), axis_(lse ? 2 : 1) {
-    view_ = full;
-    view_.shape[axis_] = rows.total();
-    view_ = dilattn_tensor_contiguous(nullptr, full.dtype, view_.shape[0], view_.shape[1],
-                                      view_.shape[2], view_.shape[3]);
-    bytes_.resize(static_cast<size_t>(rows.total() * outer() * inner()) * element_size(full.dtype) + 16);
-    view_.data = bytes_.data();  // never NULL, even for a rank without rows
-    if (copy_in) copy(true);
-  }
-  const dilattn_tensor* view() const { return &view_; }
-  void copy_out() { copy(false); }
-
- private:
-  int64_t outer() const { return axis_ == 1 ? full_.shape[0] : full_.shape[0] * full_.shape[1]; }
-  int64_t inner() const { return axis_ == 1 ? full_.shape[2] * full_.shape[3] : full_.shape[3]; }
-  void copy(bool in) {
-    const size_t row_bytes = static_cast<size_t>(inner()) * element_size(full_.dtype);
-    const int64_t n = full_.shape[axis_], rows = rows_.total();
-    auto* full = static_cast<unsigned char*>(full_.data);
-    for (int64_t a = 0; a < outer(); ++a) {
-      int64_t local = 0;
-      for (int r = 0; r < 2; ++r) {
-        unsigned char* f = full + (a * n + rows_.first[r]) * row_bytes;
-        unsigned char* s = bytes_.data() + (a * rows + local) * row_bytes;
-        const size_t bytes = static_cast<size_t>(rows_.count[r]) * row_bytes;
-        if (bytes != 0) std::memcpy(in ? s : f, in ? f : s, bytes);
-        local += rows_.count[r];
-      }
-    }
-  }
-  dilattn_tensor full_, view_;
-  Rows rows_;
-  int axis_;
-  std::vector<unsigned char> bytes_;
-};
 
 // Runs body(rank, comm, rows) on one thread per rank; throws for the first failure, preferring
 // a rank's own error over the DILATTN_ERROR_COMM of the ranks that saw it fail.

@@ -12,7 +12,9 @@
 namespace dilattn_cli {
 
 struct RingOptions {
-  int32_t ranks = 0;  // 0: no ring
+  int32_t ranks = 0;  // --ring-threads P; 0: no ring on threads
+  bool mpi = false;   // --ring mpi: one rank per MPI process (ring_mpi.h)
+  bool any() const { return ranks > 0 || mpi; }
   dilattn_ring_split split = DILATTN_RING_CONTIGUOUS;
 };
 

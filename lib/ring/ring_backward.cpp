@@ -63,7 +63,7 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
     const bool pass_on = step + 1 < c.P;
     if (pass_on) {
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.transport->shift_begin(cur, next, kv_bytes)) return s;
+      if (dilattn_status s = c.shift_begin(cur, next, kv_bytes)) return s;
     }
     const int64_t their_rows = c.rows_of(owner).rows;
     const dilattn_tensor k_chunk = c.chunk_view(cur, p.dtype, p.Hkv, their_rows);
@@ -99,14 +99,14 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
         if (status == DILATTN_SUCCESS)
           status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
     if (pass_on) {
-      if (dilattn_status s = c.transport->shift_end()) return s;
+      if (dilattn_status s = c.shift_end()) return s;
     }
     // The chunk's gradients go on to the next rank; after step P-1 they reach their owner.
     if (c.P > 1) {
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.transport->shift_begin(cur + kv_bytes, next + kv_bytes, grad_bytes))
+      if (dilattn_status s = c.shift_begin(cur + kv_bytes, next + kv_bytes, grad_bytes))
         return s;
-      if (dilattn_status s = c.transport->shift_end()) return s;
+      if (dilattn_status s = c.shift_end()) return s;
     }
   }
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
@@ -144,7 +144,7 @@ extern "C" dilattn_status dilattn_ring_backward(
       &call);
   if (s != DILATTN_SUCCESS) return s;
   s = dilattn::run_backward(call, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});
-  comm->peak_bytes = call.memory.peak();
+  dilattn::record_ring_call(comm, call);
   return s;
   DILATTN_ABI_END
 }

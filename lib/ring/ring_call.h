@@ -10,6 +10,7 @@
 #ifndef DILATTN_RING_CALL_H
 #define DILATTN_RING_CALL_H
 
+#include <chrono>
 #include <initializer_list>
 #include <memory>
 
@@ -17,6 +18,7 @@
 #include "ring_memory.h"
 #include "ring_ops.h"
 #include "ring_shard.h"
+#include "ring_stats.h"
 #include "ring_transport.h"
 
 namespace dilattn {
@@ -42,6 +44,9 @@ struct RingCall {
   int32_t device_index = 0;
   std::unique_ptr<RingOps> ops;     // the element work, on the backend's memory (ring_ops.h)
   RingMemory memory;                // allocates through ops
+  RingMemory memory;
+  ShiftStats shifts;                // timed by shift_begin / shift_end (ring_stats.h)
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
   // Elements of one [B, max_rows, Hkv, D] chunk tensor.
@@ -58,6 +63,9 @@ struct RingCall {
   dilattn_status ready_to_send() const {
     return transport->stream_ordered() ? DILATTN_SUCCESS : ops->wait();
   }
+  // The transport's shift, timed into `shifts` (ring_stats.cpp).
+  dilattn_status shift_begin(const void* send, void* recv, size_t bytes);
+  dilattn_status shift_end();
 };
 
 // Tensors of a ring call, with their roles, for the shard checks.
@@ -77,6 +85,10 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
 
 // The agreement after the ring: SUCCESS when every rank's `status` is SUCCESS.
 dilattn_status finish_ring_call(RingCall& call, dilattn_status status);
+
+// What the call leaves on its communicator: peak bytes (the ring's and the transport's) and
+// its shift timings (ring_stats.cpp).
+void record_ring_call(dilattn_comm comm, RingCall& call);
 
 }  // namespace dilattn
 

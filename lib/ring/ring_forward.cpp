@@ -59,7 +59,7 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
     const bool pass_on = step + 1 < c.P;
     if (pass_on) {
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.transport->shift_begin(cur, chunks[(step + 1) % 2].data(), 2 * chunk_bytes))
+      if (dilattn_status s = c.shift_begin(cur, chunks[(step + 1) % 2].data(), 2 * chunk_bytes))
         return s;
     }
     const ShardRows theirs = c.rows_of(owner);
@@ -86,7 +86,7 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
         if (status == DILATTN_SUCCESS)
           status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
     if (pass_on) {
-      if (dilattn_status s = c.transport->shift_end()) return s;
+      if (dilattn_status s = c.shift_end()) return s;
     }
   }
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
@@ -119,7 +119,7 @@ extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm c
       &call);
   if (s != DILATTN_SUCCESS) return s;
   s = dilattn::run_forward(call, *q, *k, *v, *o, lse);
-  comm->peak_bytes = call.memory.peak();
+  dilattn::record_ring_call(comm, call);
   return s;
   DILATTN_ABI_END
 }

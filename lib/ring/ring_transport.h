@@ -8,8 +8,11 @@
 //              halves so that a rank computes on the chunk it sends while it travels:
 //              shift_begin(send, recv) ... compute reading `send` ... shift_end().
 //              `send` must stay unchanged and `recv` untouched until shift_end returns.
-// A transport never hangs for ever on a missing rank where it can help it: the threads
-// transport gives up after its timeout and marks the communicator broken (DILATTN_ERROR_COMM).
+// A transport never hangs for ever on a missing rank where it can help it: the threads and MPI
+// transports give up after their timeout and mark the communicator broken (DILATTN_ERROR_COMM);
+// NCCL's aborts its communicator (ncclCommAbort). Transports: transport_threads.cpp (P threads
+// of one process), transport_mpi.cpp (one rank per MPI process; transport_mpi_absent.cpp in a
+// build without MPI), transport_nccl.cpp (one rank per GPU; transport_nccl_stub.cpp without NCCL).
 //
 // Where the shifted bytes live: host memory for a transport that moves them from the host
 // (the default), device memory too for the threads transport (it receives with the ring's
@@ -26,6 +29,7 @@
 
 #include "dilattn_ring.h"
 #include "handle_registry.h"
+#include "ring_stats.h"
 
 namespace dilattn {
 
@@ -56,6 +60,9 @@ class RingTransport {
   // The ring call's element ops, for a transport that copies received bytes itself (threads);
   // null after the call.
   virtual void receive_with(RingOps* ops) { (void)ops; }
+  // Bytes the transport itself holds for shifts (the MPI transport's staging buffers), counted
+  // in dilattn_comm_peak_bytes beside the ring's own.
+  virtual size_t buffer_bytes() const { return 0; }
 };
 
 // P transports sharing one in-process state, rank p = element p (transport_threads.cpp).
@@ -67,6 +74,12 @@ dilattn_status make_thread_transports(int32_t num_ranks, int32_t timeout_ms,
 // (transport_nccl_stub.cpp).
 dilattn_status make_nccl_transport(const void* nccl_comm, void* cuda_stream, int32_t timeout_ms,
                                    std::unique_ptr<RingTransport>* transport);
+// One MPI process's end over *static_cast<const MPI_Comm*>(mpi_comm) (transport_mpi.cpp):
+// checks MPI's state and thread level, duplicates the communicator. A shift travels in
+// messages of at most piece_bytes (MPI counts are int); tests pass a small one.
+constexpr size_t kMpiPieceBytes = size_t{1} << 30;
+dilattn_status make_mpi_transport(const void* mpi_comm, int32_t timeout_ms, size_t piece_bytes,
+                                  std::unique_ptr<RingTransport>* transport);
 
 }  // namespace dilattn
 
@@ -75,6 +88,7 @@ struct dilattn_comm_s {
   dilattn::LiveHandle live{this, kKind};
   std::unique_ptr<dilattn::RingTransport> transport;
   size_t peak_bytes = 0;  // of the last ring call on this rank (dilattn_comm_peak_bytes)
+  dilattn::ShiftStats last_shifts;  // of the last ring call on this rank (ring_stats.h)
 };
 
 #endif  // DILATTN_RING_TRANSPORT_H

@@ -1,6 +1,6 @@
-// ring_test_util.h - runs ring attention (dilattn_ring.h) on P threads of this process and
-// assembles the ranks' shards into full tensors, to compare with a single-device run of the
-// same plan. The ring-specific layer only: cases, inputs, plans, checks and the SPEC 8
+// ring_test_util.h - runs ring attention (dilattn_ring.h) on P threads of this process (or, with
+// a RankHost, one rank per MPI process: tests/ring/mpi/) and assembles the ranks' shards into
+// full tensors, to compare with a single-device run of the same plan. The ring-specific layer only: cases, inputs, plans, checks and the SPEC 8
 // comparison are tests/common's (attention_case.h, attention_run.h, check.h, compare.h).
 //
 // Each rank gets its own copies of its rows (dilattn_ring_shard_rows), as a rank of a real
@@ -26,11 +26,14 @@ namespace ringtest {
 using harness::AttentionCase;
 using harness::Tensor;
 
+class RankHost;
+
 struct Ring {
   int32_t P = 1;
   dilattn_ring_split split = DILATTN_RING_CONTIGUOUS;
   dilattn_backend backend = DILATTN_BACKEND_REF;
   int32_t timeout_ms = 60000;
+  const RankHost* host = nullptr;  // nullptr: P threads of this process (ThreadRanks)
 };
 
 inline const char* split_name(dilattn_ring_split s) {
@@ -94,9 +97,23 @@ inline Tensor shard_of(const Tensor& full, const Rows& rows, bool lse) {
   return shard;
 }
 
+using RankBody = std::function<dilattn_status(int32_t, dilattn_comm)>;
+
+// Where the ranks of a ring run: all on threads of this process (ThreadRanks), or one per MPI
+// process (tests/ring/mpi/mpi_ranks.h). The ring helpers below run the same way on either.
+class RankHost {
+ public:
+  virtual ~RankHost() = default;
+  // Runs body(rank, comm) for every rank hosted here; each rank's status (SUCCESS for a rank
+  // hosted elsewhere).
+  virtual std::vector<dilattn_status> run(const Ring& ring, const RankBody& body) const = 0;
+  virtual bool hosts(int32_t rank) const = 0;
+  // Makes the bytes of rank `rank`'s tensor *t, written where that rank runs, the same here.
+  virtual void share(int32_t rank, Tensor* t) const = 0;
+};
+
 // Runs body(rank, comm) on P threads of one communicator; returns each rank's status.
-inline std::vector<dilattn_status> run_ranks(
-    const Ring& ring, const std::function<dilattn_status(int32_t, dilattn_comm)>& body) {
+inline std::vector<dilattn_status> run_ranks(const Ring& ring, const RankBody& body) {
   std::vector<dilattn_comm> comms(static_cast<size_t>(ring.P), nullptr);
   std::vector<dilattn_status> status(static_cast<size_t>(ring.P), DILATTN_ERROR_COMM);
   if (!CHECK_OK(dilattn_comm_create_threads(ring.P, ring.timeout_ms, comms.data())))
@@ -109,16 +126,30 @@ inline std::vector<dilattn_status> run_ranks(
   return status;
 }
 
+class ThreadRanks final : public RankHost {
+ public:
+  std::vector<dilattn_status> run(const Ring& ring, const RankBody& body) const override {
+    return run_ranks(ring, body);
+  }
+  bool hosts(int32_t) const override { return true; }
+  void share(int32_t, Tensor*) const override {}
+};
+
+inline const RankHost& host_of(const Ring& ring) {
+  static const ThreadRanks threads;
+  return ring.host != nullptr ? *ring.host : threads;
+}
+
 inline std::string label(const AttentionCase& c, const Ring& ring) {
   return c.name + " P=" + std::to_string(ring.P) + " " + split_name(ring.split) + " " +
          dilattn_backend_name(ring.backend);
 }
 
-// One check per rank: its ring call succeeded (else its status and last error).
-inline void check_ranks_succeeded(const std::vector<dilattn_status>& status,
+// One check per rank hosted here: its ring call succeeded (else its status and last error).
+inline void check_ranks_succeeded(const RankHost& host, const std::vector<dilattn_status>& status,
                                   const std::vector<std::string>& messages) {
   for (size_t r = 0; r < status.size(); ++r)
-    CHECK_MSG(status[r] == DILATTN_SUCCESS, "rank %zu: %s (%s)", r,
+    if (host.hosts(static_cast<int32_t>(r))) CHECK_MSG(status[r] == DILATTN_SUCCESS, "rank %zu: %s (%s)", r,
               dilattn_status_string(status[r]), messages[r].c_str());
 }
 
@@ -137,22 +168,27 @@ inline harness::Forward ring_forward(const AttentionCase& c, const harness::Inpu
   std::vector<Tensor> o(P), lse(P);
   std::vector<Rows> rows(P);
   std::vector<std::string> messages(P);
-  for (int32_t r = 0; r < ring.P; ++r) rows[r] = rows_of(c.Nq, ring, r);
-  const auto status = run_ranks(ring, [&](int32_t r, dilattn_comm comm) {
-    const Tensor q = shard_of(in.q, rows[r], false), k = shard_of(in.k, rows[r], false),
-                 v = shard_of(in.v, rows[r], false);
+  for (int32_t r = 0; r < ring.P; ++r) {
+    rows[r] = rows_of(c.Nq, ring, r);
     o[r] = shard_like(out.o, t, rows[r].total(), false);
     lse[r] = shard_like(out.lse, DILATTN_F64, rows[r].total(), true);
     o[r].poison();
     lse[r].poison();
+  }
+  const RankHost& host = host_of(ring);
+  const auto status = host.run(ring, [&](int32_t r, dilattn_comm comm) {
+    const Tensor q = shard_of(in.q, rows[r], false), k = shard_of(in.k, rows[r], false),
+                 v = shard_of(in.v, rows[r], false);
     const dilattn_status s = dilattn_ring_forward(plan.get(), comm, ring.split, &q.view(),
                                                   &k.view(), &v.view(), &o[r].view(),
                                                   &lse[r].view());
     messages[r] = dilattn_last_error();
     return s;
   });
-  check_ranks_succeeded(status, messages);
+  check_ranks_succeeded(host, status, messages);
   for (int32_t r = 0; r < ring.P; ++r) {
+    host.share(r, &o[r]);
+    host.share(r, &lse[r]);
     copy_rows(o[r], &out.o, rows[r], false, false);
     copy_rows(lse[r], &out.lse, rows[r], true, false);
   }
@@ -176,26 +212,30 @@ inline harness::Gradients ring_backward(const AttentionCase& c, const harness::I
   std::vector<Tensor> dq(P), dk(P), dv(P);
   std::vector<Rows> rows(P);
   std::vector<std::string> messages(P);
-  for (int32_t r = 0; r < ring.P; ++r) rows[r] = rows_of(c.Nq, ring, r);
-  const auto status = run_ranks(ring, [&](int32_t r, dilattn_comm comm) {
-    if (r == delay_rank) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    const Tensor q = shard_of(in.q, rows[r], false), k = shard_of(in.k, rows[r], false),
-                 v = shard_of(in.v, rows[r], false), o = shard_of(fwd.o, rows[r], false),
-                 lse = shard_of(fwd.lse, rows[r], true), d_o = shard_of(in.d_o, rows[r], false);
+  for (int32_t r = 0; r < ring.P; ++r) {
+    rows[r] = rows_of(c.Nq, ring, r);
     dq[r] = shard_like(g.dq, t, rows[r].total(), false);
     dk[r] = shard_like(g.dk, t, rows[r].total(), false);
     dv[r] = shard_like(g.dv, t, rows[r].total(), false);
     dq[r].poison();
     dk[r].poison();
     dv[r].poison();
+  }
+  const RankHost& host = host_of(ring);
+  const auto status = host.run(ring, [&](int32_t r, dilattn_comm comm) {
+    if (r == delay_rank) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const Tensor q = shard_of(in.q, rows[r], false), k = shard_of(in.k, rows[r], false),
+                 v = shard_of(in.v, rows[r], false), o = shard_of(fwd.o, rows[r], false),
+                 lse = shard_of(fwd.lse, rows[r], true), d_o = shard_of(in.d_o, rows[r], false);
     const dilattn_status s = dilattn_ring_backward(
         plan.get(), comm, ring.split, &q.view(), &k.view(), &v.view(), &o.view(), &lse.view(),
         &d_o.view(), &dq[r].view(), &dk[r].view(), &dv[r].view());
     messages[r] = dilattn_last_error();
     return s;
   });
-  check_ranks_succeeded(status, messages);
+  check_ranks_succeeded(host, status, messages);
   for (int32_t r = 0; r < ring.P; ++r) {
+    for (Tensor* shard : {&dq[r], &dk[r], &dv[r]}) host.share(r, shard);
     copy_rows(dq[r], &g.dq, rows[r], false, false);
     copy_rows(dk[r], &g.dk, rows[r], false, false);
     copy_rows(dv[r], &g.dv, rows[r], false, false);

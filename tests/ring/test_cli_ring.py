@@ -2,7 +2,9 @@
 threads of one process) equals the single-device run of the same command: on the f32
 reference up to the ring's f32 accumulators (atol 1e-6, rtol 1e-5), on the cpu backend within
 SPEC 8's f32 tolerances of the reference; for dense, causal GQA, dilated and block-sparse attention, uneven splits and both splits; and its
-flags are checked (exit 2), a mask block cut by a shard boundary exits 3 naming it.
+flags are checked (exit 2), a mask block cut by a shard boundary exits 3 naming it; `--ring mpi`
+outside mpirun is one rank (MPI singleton) equal to the single-device run, or, in a build
+without MPI, refused (exit 3). tests/ring/mpi/test_cli_ring_mpi.py runs it under mpirun.
 Run by meson (suite 'ring') with DILATTN_CLI set to the executable.
 """
 import os
@@ -77,3 +79,17 @@ def test_ring_flags_checked(tmp_path):
             "--block-size", "4", "--backend", "ref", expect=3)
     assert "cut a mask block" in p.stderr and "UNSUPPORTED" in p.stderr
     assert not (tmp_path / "o.npy").exists()
+
+
+def test_ring_mpi_outside_mpirun(tmp_path):
+    _, paths = make_inputs(tmp_path, Nq=12)
+    built_with_mpi = "MPI found at build: yes" in run("info", expect=0).stdout
+    out = tmp_path / "o_mpi.npy"
+    if not built_with_mpi:
+        p = run("forward", *qkv_flags(paths), "--out", out, "--ring", "mpi", expect=3)
+        assert "built without MPI" in p.stderr
+        assert not out.exists()
+        return
+    run("forward", *qkv_flags(paths), "--out", out, "--ring", "mpi", "--backend", "ref", expect=0)
+    run("forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--backend", "ref", expect=0)
+    assert np.load(out).tobytes() == np.load(tmp_path / "o.npy").tobytes()

@@ -5,30 +5,11 @@
 //   ring_f64_ref: sub-problems on the f64 reference, bound 1e-11 (rounding of the per-pair
 //     sums only; gradients are O(1) here).
 //   ring_f32_cpu: sub-problems on the cpu backend, SPEC 8's f32 tolerances.
-#include "ring_test_util.h"
+#include "ring_checks.h"
 
 using namespace harness;
 
 namespace {
-
-void check_backward(dilattn_dtype dtype, dilattn_backend backend, Tolerance tol) {
-  for (const AttentionCase& c : ringtest::ring_cases(dtype)) {
-    CaseScope scope(c.name);
-    const Inputs in = make_inputs(c, 11, 2.0);
-    const Forward fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1);
-    const Gradients want = run_backward(c, in, fwd, DILATTN_BACKEND_REF, 1);
-    for (int32_t P = 1; P <= 4; ++P)
-      for (dilattn_ring_split split : {DILATTN_RING_CONTIGUOUS, DILATTN_RING_ZIGZAG}) {
-        if (!ringtest::ring_supports(c, P)) continue;
-        const ringtest::Ring ring{P, split, backend};
-        const Gradients got = ringtest::ring_backward(c, in, fwd, ring);
-        CaseScope named(ringtest::label(c, ring));
-        CHECK_CLOSE("dQ", got.dq, want.dq, tol);
-        CHECK_CLOSE("dK", got.dk, want.dk, tol);
-        CHECK_CLOSE("dV", got.dv, want.dv, tol);
-      }
-  }
-}
 
 // ring_backward_bitwise_same_for_any_schedule
 void check_schedule_independent() {
@@ -54,8 +35,10 @@ void check_schedule_independent() {
 }  // namespace
 
 int main() {
-  check_backward(DILATTN_F64, DILATTN_BACKEND_REF, {1e-11, 1e-11});
-  check_backward(DILATTN_F32, DILATTN_BACKEND_CPU, spec8::of(DILATTN_F32));
+  ringtest::check_backward_cases(DILATTN_F64, ringtest::rings(1, 4, DILATTN_BACKEND_REF),
+                                 {1e-11, 1e-11});
+  ringtest::check_backward_cases(DILATTN_F32, ringtest::rings(1, 4, DILATTN_BACKEND_CPU),
+                                 spec8::of(DILATTN_F32));
   check_schedule_independent();
   return finish("ring_backward_matches_reference");
 }

@@ -2,7 +2,8 @@
 // fails every rank (that rank with its own status, the others with DILATTN_ERROR_COMM naming
 // it), a rank that never arrives makes the others return DILATTN_ERROR_COMM after the timeout
 // (never a hang) and breaks the communicator, ranks that disagree on the call are all refused,
-// and no output is written on any rank when the status is an error.
+// and no output is written on any rank when the status is an error; dilattn_comm_create_mpi
+// outside mpirun is refused with a clear status (tests/ring/mpi/ runs it under mpirun).
 #include <atomic>
 #include <initializer_list>
 #include <string>
@@ -232,6 +233,25 @@ void arguments() {
            DILATTN_ERROR_INVALID_VALUE);
 }
 
+// ring_mpi_absent_unsupported / ring_mpi_without_init_refused: outside mpirun (this test), a
+// library without MPI says so; one with MPI refuses because MPI is not initialised. Either
+// way a clear status, nothing written, no abort.
+void mpi_outside_mpirun() {
+  CaseScope scope("ring_mpi_create_outside_mpi_refused");
+  const bool built_with_mpi = std::string(dilattn_build_info()).find("MPI found at build: yes") !=
+                              std::string::npos;
+  int not_a_comm = 0;
+  dilattn_comm comm = nullptr;
+  if (built_with_mpi)
+    CHECK_ERROR(dilattn_comm_create_mpi(&not_a_comm, 100, &comm), DILATTN_ERROR_INVALID_VALUE,
+                "not initialised");
+  else
+    CHECK_ERROR(dilattn_comm_create_mpi(&not_a_comm, 100, &comm), DILATTN_ERROR_UNSUPPORTED,
+                "built without MPI");
+  CHECK_MSG(comm == nullptr, "comm written on error");
+  CHECK_EQ(dilattn_comm_create_mpi(&not_a_comm, 100, nullptr), DILATTN_ERROR_NULL_POINTER);
+}
+
 }  // namespace
 
 int main() {
@@ -240,5 +260,6 @@ int main() {
   mismatched_split();
   unaligned_blocks();
   arguments();
+  mpi_outside_mpirun();
   return finish("ring_errors_fail_every_rank");
 }

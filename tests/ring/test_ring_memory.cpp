@@ -45,7 +45,7 @@ int main() {
     chunk_bytes[r] = 2 * (k.bytes().size() + v.bytes().size());  // two K/V chunks in flight
     return s;
   });
-  ringtest::check_ranks_succeeded(status, messages);
+  ringtest::check_ranks_succeeded(ringtest::host_of(ring), status, messages);
   for (int32_t r = 0; r < P; ++r) {
     if (status[r] != DILATTN_SUCCESS) continue;
     const double used = static_cast<double>(shard_bytes[r] + peak[r]);

@@ -1,0 +1,57 @@
+// ring_mpi.h - `mpirun -n P dilattn forward|backward ... --ring mpi`: ring attention (SPEC 5)
+// with one rank per MPI process over the library's MPI transport (dilattn_comm_create_mpi).
+// Rank 0 reads every input file, tells the other ranks the shapes, scatters each rank its own
+// rows (--ring-split), gathers the ranks' output rows and writes the output files; the other
+// ranks read and write no file. A failure on rank 0 (a bad file) stops every rank; a failing
+// ring call is reported by rank 0 (a rank's own error before the DILATTN_ERROR_COMM of the
+// others), with its exit code; the other ranks exit 0 and print nothing (cli_error.h
+// QuietExit). The result equals --ring-threads P bitwise and the single-device run within
+// SPEC 8 (tests/ring/mpi/test_cli_ring_mpi.py). A build without MPI refuses --ring mpi (exit 3).
+#ifndef DILATTN_TOOLS_RING_MPI_H
+#define DILATTN_TOOLS_RING_MPI_H
+
+#include <functional>
+
+#include "mask_input.h"
+#include "npy.h"
+#include "ring_run.h"
+
+namespace dilattn_cli {
+
+// The MPI world of one command: MPI_Init_thread when `wanted` (--ring mpi), MPI_Finalize when
+// it goes. Not wanted: a world of one rank, and every call below is free.
+class MpiWorld {
+ public:
+  explicit MpiWorld(bool wanted);
+  ~MpiWorld();
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+  bool root() const { return rank_ == 0; }
+  // Runs step on rank 0 alone; when it throws, every rank stops: rank 0 with its error, the
+  // others with a QuietExit (rank 0 prints the one line).
+  void on_root(const std::function<void()>& step) const;
+  // Rank 0's dtype and shape of *a, on every rank (the data stays on rank 0).
+  void share_header(NpyArray* a) const;
+  // Rank 0's mask (read from --mask), made on every rank from its BSR arrays.
+  void share_mask(MaskHandle* mask, int64_t seqlen_q, int64_t seqlen_k, int64_t block_q,
+                  int64_t block_k) const;
+
+ private:
+  bool active_ = false;
+  int rank_ = 0;
+};
+
+// As ring_forward / ring_backward (ring_run.h) with one rank per process: every full tensor
+// has its data on rank 0 only (elsewhere its data may be NULL; only its shape is read).
+void ring_forward_mpi(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
+                      const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
+                      const dilattn_tensor& lse);
+void ring_backward_mpi(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
+                       const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
+                       const dilattn_tensor& lse, const dilattn_tensor& d_o,
+                       const dilattn_tensor& dq, const dilattn_tensor& dk,
+                       const dilattn_tensor& dv);
+
+}  // namespace dilattn_cli
+
+#endif  // DILATTN_TOOLS_RING_MPI_H

@@ -1,0 +1,33 @@
+// ring_mpi_absent.cpp - ring_mpi.h in a dilattn built without MPI (meson option mpi): a world
+// of one rank, and --ring mpi refused (exit 3) before any file is read.
+#include "cli_error.h"
+#include "ring_mpi.h"
+
+namespace dilattn_cli {
+
+MpiWorld::MpiWorld(bool wanted) {
+  if (wanted)
+    throw CliError(kExitRuntime, "flag --ring mpi: this dilattn was built without MPI (meson "
+                                 "option mpi); use --ring-threads P");
+}
+MpiWorld::~MpiWorld() = default;
+void MpiWorld::on_root(const std::function<void()>& step) const { step(); }
+void MpiWorld::share_header(NpyArray*) const {}
+void MpiWorld::share_mask(MaskHandle*, int64_t, int64_t, int64_t, int64_t) const {}
+
+[[noreturn]] static void unreachable() {
+  throw CliError(kExitRuntime, "flag --ring mpi: this dilattn was built without MPI");
+}
+void ring_forward_mpi(dilattn_plan, const RingOptions&, const dilattn_tensor&,
+                      const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
+                      const dilattn_tensor&) {
+  unreachable();
+}
+void ring_backward_mpi(dilattn_plan, const RingOptions&, const dilattn_tensor&,
+                       const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
+                       const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
+                       const dilattn_tensor&, const dilattn_tensor&) {
+  unreachable();
+}
+
+}  // namespace dilattn_cli

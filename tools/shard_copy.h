@@ -1,0 +1,68 @@
+// shard_copy.h - one rank's rows of a full contiguous tensor, copied in and out: the shards of
+// ring attention (SPEC 5) for `--ring-threads` (ring_run.cpp) and `--ring mpi` (ring_mpi.cpp).
+#ifndef DILATTN_TOOLS_SHARD_COPY_H
+#define DILATTN_TOOLS_SHARD_COPY_H
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "dilattn_ring.h"
+
+namespace dilattn_cli {
+
+inline size_t element_size(dilattn_dtype t) { return t == DILATTN_F64 ? 8 : t == DILATTN_F32 ? 4 : 2; }
+
+// The rows of one rank (dilattn_ring_shard_rows): up to two ranges of the full sequence.
+struct Rows {
+  int64_t first[2] = {0, 0}, count[2] = {0, 0};
+  int64_t total() const { return count[0] + count[1]; }
+};
+
+// One rank's copy of the rows of a full contiguous tensor. The row axis is 1 ([B, N, H, D])
+// or 2 (LSE, [B, H, N, 1]); the copy has the same layout with N replaced by the row count.
+class Shard {
+ public:
+  Shard(const dilattn_tensor& full, const Rows& rows, bool lse, bool copy_in)
+      : full_(full), rows_(rows), axis_(lse ? 2 : 1) {
+    view_ = full;
+    view_.shape[axis_] = rows.total();
+    view_ = dilattn_tensor_contiguous(nullptr, full.dtype, view_.shape[0], view_.shape[1],
+                                      view_.shape[2], view_.shape[3]);
+    bytes_.resize(static_cast<size_t>(rows.total() * outer() * inner()) * element_size(full.dtype) + 16);
+    view_.data = bytes_.data();  // never NULL, even for a rank without rows
+    if (copy_in) copy(true);
+  }
+  const dilattn_tensor* view() const { return &view_; }
+  void copy_out() { copy(false); }
+  // The shard's own bytes (its rows only), e.g. to send to the rank that owns them.
+  unsigned char* data() { return bytes_.data(); }
+  size_t size() const { return bytes_.size() - 16; }
+
+ private:
+  int64_t outer() const { return axis_ == 1 ? full_.shape[0] : full_.shape[0] * full_.shape[1]; }
+  int64_t inner() const { return axis_ == 1 ? full_.shape[2] * full_.shape[3] : full_.shape[3]; }
+  void copy(bool in) {
+    const size_t row_bytes = static_cast<size_t>(inner()) * element_size(full_.dtype);
+    const int64_t n = full_.shape[axis_], rows = rows_.total();
+    auto* full = static_cast<unsigned char*>(full_.data);
+    for (int64_t a = 0; a < outer(); ++a) {
+      int64_t local = 0;
+      for (int r = 0; r < 2; ++r) {
+        unsigned char* f = full + (a * n + rows_.first[r]) * row_bytes;
+        unsigned char* s = bytes_.data() + (a * rows + local) * row_bytes;
+        const size_t bytes = static_cast<size_t>(rows_.count[r]) * row_bytes;
+        if (bytes != 0) std::memcpy(in ? s : f, in ? f : s, bytes);
+        local += rows_.count[r];
+      }
+    }
+  }
+  dilattn_tensor full_, view_;
+  Rows rows_;
+  int axis_;
+  std::vector<unsigned char> bytes_;
+};
+
+}  // namespace dilattn_cli
+
+#endif  // DILATTN_TOOLS_SHARD_COPY_H
