@@ -44,7 +44,6 @@ struct RingCall {
   int32_t device_index = 0;
   std::unique_ptr<RingOps> ops;     // the element work, on the backend's memory (ring_ops.h)
   RingMemory memory;                // allocates through ops
-  RingMemory memory;
   ShiftStats shifts;                // timed by shift_begin / shift_end (ring_stats.h)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
