@@ -97,7 +97,7 @@ void check_forward(const AttentionCase& c, const Inputs& in, const GpuRing& ring
     ringtest::copy_rows(lse, &got.lse, rows, true, false);
     return s;
   });
-  ringtest::check_ranks_succeeded(status, messages);
+  ringtest::check_ranks_succeeded(ringtest::ThreadRanks{}, status, messages);
   CHECK_CLOSE("O", got.o, want.o, spec8::of(c.dtype));
   CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
 }
@@ -137,7 +137,7 @@ void check_backward(const AttentionCase& c, const Inputs& in, const GpuRing& rin
     ringtest::copy_rows(dv, &got.dv, rows, false, false);
     return s;
   });
-  ringtest::check_ranks_succeeded(status, messages);
+  ringtest::check_ranks_succeeded(ringtest::ThreadRanks{}, status, messages);
   CHECK_CLOSE("dQ", got.dq, want.dq, spec8::of(c.dtype));
   CHECK_CLOSE("dK", got.dk, want.dk, spec8::of(c.dtype));
   CHECK_CLOSE("dV", got.dv, want.dv, spec8::of(c.dtype));
