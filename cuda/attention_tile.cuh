@@ -1,7 +1,7 @@
 // attention_tile.cuh - what a forward kernel's tile is made of: the launch parameters, which
 // query rows a tile holds, which keys each row sees, and element loads and conversions. The
-// loop that walks a tile's keys is forward_tile_loop.cuh; the kernels are forward_simt.cu and
-// forward_wmma.cu.
+// loop that walks a tile's keys is forward_tile_loop.cuh (forward_simt.cu) or the kernel's own
+// (forward_mma.cu).
 //
 // SPEC 2-4 through lib/internal/index_rules.h: a tile never re-derives a segment, offset or causal limit.
 //   Dense (SPEC 2)    tile t holds rows t*BR ..; keys dense_keys(i) (0, 1, 2, ..., causal cut).

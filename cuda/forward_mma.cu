@@ -24,9 +24,10 @@
 //      (forward_outputs.cuh); several dilated branches: merged into the workspace (SPEC 3/5).
 //
 // Shared memory rows are padded by 8 elements (16 bytes): the 32-bit fragment loads of 8
-// rows x 4 lanes then fall in 32 distinct banks (row stride = 4 banks mod 32). NaN semantics
-// as the WMMA kernel (README "Decisions"): a NaN V in a masked key of a chunk a warp computes
-// reaches the row as 0 * NaN, as in FlashAttention.
+// rows x 4 lanes then fall in 32 distinct banks (row stride = 4 banks mod 32); so do V's
+// 16-bit loads (rows 2t, 2t + 1, column g). NaN (README "Decisions"): a NaN V in a masked key
+// of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
+// WMMA forward did the same).
 //
 // Launched by cuda/launch.cu; checked by tests/kernels/test_forward_kernels.cpp and
 // tests/kernels/test_nonfinite_kernels.cpp (emulator, three thread orders, against the
@@ -50,23 +51,24 @@ struct MmaTile {
   static constexpr int kStride = D + 8;    // padded shared-memory row, in elements
   static constexpr int kSpanSlots = 3;     // span descriptors in flight (see forward_mma)
 
-  T* q;                 // [BR][kStride]
-  T* k[2];              // [BC][kStride], double-buffered
-  T* v[2];
+  // K and V of two chunks: [K0][V0][K1][V1], each [BC][kStride]. Q ([BR][kStride]) passes
+  // through [K1][V1] on its way into registers, before chunk 1 is copied there: so the
+  // block's shared memory is the two chunks' alone (71 KB at D = 128, 37 KB at D = 64).
+  static_assert(kBr <= 2 * kBc, "Q fits in the second chunk's K and V");
+  T* kv;
   int64_t* rows;        // [BR] query row, -1 for none
   int64_t* cnt;         // [kSpanSlots][BR] each row's key count in a span
   int64_t* span;        // [kSpanSlots][3] {first, step, largest count}
 
   __host__ __device__ void carve(SmemCarver& c) {
-    q = c.take<T>(static_cast<size_t>(kBr) * kStride);
-    for (int buf = 0; buf < 2; ++buf) {
-      k[buf] = c.take<T>(static_cast<size_t>(kBc) * kStride);
-      v[buf] = c.take<T>(static_cast<size_t>(kBc) * kStride);
-    }
+    kv = c.take<T>(static_cast<size_t>(4 * kBc) * kStride);
     rows = c.take<int64_t>(kBr);
     cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
     span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
   }
+  __device__ __forceinline__ T* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
+  __device__ __forceinline__ T* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
+  __device__ __forceinline__ T* q() const { return kv + 2 * kBc * kStride; }
 };
 
 template <class T, int D>
@@ -249,7 +251,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   for (int idx = tid; idx < BR * D; idx += Tile::kThreads) {
     const int r = idx / D, d = idx % D;
     const int64_t i = tl.rows[r];
-    tl.q[r * S + d] = i >= 0 ? load_bnhd<T>(p.q, p.q_stride, b, i, h, d) : from_float<T>(0.0f);
+    tl.q()[r * S + d] = i >= 0 ? load_bnhd<T>(p.q, p.q_stride, b, i, h, d) : from_float<T>(0.0f);
   }
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
@@ -257,8 +259,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   __syncthreads();
   uint32_t qf[D / 16][4];
   for (int kk = 0; kk < D / 16; ++kk) {
-    const T* q0 = tl.q + r0 * S + kk * 16 + 2 * t;
-    const T* q1 = tl.q + r1 * S + kk * 16 + 2 * t;
+    const T* q0 = tl.q() + r0 * S + kk * 16 + 2 * t;
+    const T* q1 = tl.q() + r1 * S + kk * 16 + 2 * t;
     qf[kk][0] = load_pair(q0);
     qf[kk][1] = load_pair(q1);
     qf[kk][2] = load_pair(q0 + 8);
@@ -278,8 +280,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   int64_t span = 0, c0 = 0;
   int buf = 0;
   if (num_spans > 0 && tl.span[2] > 0) {
-    issue_chunk<T, D>(p, kb, vb, tl.span[0], tl.span[1], 0, min_i64(BC, tl.span[2]), tl.k[0],
-                      tl.v[0]);
+    issue_chunk<T, D>(p, kb, vb, tl.span[0], tl.span[1], 0, min_i64(BC, tl.span[2]), tl.k(0),
+                      tl.v(0));
   }
   async_copy_commit();
   while (span < num_spans) {
@@ -299,13 +301,13 @@ __global__ void forward_mma_kernel(ForwardParams p) {
     async_copy_wait<0>();
     __syncthreads();  // this chunk's K, V and the next span's descriptor visible to all
     // buf holds this chunk (if the span has one); the next goes to the other buffer, whose
-    // chunk every thread finished before the barrier above.
+    // chunk (or, for chunk 1, Q) every thread finished with before the barrier above.
     const bool has_chunk = c0 < most;
     const int next_buf = has_chunk ? buf ^ 1 : buf;
     const int64_t* next_info = tl.span + 3 * next_slot;
     if (next_span < num_spans && next_c0 < next_info[2])
       issue_chunk<T, D>(p, kb, vb, next_info[0], next_info[1], next_c0,
-                        min_i64(BC, next_info[2] - next_c0), tl.k[next_buf], tl.v[next_buf]);
+                        min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
     async_copy_commit();
     if (has_chunk) {
       const int64_t cnt0 = tl.cnt[slot * BR + r0], cnt1 = tl.cnt[slot * BR + r1];
@@ -315,7 +317,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
         warp_most = other > warp_most ? other : warp_most;
       }
       if (c0 < warp_most)
-        warp_chunk<T, D>(p, qf, tl.k[buf], tl.v[buf], c0, min_i64(BC, most - c0), cnt0, cnt1, st);
+        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), c0, min_i64(BC, most - c0), cnt0, cnt1, st);
     }
     buf = next_buf;
     span = next_span;

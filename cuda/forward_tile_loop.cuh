@@ -1,6 +1,7 @@
-// forward_tile_loop.cuh - the loop every forward kernel runs over one query tile: FlashAttention
-// 2's outer structure, with the two matrix products left to the kernel (forward_simt.cu does
-// them with plain loops, forward_wmma.cu on tensor cores). One branch of SPEC 2-4 per launch.
+// forward_tile_loop.cuh - the loop the SIMT forward kernel runs over one query tile:
+// FlashAttention 2's outer structure, with the two matrix products left to the kernel
+// (forward_simt.cu does them with plain loops; the tensor-core forward, forward_mma.cu, keeps
+// its tiles in registers and has its own loop). One branch of SPEC 2-4 per launch.
 //
 //   forward_tile<Products>(p, D, smem), one block of Products::kThreads threads per
 //   (query tile of BR rows, batch, head):

@@ -47,7 +47,6 @@
 #include "errors.h"
 #include "forward_mma.cu"
 #include "forward_simt.cu"  // the kernels: one translation unit, so no device linking
-#include "forward_wmma.cu"
 #include "kernel_choice.h"
 
 namespace dilattn {
