@@ -150,6 +150,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s simt|mma\n", argv[0]);
     return 2;
   }
+  // The choice itself (cuda/kernel_choice.h): MMA needs f16/bf16, D 64 or 128, and sm_80+
+  // (mma.sync for bf16 and cp.async); everything else runs SIMT.
+  using dilattn::KernelChoice;
+  using dilattn::forward_kernel_for;
+  CHECK(forward_kernel_for(DILATTN_F16, 64, 8) == KernelChoice::mma);
+  CHECK(forward_kernel_for(DILATTN_BF16, 128, 9) == KernelChoice::mma);
+  CHECK(forward_kernel_for(DILATTN_F16, 64, 7) == KernelChoice::simt);
+  CHECK(forward_kernel_for(DILATTN_F32, 64, 9) == KernelChoice::simt);
+  CHECK(forward_kernel_for(DILATTN_BF16, 96, 8) == KernelChoice::simt);
   for (const Case& c : cases_for(argv[1])) run_case(c, argv[1]);
   return harness::finish((std::string("kernels_forward_") + argv[1]).c_str());
 }
