@@ -25,6 +25,20 @@
 #include "simt_scheduler.h"
 
 namespace simt {
+namespace detail {
+
+// Fails the launch with `what` from the calling thread. The message is built in a function
+// that returns, and fail_thread gets the block's own error string: the thread never returns
+// from fail_thread, so a temporary std::string made there would leak.
+[[gnu::noinline]] inline void set_copy_error(BlockRun& b, const Fiber& f, const char* what) {
+  if (b.error.empty()) b.error = thread_name(b, f.linear) + ": " + what;
+}
+[[noreturn]] inline void fail_copy(BlockRun& b, const Fiber& f, const char* what) {
+  set_copy_error(b, f, what);
+  fail_thread(b.error);
+}
+
+}  // namespace detail
 
 inline void cp_async_16(void* dst_shared, const void* src_global) {
   detail::Fiber& f = detail::current_fiber();
@@ -36,13 +50,13 @@ inline void cp_async_16(void* dst_shared, const void* src_global) {
     std::snprintf(buf, sizeof buf,
                   "cp.async: 16-byte copy from %p to %p: both addresses must be 16-byte aligned",
                   src_global, dst_shared);
-    detail::fail_thread(buf);
+    detail::fail_copy(b, f, buf);
   }
   if (dst < b.shared || dst + 16 > b.shared + b.shared_bytes) {
     std::snprintf(buf, sizeof buf,
                   "cp.async: destination %p is not in the block's dynamic shared memory",
                   dst_shared);
-    detail::fail_thread(buf);
+    detail::fail_copy(b, f, buf);
   }
   detail::PendingCopy c;
   c.dst = dst;

@@ -329,17 +329,22 @@ inline void yield_to_scheduler(Fiber& f) {
   asan_finish_switch(f.fake_stack, &b.sched_stack_bottom, &b.sched_stack_size);
 }
 
+// A thread that returns with cp.async copies it never waited for fails the block: the GPU
+// would finish them, but nothing the kernel did can rely on them, and a forgotten commit or
+// wait usually means a read of unfinished data. Not inlined: fiber_entry never returns, so a
+// local with ASan redzones in its frame would leave the reused stack poisoned.
+[[gnu::noinline]] inline void check_copies_waited(BlockRun& b, const Fiber& f) {
+  if (f.copies.empty() || !b.error.empty()) return;
+  b.error = thread_name(b, f.linear) + ": returned with " + std::to_string(f.copies.size()) +
+            " cp.async copies never waited for (missing commit or wait_group)";
+}
+
 inline void fiber_entry() {
   Fiber& f = *tl_current;
   BlockRun& b = *f.block;
   asan_finish_switch(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
   b.body.fn(b.body.ctx);
-  if (!f.copies.empty() && b.error.empty()) {
-    // The GPU would finish the copies, but the kernel never waited: nothing it did can rely on
-    // them, and a forgotten commit or wait usually means a read of unfinished data.
-    b.error = thread_name(b, f.linear) + ": returned with " + std::to_string(f.copies.size()) +
-              " cp.async copies never waited for (missing commit or wait_group)";
-  }
+  check_copies_waited(b, f);
   f.state = FiberState::done;
   asan_start_switch(nullptr, b.sched_stack_bottom, b.sched_stack_size);  // this fiber ends
   context_switch(f.ctx, b.sched_ctx);  // never resumed
