@@ -1,7 +1,7 @@
 // attention_tile.cuh - what a forward kernel's tile is made of: the launch parameters, which
 // query rows a tile holds, which keys each row sees, and element loads and conversions. The
-// loop that walks a tile's keys is forward_tile_loop.cuh; the kernels are forward_simt.cu and
-// forward_wmma.cu.
+// loop that walks a tile's keys is forward_tile_loop.cuh (forward_simt.cu) or the kernel's own
+// (forward_mma.cu).
 //
 // SPEC 2-4 through lib/internal/index_rules.h: a tile never re-derives a segment, offset or causal limit.
 //   Dense (SPEC 2)    tile t holds rows t*BR ..; keys dense_keys(i) (0, 1, 2, ..., causal cut).
@@ -36,6 +36,16 @@ struct ForwardParams {
   int64_t q_stride[4], k_stride[4], v_stride[4];  // elements, [B, N, H, D] order
   float* o_acc;     // [B, H, Nq, D] f32 running output
   double* lse_acc;  // [B, H, Nq] running LSE, f64: scale * <q, k> may exceed f32's range
+  // One-branch calls (dense, block-sparse, one dilated branch) write the caller's O and LSE
+  // directly (forward_outputs.cuh) instead of merging into o_acc / lse_acc: o != null.
+  void* o;
+  int64_t o_stride[4];  // elements, [B, N, H, D] order
+  void* lse;            // null: not wanted
+  int32_t lse_is_f64;
+  int64_t lse_stride[3];  // [B, H, N]
+  // K and V rows may be copied 16 bytes at a time (forward_mma.cu): contiguous D, 16-byte
+  // aligned base and strides.
+  int32_t kv_vec16;
   int64_t B, Nq, Nk, H, Hkv, D;
   // lib/internal/softmax_rules.h's score_scale(scale): s = pre * <q, k>, p = 2^(post * (s - m)).
   float score_pre, score_post;

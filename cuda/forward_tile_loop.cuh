@@ -1,6 +1,7 @@
-// forward_tile_loop.cuh - the loop every forward kernel runs over one query tile: FlashAttention
-// 2's outer structure, with the two matrix products left to the kernel (forward_simt.cu does
-// them with plain loops, forward_wmma.cu on tensor cores). One branch of SPEC 2-4 per launch.
+// forward_tile_loop.cuh - the loop the SIMT forward kernel runs over one query tile:
+// FlashAttention 2's outer structure, with the two matrix products left to the kernel
+// (forward_simt.cu does them with plain loops; the tensor-core forward, forward_mma.cu, keeps
+// its tiles in registers and has its own loop). One branch of SPEC 2-4 per launch.
 //
 //   forward_tile<Products>(p, D, smem), one block of Products::kThreads threads per
 //   (query tile of BR rows, batch, head):
@@ -11,7 +12,9 @@
 //          S = pre * S, -inf past each row's own key count   (the causal cut, other rows' keys)
 //          online softmax, one warp a row: m, l, alpha, S -> P (lib/internal/softmax_rules.h)
 //          O = alpha O + P V                                 (Products::accumulate)
-//     4. merge (O / l, LSE) into the running (O, LSE) of the workspace (SPEC 3 and 5).
+//     4. one branch (p.o set): O / l and LSE straight to the caller's tensors, and the dilated
+//        gaps (forward_outputs.cuh); several: merge (O / l, LSE) into the running (O, LSE) of
+//        the workspace (SPEC 3 and 5).
 //
 // Softmax in the base-2 domain of lib/internal/softmax_rules.h: pre and post are score_scale(scale), so
 // a huge scale never overflows f32 where the reference is finite; max_nan keeps a NaN score, so
@@ -35,6 +38,7 @@
 #define DILATTN_FORWARD_TILE_LOOP_CUH
 
 #include "attention_tile.cuh"
+#include "forward_outputs.cuh"
 #include "softmax_rules.h"
 
 namespace dilattn {
@@ -187,6 +191,20 @@ __device__ __forceinline__ void merge_tile_into_workspace(const ForwardParams& p
   }
 }
 
+// One branch: the tile's finished rows straight to the caller's O (O / l, its dtype and
+// strides) and LSE; an empty row gets O = 0, LSE = -inf (finalize_o_factor, finalize_lse).
+template <class T, class E>
+__device__ __forceinline__ void write_tile_outputs(const ForwardParams& p, int64_t b, int64_t h,
+                                                   const TileMemory<E>& s, int br, int64_t D) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  for (int64_t idx = tid; idx < br * D; idx += nt) {
+    const int64_t t = idx / D, d = idx % D, i = s.rows[t];
+    if (i < 0) continue;
+    store_o<T>(p, b, i, h, d, s.o[idx] * finalize_o_factor(s.m[t], s.l[t]));
+    if (d == 0) store_lse(p, b, h, i, finalize_lse(s.m[t], s.l[t], p.score_post));
+  }
+}
+
 // ---------------------------------------------------------------- the loop
 template <class Products>
 __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64_t D,
@@ -213,6 +231,7 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
     s.m[t] = -INFINITY;
     s.l[t] = 0.0f;
   }
+  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
   __syncthreads();
   bool any_row = false;
   for (int t = 0; t < BR; ++t) any_row = any_row || s.rows[t] >= 0;
@@ -258,7 +277,10 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
     }
     __syncthreads();  // span and cnt are rewritten by the next span
   }
-  merge_tile_into_workspace(p, b, h, s, BR, D);
+  if (p.o != nullptr)
+    write_tile_outputs<T>(p, b, h, s, BR, D);
+  else
+    merge_tile_into_workspace(p, b, h, s, BR, D);
 }
 
 }  // namespace DILATTN_BACKEND_NS

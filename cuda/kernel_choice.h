@@ -1,9 +1,13 @@
-// kernel_choice.h - which forward kernel the CUDA launcher (cuda/launch.cu) runs, as a pure
-// function of dtype, head dim and compute capability, so tests can name the kernel a case
-// exercises (tests/kernels/test_forward_kernels.cpp asserts it for every case).
+// kernel_choice.h - which kernels the CUDA launchers (cuda/launch.cu, launch_backward.cu) run,
+// as pure functions of dtype, head dim and compute capability, so tests can name the kernel a
+// case exercises (tests/kernels/test_forward_kernels.cpp and test_backward_kernels.cpp assert
+// it for every case).
 //
-//   WMMA (forward_wmma.cu): f16 or bf16, D in {64, 128}, sm_80 or newer (bf16 tensor cores).
-//   SIMT (forward_simt.cu): everything else the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
+//   forward_kernel_for: MMA (forward_mma.cu, mma.sync + cp.async): f16 or bf16, D in {64, 128},
+//       sm_80 or newer (bf16 tensor cores, cp.async); SIMT (forward_simt.cu) for the rest the
+//       backend takes: f32/f16/bf16, D <= kMaxHeadDim.
+//   kernel_for (the backward's): WMMA (backward_wmma.cu) for the same f16/bf16 cases, SIMT
+//       (backward_simt.cu) otherwise.
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -14,7 +18,7 @@
 
 namespace dilattn {
 
-enum class KernelChoice { simt, wmma };
+enum class KernelChoice { simt, wmma, mma };
 
 inline KernelChoice kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
   const bool tensor_dtype = dtype == DILATTN_F16 || dtype == DILATTN_BF16;
@@ -22,8 +26,13 @@ inline KernelChoice kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
                                                                 : KernelChoice::simt;
 }
 
+inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
+  return kernel_for(dtype, D, cc_major) == KernelChoice::wmma ? KernelChoice::mma
+                                                              : KernelChoice::simt;
+}
+
 inline const char* kernel_name(KernelChoice k) {
-  return k == KernelChoice::wmma ? "forward_wmma" : "forward_simt";
+  return k == KernelChoice::mma ? "mma" : k == KernelChoice::wmma ? "wmma" : "simt";
 }
 
 }  // namespace dilattn

@@ -15,14 +15,17 @@
 //                       that would make two rows write one address (SPEC 1);
 //     device_info       the device's compute capability and shared memory, asked once per
 //                       device and process (no cudaGetDeviceProperties per call);
-//     choose_kernel     WMMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT (kernel_for),
-//                       its shared memory within the device's limit;
-//     prepare_workspace from the plan's pool (workspace_layout): o_acc [B, H, Nq, D] f32 = 0,
-//                       lse_acc [B, H, Nq] f64 = -inf;
-//     launch_branches   dense and block-sparse one launch, dilated one per branch, each merging
-//                       into the workspace (SPEC 3/5); rows no branch selects keep 0 / -inf;
-//     finalize          o_acc converted to O's dtype and strides, lse_acc to LSE (f32 or f64);
-//                       dilattn_forward waits for the stream, dilattn_forward_on_stream not.
+//     choose_kernel     MMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
+//                       (forward_kernel_for), its shared memory within the device's limit;
+//     prepare_workspace several dilated branches only, from the plan's pool (workspace_layout):
+//                       o_acc [B, H, Nq, D] f32 = 0, lse_acc [B, H, Nq] f64 = -inf;
+//     launch_branches   dense and block-sparse one launch, dilated one per branch. One branch
+//                       (writes_outputs_directly): the kernel writes O and LSE itself; several:
+//                       each merges into the workspace (SPEC 3/5), rows no branch selects keep
+//                       0 / -inf;
+//     finalize          several branches: o_acc converted to O's dtype and strides, lse_acc to
+//                       LSE (f32 or f64); dilattn_forward waits for the stream,
+//                       dilattn_forward_on_stream not.
 //   after_work          a pool workspace goes back once the stream passed the call's work
 //                       (a host function on the stream; lib/dispatch.cpp).
 //
@@ -42,8 +45,8 @@
 #include "backend.h"
 #include "dtype_convert.h"
 #include "errors.h"
+#include "forward_mma.cu"
 #include "forward_simt.cu"  // the kernels: one translation unit, so no device linking
-#include "forward_wmma.cu"
 #include "kernel_choice.h"
 
 namespace dilattn {
@@ -375,19 +378,23 @@ template <class T>
 ChosenKernel simt_kernel(int64_t D) {
   return chosen<SimtProducts<T>>(forward_simt_kernel<T>, D);
 }
+template <class T, int D>
+ChosenKernel mma_kernel_of() {
+  return ChosenKernel{forward_mma_kernel<T, D>, mma_smem_bytes<T, D>(), MmaTile<T, D>::kBr,
+                      MmaTile<T, D>::kThreads};
+}
 template <class T>
-ChosenKernel wmma_kernel(int64_t D) {  // kernel_for picks WMMA for D = 64 and 128 only
-  return D == 64 ? chosen<WmmaProducts<T, 64>>(forward_wmma_kernel<T, 64>, 64)
-                 : chosen<WmmaProducts<T, 128>>(forward_wmma_kernel<T, 128>, 128);
+ChosenKernel mma_kernel(int64_t D) {  // forward_kernel_for picks MMA for D = 64 and 128 only
+  return D == 64 ? mma_kernel_of<T, 64>() : mma_kernel_of<T, 128>();
 }
 
 ChosenKernel pick_kernel(const Problem& p, int cc_major) {
-  const bool wmma = kernel_for(p.dtype, p.D, cc_major) == KernelChoice::wmma;
+  const bool mma = forward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::mma;
   switch (p.dtype) {
-    case DILATTN_F16: return wmma ? wmma_kernel<__half>(p.D) : simt_kernel<__half>(p.D);
+    case DILATTN_F16: return mma ? mma_kernel<__half>(p.D) : simt_kernel<__half>(p.D);
     case DILATTN_BF16:
-      return wmma ? wmma_kernel<__nv_bfloat16>(p.D) : simt_kernel<__nv_bfloat16>(p.D);
-    default: return simt_kernel<float>(p.D);  // f32: never WMMA
+      return mma ? mma_kernel<__nv_bfloat16>(p.D) : simt_kernel<__nv_bfloat16>(p.D);
+    default: return simt_kernel<float>(p.D);  // f32: never on tensor cores
   }
 }
 
@@ -435,7 +442,14 @@ struct WorkspaceLayout {
   size_t o_acc = 0, lse_acc = 0, total = 0;
 };
 
+// One branch (dense, block-sparse, one dilated branch): the kernels write O and LSE directly
+// (forward_outputs.cuh), so there is no workspace and no init or finalize pass.
+bool writes_outputs_directly(const Problem& p) {
+  return p.kind != DILATTN_KIND_DILATED || p.num_branches() == 1;
+}
+
 WorkspaceLayout workspace_layout(const Problem& p) {
+  if (writes_outputs_directly(p)) return WorkspaceLayout{};
   auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows = static_cast<size_t>(p.B * p.H * p.Nq);
   WorkspaceLayout l;
@@ -468,6 +482,7 @@ dilattn_status prepare_workspace(const Problem& p, const ForwardArgs& a, int dev
     const dilattn_status st = state->mask_on(device, *p.mask, ws->mask);
     if (st != DILATTN_SUCCESS) return st;
   }
+  if (writes_outputs_directly(p)) return DILATTN_SUCCESS;
   const int64_t rows = p.B * p.H * p.Nq;
   DILATTN_LAUNCH(init_accumulators_kernel, dim3(elementwise_blocks(rows * p.D)),
                  dim3(kElementwiseThreads), 0, stream)(ws->o_acc, ws->lse_acc, rows, p.D);
@@ -491,6 +506,14 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
   }
   fp.o_acc = ws.o_acc;
   fp.lse_acc = ws.lse_acc;
+  // 16-byte copies of K and V rows (forward_mma.cu): D contiguous, every row 16-byte aligned.
+  auto rows_of_16_bytes = [](const dilattn_tensor* t) {
+    const int64_t per16 = static_cast<int64_t>(16 / dtype_size(t->dtype));
+    return t->strides[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0 &&
+           t->strides[0] % per16 == 0 && t->strides[1] % per16 == 0 &&
+           t->strides[2] % per16 == 0;
+  };
+  fp.kv_vec16 = rows_of_16_bytes(a.k) && rows_of_16_bytes(a.v) ? 1 : 0;
   fp.B = p.B;
   fp.Nq = p.Nq;
   fp.Nk = p.Nk;
@@ -511,6 +534,20 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
     fp.bq = p.mask->bq;
     fp.bk = p.mask->bk;
     fp.I = p.mask->I;
+  }
+  return fp;
+}
+
+// One branch: the kernels write the caller's O and LSE (forward_outputs.cuh). Not for the
+// backward, which shares shared_params but has no O to write.
+ForwardParams with_direct_outputs(const Problem& p, const ForwardArgs& a, ForwardParams fp) {
+  if (!writes_outputs_directly(p)) return fp;
+  fp.o = a.o->data;
+  for (int dim = 0; dim < 4; ++dim) fp.o_stride[dim] = a.o->strides[dim];
+  if (a.lse != nullptr) {
+    fp.lse = a.lse->data;
+    fp.lse_is_f64 = a.lse->dtype == DILATTN_F64 ? 1 : 0;
+    for (int dim = 0; dim < 3; ++dim) fp.lse_stride[dim] = a.lse->strides[dim];
   }
   return fp;
 }
@@ -567,12 +604,18 @@ void launch_finalize_output(const float* o_acc, const dilattn_tensor& o, const P
 // The workspace into the caller's O and LSE; a synchronous call then waits for the stream.
 dilattn_status finalize(const Problem& p, const ForwardArgs& a, const Workspace& ws,
                         cudaStream_t stream) {
+  cudaError_t e = cudaSuccess;
+  if (writes_outputs_directly(p)) {  // the kernel wrote O and LSE
+    if (a.run.synchronous && (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+      return cuda_failure(e, "forward");
+    return DILATTN_SUCCESS;
+  }
   switch (p.dtype) {
     case DILATTN_F16: launch_finalize_output<__half>(ws.o_acc, *a.o, p, stream); break;
     case DILATTN_BF16: launch_finalize_output<__nv_bfloat16>(ws.o_acc, *a.o, p, stream); break;
     default: launch_finalize_output<float>(ws.o_acc, *a.o, p, stream); break;
   }
-  cudaError_t e = cudaGetLastError();
+  e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_failure(e, "finalize_output_kernel");
   if (a.lse != nullptr) {
     const dilattn_tensor& lse = *a.lse;
@@ -656,7 +699,8 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   if ((st = begin_call(*a.q, a.run, &call)) != DILATTN_SUCCESS) return st;
   if ((st = choose_kernel(p, *call.info, &kernel)) != DILATTN_SUCCESS) return st;
   if ((st = prepare_workspace(p, a, call.device, call.stream, &ws)) != DILATTN_SUCCESS) return st;
-  if ((st = launch_branches(p, kernel, call.stream, shared_params(p, a, ws))) != DILATTN_SUCCESS)
+  const ForwardParams fp = with_direct_outputs(p, a, shared_params(p, a, ws));
+  if ((st = launch_branches(p, kernel, call.stream, fp)) != DILATTN_SUCCESS)
     return st;
   return finalize(p, a, ws, call.stream);
 }

@@ -7,6 +7,8 @@
 //                     threadIdx/blockIdx/blockDim/gridDim
 //   simt_device.h     shuffles, votes, atomics, fast-math and bit intrinsics
 //   simt_wmma.h       nvcuda::wmma 16x16x16 with the emulator's element layout
+//   simt_mma.h        mma.sync m16n8k16 (f16, bf16) with the PTX ISA's fragment layout
+//   simt_async_copy.h cp.async 16-byte copies, visible only after the matching wait
 //   simt_streams.h    deferred streams, runtime call counters, launches per stream
 //   simt_launch.h     DILATTN_LAUNCH, DILATTN_DYNAMIC_SHARED, DILATTN_SMEM_GUARD,
 //                     simt::last_error_message(), the emulated device
@@ -20,6 +22,8 @@
 #include "simt_scheduler.h"
 #include "simt_device.h"
 #include "simt_wmma.h"
+#include "simt_mma.h"
+#include "simt_async_copy.h"
 #include "simt_launch.h"
 #include "simt_runtime.h"
 

@@ -189,6 +189,15 @@ struct WarpState {
   LaneSlot slot[32];
 };
 
+// A 16-byte cp.async copy a thread issued and has not waited for (simt_async_copy.h): the
+// source bytes taken at the issue, written to dst at the matching wait; group -1 until the
+// thread commits it.
+struct PendingCopy {
+  unsigned char* dst = nullptr;
+  unsigned char bytes[16] = {};
+  int group = -1;
+};
+
 struct Fiber {
   Context ctx;
   uint3 thread_idx;
@@ -203,6 +212,8 @@ struct Fiber {
   char* stack = nullptr;
   size_t stack_size = 0;
   void* fake_stack = nullptr;  // ASan's bookkeeping across switches
+  std::vector<PendingCopy> copies;  // cp.async copies not yet waited for
+  int committed_groups = 0;         // cp.async groups this thread committed
 };
 
 // The kernel call with its arguments, type-erased: every fiber calls fn(ctx).
@@ -318,11 +329,22 @@ inline void yield_to_scheduler(Fiber& f) {
   asan_finish_switch(f.fake_stack, &b.sched_stack_bottom, &b.sched_stack_size);
 }
 
+// A thread that returns with cp.async copies it never waited for fails the block: the GPU
+// would finish them, but nothing the kernel did can rely on them, and a forgotten commit or
+// wait usually means a read of unfinished data. Not inlined: fiber_entry never returns, so a
+// local with ASan redzones in its frame would leave the reused stack poisoned.
+[[gnu::noinline]] inline void check_copies_waited(BlockRun& b, const Fiber& f) {
+  if (f.copies.empty() || !b.error.empty()) return;
+  b.error = thread_name(b, f.linear) + ": returned with " + std::to_string(f.copies.size()) +
+            " cp.async copies never waited for (missing commit or wait_group)";
+}
+
 inline void fiber_entry() {
   Fiber& f = *tl_current;
   BlockRun& b = *f.block;
   asan_finish_switch(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
   b.body.fn(b.body.ctx);
+  check_copies_waited(b, f);
   f.state = FiberState::done;
   asan_start_switch(nullptr, b.sched_stack_bottom, b.sched_stack_size);  // this fiber ends
   context_switch(f.ctx, b.sched_ctx);  // never resumed
@@ -475,6 +497,8 @@ inline void abandon_block(BlockRun& b) {
 
 inline void start_fiber(Fiber& f) {
   f.state = FiberState::runnable;
+  f.copies.clear();
+  f.committed_groups = 0;
   f.fake_stack = nullptr;
   context_init(f.ctx, f.stack, f.stack_size, fiber_entry);
 }

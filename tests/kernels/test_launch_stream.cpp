@@ -2,23 +2,28 @@
 // caller's stream, with the emulator's deferred streams and runtime call counters
 // (emu/simt_streams.h): what a CUDA graph capture and PyTorch's side streams need.
 //
-// Properties, each for a dense and a block-sparse plan (f32, B=1, N=40, H=2, Hkv=1, D=16):
+// Properties, each for a dense, a block-sparse and a two-branch dilated plan (f32, B=1, N=40,
+// H=2, Hkv=1, D=16). The one-branch plans (dense, block-sparse) need no workspace: their
+// kernel writes O and LSE itself in one launch (cuda/forward_outputs.cuh); the dilated plan
+// merges its branches in a pool workspace (init, a launch per branch, finalize).
 //   1. dilattn_forward_on_stream returns before its work ran (deferred: O still poisoned),
-//      every launch on the given stream, none on stream 0; after cudaStreamSynchronize O and
-//      LSE equal the reference backend's (SPEC 8);
+//      every launch on the given stream, none on stream 0 (one launch for a one-branch plan,
+//      at least five for the dilated one); after cudaStreamSynchronize O and LSE equal the
+//      reference backend's (SPEC 8);
 //   2. a warm call (the plan's pool already holds its block) makes no cudaMalloc, no
 //      cudaDeviceSynchronize / cudaStreamSynchronize / cudaEventSynchronize, no synchronous
 //      copy, no cudaGetDeviceProperties and no cudaFuncGetAttributes: the device's facts and
 //      the block-sparse mask are the plan's (the mask is copied at plan time);
 //   3. a pool workspace goes back to the pool only after the stream ran the call: the pool
 //      still holds the block when the call returns, and the next call after the sync reuses
-//      it (the pool does not grow);
+//      it (the pool does not grow); a one-branch plan takes no block at all;
 //   4. the same after an error: the second launch of a call fails (injected), the call
 //      returns DILATTN_ERROR_CUDA while its first kernel is still queued, and the block stays
-//      in use until the stream ran it;
+//      in use until the stream ran it (one-branch: its only launch fails, DILATTN_ERROR_CUDA);
 //   5. a capturing stream without a workspace of the caller's is refused (INVALID_VALUE, the
 //      message naming 'workspace'; the pool block goes back at once, not through the graph),
-//      with one every launch is captured (none runs) and no allocation or sync happens;
+//      with one every launch is captured (none runs) and no allocation or sync happens; a
+//      one-branch plan needs no workspace, so its call without one is captured;
 //   6. dilattn_forward keeps its behaviour: one cudaStreamSynchronize of stream 0, and the
 //      outputs are written when it returns;
 //   7. dilattn_backward_on_stream the same way: a warm call returns before its work ran, with
@@ -61,10 +66,20 @@ struct Tensors {
   bool poisoned() const { return o[0] == -77.0f && o.back() == -77.0f && lse[0] == -77.0f; }
 };
 
-dilattn_plan make_plan(bool sparse, dilattn_backend backend, dilattn_pool pool) {
+enum class Kind { dense, sparse, dilated };
+
+const char* name_of(Kind kind) {
+  return kind == Kind::dense ? "dense" : kind == Kind::sparse ? "block-sparse" : "dilated";
+}
+
+dilattn_plan make_plan(Kind kind, dilattn_backend backend, dilattn_pool pool) {
   dilattn_desc desc = nullptr;
   dilattn_desc_create(&desc);
-  if (sparse) {
+  if (kind == Kind::dilated) {
+    const int64_t segments[] = {16, 40}, dilations[] = {1, 2};
+    dilattn_desc_set_dilated(desc, 2, segments, dilations, DILATTN_HEADS_MOD);
+  }
+  if (kind == Kind::sparse) {
     dilattn_mask mask = nullptr;
     dilattn_mask_from_pattern(&mask, "local:1+sink:1", kN, kN, 16, 8);
     dilattn_desc_set_block_sparse(desc, mask);
@@ -81,9 +96,9 @@ dilattn_plan make_plan(bool sparse, dilattn_backend backend, dilattn_pool pool) 
 std::vector<double> widened(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
 // O and LSE against the reference backend (SPEC 8, f32).
-void expect_reference(const Tensors& t, bool sparse) {
+void expect_reference(const Tensors& t, Kind kind) {
   Tensors ref;
-  dilattn_plan plan = make_plan(sparse, DILATTN_BACKEND_REF, nullptr);
+  dilattn_plan plan = make_plan(kind, DILATTN_BACKEND_REF, nullptr);
   CHECK_OK(dilattn_forward(plan, &ref.tq, &ref.tk, &ref.tv, &ref.to, &ref.tl, nullptr, 0));
   dilattn_plan_destroy(plan);
   CHECK_CLOSE("O", widened(t.o), widened(ref.o), spec8::of(DILATTN_F32));
@@ -101,9 +116,8 @@ size_t pool_in_use(dilattn_pool pool, size_t* arenas = nullptr) {
 
 // 7: the backward on a stream, from the forward's O and LSE in t.
 void check_backward_on_stream(dilattn_plan plan, cudaStream_t stream, const Tensors& t,
-                              bool sparse) {
-  const char* kind = sparse ? "block-sparse backward" : "dense backward";
-  harness::CaseScope scope(kind);
+                              Kind kind) {
+  harness::CaseScope scope(std::string(name_of(kind)) + " backward");
   std::vector<float> d_o(t.o.size()), dq(t.q.size()), dk(t.k.size()), dv(t.v.size());
   for (size_t i = 0; i < d_o.size(); ++i) d_o[i] = std::cos(0.23 * double(i));
   const dilattn_tensor tdo = dilattn_tensor_contiguous(d_o.data(), DILATTN_F32, 1, kN, kH, kD);
@@ -139,7 +153,7 @@ void check_backward_on_stream(dilattn_plan plan, cudaStream_t stream, const Tens
   const dilattn_tensor trq = dilattn_tensor_contiguous(rq.data(), DILATTN_F32, 1, kN, kH, kD);
   const dilattn_tensor trk = dilattn_tensor_contiguous(rk.data(), DILATTN_F32, 1, kN, kHkv, kD);
   const dilattn_tensor trv = dilattn_tensor_contiguous(rv.data(), DILATTN_F32, 1, kN, kHkv, kD);
-  dilattn_plan ref = make_plan(sparse, DILATTN_BACKEND_REF, nullptr);
+  dilattn_plan ref = make_plan(kind, DILATTN_BACKEND_REF, nullptr);
   CHECK_OK(dilattn_backward(ref, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, &tdo, &trq, &trk, &trv,
                             nullptr, 0));
   dilattn_plan_destroy(ref);
@@ -149,15 +163,15 @@ void check_backward_on_stream(dilattn_plan plan, cudaStream_t stream, const Tens
   CHECK_CLOSE("dV", widened(dv), widened(rv), tol);
 }
 
-void check_plan(bool sparse) {
-  const char* kind = sparse ? "block-sparse" : "dense";
-  harness::CaseScope scope(kind);
+void check_plan(Kind kind) {
+  harness::CaseScope scope(name_of(kind));
+  const bool sparse = kind == Kind::sparse, workspace = kind == Kind::dilated;
   dilattn_pool pool = nullptr;
   dilattn_pool_options options;
   dilattn_pool_options_init(&options, size_t{1} << 20);
   CHECK_OK(dilattn_pool_create_host(&pool, &options));
   const simt::RuntimeCalls at_plan = simt::runtime_calls();
-  dilattn_plan plan = make_plan(sparse, DILATTN_BACKEND_EMU, pool);
+  dilattn_plan plan = make_plan(kind, DILATTN_BACKEND_EMU, pool);
   const simt::RuntimeCalls planned = simt::runtime_calls();
   if (sparse)  // the mask goes to the device here, once
     CHECK_MSG(planned.sync_copies - at_plan.sync_copies == 3, "%llu copies at plan time",
@@ -170,7 +184,7 @@ void check_plan(bool sparse) {
   CHECK_OK(
       dilattn_forward_on_stream(plan, stream, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, nullptr, 0));
   cudaStreamSynchronize(stream);
-  expect_reference(t, sparse);
+  expect_reference(t, kind);
 
   {  // 1, 2, 3
     simt::ScopedDeferredStreams deferred;
@@ -192,15 +206,20 @@ void check_plan(bool sparse) {
                   after.func_attributes == before.func_attributes,
               "device properties asked per call (%llu)",
               static_cast<unsigned long long>(after.device_properties - before.device_properties));
-    CHECK_MSG(simt::launches_on(stream) - on_stream == after.launches - before.launches &&
-                  after.launches - before.launches >= 3 && simt::launches_on(nullptr) == on_legacy,
+    const uint64_t launches = after.launches - before.launches;
+    CHECK_MSG(simt::launches_on(stream) - on_stream == launches &&
+                  (workspace ? launches >= 5 : launches == 1) &&
+                  simt::launches_on(nullptr) == on_legacy,
               "%llu of %llu launches on the caller's stream",
               static_cast<unsigned long long>(simt::launches_on(stream) - on_stream),
               static_cast<unsigned long long>(after.launches - before.launches));
     const size_t held = pool_in_use(pool);
-    CHECK_MSG(held > 0, "the workspace went back to the pool before the stream ran");
+    if (workspace)
+      CHECK_MSG(held > 0, "the workspace went back to the pool before the stream ran");
+    else
+      CHECK_MSG(held == 0, "a one-branch call took %zu bytes of workspace", held);
     cudaStreamSynchronize(stream);
-    expect_reference(t, sparse);
+    expect_reference(t, kind);
     size_t arenas_before = 0, arenas_after = 0;
     pool_in_use(pool, &arenas_before);
     CHECK_OK(
@@ -212,15 +231,16 @@ void check_plan(bool sparse) {
 
   {  // 4: an error after the first launch
     simt::ScopedDeferredStreams deferred;
-    simt::fail_launch_after(1);
+    simt::fail_launch_after(workspace ? 1 : 0);
     const dilattn_status s =
         dilattn_forward_on_stream(plan, stream, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, nullptr, 0);
     simt::fail_launch_after(-1);
     CHECK_MSG(s == DILATTN_ERROR_CUDA, "injected failure gave %s",
               dilattn_status_string(s));
     cudaGetLastError();
-    CHECK_MSG(pool_in_use(pool) > 0,
-              "an early error return gave the workspace back while a kernel was queued");
+    if (workspace)
+      CHECK_MSG(pool_in_use(pool) > 0,
+                "an early error return gave the workspace back while a kernel was queued");
     cudaStreamSynchronize(stream);
   }
 
@@ -231,10 +251,19 @@ void check_plan(bool sparse) {
     CHECK_MSG(need <= own.size(), "workspace %zu", need);
     cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
     t.poison();
-    CHECK_ERROR(
-        dilattn_forward_on_stream(plan, stream, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, nullptr, 0),
-        DILATTN_ERROR_INVALID_VALUE, "'workspace'");
-    CHECK_MSG(t.poisoned(), "a refused call wrote the outputs");
+    if (workspace) {
+      CHECK_ERROR(
+          dilattn_forward_on_stream(plan, stream, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, nullptr, 0),
+          DILATTN_ERROR_INVALID_VALUE, "'workspace'");
+      CHECK_MSG(t.poisoned(), "a refused call wrote the outputs");
+    } else {
+      CHECK_MSG(need == 0, "a one-branch plan needs %zu bytes of forward workspace", need);
+      const uint64_t captured = simt::captured_on(stream);
+      CHECK_OK(
+          dilattn_forward_on_stream(plan, stream, &t.tq, &t.tk, &t.tv, &t.to, &t.tl, nullptr, 0));
+      CHECK_MSG(simt::captured_on(stream) - captured == 1 && t.poisoned(),
+                "a one-branch call without workspace was not captured whole");
+    }
     CHECK_MSG(pool_in_use(pool) == 0, "the refused call's pool block was not given back");
     const simt::RuntimeCalls before = simt::runtime_calls();
     const uint64_t captured = simt::captured_on(stream);
@@ -259,10 +288,10 @@ void check_plan(bool sparse) {
     const simt::RuntimeCalls after = simt::runtime_calls();
     CHECK_MSG(after.stream_syncs - before.stream_syncs == 1, "plain call syncs %llu times",
               static_cast<unsigned long long>(after.stream_syncs - before.stream_syncs));
-    expect_reference(t, sparse);
+    expect_reference(t, kind);
     CHECK_MSG(pool_in_use(pool) == 0, "the plain call kept its block");
   }
-  check_backward_on_stream(plan, stream, t, sparse);
+  check_backward_on_stream(plan, stream, t, kind);
   cudaStreamDestroy(stream);
   dilattn_plan_destroy(plan);
   dilattn_pool_destroy(pool);
@@ -271,7 +300,8 @@ void check_plan(bool sparse) {
 }  // namespace
 
 int main() {
-  check_plan(false);
-  check_plan(true);
+  check_plan(Kind::dense);
+  check_plan(Kind::sparse);
+  check_plan(Kind::dilated);
   return harness::finish("kernels_launch_stream");
 }

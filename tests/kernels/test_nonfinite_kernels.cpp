@@ -6,7 +6,7 @@
 //     never because its sum underflowed;
 //   - huge finite scores are handled by subtracting the max, as the reference does.
 //
-// Usage: test_nonfinite_kernels simt|wmma. Cases:
+// Usage: test_nonfinite_kernels simt|mma. Cases:
 //   nan_*   one NaN element in one K row, for dense, causal (the NaN key in a later chunk than
 //           the first, so the running max goes from finite to NaN), dilated with three
 //           branches (the LSE merge meets a NaN branch) and block-sparse: O and LSE must be NaN
@@ -40,14 +40,14 @@ struct NonfiniteCase {
 };
 
 std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
-  const bool wmma = kernel == "wmma";
-  const dilattn_dtype dtype = wmma ? DILATTN_F16 : DILATTN_F32;
+  const bool mma = kernel == "mma";
+  const dilattn_dtype dtype = mma ? DILATTN_F16 : DILATTN_F32;
   std::vector<NonfiniteCase> out;
   auto base = [&](const char* name) {
     NonfiniteCase n;
     n.c.name = kernel + "/" + dilattn::dtype_name(dtype) + "/" + name;
     n.c.dtype = dtype;
-    n.c.D = wmma ? 64 : 8;
+    n.c.D = mma ? 64 : 8;
     return n;
   };
   NonfiniteCase n = base("nan_dense");
@@ -56,7 +56,7 @@ std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
   out.push_back(n);
   n = base("nan_causal_in_second_chunk");
   n.c.Nq = n.c.Nk = 80; n.c.causal = true;
-  n.nan = {70, 0};  // chunks are 32 (SIMT) and 64 (WMMA) keys
+  n.nan = {70, 0};  // chunks are 32 (SIMT) and 64 (MMA) keys
   out.push_back(n);
   n = base("nan_dilated_three_branches");
   n.c.kind = DILATTN_KIND_DILATED; n.c.Nq = n.c.Nk = 50; n.c.H = 4; n.c.Hkv = 2;
@@ -123,8 +123,8 @@ void run_case(const NonfiniteCase& n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "wmma") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|wmma\n", argv[0]);
+  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0)) {
+    std::fprintf(stderr, "usage: %s simt|mma\n", argv[0]);
     return 2;
   }
   for (const NonfiniteCase& n : cases_for(argv[1])) run_case(n);

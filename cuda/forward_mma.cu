@@ -1,0 +1,339 @@
+// forward_mma.cu - the tensor-core forward kernel, FlashAttention-2 style: one branch of dense,
+// dilated or block-sparse attention (SPEC 2-4) for f16 and bf16, head dims 64 and 128, on
+// mma.sync m16n8k16 (cuda/mma_sync.cuh) with f32 accumulation.
+//
+// One block per (query tile of BR rows, batch, head); one warp per 16 query rows (BR = 128
+// rows and 8 warps for D = 64, 64 rows and 4 warps for D = 128); chunks of BC = 64 keys.
+//   1. The tile's rows (tile_row, attention_tile.cuh); with one branch the dilated gaps
+//      (forward_outputs.cuh). Q through shared memory into registers, as mma A fragments,
+//      for the whole tile.
+//   2. For each chunk of each key span (read_span: one span, or one per listed BSR block),
+//      double-buffered: the next chunk's K and V rows are copied 16 bytes at a time with
+//      cp.async (cuda/async_copy.cuh) while this one is computed; one __syncthreads a chunk.
+//      Rows are gathered by the index rules (first + step * c: dilation is a row stride), so
+//      cp.async serves every kind; a view whose D is not contiguous or whose rows are not 16-byte
+//      aligned is loaded element by element instead (kv_vec16 = 0).
+//   3. Per warp, in registers: S = Q K^T (mma), scaled by score_scale's pre and masked per row
+//      (-inf past the row's key count: the causal cut and the chunk's end, by selection so a
+//      NaN key masked out stays out); online softmax (lib/internal/softmax_rules.h: max_nan,
+//      online_shift/prob/rescale, base 2), each row's max and sum over the 4 lanes holding it;
+//      O = alpha O + P V (mma), where P is S's C fragments rounded to the input dtype and
+//      repacked as A fragments (the PTX layout makes C tiles 2k, 2k+1 the A fragment k). A warp
+//      whose rows all ended before the chunk skips it.
+//   4. Finish each row: one branch: O / l and LSE straight to the caller's tensors
+//      (forward_outputs.cuh); several dilated branches: merged into the workspace (SPEC 3/5).
+//
+// Shared memory rows are padded by 8 elements (16 bytes): the 32-bit fragment loads of 8
+// rows x 4 lanes then fall in 32 distinct banks (row stride = 4 banks mod 32); so do V's
+// 16-bit loads (rows 2t, 2t + 1, column g). NaN (README "Decisions"): a NaN V in a masked key
+// of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
+// WMMA forward did the same).
+//
+// Launched by cuda/launch.cu; checked by tests/kernels/test_forward_kernels.cpp and
+// tests/kernels/test_nonfinite_kernels.cpp (emulator, three thread orders, against the
+// reference) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+#include "async_copy.cuh"
+#include "forward_outputs.cuh"
+#include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "mma_sync.cuh"
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+
+// ---------------------------------------------------------------- the tile's shape
+template <class T, int D>
+struct MmaTile {
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static constexpr int kWarps = D == 64 ? 8 : 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBr = 16 * kWarps;  // query rows per block, 16 per warp
+  static constexpr int kBc = 64;           // keys per chunk
+  static constexpr int kStride = D + 8;    // padded shared-memory row, in elements
+  static constexpr int kSpanSlots = 3;     // span descriptors in flight (see forward_mma)
+
+  // K and V of two chunks: [K0][V0][K1][V1], each [BC][kStride]. Q ([BR][kStride]) passes
+  // through [K1][V1] on its way into registers, before chunk 1 is copied there: so the
+  // block's shared memory is the two chunks' alone (71 KB at D = 128, 37 KB at D = 64).
+  static_assert(kBr <= 2 * kBc, "Q fits in the second chunk's K and V");
+  T* kv;
+  int64_t* rows;        // [BR] query row, -1 for none
+  int64_t* cnt;         // [kSpanSlots][BR] each row's key count in a span
+  int64_t* span;        // [kSpanSlots][3] {first, step, largest count}
+
+  __host__ __device__ void carve(SmemCarver& c) {
+    kv = c.take<T>(static_cast<size_t>(4 * kBc) * kStride);
+    rows = c.take<int64_t>(kBr);
+    cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
+    span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
+  }
+  __device__ __forceinline__ T* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
+  __device__ __forceinline__ T* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
+  __device__ __forceinline__ T* q() const { return kv + 2 * kBc * kStride; }
+};
+
+template <class T, int D>
+inline size_t mma_smem_bytes() {
+  SmemCarver c{nullptr};
+  MmaTile<T, D>().carve(c);
+  return c.used;
+}
+
+// ---------------------------------------------------------------- loads
+// Keys c0 .. c0 + cn - 1 of a span (rows first + step * (c0 + c)) of K and V into one buffer;
+// rows cn .. BC-1 zero, so P V there adds exact zeros. Each thread issues its 16-byte pieces;
+// the caller commits them as one group.
+template <class T, int D>
+__device__ __forceinline__ void issue_chunk(const ForwardParams& p, const T* kb, const T* vb,
+                                            int64_t first, int64_t step, int64_t c0, int64_t cn,
+                                            T* k, T* v) {
+  using Tile = MmaTile<T, D>;
+  constexpr int kPieces = D / 8;  // 16-byte pieces per row
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int idx = tid; idx < Tile::kBc * kPieces; idx += Tile::kThreads) {
+    const int c = idx / kPieces, d0 = (idx % kPieces) * 8;
+    T* kd = k + c * Tile::kStride + d0;
+    T* vd = v + c * Tile::kStride + d0;
+    if (c >= cn) {
+      for (int e = 0; e < 8; ++e) kd[e] = vd[e] = from_float<T>(0.0f);
+      continue;
+    }
+    const int64_t j = first + step * (c0 + c);
+    if (p.kv_vec16) {
+      async_copy_16(kd, kb + j * p.k_stride[1] + d0);
+      async_copy_16(vd, vb + j * p.v_stride[1] + d0);
+    } else {
+      for (int e = 0; e < 8; ++e) {
+        kd[e] = kb[j * p.k_stride[1] + (d0 + e) * p.k_stride[3]];
+        vd[e] = vb[j * p.v_stride[1] + (d0 + e) * p.v_stride[3]];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the warp's row state
+// Lane (g = lane / 4, t = lane % 4) of warp w holds, in mma's C layout, rows 16w + g ("row 0")
+// and 16w + g + 8 ("row 1") of the tile, and of every 8-column block the columns 2t, 2t + 1.
+template <int D>
+struct RowState {
+  float o[D / 8][4];  // O, as C fragments over D in 8-column blocks
+  float m[2], l[2];   // running max and sum of rows 0 and 1 (base 2, softmax_rules.h)
+};
+
+// max_nan / sum over the 4 lanes of a row (lanes 4g .. 4g + 3), in a fixed order.
+__device__ __forceinline__ float row_max_nan(float x) {
+  x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float row_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One chunk for one warp: S = Q K^T, mask and scale, the online softmax, O = alpha O + P V.
+// cnt0, cnt1: the key counts of the lane's two rows in this span; cn: keys in the chunk.
+template <class T, int D>
+__device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
+                                           const T* k, const T* v, int64_t c0, int64_t cn,
+                                           int64_t cnt0, int64_t cnt1, RowState<D>& st) {
+  using Tile = MmaTile<T, D>;
+  constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
+  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  float s[kTiles][4];
+  for (int n = 0; n < kTiles; ++n) {
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+    const T* krow = k + (n * 8 + g) * Tile::kStride + 2 * t;  // B[k][n] = K[key n][dim k]
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t b[2] = {load_pair(krow + kk * 16), load_pair(krow + kk * 16 + 8)};
+      mma_m16n8k16<T>(s[n], qf[kk], b, s[n]);
+    }
+  }
+  // Scale; a key past the chunk or the row's own count is -inf (probability exactly 0).
+  float chunk_max[2] = {-INFINITY, -INFINITY};
+  for (int n = 0; n < kTiles; ++n)
+    for (int e = 0; e < 4; ++e) {
+      const int64_t c = n * 8 + 2 * t + (e & 1);
+      const int64_t count = e < 2 ? cnt0 : cnt1;
+      s[n][e] = (c < cn && c0 + c < count) ? s[n][e] * p.score_pre : -INFINITY;
+      chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
+    }
+  float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = max_nan(st.m[r], row_max_nan(chunk_max[r]));
+    shift[r] = online_shift(m_new);
+    alpha[r] = online_rescale(st.m[r], m_new, p.score_post);
+    st.m[r] = m_new;
+  }
+  for (int n = 0; n < kTiles; ++n)
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = online_prob(s[n][e], shift[e >> 1], p.score_post);
+      sum[e >> 1] += s[n][e];
+    }
+  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + row_sum(sum[r]);
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
+  // P V: S's C tiles 2kk and 2kk + 1 are, in the input dtype, P's A fragment for keys
+  // 16kk .. 16kk + 15 (PTX layout: a[0], a[1] rows g, g + 8 of columns 2t..; a[2], a[3] of
+  // columns 2t + 8..). B[k][n] = V[key k][dim n]: two 16-bit loads a register.
+  for (int kk = 0; kk < Tile::kBc / 16; ++kk) {
+    const float* lo = s[2 * kk];
+    const float* hi = s[2 * kk + 1];
+    const uint32_t a[4] = {pack2(from_float<T>(lo[0]), from_float<T>(lo[1])),
+                           pack2(from_float<T>(lo[2]), from_float<T>(lo[3])),
+                           pack2(from_float<T>(hi[0]), from_float<T>(hi[1])),
+                           pack2(from_float<T>(hi[2]), from_float<T>(hi[3]))};
+    const T* vrow = v + (kk * 16 + 2 * t) * Tile::kStride + g;
+    for (int nd = 0; nd < D / 8; ++nd) {
+      const T* vp = vrow + nd * 8;
+      const uint32_t b[2] = {pack2(vp[0], vp[Tile::kStride]),
+                             pack2(vp[8 * Tile::kStride], vp[9 * Tile::kStride])};
+      mma_m16n8k16<T>(st.o[nd], a, b, st.o[nd]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- finishing a row
+// Row r (0 or 1) of the lane, query row i (>= 0): one branch writes O / l and LSE to the
+// caller's tensors; several branches merge (O / l, LSE) into the workspace with SPEC 5's
+// update. All 4 lanes of the row read the old LSE before the first of them writes it.
+template <class T, int D>
+__device__ __forceinline__ void finish_row(const ForwardParams& p, int64_t b, int64_t h,
+                                           int64_t i, int r, const RowState<D>& st) {
+  const int t = static_cast<int>(threadIdx.x) & 3;
+  const float m = st.m[r], l = st.l[r];
+  const double lse_b = finalize_lse(m, l, p.score_post);
+  const float factor = finalize_o_factor(m, l);
+  if (p.o != nullptr) {
+    if (i < 0) return;
+    for (int nd = 0; nd < D / 8; ++nd)
+      for (int e = 0; e < 2; ++e) store_o<T>(p, b, i, h, nd * 8 + 2 * t + e, st.o[nd][2 * r + e] * factor);
+    if (t == 0) store_lse(p, b, h, i, lse_b);
+    return;
+  }
+  const bool merge = i >= 0 && !row_is_empty(m);
+  const int64_t row = (b * p.H + h) * p.Nq + i;
+  const double lse_old = merge ? p.lse_acc[row] : 0.0;
+  __syncwarp();
+  if (!merge) return;
+  const double lse_new = merge_lse(lse_old, lse_b);
+  if (t == 0) p.lse_acc[row] = lse_new;
+  const float keep = static_cast<float>(merge_weight(lse_old, lse_new));
+  const float add = static_cast<float>(merge_weight(lse_b, lse_new)) * factor;
+  float* acc = p.o_acc + row * D;
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 2; ++e) {
+      float* x = acc + nd * 8 + 2 * t + e;
+      *x = *x * keep + st.o[nd][2 * r + e] * add;
+    }
+}
+
+// ---------------------------------------------------------------- the kernel
+template <class T, int D>
+__global__ void forward_mma_kernel(ForwardParams p) {
+  using Tile = MmaTile<T, D>;
+  constexpr int BR = Tile::kBr, BC = Tile::kBc, S = Tile::kStride;
+  DILATTN_DYNAMIC_SHARED(unsigned char, smem);
+  SmemCarver carver{smem};
+  Tile tl;
+  tl.carve(carver);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t tile = blockIdx.x;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
+  const int64_t hk = kv_head_of(h, p.H, p.Hkv);
+
+  // 1. Rows, dilated gaps, Q.
+  for (int r = tid; r < BR; r += Tile::kThreads) tl.rows[r] = tile_row(p, h, tile, r, BR);
+  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
+  __syncthreads();
+  bool any_row = false;
+  for (int r = 0; r < BR; ++r) any_row = any_row || tl.rows[r] >= 0;
+  if (!any_row) return;  // the same answer in every thread: no barrier is skipped by some only
+  for (int idx = tid; idx < BR * D; idx += Tile::kThreads) {
+    const int r = idx / D, d = idx % D;
+    const int64_t i = tl.rows[r];
+    tl.q()[r * S + d] = i >= 0 ? load_bnhd<T>(p.q, p.q_stride, b, i, h, d) : from_float<T>(0.0f);
+  }
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
+  const int64_t num_spans = tile_span_count(p, h, tile);
+  if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const T* q0 = tl.q() + r0 * S + kk * 16 + 2 * t;
+    const T* q1 = tl.q() + r1 * S + kk * 16 + 2 * t;
+    qf[kk][0] = load_pair(q0);
+    qf[kk][1] = load_pair(q1);
+    qf[kk][2] = load_pair(q0 + 8);
+    qf[kk][3] = load_pair(q1 + 8);
+  }
+  RowState<D> st;
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 4; ++e) st.o[nd][e] = 0.0f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.0f;
+
+  // 2-3. The chunks, double-buffered. Span descriptors rotate through 3 slots: thread 0 fills
+  // the next span's slot during a chunk while other threads may still read the previous
+  // span's (the chunk before), never the one before that.
+  const T* kb = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
+  const T* vb = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
+  int64_t span = 0, c0 = 0;
+  int buf = 0;
+  if (num_spans > 0 && tl.span[2] > 0) {
+    issue_chunk<T, D>(p, kb, vb, tl.span[0], tl.span[1], 0, min_i64(BC, tl.span[2]), tl.k(0),
+                      tl.v(0));
+  }
+  async_copy_commit();
+  while (span < num_spans) {
+    const int slot = static_cast<int>(span % Tile::kSpanSlots);
+    const int64_t* info = tl.span + 3 * slot;
+    const int64_t most = info[2];
+    // The next chunk: the rest of this span, else the next span's first (spans may be empty).
+    int64_t next_span = span, next_c0 = c0 + BC;
+    if (next_c0 >= most) {
+      next_span = span + 1;
+      next_c0 = 0;
+    }
+    const int next_slot = static_cast<int>(next_span % Tile::kSpanSlots);
+    if (tid == 0 && next_span != span && next_span < num_spans)
+      read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
+                tl.span + 3 * next_slot);
+    async_copy_wait<0>();
+    __syncthreads();  // this chunk's K, V and the next span's descriptor visible to all
+    // buf holds this chunk (if the span has one); the next goes to the other buffer, whose
+    // chunk (or, for chunk 1, Q) every thread finished with before the barrier above.
+    const bool has_chunk = c0 < most;
+    const int next_buf = has_chunk ? buf ^ 1 : buf;
+    const int64_t* next_info = tl.span + 3 * next_slot;
+    if (next_span < num_spans && next_c0 < next_info[2])
+      issue_chunk<T, D>(p, kb, vb, next_info[0], next_info[1], next_c0,
+                        min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
+    async_copy_commit();
+    if (has_chunk) {
+      const int64_t cnt0 = tl.cnt[slot * BR + r0], cnt1 = tl.cnt[slot * BR + r1];
+      int64_t warp_most = cnt0 > cnt1 ? cnt0 : cnt1;
+      for (int x = 4; x < 32; x <<= 1) {
+        const int64_t other = __shfl_xor_sync(0xffffffffu, warp_most, x);
+        warp_most = other > warp_most ? other : warp_most;
+      }
+      if (c0 < warp_most)
+        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), c0, min_i64(BC, most - c0), cnt0, cnt1, st);
+    }
+    buf = next_buf;
+    span = next_span;
+    c0 = next_c0;
+  }
+  async_copy_wait<0>();
+
+  // 4. Finish the lane's two rows.
+  finish_row<T, D>(p, b, h, tl.rows[r0], 0, st);
+  finish_row<T, D>(p, b, h, tl.rows[r1], 1, st);
+}
+
+template __global__ void forward_mma_kernel<__half, 64>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 128>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 64>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 128>(ForwardParams);
+
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn

@@ -1,0 +1,106 @@
+// simt_mma.h - the PTX warp-level matrix multiply mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}
+// for the emulator, with the PTX ISA's register fragment layout (emu/README.md, "mma.sync").
+//
+// Part of the SIMT emulator (emu/README.md). cuda/mma_sync.cuh calls simt::mma_m16n8k16 where
+// nvcc would emit the PTX instruction. Unlike WMMA, whose layout is unspecified, mma.sync's is
+// fixed by the PTX ISA (section "Matrix Fragments for mma.m16n8k16 with floating point type");
+// kernels rely on it (the C fragment of S = Q K^T becomes the A fragment of P V), so the
+// emulator implements exactly that layout. With g = lane / 4 and t = lane % 4:
+//   A (16x16, row): a[0] = A[g][2t..2t+1]   a[1] = A[g+8][2t..2t+1]
+//                   a[2] = A[g][2t+8..2t+9] a[3] = A[g+8][2t+8..2t+9]
+//   B (16x8, col):  b[0] = B[2t..2t+1][g]   b[1] = B[2t+8..2t+9][g]
+//   C, D (16x8 f32): c[0] = C[g][2t], c[1] = C[g][2t+1], c[2] = C[g+8][2t], c[3] = C[g+8][2t+1]
+// Each 32-bit register holds two 16-bit elements, the lower-indexed one in the low half.
+// The instruction is a warp collective: all 32 lanes must reach it together (mask 0xffffffff,
+// as .aligned requires), or the launch fails. D = A B + C with f32 products summed in k order
+// 0..15 (not the tensor cores' internal rounding; kernel tests compare within SPEC 8).
+// Checked by tests/emu/emu_mma.cpp (f16 and bf16 against a host matmul; a wrong layout
+// assumption gives wrong numbers).
+#ifndef DILATTN_SIMT_MMA_H
+#define DILATTN_SIMT_MMA_H
+
+#include <cstring>
+
+#include "simt_device.h"
+
+namespace simt {
+namespace detail {
+
+inline float mma_half_to_float(uint16_t bits, const __half*) {
+  __half h;
+  std::memcpy(static_cast<void*>(&h), &bits, sizeof h);
+  return __half2float(h);
+}
+inline float mma_half_to_float(uint16_t bits, const __nv_bfloat16*) {
+  __nv_bfloat16 h;
+  std::memcpy(static_cast<void*>(&h), &bits, sizeof h);
+  return __bfloat162float(h);
+}
+
+// Element `half` (0: low, 1: high) of a packed register, as f32.
+template <class T>
+inline float mma_element(uint32_t reg, int half) {
+  const uint16_t bits = static_cast<uint16_t>(half == 0 ? reg & 0xffffu : reg >> 16);
+  return mma_half_to_float(bits, static_cast<const T*>(nullptr));
+}
+
+// What each lane posts: ptr[0] = float d[4], ptr[1] = const uint32_t a[4], ptr[2] = const
+// uint32_t b[2], ptr[3] = const float c[4].
+template <class T>
+inline void resolve_mma_m16n8k16(BlockRun& b, WarpState& w, unsigned group) {
+  if (group != 0xffffffffu || w.lanes != 32) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s needs all 32 lanes of the warp (got mask 0x%08x)",
+                  w.slot[0].name, group);
+    collective_error(b, w, 0, buf);
+    return;
+  }
+  float A[16][16], B[16][8], C[16][8];
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const unsigned g = lane / 4, t = lane % 4;
+    const uint32_t* a = static_cast<const uint32_t*>(w.slot[lane].ptr[1]);
+    const uint32_t* bb = static_cast<const uint32_t*>(w.slot[lane].ptr[2]);
+    const float* c = static_cast<const float*>(w.slot[lane].ptr[3]);
+    for (int e = 0; e < 2; ++e) {
+      A[g][2 * t + e] = mma_element<T>(a[0], e);
+      A[g + 8][2 * t + e] = mma_element<T>(a[1], e);
+      A[g][2 * t + 8 + e] = mma_element<T>(a[2], e);
+      A[g + 8][2 * t + 8 + e] = mma_element<T>(a[3], e);
+      B[2 * t + e][g] = mma_element<T>(bb[0], e);
+      B[2 * t + 8 + e][g] = mma_element<T>(bb[1], e);
+      C[g][2 * t + e] = c[e];
+      C[g + 8][2 * t + e] = c[2 + e];
+    }
+  }
+  // Every C is read before any D is written: a lane may pass the same array as c and d.
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const unsigned g = lane / 4, t = lane % 4;
+    float* d = static_cast<float*>(const_cast<void*>(w.slot[lane].ptr[0]));
+    for (int e = 0; e < 4; ++e) {
+      const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+      float acc = C[row][col];
+      for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+      d[e] = acc;
+    }
+  }
+}
+
+}  // namespace detail
+
+// d = a b + c for the warp, T = __half or __nv_bfloat16 (the operands' element type).
+template <class T>
+inline void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+  detail::LaneSlot post;
+  post.resolve = &detail::resolve_mma_m16n8k16<T>;
+  post.name = "mma.sync.m16n8k16";
+  post.mask = 0xffffffffu;
+  post.ptr[0] = d;
+  post.ptr[1] = a;
+  post.ptr[2] = b;
+  post.ptr[3] = c;
+  detail::warp_collective(post);
+}
+
+}  // namespace simt
+
+#endif  // DILATTN_SIMT_MMA_H
