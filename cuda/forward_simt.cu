@@ -7,7 +7,7 @@
 //   S = Q K^T    thread idx owns S[idx / BC][idx % BC]: one dot product of D terms; the 32
 //                lanes of a warp read element d of 32 keys at once, so K rows are padded to
 //                an odd pitch (key_pitch): 32 distinct banks, where pitch D = 64 hit one
-//                bank 32 times (checked by tests/kernels/test_simt_smem_banks.cpp);
+//                bank 32 times (checked by tests/kernels/test_smem_banks.cpp);
 //   O = alpha O + P V    thread idx owns O[idx / D][idx % D]: rescale, then add its P V sum,
 //                        over the keys the row sees only (a NaN in a V row the row does not
 //                        see must not reach it as 0 * NaN).

@@ -25,7 +25,7 @@
 //   using Input (the input dtype) and Elem (the Q, K, V tiles' element type);
 //   kThreads, kBr, kBc (threads per block, query rows per tile, keys per chunk);
 //   void carve(SmemCarver&, D)                            its own scratch, after the tiles;
-//   optionally static int64_t key_pitch(D)                the K tile's row pitch (default D);
+//   static int64_t key_pitch(D)                           the K tile's row pitch, >= D;
 //   void scores(const TileMemory<Elem>&, D)               S[r][c] = <Q_r, K_c>, all BR x BC;
 //   void accumulate(const TileMemory<Elem>&, D, c0)       O = alpha O + P V (P in S).
 // Each ends with the block's threads synchronized.
@@ -64,22 +64,10 @@ struct SmemCarver {
   }
 };
 
-// The K tile's row pitch in elements: Products::key_pitch(D) where the kernel declares one
-// (forward_simt.cu pads its K rows so a warp reading one element of 32 keys hits 32 banks), D
-// otherwise (WMMA tiles need a pitch that is a multiple of 8 elements).
-template <class Products, class = void>
-struct KeyPitch {
-  __host__ __device__ static int64_t of(int64_t D) { return D; }
-};
-template <class Products>
-struct KeyPitch<Products, decltype(void(Products::key_pitch(int64_t{})))> {
-  __host__ __device__ static int64_t of(int64_t D) { return Products::key_pitch(D); }
-};
-
 // The tiles the loop itself uses. E: the Q, K, V element type (Products::Elem).
 template <class E>
 struct TileMemory {
-  E *q, *k, *v;          // [BR][D], [BC][KeyPitch], [BC][D]
+  E *q, *k, *v;          // [BR][D], [BC][Products::key_pitch(D)], [BC][D]
   float *s, *o;          // [BR][BC] scores, then probabilities; [BR][D] the running output
   float *m, *l, *alpha;  // [BR] running max and sum (base 2), this chunk's rescale factor
   float *keep, *add;     // [BR] the merge's weights for the workspace's O and this tile's O
@@ -95,7 +83,7 @@ __host__ __device__ __forceinline__ TileMemory<typename Products::Elem> carve_ti
   const size_t d = static_cast<size_t>(D);
   TileMemory<E> t;
   t.q = c.take<E>(BR * d);
-  t.k = c.take<E>(BC * static_cast<size_t>(KeyPitch<Products>::of(D)));
+  t.k = c.take<E>(BC * static_cast<size_t>(Products::key_pitch(D)));
   t.v = c.take<E>(BC * d);
   t.s = c.take<float>(BR * BC);
   t.o = c.take<float>(BR * d);
@@ -221,9 +209,9 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
   const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
   const int64_t hk = kv_head_of(h, p.H, p.Hkv);
-  // K rows lie kpad elements further apart than V rows: 0 where the kernel keeps pitch D, a
-  // compile-time 0 where D is a constant (WMMA), so its gather indexes K as V.
-  const int64_t kpad = KeyPitch<Products>::of(D) - D;
+  // K rows lie kpad elements further apart than V rows (the kernel's padding against bank
+  // conflicts, forward_simt.cu's key_pitch).
+  const int64_t kpad = Products::key_pitch(D) - D;
 
   // The tile's query rows (-1: none) and fresh softmax state.
   for (int t = tid; t < BR; t += nt) {
@@ -253,7 +241,7 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
 
     for (int64_t c0 = 0; c0 < most; c0 += BC) {
       const int64_t cn = min_i64(BC, most - c0);  // keys in this chunk
-      // K and V rows of the chunk (K at its KeyPitch); zero past it, so the products there are
+      // K and V rows of the chunk (K at its key_pitch); zero past it, so the products there are
       // exact zeros.
       for (int64_t idx = tid; idx < BC * D; idx += nt) {
         const int64_t c = idx / D, d = idx % D;

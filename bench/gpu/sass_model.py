@@ -17,7 +17,8 @@ What it does, per kernel whose name matches --kernel (default: forward_\w*kernel
      the kernel's profile (PROFILES: the inner loops in header-address order, as functions of D);
      a kernel without one, or whose inner loops differ from it, counts every inner loop body
      once and is marked "unprofiled". Both sides of a data-dependent branch count once per
-     iteration (an upper bound); warps are assumed converged (sass_parse.Cfg).
+     iteration (an upper bound), except the blocks a kernel's OFF_PATH names: the paths a full
+     chunk of a 16-byte-aligned view never takes. Warps are assumed converged (sass_parse.Cfg).
   4. Per chunk of BC keys and a block of BR query rows (the kernel's tile, TILES):
        FLOP        4 * BR * BC * D (S = Q K^T and P V, FlashAttention's count);
        issue       warp instructions / 4 per clock per SM (4 sub-partitions, 1 each);
@@ -25,6 +26,7 @@ What it does, per kernel whose name matches --kernel (default: forward_\w*kernel
        smem        shared-memory wavefronts / 1 per clock per SM (128 bytes per clock), with
                    the bank conflicts of the kernel's access pattern (ACCESS: an assumption,
                    written from the kernel source, stated in the output);
+       smem also counts cp.async's shared-memory writes (LDGSTS, 16 bytes a lane: 4);
        bandwidth   global bytes loaded per chunk (LDG/LDGSTS widths x lanes x warps) at HBM
                    bandwidth, each block loading its own K and V (the reuse of BR rows per
                    block; no L2 reuse between blocks);
@@ -64,12 +66,19 @@ DEVICES = {
 }
 
 # ---------------------------------------------------------------- kernels
-# The tiles of the library's forward kernels (cuda/forward_simt.cu, forward_wmma.cu: kBr, kBc,
-# kThreads). Another kernel: --tile family=BR,BC,THREADS.
+# The tiles of the library's forward kernels (cuda/forward_simt.cu's SimtProducts,
+# forward_mma.cu's MmaTile: kBr, kBc, kThreads). forward_mma's depends on D: 128 rows and 8 warps
+# at D = 64, 64 rows and 4 warps at D = 128 (a function of D here). Another kernel:
+# --tile family=BR,BC,THREADS.
 TILES = {
     "forward_simt_kernel": (16, 32, 128),
-    "forward_wmma_kernel": (16, 64, 128),
+    "forward_mma_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 64, 128),
 }
+
+
+def tile_of(tile, D):
+    """(BR, BC, THREADS) of a TILES entry at head dim D."""
+    return tile(D) if callable(tile) else tile
 
 # Trip counts of the chunk loop's inner loops, in header-address order (pre-order: a nested
 # loop follows its parent and counts per iteration of it), per thread or per warp as the loop
@@ -77,21 +86,32 @@ TILES = {
 #   SIMT: gather K,V (BC*D/T) | S idx (BR*BC/T) > d unrolled x16 (D/16), x4 rest ((D%16)/4) |
 #         mask (BR*BC/T) | softmax rows per warp (BR/warps) | O idx (BR*D/T) > keys x16 (BC/16),
 #         x4 rest ((BC%16)/4)
-#   WMMA: gather (BC*D/T) | S key blocks per warp (BC/16/warps) | mask (BR*BC/T) | softmax rows
-#         (BR/warps) | P to dtype (BR*BC/T) | PV column blocks per warp (D/16/warps) | O (BR*D/T)
+#   MMA: thread 0's read_span of the next span (a loop over the BR rows' key counts): once per
+#        span, not per chunk, and a dense or dilated span is all Nk / BC chunks, so 0 per chunk |
+#        issue_chunk's 16-byte pieces of K and V (BC*D/8/T). The rest of the chunk (warp_chunk:
+#        S = Q K^T, softmax, P V) is fully unrolled: no loop.
 def _simt_trips(D, br, bc, t):
     w = t // 32
     return [bc * D // t, br * bc // t, D // 16, (D % 16) // 4, br * bc // t, br // w,
             br * D // t, bc // 16, (bc % 16) // 4]
 
 
-def _wmma_trips(D, br, bc, t):
-    w = t // 32
-    return [bc * D // t, max(1, bc // 16 // w), br * bc // t, br // w, br * bc // t,
-            max(1, D // 16 // w), br * D // t]
+def _mma_trips(D, br, bc, t):
+    return [0, bc * D // 8 // t]
 
 
-PROFILES = {"forward_simt_kernel": _simt_trips, "forward_wmma_kernel": _wmma_trips}
+PROFILES = {"forward_simt_kernel": _simt_trips, "forward_mma_kernel": _mma_trips}
+
+
+# Blocks of the chunk loop a full chunk of a 16-byte-aligned K and V view never runs, counted 0.
+#   MMA (issue_chunk): the element-by-element load of a view cp.async cannot copy (16-bit LDGs,
+#   kv_vec16 = 0) and the zero fill of the rows past a span's last key (16-bit STS of RZ).
+def _mma_off_path(block):
+    return any(i.op == "LDG.E.U16" or (i.op == "STS.U16" and i.operands.endswith(", RZ"))
+               for i in block)
+
+
+OFF_PATH = {"forward_mma_kernel": _mma_off_path}
 
 
 # Shared-memory bank conflicts, an assumption per kernel (what its source says about its tiles):
@@ -102,26 +122,28 @@ PROFILES = {"forward_simt_kernel": _simt_trips, "forward_wmma_kernel": _wmma_tri
 #   SIMT S = Q K^T: lane c reads element d of key c, word c * pitch + d, BR*BC/T * D times per
 #     chunk; pitch is the K tile's row pitch: D before the padding, SimtProducts::key_pitch(D)
 #     = D | 1 after, told apart by the OR it compiles to (simt_key_pitch_rule).
-#   WMMA fragments: ldmatrix (LDSM .4: 4 phases of 8 rows x 16 bytes) and bf16's generic LD
-#     (lane l: row l / 4, word l % 4) read 8 rows whose pitch is 2 * D (Q, K, V) or 2 * BC (P)
-#     bytes, multiples of 128 bytes for D = 64, 128: every row starts in bank 0.
+#   MMA fragments (forward_mma.cu, rows of MmaTile::kStride = D + 8 16-bit elements, pitch
+#     the pitch argument): lane (g = l / 4, t = l % 4) loads S = Q K^T's B fragment word
+#     of K row g, column 2t (32-bit LDS: row stride pitch / 2 words, 4 banks mod 32 when
+#     padded); for P V the 16-bit V elements of row 2t (then 2t + 1), column g (LDS.U16). The
+#     LDS RZ, [RZ] nvcc puts before LDGSTS read no tile. cp.async's 16-byte writes: 8 lanes
+#     fill 128 contiguous bytes of one row, conflict-free at any pitch.
 def _simt_access(D, br, bc, t, key_pitch):
     return [{"what": "S=QK^T LDS: K[c][d], lane = key c", "per_warp": br * bc // t * D,
              "words": [c * key_pitch for c in range(32)], "wavefronts": 1}]
 
 
-def _wmma_access(D, br, bc, t, key_pitch):
-    pitch_words = 2 * D // 4  # Q, K, V rows; P's 2 * BC = 128 bytes falls in the same banks
-    ldsm = [r * pitch_words + j for r in range(8) for j in range(4)]
-    frag = [(l // 4) * pitch_words + l % 4 for l in range(32)]
-    return [{"what": "ldmatrix phase: 8 rows x 16 B, pitch %d B" % (2 * D),
-             "match": lambda i: i.base == "LDSM", "words": ldsm, "wavefronts": 4},
-            {"what": "generic LD of a fragment: 8 rows x 4 words, pitch %d B" % (2 * D),
-             "match": lambda i: i.op.startswith("LD.E") and access_bytes(i.op) == 4,
-             "words": frag, "wavefronts": 1}]
+def _mma_access(D, br, bc, t, pitch):
+    k_frag = [(l // 4) * pitch // 2 + l % 4 for l in range(32)]
+    v_elem = sorted({(2 * (l % 4) * pitch + l // 4) // 2 for l in range(32)})
+    return [{"what": "S=QK^T LDS of a K fragment: 8 rows x 4 words, pitch %d B" % (2 * pitch),
+             "match": lambda i: i.op == "LDS" and not i.operands.startswith("RZ,"),
+             "words": k_frag, "wavefronts": 1},
+            {"what": "PV LDS.U16 of V: rows 2t, column g, pitch %d B" % (2 * pitch),
+             "match": lambda i: i.op == "LDS.U16", "words": v_elem, "wavefronts": 1}]
 
 
-ACCESS = {"forward_simt_kernel": _simt_access, "forward_wmma_kernel": _wmma_access}
+ACCESS = {"forward_simt_kernel": _simt_access, "forward_mma_kernel": _mma_access}
 
 
 def simt_key_pitch_rule(kernel):
@@ -135,7 +157,13 @@ def simt_key_pitch_rule(kernel):
 
 
 def eval_pitch(rule, D):
-    return {"D": D, "D|1": D | 1, "D+1": D + 1}.get(rule, D)
+    return {"D": D, "D|1": D | 1, "D+1": D + 1, "D+8": D + 8}.get(rule, D)
+
+
+# The tile row pitch (in elements) each kernel's ACCESS is evaluated at: the SIMT one is read off
+# its SASS (simt_key_pitch_rule); forward_mma's is MmaTile::kStride, from its source.
+PITCH_RULES = {"forward_simt_kernel": simt_key_pitch_rule,
+               "forward_mma_kernel": lambda kernel: "D+8"}
 
 
 # ---------------------------------------------------------------- instruction classes
@@ -212,10 +240,15 @@ def chunk_loop(cfg):
     return max(inner, key=lambda l: (l.count(lambda i: i.base == "BAR"), len(l.blocks)))
 
 
-def weights(loop, trips):
+def weights(loop, trips, off_path=None):
     """Instruction weight per block of `loop`: the product of the trip counts of the inner loops
-    that hold the block (trips in loop.descendants() order; None: every body once)."""
+    that hold the block (trips in loop.descendants() order; None: every body once); 0 for a
+    block off_path(instructions) marks as not run."""
     w = {b: 1 for b in loop.blocks}
+    if off_path is not None:
+        for b in loop.blocks:
+            if off_path(loop.cfg.blocks[b]):
+                w[b] = 0
     if trips is None:
         return w
     for inner, n in zip(loop.descendants(), trips):
@@ -224,8 +257,8 @@ def weights(loop, trips):
     return w
 
 
-def count_chunk(loop, trips):
-    w = weights(loop, trips)
+def count_chunk(loop, trips, off_path=None):
+    w = weights(loop, trips, off_path)
     counts = {c: 0 for c in CLASSES}
     ldg_bytes = hmma = wavefronts = 0
     for b in loop.blocks:
@@ -239,7 +272,7 @@ def count_chunk(loop, trips):
                 ldg_bytes += n * access_bytes(ins.op) * 32
             elif cls == "HMMA":
                 hmma += n * hmma_flop(ins.op)
-            if cls in ("LDS", "STS"):
+            if cls in ("LDS", "STS") or ins.base == "LDGSTS":  # cp.async writes shared memory
                 wavefronts += n * smem_wavefronts(ins)
     return counts, ldg_bytes, hmma, wavefronts
 
@@ -272,7 +305,8 @@ def model_kernel(kernel, D, dtype, tile, family):
             trips, profiled = want, True
     if not inner:
         profiled = True  # no inner loop: the body is what one chunk issues
-    counts, ldg_bytes_warp, hmma_flop_warp, wavefronts = count_chunk(loop, trips)
+    off_path = OFF_PATH.get(family)
+    counts, ldg_bytes_warp, hmma_flop_warp, wavefronts = count_chunk(loop, trips, off_path)
     warps = threads // 32
     out.update({
         "chunk_loop": {"header": "0x%x" % loop.header_addr,
@@ -286,9 +320,9 @@ def model_kernel(kernel, D, dtype, tile, family):
     conflicts = []
     extra = 0
     if family in ACCESS and dev is not None:
-        pitch_rule = simt_key_pitch_rule(kernel) if family == "forward_simt_kernel" else "D"
+        pitch_rule = PITCH_RULES.get(family, lambda k: "D")(kernel)
         pitch = eval_pitch(pitch_rule, D)
-        w = weights(loop, trips)
+        w = weights(loop, trips, off_path)
         for acc in ACCESS[family](D, br, bc, threads, pitch):
             ways = conflict_ways(acc["words"], dev["smem_banks"])
             n = acc.get("per_warp")
@@ -296,8 +330,8 @@ def model_kernel(kernel, D, dtype, tile, family):
                 n = sum(w[b] for b in loop.blocks for i in cfg.blocks[b] if acc["match"](i))
             conflicts.append({"access": acc["what"], "ways": ways, "per_warp": n})
             extra += n * acc["wavefronts"] * (ways - 1)
-        if family == "forward_simt_kernel":
-            conflicts[0].update({"key_pitch": pitch, "pitch_rule": pitch_rule})
+        for c in conflicts:
+            c.update({"pitch": pitch, "pitch_rule": pitch_rule})
     out["bank_conflicts"] = conflicts
     flop = 4 * br * bc * D
     out["flop_per_chunk"] = flop
@@ -375,7 +409,7 @@ def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
                              "dtype": dtype, "D": D,
                              "error": "tile unknown: pass --tile %s=BR,BC,THREADS" % family})
                 continue
-            rows.append(model_kernel(k, D, dtype, tile, family))
+            rows.append(model_kernel(k, D, dtype, tile_of(tile, D), family))
     rows.sort(key=lambda r: (r["family"], r["arch"], r["dtype"], r["D"]))
     return rows
 

@@ -141,13 +141,30 @@ def test_table_and_json_from_a_listing(tmp_path):
     assert data["results"][0]["per_warp_per_chunk"]["HMMA"] == 1
 
 
-def test_wmma_fragment_reads_conflict_eight_ways():
-    # Rows of 2 * D bytes (D = 64, 128) all start in bank 0: ldmatrix's 8 rows of one phase and
-    # the generic LD's 8 rows of 4 words each share 4 banks.
-    for D in (64, 128):
-        ldsm, frag = sass_model.ACCESS["forward_wmma_kernel"](D, 16, 64, 128, D)
-        assert sass_model.conflict_ways(ldsm["words"], 32) == 8
-        assert sass_model.conflict_ways(frag["words"], 32) == 8
-        assert ldsm["match"](sass_parse.Instr(0, "LDSM.16.M88.4 R4, [R2]"))
-        assert frag["match"](sass_parse.Instr(0, "LD.E R4, [R2.64]"))
-        assert not frag["match"](sass_parse.Instr(0, "LD.E.64 R4, [R2.64]"))
+def test_mma_fragment_reads_are_conflict_free_with_padded_rows():
+    # forward_mma.cu's rows of D + 8 16-bit elements: the K fragment's 8 rows x 4 words fill the
+    # 32 banks and V's 16-bit reads of rows 2t, column g hit 16 banks once each; unpadded (rows
+    # of 128 or 256 bytes, all starting in bank 0) 8-way and 4-way.
+    for D, tile in ((64, (128, 64, 256)), (128, (64, 64, 128))):
+        assert sass_model.tile_of(sass_model.TILES["forward_mma_kernel"], D) == tile
+        pitch = sass_model.eval_pitch(sass_model.PITCH_RULES["forward_mma_kernel"](None), D)
+        assert pitch == D + 8
+        k_frag, v_elem = sass_model.ACCESS["forward_mma_kernel"](D, *tile, pitch)
+        assert sass_model.conflict_ways(k_frag["words"], 32) == 1
+        assert sass_model.conflict_ways(v_elem["words"], 32) == 1
+        k_frag, v_elem = sass_model.ACCESS["forward_mma_kernel"](D, *tile, D)
+        assert sass_model.conflict_ways(k_frag["words"], 32) == 8
+        assert sass_model.conflict_ways(v_elem["words"], 32) == 4
+        assert k_frag["match"](sass_parse.Instr(0, "LDS R4, [R2+0x10]"))
+        assert not k_frag["match"](sass_parse.Instr(0, "LDS RZ, [RZ]"))
+        assert not k_frag["match"](sass_parse.Instr(0, "LDS.U16 R4, [R2]"))
+        assert v_elem["match"](sass_parse.Instr(0, "LDS.U16 R4, [R2+0x90]"))
+
+
+def test_mma_off_path_blocks_are_the_element_load_and_the_zero_fill():
+    off = sass_model.OFF_PATH["forward_mma_kernel"]
+    blk = lambda *texts: [sass_parse.Instr(0x10 * n, t) for n, t in enumerate(texts)]
+    assert off(blk("IMAD R4, R2, 0x2, RZ", "LDG.E.U16 R98, [R88.64]", "STS.U16 [R97], R98"))
+    assert off(blk("STS.U16 [R97+0x2400], RZ", "STS.U16 [R97], RZ", "BRA 0xd270"))
+    assert not off(blk("LDS RZ, [RZ]", "LDGSTS.E.BYPASS.128 [R97], [R66.64]", "BRA 0xd270"))
+    assert not off(blk("LDS.U16 R4, [R2]", "STS.64 [R67], R86"))

@@ -1,0 +1,94 @@
+// test_smem_banks.cpp - the shared-memory layout of the forward kernels' K and V tiles against
+// the bank rule of NVIDIA GPUs: 32 banks of 4 bytes; a warp's access serializes over the
+// distinct 4-byte words that fall in one bank (one word read by several lanes is broadcast).
+//
+//   SIMT (forward_simt.cu): in S = Q K^T the 32 lanes of a warp read element d of keys
+//     c = 0 .. 31 at once (thread idx owns S[idx / BC][idx % BC], BC = 32), word c * pitch + d.
+//     Every head dim 1 .. kMaxHeadDim must put those 32 words in 32 distinct banks (with
+//     pitch = D that is 32 / gcd(D, 32) banks: 1 bank, a 32-way conflict, for D = 64).
+//   MMA (forward_mma.cu): rows of MmaTile::kStride 16-bit elements. Lane (g = lane / 4,
+//     t = lane % 4) loads the 32-bit fragment word at row g, column 2t of Q and K (S = Q K^T's
+//     A and B operands): 32 distinct words that must fill the 32 banks. For P V it loads the
+//     16-bit V elements at rows 2t and 2t + 1, column g: no two distinct words in one bank.
+//     With the rows unpadded (kStride = D, 128 or 256 bytes) every row starts in bank 0: 8-way
+//     for Q and K, 4-way for V.
+//
+// The tile bases are 128-byte aligned (SmemCarver), so they add the same bank to every lane.
+#define DILATTN_BACKEND_NS banks_test
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "../common/check.h"
+#include "forward_mma.cu"
+#include "forward_simt.cu"
+
+namespace {
+
+using dilattn::banks_test::MmaTile;
+using dilattn::banks_test::SimtProducts;
+
+constexpr int64_t kBanks = 32, kBankBytes = 4, kWarp = 32;
+
+// The most distinct 4-byte words one bank serves for a warp's accesses at these byte addresses:
+// 1 is conflict-free, n an n-way conflict.
+int conflict_ways(const std::vector<int64_t>& byte_addrs) {
+  std::map<int64_t, std::set<int64_t>> words_in_bank;
+  for (const int64_t a : byte_addrs) words_in_bank[a / kBankBytes % kBanks].insert(a / kBankBytes);
+  size_t most = 0;
+  for (const auto& [bank, words] : words_in_bank) most = words.size() > most ? words.size() : most;
+  return static_cast<int>(most);
+}
+
+void check_simt_key_column() {
+  static_assert(SimtProducts<float>::kBc == kWarp, "one warp reads one column of K");
+  for (int64_t D = 1; D <= dilattn::kMaxHeadDim; ++D) {
+    const int64_t pitch = SimtProducts<float>::key_pitch(D);
+    CHECK_MSG(pitch >= D, "SIMT K pitch %lld below D = %lld", static_cast<long long>(pitch),
+              static_cast<long long>(D));
+    for (int64_t d = 0; d < D; ++d) {
+      std::vector<int64_t> addrs;  // lane c reads f32 element d of K row c
+      for (int64_t c = 0; c < kWarp; ++c)
+        addrs.push_back((c * pitch + d) * static_cast<int64_t>(sizeof(float)));
+      const int ways = conflict_ways(addrs);
+      if (!CHECK_MSG(ways == 1, "SIMT D = %lld pitch %lld d = %lld: %d-way conflict",
+                     static_cast<long long>(D), static_cast<long long>(pitch),
+                     static_cast<long long>(d), ways))
+        break;
+    }
+  }
+}
+
+template <class T, int D>
+void check_mma_fragments(const char* name) {
+  constexpr int64_t stride = MmaTile<T, D>::kStride, elem = sizeof(T);
+  // V's two 16-bit loads are two warp-wide accesses: rows 2t (v[0]), then rows 2t + 1 (v[1]).
+  std::vector<int64_t> qk, v[2];
+  for (int64_t lane = 0; lane < kWarp; ++lane) {
+    const int64_t g = lane / 4, t = lane % 4;
+    qk.push_back((g * stride + 2 * t) * elem);
+    for (int64_t odd = 0; odd < 2; ++odd) v[odd].push_back(((2 * t + odd) * stride + g) * elem);
+  }
+  std::set<int64_t> qk_banks;
+  for (const int64_t a : qk) qk_banks.insert(a / kBankBytes % kBanks);
+  CHECK_MSG(static_cast<int64_t>(qk_banks.size()) == kBanks,
+            "MMA %s D = %d stride %lld: Q/K fragment words in %zu banks, want 32", name, D,
+            static_cast<long long>(stride), qk_banks.size());
+  for (const auto& rows : v) {
+    const int ways = conflict_ways(rows);
+    CHECK_MSG(ways == 1, "MMA %s D = %d stride %lld: V element loads %d-way conflict", name, D,
+              static_cast<long long>(stride), ways);
+  }
+}
+
+}  // namespace
+
+int main() {
+  check_simt_key_column();
+  check_mma_fragments<__half, 64>("f16");
+  check_mma_fragments<__half, 128>("f16");
+  check_mma_fragments<__nv_bfloat16, 64>("bf16");
+  check_mma_fragments<__nv_bfloat16, 128>("bf16");
+  return harness::finish("kernels_smem_banks");
+}
