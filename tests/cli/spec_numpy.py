@@ -94,4 +94,5 @@ def assert_close(got, want, atol, rtol):
     assert np.all(ok | both_neg_inf), f"max abs err {np.nanmax(np.abs(got - want))}"
 
 
+SPEC8_F32 = dict(atol=1e-5, rtol=1e-4)  # SPEC 8: an f32 backend (cpu) against the f64 reference
 F32_TOL = dict(atol=1e-6, rtol=1e-5)  # ref computes in f64; only the f32 output rounding differs

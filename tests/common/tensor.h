@@ -110,6 +110,12 @@ class Tensor {
   // Every byte (padding included) set to 0x7f: f32 and bf16 3.4e38, f16 NaN, f64 1.4e306.
   // An output element a backend forgets to write then fails any comparison.
   void poison() { std::memset(bytes_.data(), 0x7f, bytes_.size()); }
+  // Every byte still poison(): nothing wrote to the tensor (SPEC 7: outputs untouched on error).
+  bool is_poisoned() const {
+    for (unsigned char b : bytes_)
+      if (b != 0x7f) return false;
+    return true;
+  }
 
  private:
   std::vector<unsigned char> bytes_;

@@ -15,9 +15,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
 from cli_support import make_inputs, qkv_flags, run  # noqa: E402
-from spec_numpy import assert_close  # noqa: E402
+from spec_numpy import SPEC8_F32, assert_close  # noqa: E402
 
-SPEC8_F32 = dict(atol=1e-5, rtol=1e-4)
 
 CASES = {
     "dense": [],
