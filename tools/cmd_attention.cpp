@@ -256,12 +256,26 @@ dilattn_backend plan_backend(const PlanHandle& plan) {
   return b;
 }
 
-// The ring copies rows between host arrays, so the plan must run on the CPU.
+// --ring mpi moves host memory (the library's MPI transport), so its plan must run on the CPU;
+// --ring-threads puts each rank's shards where the plan's backend reads them (shard_place).
 void check_ring_backend(const Settings& s, const PlanHandle& plan) {
-  if (s.ring.any() && plan_backend(plan) == DILATTN_BACKEND_CUDA)
-    throw CliError(kExitRuntime, std::string("flag ") + (s.ring.mpi ? "--ring mpi" : "--ring-threads") +
-                                     ": ring attention runs on CPU backends (ref, cpu, emu); "
-                                     "the plan runs on cuda");
+  if (s.ring.mpi && plan_backend(plan) == DILATTN_BACKEND_CUDA)
+    throw CliError(kExitRuntime, "flag --ring mpi: ring attention over MPI runs on CPU backends "
+                                 "(ref, cpu, emu); the plan runs on cuda");
+}
+
+ShardPlace shard_place(const PlanHandle& plan) {
+  switch (plan_backend(plan)) {
+    case DILATTN_BACKEND_CUDA: return ShardPlace::gpu;
+    case DILATTN_BACKEND_EMU: return ShardPlace::emulated_device;
+    default: return ShardPlace::host;
+  }
+}
+
+// The full tensors go to the GPU for a single-device cuda run; a ring keeps them on the host
+// and moves each rank's rows instead (ring_run.h).
+bool full_tensors_on_gpu(const PlanHandle& plan, const RingOptions& ring) {
+  return plan_backend(plan) == DILATTN_BACKEND_CUDA && !ring.any();
 }
 
 // The mask file of --mask, read on rank 0 (under --ring mpi it reaches the other ranks in
@@ -337,14 +351,14 @@ void run_forward(const PlanHandle& plan, const RingOptions& ring, Operands& o, N
   const bool ref = plan_backend(plan) == DILATTN_BACKEND_REF;
   *out = zeros(o.q.type, o.q.shape, root);
   *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq}, root);
-  Binder bind(plan_backend(plan) == DILATTN_BACKEND_CUDA);
+  Binder bind(full_tensors_on_gpu(plan, ring));
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
                        tl = bind.output(*lse, ref ? DILATTN_F64 : DILATTN_F32, 1);
   if (ring.mpi)
     ring_forward_mpi(plan.get(), ring, tq, tk, tv, to, tl);
   else if (ring.ranks > 0)
-    ring_forward(plan.get(), ring, tq, tk, tv, to, tl);
+    ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl);
   else
     check_status(dilattn_forward(plan.get(), &tq, &tk, &tv, &to, &tl, nullptr, 0), "forward");
   bind.finish();
@@ -439,7 +453,7 @@ int cmd_backward(int argc, char** argv, int first) {
 
   NpyArray dq = zeros(o.q.type, o.q.shape, world.root()), dk = zeros(o.k.type, o.k.shape, world.root()),
            dv = zeros(o.v.type, o.v.shape, world.root());
-  Binder bind(plan_backend(plan) == DILATTN_BACKEND_CUDA);
+  Binder bind(full_tensors_on_gpu(plan, s.ring));
   const dilattn_dtype lse_dtype = lse.type == NpyType::f8 ? DILATTN_F64 : DILATTN_F32;
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.input(out, o.dtype),
@@ -449,7 +463,7 @@ int cmd_backward(int argc, char** argv, int first) {
   if (s.ring.mpi)
     ring_backward_mpi(plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   else if (s.ring.ranks > 0)
-    ring_backward(plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
+    ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   else
     check_status(dilattn_backward(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
                                   nullptr, 0),

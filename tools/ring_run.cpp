@@ -2,14 +2,13 @@
 // shards out.
 #include "ring_run.h"
 
-#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli_error.h"
 #include "library_status.h"
-#include "shard_copy.h"
 
 namespace dilattn_cli {
 
@@ -18,22 +17,47 @@ namespace {
 // Every wait inside one process ends long before this unless a rank is stuck.
 constexpr int32_t kRingTimeoutMs = 600000;
 
-// Runs body(rank, comm, rows) on one thread per rank; throws for the first failure, preferring
-// a rank's own error over the DILATTN_ERROR_COMM of the ranks that saw it fail.
-template <class Body>
-void run_ranks(const RingOptions& ring, int64_t seqlen, const char* what, Body body) {
+// A full tensor of the command; `lse`: its rows are on axis 2 ([B, H, N, 1]).
+struct Operand {
+  const dilattn_tensor* full;
+  bool lse = false;
+};
+
+// One rank's shards: its rows of every input, and its rows of every output to fill.
+struct RankShards {
+  std::vector<std::unique_ptr<Shard>> inputs, outputs;
+  const dilattn_tensor* in(size_t i) const { return inputs[i]->view(); }
+  const dilattn_tensor* out(size_t i) const { return outputs[i]->view(); }
+};
+
+// Makes every rank's shards here, then runs call(comm, shards) on one thread per rank, then
+// copies every rank's output rows into the full outputs. The shards come first so that a rank
+// failing to make them (out of memory, a CUDA error) stops the command before any rank enters
+// the ring, where the others would wait for it until the timeout. A failed call throws for the
+// first failure, preferring a rank's own error over the DILATTN_ERROR_COMM of the ranks that saw
+// it fail; no output is touched then.
+template <class Call>
+void run_ranks(const RingOptions& ring, ShardPlace place, int64_t seqlen, const char* what,
+               std::initializer_list<Operand> inputs, std::initializer_list<Operand> outputs,
+               Call call) {
+  std::vector<RankShards> shards(static_cast<size_t>(ring.ranks));
+  for (int32_t r = 0; r < ring.ranks; ++r) {
+    Rows rows;
+    check_status(dilattn_ring_shard_rows(seqlen, ring.ranks, r, ring.split, rows.first, rows.count),
+                 "--ring-threads");
+    for (const Operand& t : inputs)
+      shards[r].inputs.push_back(std::make_unique<Shard>(*t.full, rows, t.lse, true, place));
+    for (const Operand& t : outputs)
+      shards[r].outputs.push_back(std::make_unique<Shard>(*t.full, rows, t.lse, false, place));
+  }
   std::vector<dilattn_comm> comms(static_cast<size_t>(ring.ranks), nullptr);
   check_status(dilattn_comm_create_threads(ring.ranks, kRingTimeoutMs, comms.data()), "--ring-threads");
-  std::vector<Rows> rows(comms.size());
-  for (int32_t r = 0; r < ring.ranks; ++r)
-    check_status(dilattn_ring_shard_rows(seqlen, ring.ranks, r, ring.split, rows[r].first, rows[r].count),
-                 "--ring-threads");
   std::vector<dilattn_status> status(comms.size(), DILATTN_SUCCESS);
   std::vector<std::string> message(comms.size());
   std::vector<std::thread> threads;
   for (int32_t r = 0; r < ring.ranks; ++r)
     threads.emplace_back([&, r] {
-      status[r] = body(r, comms[r], rows[r]);
+      status[r] = call(comms[r], shards[r]);
       message[r] = dilattn_last_error();
     });
   for (std::thread& t : threads) t.join();
@@ -46,44 +70,32 @@ void run_ranks(const RingOptions& ring, int64_t seqlen, const char* what, Body b
   if (worst >= 0)
     check_status(status[worst], std::string(what) + " (ring rank " + std::to_string(worst) + ")",
                  message[worst]);
+  for (RankShards& s : shards)  // each rank's own rows of the full outputs
+    for (std::unique_ptr<Shard>& out : s.outputs) out->copy_out();
 }
 
 }  // namespace
 
-void ring_forward(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
-                  const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
-                  const dilattn_tensor& lse) {
-  run_ranks(ring, q.shape[1], "forward", [&](int32_t, dilattn_comm comm, const Rows& rows) {
-    Shard sq(q, rows, false, true), sk(k, rows, false, true), sv(v, rows, false, true);
-    Shard so(o, rows, false, false), sl(lse, rows, true, false);
-    const dilattn_status s = dilattn_ring_forward(plan, comm, ring.split, sq.view(), sk.view(),
-                                                  sv.view(), so.view(), sl.view());
-    if (s == DILATTN_SUCCESS) {  // each rank writes only its own rows of the full arrays
-      so.copy_out();
-      sl.copy_out();
-    }
-    return s;
-  });
+void ring_forward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
+                  const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
+                  const dilattn_tensor& o, const dilattn_tensor& lse) {
+  run_ranks(ring, place, q.shape[1], "forward", {{&q}, {&k}, {&v}}, {{&o}, {&lse, true}},
+            [&](dilattn_comm comm, const RankShards& s) {
+              return dilattn_ring_forward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
+                                          s.out(0), s.out(1));
+            });
 }
 
-void ring_backward(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
-                   const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
-                   const dilattn_tensor& lse, const dilattn_tensor& d_o, const dilattn_tensor& dq,
-                   const dilattn_tensor& dk, const dilattn_tensor& dv) {
-  run_ranks(ring, q.shape[1], "backward", [&](int32_t, dilattn_comm comm, const Rows& rows) {
-    Shard sq(q, rows, false, true), sk(k, rows, false, true), sv(v, rows, false, true);
-    Shard so(o, rows, false, true), sl(lse, rows, true, true), sdo(d_o, rows, false, true);
-    Shard sdq(dq, rows, false, false), sdk(dk, rows, false, false), sdv(dv, rows, false, false);
-    const dilattn_status s = dilattn_ring_backward(plan, comm, ring.split, sq.view(), sk.view(),
-                                                   sv.view(), so.view(), sl.view(), sdo.view(),
-                                                   sdq.view(), sdk.view(), sdv.view());
-    if (s == DILATTN_SUCCESS) {
-      sdq.copy_out();
-      sdk.copy_out();
-      sdv.copy_out();
-    }
-    return s;
-  });
+void ring_backward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
+                   const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
+                   const dilattn_tensor& o, const dilattn_tensor& lse, const dilattn_tensor& d_o,
+                   const dilattn_tensor& dq, const dilattn_tensor& dk, const dilattn_tensor& dv) {
+  run_ranks(ring, place, q.shape[1], "backward", {{&q}, {&k}, {&v}, {&o}, {&lse, true}, {&d_o}},
+            {{&dq}, {&dk}, {&dv}}, [&](dilattn_comm comm, const RankShards& s) {
+              return dilattn_ring_backward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
+                                           s.in(3), s.in(4), s.in(5), s.out(0), s.out(1),
+                                           s.out(2));
+            });
 }
 
 }  // namespace dilattn_cli

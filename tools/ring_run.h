@@ -1,13 +1,14 @@
 // ring_run.h - `--ring-threads P`: run the plan's forward or backward as ring attention
-// (dilattn_ring.h, SPEC 5) on P threads of this process, each rank with copies of its own rows,
-// and gather the ranks' outputs into the full arrays. The result equals the single-device run
-// within SPEC 8 (tests/cli/test_cli_ring.py).
+// (dilattn_ring.h, SPEC 5) on P threads of this process, each rank with copies of its own rows
+// (on the plan's device for cuda and emu: shard_copy.h), and gather the ranks' outputs into the
+// full arrays. The result equals the single-device run within SPEC 8 (tests/ring/test_cli_ring.py).
 #ifndef DILATTN_TOOLS_RING_RUN_H
 #define DILATTN_TOOLS_RING_RUN_H
 
 #include <cstdint>
 
 #include "dilattn_ring.h"
+#include "shard_copy.h"
 
 namespace dilattn_cli {
 
@@ -18,12 +19,14 @@ struct RingOptions {
   dilattn_ring_split split = DILATTN_RING_CONTIGUOUS;
 };
 
-// Every tensor is a contiguous host array of the full sequence; LSE is [B, H, N, 1].
+// Every tensor is a contiguous host array of the full sequence; LSE is [B, H, N, 1]. `place`
+// is where the plan's backend reads the shards (shard_place).
 // A failing rank becomes a CliError naming it (the first rank with its own error, else the first).
-void ring_forward(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
-                  const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
-                  const dilattn_tensor& lse);
-void ring_backward(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
+void ring_forward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
+                  const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
+                  const dilattn_tensor& o, const dilattn_tensor& lse);
+void ring_backward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
+                   const dilattn_tensor& q,
                    const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
                    const dilattn_tensor& lse, const dilattn_tensor& d_o, const dilattn_tensor& dq,
                    const dilattn_tensor& dk, const dilattn_tensor& dv);

@@ -1,12 +1,16 @@
 // shard_copy.h - one rank's rows of a full contiguous tensor, copied in and out: the shards of
 // ring attention (SPEC 5) for `--ring-threads` (ring_run.cpp) and `--ring mpi` (ring_mpi.cpp).
+// For a device backend the rank's rows go on to the plan's device (device_memory.h), so each
+// rank holds its own shards there, as a multi-GPU program would.
 #ifndef DILATTN_TOOLS_SHARD_COPY_H
 #define DILATTN_TOOLS_SHARD_COPY_H
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "device_memory.h"
 #include "dilattn_ring.h"
 
 namespace dilattn_cli {
@@ -19,11 +23,17 @@ struct Rows {
   int64_t total() const { return count[0] + count[1]; }
 };
 
+// Where the plan's backend reads a rank's shard: host memory (ref, cpu), a GPU (cuda, device 0
+// as the single-device path), or the emulator's device memory (emu).
+enum class ShardPlace { host, gpu, emulated_device };
+
 // One rank's copy of the rows of a full contiguous tensor. The row axis is 1 ([B, N, H, D])
 // or 2 (LSE, [B, H, N, 1]); the copy has the same layout with N replaced by the row count.
+// On a device the host copy stages the rows: copied in, then uploaded; downloaded, then out.
 class Shard {
  public:
-  Shard(const dilattn_tensor& full, const Rows& rows, bool lse, bool copy_in)
+  Shard(const dilattn_tensor& full, const Rows& rows, bool lse, bool copy_in,
+        ShardPlace place = ShardPlace::host)
       : full_(full), rows_(rows), axis_(lse ? 2 : 1) {
     view_ = full;
     view_.shape[axis_] = rows.total();
@@ -32,10 +42,22 @@ class Shard {
     bytes_.resize(static_cast<size_t>(rows.total() * outer() * inner()) * element_size(full.dtype) + 16);
     view_.data = bytes_.data();  // never NULL, even for a rank without rows
     if (copy_in) copy(true);
+    if (place == ShardPlace::host) return;
+    device_ = std::make_unique<DeviceBuffer>(
+        size(), place == ShardPlace::gpu ? DeviceBuffer::Kind::gpu : DeviceBuffer::Kind::emulated);
+    if (copy_in) device_->upload(bytes_.data());
+    view_.data = device_->get();
+    if (place == ShardPlace::gpu) {
+      view_.device = DILATTN_DEVICE_CUDA;
+      view_.device_index = 0;
+    }
   }
   const dilattn_tensor* view() const { return &view_; }
-  void copy_out() { copy(false); }
-  // The shard's own bytes (its rows only), e.g. to send to the rank that owns them.
+  void copy_out() {
+    if (device_) device_->download(bytes_.data());
+    copy(false);
+  }
+  // The shard's own host bytes (its rows only), e.g. to send to the rank that owns them.
   unsigned char* data() { return bytes_.data(); }
   size_t size() const { return bytes_.size() - 16; }
 
@@ -61,6 +83,7 @@ class Shard {
   Rows rows_;
   int axis_;
   std::vector<unsigned char> bytes_;
+  std::unique_ptr<DeviceBuffer> device_;  // the rows on the plan's device, if not on the host
 };
 
 }  // namespace dilattn_cli

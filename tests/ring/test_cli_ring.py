@@ -2,7 +2,9 @@
 threads of one process) equals the single-device run of the same command: on the f32
 reference up to the ring's f32 accumulators (atol 1e-6, rtol 1e-5), on the cpu backend within
 SPEC 8's f32 tolerances of the reference; for dense, causal GQA, dilated and block-sparse attention, uneven splits and both splits; and its
-flags are checked (exit 2), a mask block cut by a shard boundary exits 3 naming it; `--ring mpi`
+flags are checked (exit 2), a mask block cut by a shard boundary exits 3 naming it; with `--backend emu` each rank's shards go through the
+tool's device copies (upload, ring on the emu backend, download), equal within SPEC 8 to the
+single-device emu run and to the reference; `--ring mpi`
 outside mpirun is one rank (MPI singleton) equal to the single-device run, or, in a build
 without MPI, refused (exit 3). tests/ring/mpi/test_cli_ring_mpi.py runs it under mpirun.
 Run by meson (suite 'ring') with DILATTN_CLI set to the executable.
@@ -62,6 +64,32 @@ def test_ring_threads_equal_single_device(tmp_path, case, ring):
     assert_close(got[1], want[1], atol=1e-4, rtol=0)
     for g, w in zip(got_grads, want_grads):
         assert_close(g, w, **SPEC8_F32)
+
+
+EMU_CASES = {"causal_gqa": ["--causal"],
+             "dilated_mod": ["--segments", "4,8", "--dilations", "1,2"]}
+
+
+@pytest.mark.parametrize("case", sorted(EMU_CASES))
+@pytest.mark.parametrize("ring", [["2"], ["3"], ["2", "--ring-split", "zigzag"],
+                                  ["3", "--ring-split", "zigzag"]])
+def test_ring_threads_on_emu_device_equal_single_device(tmp_path, case, ring):
+    # Small: the emulator runs a fiber per CUDA thread.
+    H, Hkv = (4, 2) if case == "causal_gqa" else (2, 2)
+    _, paths = make_inputs(tmp_path, B=1, Nq=22, H=H, Hkv=Hkv, D=4, seed=5)
+    flags = EMU_CASES[case]
+    ring_flags = ["--ring-threads", *ring]
+    want = forward(tmp_path, paths, "ref", "--backend", "ref", *flags)
+    want_grads = backward(tmp_path, paths, "ref", "--backend", "ref", *flags)
+    single = forward(tmp_path, paths, "emu", "--backend", "emu", *flags)
+    single_grads = backward(tmp_path, paths, "emu", "--backend", "emu", *flags)
+    got = forward(tmp_path, paths, "ring_emu", "--backend", "emu", *flags, *ring_flags)
+    got_grads = backward(tmp_path, paths, "ring_emu", "--backend", "emu", *flags, *ring_flags)
+    for g, s, w in zip([got[0], *got_grads], [single[0], *single_grads], [want[0], *want_grads]):
+        assert_close(g, s, **SPEC8_F32)
+        assert_close(g, w, **SPEC8_F32)
+    assert_close(got[1], single[1], atol=1e-4, rtol=0)  # LSE: SPEC 8's absolute bound
+    assert_close(got[1], want[1], atol=1e-4, rtol=0)
 
 
 def test_ring_flags_checked(tmp_path):
