@@ -346,17 +346,23 @@ NpyArray zeros(NpyType type, std::vector<int64_t> shape, bool allocate = true) {
 }
 
 // O and LSE of the forward pass, LSE in the dtype the plan's backend writes.
-void run_forward(const PlanHandle& plan, const RingOptions& ring, Operands& o, NpyArray* out,
-                 NpyArray* lse, bool root) {
+void run_forward(const MpiWorld& world, const PlanHandle& plan, const RingOptions& ring,
+                 Operands& o, NpyArray* out, NpyArray* lse) {
   const bool ref = plan_backend(plan) == DILATTN_BACKEND_REF;
-  *out = zeros(o.q.type, o.q.shape, root);
-  *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq}, root);
+  world.on_root([&] {
+    *out = zeros(o.q.type, o.q.shape);
+    *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq});
+  });
+  if (!world.root()) {
+    *out = zeros(o.q.type, o.q.shape, false);
+    *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq}, false);
+  }
   Binder bind(full_tensors_on_gpu(plan, ring));
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
                        tl = bind.output(*lse, ref ? DILATTN_F64 : DILATTN_F32, 1);
   if (ring.mpi)
-    ring_forward_mpi(plan.get(), ring, tq, tk, tv, to, tl);
+    ring_forward_mpi(world, plan.get(), ring, tq, tk, tv, to, tl);
   else if (ring.ranks > 0)
     ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl);
   else
@@ -387,10 +393,12 @@ int cmd_forward(int argc, char** argv, int first) {
   });
   share_operands(world, s, &o, &mask);
   PlanHandle plan;
-  make_plan(s, o, mask, &plan);
-  check_ring_backend(s, plan);
+  world.together([&] {  // a rank may fail alone here, e.g. out of memory
+    make_plan(s, o, mask, &plan);
+    check_ring_backend(s, plan);
+  });
   NpyArray out, lse;
-  run_forward(plan, s.ring, o, &out, &lse, world.root());
+  run_forward(world, plan, s.ring, o, &out, &lse);
   if (!world.root()) return kExitOk;
   outputs.write(out_file, serialize_npy(out));
   if (want_lse) outputs.write(lse_file, serialize_npy(lse));
@@ -441,18 +449,25 @@ int cmd_backward(int argc, char** argv, int first) {
   share_operands(world, s, &o, &mask);
   world.share_header(&d_o);
   PlanHandle plan;
-  make_plan(s, o, mask, &plan);
-  check_ring_backend(s, plan);
+  world.together([&] {  // a rank may fail alone here, e.g. out of memory
+    make_plan(s, o, mask, &plan);
+    check_ring_backend(s, plan);
+  });
 
   if (f.has("o")) {
     world.share_header(&out);
     world.share_header(&lse);
   } else {
-    run_forward(plan, s.ring, o, &out, &lse, world.root());  // SPEC 6 needs the forward's O and LSE
+    run_forward(world, plan, s.ring, o, &out, &lse);  // SPEC 6 needs the forward's O and LSE
   }
 
-  NpyArray dq = zeros(o.q.type, o.q.shape, world.root()), dk = zeros(o.k.type, o.k.shape, world.root()),
-           dv = zeros(o.v.type, o.v.shape, world.root());
+  NpyArray dq = zeros(o.q.type, o.q.shape, false), dk = zeros(o.k.type, o.k.shape, false),
+           dv = zeros(o.v.type, o.v.shape, false);
+  world.on_root([&] {
+    dq = zeros(o.q.type, o.q.shape);
+    dk = zeros(o.k.type, o.k.shape);
+    dv = zeros(o.v.type, o.v.shape);
+  });
   Binder bind(full_tensors_on_gpu(plan, s.ring));
   const dilattn_dtype lse_dtype = lse.type == NpyType::f8 ? DILATTN_F64 : DILATTN_F32;
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
@@ -461,7 +476,7 @@ int cmd_backward(int argc, char** argv, int first) {
                        tdq = bind.output(dq, o.dtype), tdk = bind.output(dk, o.dtype),
                        tdv = bind.output(dv, o.dtype);
   if (s.ring.mpi)
-    ring_backward_mpi(plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
+    ring_backward_mpi(world, plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   else if (s.ring.ranks > 0)
     ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   else

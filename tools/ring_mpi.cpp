@@ -7,7 +7,9 @@
 #include "ring_mpi.h"
 
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <new>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,9 +38,9 @@ void recv_bytes(unsigned char* data, size_t bytes, int from) {
              MPI_BYTE, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
-// What a failure tells rank 0: its status and message.
+// What a rank tells the others after a step or a ring call: its outcome and message.
 struct RankOutcome {
-  int32_t status;
+  int32_t status;  // an exit code after MpiWorld::together, a dilattn_status after the ring
   char message[512];
 };
 
@@ -73,8 +75,9 @@ class CommHandle {
   dilattn_comm comm_ = nullptr;
 };
 
-// The shards of every rank's tensors: rank 0 sends rank r its rows of each input; each rank
-// computes into its own output shards; rank 0 collects every rank's output rows.
+// The rows of every rank: rank 0 sends rank r its rows of each input and receives its rows of
+// each output, piece by piece (for_each_piece) straight between the full tensor and the
+// shard, so that once every rank holds its shards no step of the exchange allocates.
 class Scatter {
  public:
   Scatter(const RingOptions& ring, int64_t seqlen) : rank_(world_rank()), P_(world_size()) {
@@ -85,34 +88,35 @@ class Scatter {
   }
   const Rows& mine() const { return rows_[static_cast<size_t>(rank_)]; }
 
-  // This rank's rows of the input `full` (whose data is on rank 0).
-  std::unique_ptr<Shard> input(const dilattn_tensor& full, bool lse) const {
-    auto own = std::make_unique<Shard>(full, mine(), lse, rank_ == 0);
-    if (rank_ == 0) {
-      for (int r = 1; r < P_; ++r) {
-        Shard theirs(full, rows_[static_cast<size_t>(r)], lse, true);
-        send_bytes(theirs.data(), theirs.size(), r);
-      }
-    } else {
-      recv_bytes(own->data(), own->size(), 0);
+  // This rank's rows of the input `full` (whose data is on rank 0; rank 0's own shard was
+  // copied in when it was made) into `own`.
+  void send_rows(const dilattn_tensor& full, bool lse, Shard& own) const {
+    if (rank_ != 0) {
+      for_each_piece(full, mine(), lse, [&](size_t, size_t at, size_t bytes) {
+        recv_bytes(own.data() + at, bytes, 0);
+      });
+      return;
     }
-    return own;
-  }
-  std::unique_ptr<Shard> output(const dilattn_tensor& full, bool lse) const {
-    return std::make_unique<Shard>(full, mine(), lse, false);
+    const auto* data = static_cast<const unsigned char*>(full.data);
+    for (int r = 1; r < P_; ++r)
+      for_each_piece(full, rows_[static_cast<size_t>(r)], lse, [&](size_t at, size_t, size_t bytes) {
+        send_bytes(data + at, bytes, r);
+      });
   }
   // Rank 0 writes every rank's rows of `shard` into its full tensor.
   void gather(Shard& shard, const dilattn_tensor& full, bool lse) const {
     if (rank_ != 0) {
-      send_bytes(shard.data(), shard.size(), 0);
+      for_each_piece(full, mine(), lse, [&](size_t, size_t at, size_t bytes) {
+        send_bytes(shard.data() + at, bytes, 0);
+      });
       return;
     }
     shard.copy_out();
-    for (int r = 1; r < P_; ++r) {
-      Shard theirs(full, rows_[static_cast<size_t>(r)], lse, false);
-      recv_bytes(theirs.data(), theirs.size(), r);
-      theirs.copy_out();
-    }
+    auto* data = static_cast<unsigned char*>(full.data);
+    for (int r = 1; r < P_; ++r)
+      for_each_piece(full, rows_[static_cast<size_t>(r)], lse, [&](size_t at, size_t, size_t bytes) {
+        recv_bytes(data + at, bytes, r);
+      });
   }
 
   // Every rank's status reaches rank 0, which throws for the first failure, a rank's own
@@ -158,20 +162,33 @@ MpiWorld::~MpiWorld() {
   if (active_) MPI_Finalize();
 }
 
-void MpiWorld::on_root(const std::function<void()>& step) const {
+void MpiWorld::together(const std::function<void()>& step) const {
   if (!active_) return step();
-  int32_t code = kExitOk;
-  if (root()) {
-    try {
-      step();
-    } catch (const CliError& e) {
-      code = e.code();
-      MPI_Bcast(&code, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
-      throw;
-    }
+  RankOutcome mine{};
+  mine.status = kExitOk;
+  try {
+    step();
+  } catch (const CliError& e) {
+    mine.status = e.code();
+    std::snprintf(mine.message, sizeof mine.message, "%s", e.what());
+  } catch (const std::bad_alloc&) {
+    mine.status = kExitRuntime;  // as main() reports it on one process
+    std::snprintf(mine.message, sizeof mine.message, "out of memory");
   }
-  MPI_Bcast(&code, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
-  if (code != kExitOk) throw QuietExit{};
+  std::vector<RankOutcome> all(static_cast<size_t>(world_size()));
+  MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].status == kExitOk) continue;
+    if (!root()) throw QuietExit{};
+    throw CliError(all[r].status, r == 0 ? std::string(all[r].message)
+                                         : "ring rank " + std::to_string(r) + ": " + all[r].message);
+  }
+}
+
+void MpiWorld::on_root(const std::function<void()>& step) const {
+  together([&] {
+    if (root()) step();
+  });
 }
 
 void MpiWorld::share_header(NpyArray* a) const {
@@ -199,51 +216,80 @@ void MpiWorld::share_mask(MaskHandle* mask, int64_t seqlen_q, int64_t seqlen_k, 
       if (!arrays[i].empty()) std::memcpy(arrays[i].data(), it->second.data.data(), it->second.data.size());
     }
   }
+  uint64_t sizes[3] = {arrays[0].size(), arrays[1].size(), arrays[2].size()};
+  MPI_Bcast(sizes, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  together([&] {  // every rank's memory before rank 0 sends
+    for (int i = 0; i < 3; ++i) arrays[i].resize(sizes[i]);
+  });
   for (std::vector<int64_t>& v : arrays) {
-    uint64_t n = v.size();
-    MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    v.resize(n);
     if (root()) send_to_all(v);
-    else recv_bytes(reinterpret_cast<unsigned char*>(v.data()), n * 8, 0);
+    else recv_bytes(reinterpret_cast<unsigned char*>(v.data()), v.size() * 8, 0);
   }
-  if (!root())
-    create_mask(arrays[0], arrays[1], arrays[2], seqlen_q, seqlen_k, block_q, block_k,
-                "--mask (from rank 0)", mask);
+  together([&] {
+    if (!root())
+      create_mask(arrays[0], arrays[1], arrays[2], seqlen_q, seqlen_k, block_q, block_k,
+                  "--mask (from rank 0)", mask);
+  });
 }
 
-void ring_forward_mpi(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
-                      const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
-                      const dilattn_tensor& lse) {
-  const Scatter scatter(ring, q.shape[1]);
-  const CommHandle comm;
-  const auto sq = scatter.input(q, false), sk = scatter.input(k, false), sv = scatter.input(v, false);
-  const auto so = scatter.output(o, false), sl = scatter.output(lse, true);
-  const dilattn_status s = dilattn_ring_forward(plan, comm.get(), ring.split, sq->view(), sk->view(),
-                                                sv->view(), so->view(), sl->view());
-  scatter.agree(s, "forward");
-  scatter.gather(*so, o, false);
-  scatter.gather(*sl, lse, true);
+namespace {
+
+// This process's shards: its rows of every input and of every output.
+struct ProcessShards {
+  std::vector<std::unique_ptr<Shard>> inputs, outputs;
+  const dilattn_tensor* in(size_t i) const { return inputs[i]->view(); }
+  const dilattn_tensor* out(size_t i) const { return outputs[i]->view(); }
+};
+
+// Every rank makes its shards and its end of the communicator (agreeing that all did), rank 0
+// scatters the input rows, every rank runs call(comm, shards), the ranks agree on its status,
+// and rank 0 gathers the output rows.
+template <class Call>
+void run_process(const MpiWorld& world, const RingOptions& ring, int64_t seqlen, const char* what,
+                 std::initializer_list<Operand> inputs, std::initializer_list<Operand> outputs,
+                 Call call) {
+  std::unique_ptr<Scatter> scatter;
+  ProcessShards shards;
+  world.together([&] {
+    scatter = std::make_unique<Scatter>(ring, seqlen);
+    for (const Operand& t : inputs)
+      shards.inputs.push_back(std::make_unique<Shard>(*t.full, scatter->mine(), t.lse, world.root()));
+    for (const Operand& t : outputs)
+      shards.outputs.push_back(std::make_unique<Shard>(*t.full, scatter->mine(), t.lse, false));
+  });
+  std::unique_ptr<CommHandle> comm;
+  world.together([&] { comm = std::make_unique<CommHandle>(); });
+  size_t i = 0;
+  for (const Operand& t : inputs) scatter->send_rows(*t.full, t.lse, *shards.inputs[i++]);
+  scatter->agree(call(comm->get(), shards), what);
+  i = 0;
+  for (const Operand& t : outputs) scatter->gather(*shards.outputs[i++], *t.full, t.lse);
 }
 
-void ring_backward_mpi(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
-                       const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
-                       const dilattn_tensor& lse, const dilattn_tensor& d_o,
-                       const dilattn_tensor& dq, const dilattn_tensor& dk,
-                       const dilattn_tensor& dv) {
-  const Scatter scatter(ring, q.shape[1]);
-  const CommHandle comm;
-  const auto sq = scatter.input(q, false), sk = scatter.input(k, false), sv = scatter.input(v, false);
-  const auto so = scatter.input(o, false), sl = scatter.input(lse, true);
-  const auto sdo = scatter.input(d_o, false);
-  const auto sdq = scatter.output(dq, false), sdk = scatter.output(dk, false),
-             sdv = scatter.output(dv, false);
-  const dilattn_status s = dilattn_ring_backward(plan, comm.get(), ring.split, sq->view(), sk->view(),
-                                                 sv->view(), so->view(), sl->view(), sdo->view(),
-                                                 sdq->view(), sdk->view(), sdv->view());
-  scatter.agree(s, "backward");
-  scatter.gather(*sdq, dq, false);
-  scatter.gather(*sdk, dk, false);
-  scatter.gather(*sdv, dv, false);
+}  // namespace
+
+void ring_forward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptions& ring,
+                      const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
+                      const dilattn_tensor& o, const dilattn_tensor& lse) {
+  run_process(world, ring, q.shape[1], "forward", {{&q}, {&k}, {&v}}, {{&o}, {&lse, true}},
+              [&](dilattn_comm comm, const ProcessShards& s) {
+                return dilattn_ring_forward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
+                                            s.out(0), s.out(1));
+              });
+}
+
+void ring_backward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptions& ring,
+                       const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
+                       const dilattn_tensor& o, const dilattn_tensor& lse,
+                       const dilattn_tensor& d_o, const dilattn_tensor& dq,
+                       const dilattn_tensor& dk, const dilattn_tensor& dv) {
+  run_process(world, ring, q.shape[1], "backward",
+              {{&q}, {&k}, {&v}, {&o}, {&lse, true}, {&d_o}}, {{&dq}, {&dk}, {&dv}},
+              [&](dilattn_comm comm, const ProcessShards& s) {
+                return dilattn_ring_backward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
+                                             s.in(3), s.in(4), s.in(5), s.out(0), s.out(1),
+                                             s.out(2));
+              });
 }
 
 }  // namespace dilattn_cli

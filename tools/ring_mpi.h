@@ -2,11 +2,15 @@
 // with one rank per MPI process over the library's MPI transport (dilattn_comm_create_mpi).
 // Rank 0 reads every input file, tells the other ranks the shapes, scatters each rank its own
 // rows (--ring-split), gathers the ranks' output rows and writes the output files; the other
-// ranks read and write no file. A failure on rank 0 (a bad file) stops every rank; a failing
-// ring call is reported by rank 0 (a rank's own error before the DILATTN_ERROR_COMM of the
-// others), with its exit code; the other ranks exit 0 and print nothing (cli_error.h
-// QuietExit). The result equals --ring-threads P bitwise and the single-device run within
-// SPEC 8 (tests/ring/mpi/test_cli_ring_mpi.py). A build without MPI refuses --ring mpi (exit 3).
+// ranks read and write no file. Every step where one rank can fail alone (rank 0's files, each
+// rank's mask, plan, output arrays, shards and communicator) ends with the ranks agreeing on
+// its outcome (MpiWorld::together), so a failure on any rank stops every rank before the next
+// step: rank 0 reports the first failing rank's message with its exit code, the other ranks
+// exit 0 and print nothing (cli_error.h QuietExit). A failing ring call is reported the same
+// way (a rank's own error before the DILATTN_ERROR_COMM of the others). All memory a rank
+// needs is allocated before the scatter, which then only moves bytes. The result equals
+// --ring-threads P bitwise and the single-device run within SPEC 8
+// (tests/ring/mpi/test_cli_ring_mpi.py). A build without MPI refuses --ring mpi (exit 3).
 #ifndef DILATTN_TOOLS_RING_MPI_H
 #define DILATTN_TOOLS_RING_MPI_H
 
@@ -27,8 +31,12 @@ class MpiWorld {
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
   bool root() const { return rank_ == 0; }
-  // Runs step on rank 0 alone; when it throws, every rank stops: rank 0 with its error, the
-  // others with a QuietExit (rank 0 prints the one line).
+  // Runs step on every rank, then every rank learns every rank's outcome. When step failed
+  // anywhere (a CliError, or out of memory), every rank stops: rank 0 with the error of the
+  // first failing rank (named when it is not rank 0), the others with a QuietExit (rank 0
+  // prints the one line). Not wanted: step alone.
+  void together(const std::function<void()>& step) const;
+  // together() with step on rank 0 alone.
   void on_root(const std::function<void()>& step) const;
   // Rank 0's dtype and shape of *a, on every rank (the data stays on rank 0).
   void share_header(NpyArray* a) const;
@@ -43,14 +51,14 @@ class MpiWorld {
 
 // As ring_forward / ring_backward (ring_run.h) with one rank per process: every full tensor
 // has its data on rank 0 only (elsewhere its data may be NULL; only its shape is read).
-void ring_forward_mpi(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
-                      const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
-                      const dilattn_tensor& lse);
-void ring_backward_mpi(dilattn_plan plan, const RingOptions& ring, const dilattn_tensor& q,
-                       const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
-                       const dilattn_tensor& lse, const dilattn_tensor& d_o,
-                       const dilattn_tensor& dq, const dilattn_tensor& dk,
-                       const dilattn_tensor& dv);
+void ring_forward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptions& ring,
+                      const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
+                      const dilattn_tensor& o, const dilattn_tensor& lse);
+void ring_backward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptions& ring,
+                       const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
+                       const dilattn_tensor& o, const dilattn_tensor& lse,
+                       const dilattn_tensor& d_o, const dilattn_tensor& dq,
+                       const dilattn_tensor& dk, const dilattn_tensor& dv);
 
 }  // namespace dilattn_cli
 

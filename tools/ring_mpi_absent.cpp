@@ -11,6 +11,7 @@ MpiWorld::MpiWorld(bool wanted) {
                                  "option mpi); use --ring-threads P");
 }
 MpiWorld::~MpiWorld() = default;
+void MpiWorld::together(const std::function<void()>& step) const { step(); }
 void MpiWorld::on_root(const std::function<void()>& step) const { step(); }
 void MpiWorld::share_header(NpyArray*) const {}
 void MpiWorld::share_mask(MaskHandle*, int64_t, int64_t, int64_t, int64_t) const {}
@@ -18,12 +19,12 @@ void MpiWorld::share_mask(MaskHandle*, int64_t, int64_t, int64_t, int64_t) const
 [[noreturn]] static void unreachable() {
   throw CliError(kExitRuntime, "flag --ring mpi: this dilattn was built without MPI");
 }
-void ring_forward_mpi(dilattn_plan, const RingOptions&, const dilattn_tensor&,
+void ring_forward_mpi(const MpiWorld&, dilattn_plan, const RingOptions&, const dilattn_tensor&,
                       const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
                       const dilattn_tensor&) {
   unreachable();
 }
-void ring_backward_mpi(dilattn_plan, const RingOptions&, const dilattn_tensor&,
+void ring_backward_mpi(const MpiWorld&, dilattn_plan, const RingOptions&, const dilattn_tensor&,
                        const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
                        const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
                        const dilattn_tensor&, const dilattn_tensor&) {

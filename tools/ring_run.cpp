@@ -17,12 +17,6 @@ namespace {
 // Every wait inside one process ends long before this unless a rank is stuck.
 constexpr int32_t kRingTimeoutMs = 600000;
 
-// A full tensor of the command; `lse`: its rows are on axis 2 ([B, H, N, 1]).
-struct Operand {
-  const dilattn_tensor* full;
-  bool lse = false;
-};
-
 // One rank's shards: its rows of every input, and its rows of every output to fill.
 struct RankShards {
   std::vector<std::unique_ptr<Shard>> inputs, outputs;

@@ -27,6 +27,35 @@ struct Rows {
 // as the single-device path), or the emulator's device memory (emu).
 enum class ShardPlace { host, gpu, emulated_device };
 
+// A full tensor of the command; `lse`: its rows are on axis 2 ([B, H, N, 1]), else on axis 1.
+struct Operand {
+  const dilattn_tensor* full;
+  bool lse = false;
+};
+
+// Calls piece(full_offset, shard_offset, bytes) for every run of contiguous bytes that `rows`
+// of the full tensor `full` make, in shard order: where the run starts in the full tensor and
+// in a shard of those rows. Only shape and dtype are read, so a rank without the data (--ring
+// mpi) walks the same pieces as rank 0 and every send meets a receive of its size.
+template <class Piece>
+void for_each_piece(const dilattn_tensor& full, const Rows& rows, bool lse, Piece piece) {
+  const int axis = lse ? 2 : 1;
+  const int64_t outer = lse ? full.shape[0] * full.shape[1] : full.shape[0];
+  const int64_t inner = lse ? full.shape[3] : full.shape[2] * full.shape[3];
+  const size_t row_bytes = static_cast<size_t>(inner) * element_size(full.dtype);
+  const int64_t n = full.shape[axis];
+  for (int64_t a = 0; a < outer; ++a) {
+    int64_t local = 0;
+    for (int r = 0; r < 2; ++r) {
+      const size_t bytes = static_cast<size_t>(rows.count[r]) * row_bytes;
+      if (bytes != 0)
+        piece(static_cast<size_t>(a * n + rows.first[r]) * row_bytes,
+              static_cast<size_t>(a * rows.total() + local) * row_bytes, bytes);
+      local += rows.count[r];
+    }
+  }
+}
+
 // One rank's copy of the rows of a full contiguous tensor. The row axis is 1 ([B, N, H, D])
 // or 2 (LSE, [B, H, N, 1]); the copy has the same layout with N replaced by the row count.
 // On a device the host copy stages the rows: copied in, then uploaded; downloaded, then out.
@@ -39,7 +68,9 @@ class Shard {
     view_.shape[axis_] = rows.total();
     view_ = dilattn_tensor_contiguous(nullptr, full.dtype, view_.shape[0], view_.shape[1],
                                       view_.shape[2], view_.shape[3]);
-    bytes_.resize(static_cast<size_t>(rows.total() * outer() * inner()) * element_size(full.dtype) + 16);
+    const int64_t per_row = lse ? full.shape[0] * full.shape[1] * full.shape[3]
+                                : full.shape[0] * full.shape[2] * full.shape[3];
+    bytes_.resize(static_cast<size_t>(rows.total() * per_row) * element_size(full.dtype) + 16);
     view_.data = bytes_.data();  // never NULL, even for a rank without rows
     if (copy_in) copy(true);
     if (place == ShardPlace::host) return;
@@ -62,22 +93,12 @@ class Shard {
   size_t size() const { return bytes_.size() - 16; }
 
  private:
-  int64_t outer() const { return axis_ == 1 ? full_.shape[0] : full_.shape[0] * full_.shape[1]; }
-  int64_t inner() const { return axis_ == 1 ? full_.shape[2] * full_.shape[3] : full_.shape[3]; }
   void copy(bool in) {
-    const size_t row_bytes = static_cast<size_t>(inner()) * element_size(full_.dtype);
-    const int64_t n = full_.shape[axis_], rows = rows_.total();
     auto* full = static_cast<unsigned char*>(full_.data);
-    for (int64_t a = 0; a < outer(); ++a) {
-      int64_t local = 0;
-      for (int r = 0; r < 2; ++r) {
-        unsigned char* f = full + (a * n + rows_.first[r]) * row_bytes;
-        unsigned char* s = bytes_.data() + (a * rows + local) * row_bytes;
-        const size_t bytes = static_cast<size_t>(rows_.count[r]) * row_bytes;
-        if (bytes != 0) std::memcpy(in ? s : f, in ? f : s, bytes);
-        local += rows_.count[r];
-      }
-    }
+    for_each_piece(full_, rows_, axis_ == 2, [&](size_t full_at, size_t shard_at, size_t bytes) {
+      if (in) std::memcpy(bytes_.data() + shard_at, full + full_at, bytes);
+      else std::memcpy(full + full_at, bytes_.data() + shard_at, bytes);
+    });
   }
   dilattn_tensor full_, view_;
   Rows rows_;

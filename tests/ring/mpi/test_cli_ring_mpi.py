@@ -7,18 +7,22 @@ per MPI process; rank 0 reads the inputs, scatters the rows, gathers and writes 
   * a bad input file on rank 0 stops every rank: exit 2, its message printed once (by rank 0;
     the other ranks exit 0 silently), no output;
   * a ring failure on every rank (a mask block cut by a shard) exits 3 naming it, no output;
+  * rank 1 alone running out of memory before the ring (ulimit -v on that rank only) stops
+    every rank at once: exit 3 (out of memory), rank 0 prints rank 1's message once, no
+    output, and mpirun returns long before the ring's 600 s timeout;
   * the flags are checked (exit 2).
 Run by meson (suite 'ring', tests/ring/mpi/meson.build) with DILATTN_CLI and DILATTN_MPIRUN set.
 """
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cli"))
-from cli_support import CLI, make_inputs, qkv_flags, run, write_bsr  # noqa: E402
+from cli_support import CLI, address_sanitized, make_inputs, qkv_flags, run, write_bsr  # noqa: E402
 from spec_numpy import SPEC8_F32, assert_close  # noqa: E402
 
 MPIRUN = os.environ.get("DILATTN_MPIRUN", "")
@@ -102,6 +106,35 @@ def test_ring_mpi_failure_on_every_rank_exits_3(tmp_path):
                "local:1", "--block-size", "5", "--backend", "ref")
     assert p.returncode == 3, (p.stdout, p.stderr)
     assert "cut a mask block" in p.stderr and "UNSUPPORTED" in p.stderr
+    assert not out.exists()
+
+
+def test_ring_mpi_out_of_memory_on_rank_1_alone_stops_every_rank(tmp_path):
+    if address_sanitized():
+        pytest.skip("ASan reserves terabytes of address space: ulimit -v cannot be used")
+    if not MPIRUN:
+        pytest.fail("DILATTN_MPIRUN is not set (run through meson test)")
+    # Rank 1's shards of Q, K, V and O are 4 x 64 MiB; 100 MB of address space is enough for
+    # MPI to start (about 55 MB here) and too little for them. No test hook: the tool meets
+    # a real allocation failure on one rank.
+    rng = np.random.default_rng(0)
+    paths = {}
+    for name in ("q", "k", "v"):
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], rng.standard_normal((1, 32768, 8, 64), dtype=np.float32))
+    out = tmp_path / "o.npy"
+    rank_1_small = ('[ "$OMPI_COMM_WORLD_RANK" = 1 ] && ulimit -v 100000; exec "$0" "$@"')
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-n", "2", "sh", "-c", rank_1_small,
+           CLI, "forward", *map(str, qkv_flags(paths)), "--out", str(out), "--ring", "mpi",
+           "--backend", "cpu"]
+    start = time.monotonic()
+    # 60 s: a hang detector (before every rank agreed, rank 0 waited for the ring's 600 s
+    # timeout), not a speed test.
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - start
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    assert p.stderr.count("ring rank 1: out of memory") == 1, p.stderr
+    assert elapsed < 60
     assert not out.exists()
 
 
