@@ -83,6 +83,19 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
     if (dilattn_status s = check_tensor(shard, t.t, t.name, static_cast<TensorRole>(t.role)))
       return s;
   }
+  // A communicator bound to a GPU (NCCL) moves that GPU's memory only: a tensor elsewhere is
+  // a device mismatch (SPEC 7), caught here rather than as a fault inside NCCL.
+  const int32_t comm_device = comm->transport->device_index();
+  if (comm_device >= 0)
+    for (const RingTensor& t : tensors) {
+      if (t.t == nullptr ||
+          (t.t->device == DILATTN_DEVICE_CUDA && t.t->device_index == comm_device))
+        continue;
+      return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
+                       "argument '%s' is on %s device %d; the communicator's GPU is cuda device %d",
+                       t.name, t.t->device == DILATTN_DEVICE_CUDA ? "cuda" : "cpu",
+                       static_cast<int>(t.t->device_index), static_cast<int>(comm_device));
+    }
   return DILATTN_SUCCESS;
 }
 

@@ -63,6 +63,9 @@ class RingTransport {
   // Bytes the transport itself holds for shifts (the MPI transport's staging buffers), counted
   // in dilattn_comm_peak_bytes beside the ring's own.
   virtual size_t buffer_bytes() const { return 0; }
+  // The GPU this end is bound to (NCCL: ncclCommCuDevice at creation), whose memory every
+  // tensor of a ring call on it must be; -1: bound to no device.
+  virtual int32_t device_index() const { return -1; }
 };
 
 // P transports sharing one in-process state, rank p = element p (transport_threads.cpp).

@@ -83,6 +83,7 @@ class NcclTransport final : public RingTransport {
   Memory memory() const override { return Memory::device; }
   bool stream_ordered() const override { return true; }
   void* stream() const override { return stream_; }
+  int32_t device_index() const override { return device_; }
 
   dilattn_status allgather(const RingVote& mine, RingVote* all) override {
     if (broken_) return broken_error();

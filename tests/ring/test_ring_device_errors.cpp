@@ -6,6 +6,10 @@
 //   nccl_comm_needs_cuda_plan: a communicator whose transport moves device memory only (as
 //     NCCL's; here a one-rank stand-in) with a plan on the ref backend is refused with
 //     UNSUPPORTED naming NCCL and the cuda backend, outputs untouched.
+//   comm_device_must_hold_every_tensor: a communicator bound to one GPU (as NCCL's, from
+//     ncclCommCuDevice; here a one-rank stand-in bound to device 1, which moves host memory
+//     too so that an emu plan reaches the check) refuses a call whose tensors are elsewhere
+//     with DEVICE_MISMATCH naming the first such tensor and both devices, outputs untouched.
 //   cuda_ring_ops_in_build_without_cuda: in a build without CUDA the cuda backend's ring ops
 //     answer DEVICE_NOT_BUILT (a cuda plan cannot be made there either).
 #include <cstring>
@@ -78,6 +82,51 @@ void nccl_comm_needs_cuda_plan() {
   CHECK_OK(dilattn_comm_destroy(comm));
 }
 
+// One rank bound to GPU 1, as an NCCL communicator on that GPU, that also moves host memory.
+class BoundToDevice1Transport final : public dilattn::RingTransport {
+ public:
+  int32_t rank() const override { return 0; }
+  int32_t size() const override { return 1; }
+  dilattn_status allgather(const dilattn::RingVote& mine, dilattn::RingVote* all) override {
+    all[0] = mine;
+    return DILATTN_SUCCESS;
+  }
+  dilattn_status shift_begin(const void*, void*, size_t) override { return DILATTN_SUCCESS; }
+  dilattn_status shift_end() override { return DILATTN_SUCCESS; }
+  Memory memory() const override { return Memory::host_or_device; }
+  int32_t device_index() const override { return 1; }
+};
+
+void comm_device_must_hold_every_tensor() {
+  CaseScope scope("comm_device_must_hold_every_tensor");
+  AttentionCase c;
+  c.name = "dense";
+  c.Nq = c.Nk = 8;
+  c.H = c.Hkv = 1;
+  c.D = 4;
+  Plan plan;
+  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_EMU, 1))) return;
+  auto* comm = new dilattn_comm_s;
+  comm->transport = std::make_unique<BoundToDevice1Transport>();
+  Tensor q(DILATTN_F32, 1, 8, 1, 4), k(DILATTN_F32, 1, 8, 1, 4), v(DILATTN_F32, 1, 8, 1, 4);
+  Tensor o(DILATTN_F32, 1, 8, 1, 4), lse(DILATTN_F32, 1, 1, 8, 1);
+  o.poison();
+  lse.poison();
+  CHECK_ERROR(dilattn_ring_forward(plan.get(), comm, DILATTN_RING_CONTIGUOUS, &q.view(), &k.view(),
+                                   &v.view(), &o.view(), &lse.view()),
+              DILATTN_ERROR_DEVICE_MISMATCH, "'q'", "cpu device 0", "cuda device 1");
+  CHECK_MSG(o.is_poisoned() && lse.is_poisoned(), "the refused ring call wrote its outputs");
+  Tensor d_o(DILATTN_F32, 1, 8, 1, 4), dq(DILATTN_F32, 1, 8, 1, 4), dk(DILATTN_F32, 1, 8, 1, 4),
+      dv(DILATTN_F32, 1, 8, 1, 4);
+  dq.poison();
+  CHECK_ERROR(dilattn_ring_backward(plan.get(), comm, DILATTN_RING_CONTIGUOUS, &q.view(),
+                                    &k.view(), &v.view(), &o.view(), &lse.view(), &d_o.view(),
+                                    &dq.view(), &dk.view(), &dv.view()),
+              DILATTN_ERROR_DEVICE_MISMATCH, "'q'", "cuda device 1");
+  CHECK_MSG(dq.is_poisoned(), "the refused ring backward wrote dq");
+  CHECK_OK(dilattn_comm_destroy(comm));
+}
+
 void cuda_ring_ops_without_cuda() {
   CaseScope scope("cuda_ring_ops_in_build_without_cuda");
 #if DILATTN_HAVE_CUDA
@@ -95,6 +144,7 @@ void cuda_ring_ops_without_cuda() {
 int main() {
   nccl_comm_arguments();
   nccl_comm_needs_cuda_plan();
+  comm_device_must_hold_every_tensor();
   cuda_ring_ops_without_cuda();
   return finish("ring_device_errors");
 }
