@@ -6,11 +6,12 @@ numpy:   o, lse = dilattn.forward(q, k, v, segments=[8, 16], dilations=[1, 2])
 masks:   dilattn.forward(q, k, v, mask=dilattn.mask.pattern("local:2+sink:1", n, 64))
 PyTorch: dilattn.torch.attention(q, k, v, ...), dilattn.torch.DilatedAttention,
          dilattn.torch.MultiheadDilatedAttention (torch is optional: import dilattn.torch)
+ring:    dilattn.ring.run_threads(P, lambda comm: dilattn.ring.ring_forward(comm, ...)) (SPEC 5)
 pools:   with dilattn.Pool(1 << 20) as pool: dilattn.forward(q, k, v, pool=pool); pool.stats()
 errors:  dilattn.Error and its subclasses, with .status, .status_name and .message
 build:   python -m dilattn info
 """
-from . import mask
+from . import mask, ring
 from ._abi import library_path
 from ._errors import (DeviceError, Error, InternalError, InvalidArgumentError, OutOfMemoryError,
                       UnsupportedError)
@@ -18,7 +19,7 @@ from ._info import __version__, backend_available, build_info, info, library_ver
 from ._numpy import backward, forward
 from .pool import Pool, PoolStats
 
-__all__ = ["forward", "backward", "mask", "Pool", "PoolStats", "Error", "InvalidArgumentError",
+__all__ = ["forward", "backward", "mask", "ring", "Pool", "PoolStats", "Error", "InvalidArgumentError",
            "UnsupportedError", "DeviceError", "OutOfMemoryError", "InternalError", "backend_available",
            "build_info", "info", "library_path", "library_version", "__version__"]
 

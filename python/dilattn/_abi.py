@@ -1,5 +1,5 @@
 """_abi.py - every ctypes declaration of the dilattn C ABI (lib/dilattn.h, lib/dilattn_mask.h,
-lib/dilattn_pool.h) the package uses, in one place: enums, structs, function signatures and
+lib/dilattn_pool.h, lib/dilattn_ring.h) the package uses, in one place: enums, structs, function signatures and
 loading the library. It imports nothing but the standard library, so examples/python loads this
 file by path from a source checkout (no pip install) instead of declaring the ABI again.
 
@@ -40,6 +40,7 @@ BACKENDS = {"auto": 0, "ref": 1, "cpu": 2, "cuda": 3, "emu": 4}
 BACKEND_NAMES = {value: name for name, value in BACKENDS.items()}
 INDEX_INT64 = 1
 POOL_GROWTH = {"fixed": 0, "grow": 1}  # dilattn_pool_growth
+RING_SPLITS = {"contiguous": 0, "zigzag": 1}  # dilattn_ring_split (dilattn_ring.h)
 
 
 # ---------------------------------------------------------------- structs
@@ -109,7 +110,7 @@ _I32 = C.c_int32
 _ST = C.c_int  # dilattn_status and the other enums are C ints
 
 # name: (argument types, result type); the order and count follow the header. Every function
-# of dilattn.h, dilattn_mask.h and dilattn_pool.h is here.
+# of dilattn.h, dilattn_mask.h, dilattn_pool.h and dilattn_ring.h is here.
 SIGNATURES = {
     "dilattn_version": ([], C.c_int),
     "dilattn_status_string": ([_ST], C.c_char_p),
@@ -166,6 +167,16 @@ SIGNATURES = {
     "dilattn_pool_get_stats": ([_P, C.POINTER(PoolStats)], _ST),
     "dilattn_pool_reset": ([_P], _ST),
     "dilattn_pool_destroy": ([_P], _ST),
+    # dilattn_ring.h (dilattn_comm is a handle; nccl_comm and mpi_comm point to the caller's)
+    "dilattn_comm_create_threads": ([_I32, _I32, _PP], _ST),
+    "dilattn_comm_create_nccl": ([_P, _P, _I32, _PP], _ST),
+    "dilattn_comm_create_mpi": ([_P, _I32, _PP], _ST),
+    "dilattn_comm_destroy": ([_P], _ST),
+    "dilattn_comm_rank": ([_P, C.POINTER(_I32), C.POINTER(_I32)], _ST),
+    "dilattn_comm_peak_bytes": ([_P, C.POINTER(C.c_size_t)], _ST),
+    "dilattn_ring_shard_rows": ([_I64, _I32, _I32, C.c_int, _PI64, _PI64], _ST),
+    "dilattn_ring_forward": ([_P, _P, C.c_int, _T, _T, _T, _T, _T], _ST),
+    "dilattn_ring_backward": ([_P, _P, C.c_int, _T, _T, _T, _T, _T, _T, _T, _T, _T], _ST),
 }
 
 

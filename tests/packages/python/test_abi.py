@@ -1,5 +1,5 @@
 """test_abi.py - the ctypes declarations (dilattn/_abi.py) agree with the C headers: every
-function of lib/dilattn.h, lib/dilattn_mask.h and lib/dilattn_pool.h is declared with the
+function of lib/dilattn.h, lib/dilattn_mask.h, lib/dilattn_pool.h and lib/dilattn_ring.h is declared with the
 header's parameter count, the enum values match, and the struct sizes equal the sizes the
 library itself writes into struct_size (so a field added to a struct fails here)."""
 import ctypes as C
@@ -10,7 +10,7 @@ from dilattn import _abi
 from helpers import REPO
 
 HEADERS = [os.path.join(REPO, "lib", name) for name in ("dilattn.h", "dilattn_mask.h",
-                                                                "dilattn_pool.h")]
+                                                                "dilattn_pool.h", "dilattn_ring.h")]
 
 
 def _header_text():
@@ -56,6 +56,8 @@ def test_enum_values_match_the_header():
     for name, value in _abi.POOL_GROWTH.items():
         assert values["DILATTN_POOL_" + name.upper()] == value
     assert values["DILATTN_INDEX_INT64"] == _abi.INDEX_INT64
+    for name, value in _abi.RING_SPLITS.items():
+        assert values["DILATTN_RING_" + name.upper()] == value
 
 
 def test_struct_sizes_and_fields_match_the_library():

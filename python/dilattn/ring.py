@@ -1,0 +1,181 @@
+"""ring.py - ring attention (SPEC 5, lib/dilattn_ring.h) on numpy shards: P ranks each hold
+some rows of Q, K and V; K/V chunks travel the ring and each rank gets its own rows of O and
+LSE (ring_forward) or of dQ, dK and dV (ring_backward), equal to the single-device result
+within SPEC 8.
+
+    comms = dilattn.ring.Comm.threads(P)                 # P ranks in this process
+    rows = dilattn.ring.shard_rows(N, P, rank, "zigzag")  # the rows rank `rank` holds
+    o, lse = dilattn.ring.ring_forward(comms[rank], q[:, rows], k[:, rows], v[:, rows],
+                                       seqlen=N, split="zigzag", causal=True)
+    results = dilattn.ring.run_threads(P, lambda comm: ...)  # one Python thread per rank
+
+A call is collective: every rank of a communicator calls the same function with the same
+options. A rank with bad input raises its own error; every other rank raises a dilattn.Error
+with status DILATTN_ERROR_COMM naming it. ctypes releases the GIL during the library call, so
+ranks on Python threads compute in parallel. Comm.mpi (one rank per MPI process) needs mpi4py
+and a library built with MPI (the pip wheel is built without: DILATTN_ERROR_UNSUPPORTED).
+Tested by tests/packages/python/test_ring.py against the numpy SPEC implementation.
+"""
+import ctypes as C
+import threading
+
+import numpy as np
+
+from . import _abi
+from ._errors import check, error_for
+from ._numpy import as_array, dtype_name, view, _NUMPY_DTYPES
+from ._plan import Options, Plan
+
+DEFAULT_TIMEOUT_MS = 60000
+
+
+def _split(split):
+    if split not in _abi.RING_SPLITS:
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"split={split!r}: expected one of {sorted(_abi.RING_SPLITS)}")
+    return _abi.RING_SPLITS[split]
+
+
+class Comm:
+    """One rank's end of a communicator (dilattn_comm). close() it (or use `with`) when every
+    rank is done; not while a ring call of any of its ranks runs."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        rank, size = C.c_int32(), C.c_int32()
+        check(_abi.lib().dilattn_comm_rank(handle, C.byref(rank), C.byref(size)))
+        self.rank, self.size = rank.value, size.value
+
+    @staticmethod
+    def threads(num_ranks, timeout_ms=DEFAULT_TIMEOUT_MS):
+        """num_ranks ends of one in-process communicator, rank p first; each is used from its
+        own thread. A rank that does not arrive within timeout_ms fails the others."""
+        handles = (C.c_void_p * max(int(num_ranks), 1))()
+        check(_abi.lib().dilattn_comm_create_threads(int(num_ranks), int(timeout_ms), handles))
+        return [Comm(C.c_void_p(h)) for h in handles[:num_ranks]]
+
+    @staticmethod
+    def mpi(comm=None, timeout_ms=DEFAULT_TIMEOUT_MS):
+        """This process's end over an mpi4py communicator (default MPI.COMM_WORLD). Collective."""
+        try:
+            from mpi4py import MPI
+        except ImportError as e:
+            raise error_for("DILATTN_ERROR_UNSUPPORTED",
+                            f"Comm.mpi needs mpi4py, which cannot be imported: {e}") from None
+        comm = MPI.COMM_WORLD if comm is None else comm
+        handle = C.c_void_p()
+        check(_abi.lib().dilattn_comm_create_mpi(C.c_void_p(MPI._addressof(comm)),
+                                                 int(timeout_ms), C.byref(handle)))
+        return Comm(handle)
+
+    def handle(self):
+        if not self._handle:
+            raise error_for("DILATTN_ERROR_INVALID_VALUE", "comm: this Comm was closed")
+        return self._handle
+
+    def peak_bytes(self):
+        """The most bytes the ring held at once on this rank in its last call."""
+        n = C.c_size_t()
+        check(_abi.lib().dilattn_comm_peak_bytes(self.handle(), C.byref(n)))
+        return n.value
+
+    def close(self):
+        if self._handle:
+            _abi.lib().dilattn_comm_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def shard_rows(seqlen, num_ranks, rank, split="contiguous"):
+    """The rows of the full sequence rank `rank` holds, in shard order (an int64 array)."""
+    first, count = (C.c_int64 * 2)(), (C.c_int64 * 2)()
+    check(_abi.lib().dilattn_ring_shard_rows(int(seqlen), int(num_ranks), int(rank),
+                                             _split(split), first, count))
+    return np.concatenate([np.arange(first[r], first[r] + count[r], dtype=np.int64)
+                           for r in range(2)])
+
+
+def _plan(options, seqlen, q, k):
+    B, _, H, D = q.shape
+    return Plan(options, (B, seqlen, seqlen, H, k.shape[2], D), dtype_name("q", q))
+
+
+def ring_forward(comm, q, k, v, *, seqlen, split="contiguous", segments=None, dilations=None,
+                 heads_mode="mod", causal=False, scale=None, mask=None, backend="cpu"):
+    """This rank's (o, lse) for its shards q [B, rows, H, D], k, v [B, rows, Hkv, D] of a
+    sequence of seqlen rows (dilattn.forward's options describe the full problem). o has q's
+    dtype, lse is [B, H, rows]. Collective."""
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, None)
+    q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
+    plan = _plan(options, seqlen, q, k)
+    try:
+        B, rows, H, _ = q.shape
+        o = np.empty(q.shape, dtype=q.dtype)
+        lse = np.empty((B, H, rows, 1), dtype=_NUMPY_DTYPES[plan.lse_dtype()])
+        views = [view(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse))]
+        check(_abi.lib().dilattn_ring_forward(plan._plan, comm.handle(), _split(split),
+                                              *[C.byref(t) for t in views]))
+    finally:
+        plan.close()
+    return o, lse[..., 0]
+
+
+def ring_backward(comm, q, k, v, o, lse, do, *, seqlen, split="contiguous", segments=None,
+                  dilations=None, heads_mode="mod", causal=False, scale=None, mask=None,
+                  backend="cpu"):
+    """This rank's (dq, dk, dv) from its shards of q, k, v, of the forward's o and lse
+    ([B, H, rows]) and of do (SPEC 6). Bitwise the same on every run. Collective."""
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, None)
+    q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
+                                                   ("do", do)))
+    lse = np.asarray(lse)
+    lse = as_array("lse", lse[..., None] if lse.ndim == 3 else lse)
+    plan = _plan(options, seqlen, q, k)
+    try:
+        dq, dk, dv = (np.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
+        views = [view(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                                         ("do", do), ("dq", dq), ("dk", dk), ("dv", dv))]
+        check(_abi.lib().dilattn_ring_backward(plan._plan, comm.handle(), _split(split),
+                                               *[C.byref(t) for t in views]))
+    finally:
+        plan.close()
+    return dq, dk, dv
+
+
+class RingError(Exception):
+    """Raised by run_threads when a rank failed: .errors[r] is rank r's exception or None."""
+
+    def __init__(self, errors):
+        self.errors = errors
+        first = next(e for e in errors if e is not None)
+        super().__init__(f"{sum(e is not None for e in errors)} of {len(errors)} ranks failed; "
+                         f"first: {first}")
+
+
+def run_threads(num_ranks, fn, timeout_ms=DEFAULT_TIMEOUT_MS):
+    """Runs fn(comm) for every rank of a new threads communicator, each on its own Python
+    thread, and returns the P results in rank order; raises RingError when any rank raised."""
+    comms = Comm.threads(num_ranks, timeout_ms)
+    results, errors = [None] * num_ranks, [None] * num_ranks
+
+    def rank_main(r):
+        try:
+            results[r] = fn(comms[r])
+        except Exception as e:  # noqa: BLE001 - handed to the caller in RingError
+            errors[r] = e
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(num_ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in comms:
+        c.close()
+    if any(e is not None for e in errors):
+        raise RingError(errors)
+    return results
