@@ -1,5 +1,5 @@
 //! Raw bindings of the dilattn C ABI: every function, struct and enum value of lib/dilattn.h,
-//! lib/dilattn_mask.h and lib/dilattn_pool.h, written by hand with the header's names (the
+//! lib/dilattn_mask.h, lib/dilattn_pool.h and lib/dilattn_ring.h, written by hand with the header's names (the
 //! pool header's two #define limits are not enum values and are left out). tests/header.rs
 //! compares this file with the headers: function names and parameter counts, enum values, and
 //! struct sizes as the library itself reports them.
@@ -30,6 +30,12 @@ pub type dilattn_desc = *mut dilattn_desc_s;
 pub type dilattn_plan = *mut dilattn_plan_s;
 pub type dilattn_mask = *mut dilattn_mask_s;
 pub type dilattn_pool = *mut dilattn_pool_s;
+#[repr(C)]
+pub struct dilattn_comm_s {
+    _private: [u8; 0],
+}
+/// One rank's end of a ring communicator (dilattn_ring.h).
+pub type dilattn_comm = *mut dilattn_comm_s;
 
 // ---------------------------------------------------------------- enums (C ints)
 pub type dilattn_status = c_int;
@@ -99,6 +105,9 @@ pub const DILATTN_INDEX_INT64: dilattn_index_type = 1;
 pub type dilattn_pool_growth = i32;
 pub const DILATTN_POOL_FIXED: dilattn_pool_growth = 0;
 pub const DILATTN_POOL_GROW: dilattn_pool_growth = 1;
+pub type dilattn_ring_split = c_int;
+pub const DILATTN_RING_CONTIGUOUS: dilattn_ring_split = 0;
+pub const DILATTN_RING_ZIGZAG: dilattn_ring_split = 1;
 
 // ---------------------------------------------------------------- structs
 /// A view of caller memory (SPEC 1). struct_size = size_of::<dilattn_tensor>().
@@ -392,4 +401,52 @@ extern "C" {
         -> dilattn_status;
     pub fn dilattn_pool_reset(pool: dilattn_pool) -> dilattn_status;
     pub fn dilattn_pool_destroy(pool: dilattn_pool) -> dilattn_status;
+
+    // dilattn_ring.h
+    pub fn dilattn_comm_create_threads(num_ranks: i32, timeout_ms: i32, comms: *mut dilattn_comm)
+        -> dilattn_status;
+    pub fn dilattn_comm_create_nccl(
+        nccl_comm: *const c_void,
+        cuda_stream: *mut c_void,
+        timeout_ms: i32,
+        comm: *mut dilattn_comm,
+    ) -> dilattn_status;
+    pub fn dilattn_comm_create_mpi(mpi_comm: *const c_void, timeout_ms: i32,
+                                   comm: *mut dilattn_comm) -> dilattn_status;
+    pub fn dilattn_comm_destroy(comm: dilattn_comm) -> dilattn_status;
+    pub fn dilattn_comm_rank(comm: dilattn_comm, rank: *mut i32, num_ranks: *mut i32)
+        -> dilattn_status;
+    pub fn dilattn_comm_peak_bytes(comm: dilattn_comm, bytes: *mut usize) -> dilattn_status;
+    pub fn dilattn_ring_shard_rows(
+        seqlen: i64,
+        num_ranks: i32,
+        rank: i32,
+        split: dilattn_ring_split,
+        first: *mut i64,
+        count: *mut i64,
+    ) -> dilattn_status;
+    pub fn dilattn_ring_forward(
+        plan: dilattn_plan,
+        comm: dilattn_comm,
+        split: dilattn_ring_split,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+    ) -> dilattn_status;
+    pub fn dilattn_ring_backward(
+        plan: dilattn_plan,
+        comm: dilattn_comm,
+        split: dilattn_ring_split,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        d_o: *const dilattn_tensor,
+        dq: *const dilattn_tensor,
+        dk: *const dilattn_tensor,
+        dv: *const dilattn_tensor,
+    ) -> dilattn_status;
 }

@@ -1,5 +1,5 @@
-//! The hand-written bindings (src/lib.rs) agree with lib/dilattn.h, lib/dilattn_mask.h and
-//! lib/dilattn_pool.h:
+//! The hand-written bindings (src/lib.rs) agree with lib/dilattn.h, lib/dilattn_mask.h,
+//! lib/dilattn_pool.h and lib/dilattn_ring.h:
 //! the same functions with the same parameter counts, the same enum values, and struct sizes
 //! equal to the sizes the library writes into struct_size. A change of the header that the
 //! bindings miss fails here.
@@ -14,7 +14,7 @@ const BINDINGS: &str = include_str!("../src/lib.rs");
 fn header_text() -> String {
     let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../lib");
     let mut text = String::new();
-    for name in ["dilattn.h", "dilattn_mask.h", "dilattn_pool.h"] {
+    for name in ["dilattn.h", "dilattn_mask.h", "dilattn_pool.h", "dilattn_ring.h"] {
         let path = lib.join(name);
         text += &std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
