@@ -1,5 +1,6 @@
 // ring_ops.cu - the ring's element work on a device (SPEC 5; the interface is
-// lib/internal/ring_ops.h): zeroed buffers, copy/convert, add, fill and SPEC 5's merge of a
+// lib/internal/ring_ops.h): zeroed buffers, copy/convert, add, fill, pack/unpack of the rows
+// another rank needs (a row map uploaded per call) and SPEC 5's merge of a
 // partial (O_b, LSE_b) into the running (O, LSE), as small kernels queued on one stream.
 //
 // Included by cuda/launch.cu, so built the same two ways as the launcher: by nvcc into
@@ -16,6 +17,9 @@
 //
 // Checked by tests/ring/test_ring_forward.cpp and test_ring_backward.cpp (the emu backend's
 // ring against the reference, and bitwise the same for every schedule and thread order).
+#include <deque>
+#include <vector>
+
 #include "ring_ops.h"
 
 namespace dilattn {
@@ -95,6 +99,32 @@ __global__ void ring_fill_kernel(ElementView t, double x, int64_t n) {
   for (int64_t idx = start; idx < n; idx += stride) store_f64(t, view_offset(t, idx), x);
 }
 
+// Pack or unpack the rows another rank needs: element idx of the packed view [B, n, heads, D]
+// is row j = row_of[j] of the full view. mode: 0 packed = full, 1 full = packed, 2 full +=
+// packed. Copies move the element's bytes (the dtypes agree); the sum is converted.
+__global__ void ring_rows_kernel(ElementView packed, ElementView full, const int64_t* row_of,
+                                 int64_t n, int32_t mode, int32_t bytes) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t D = packed.shape[3], nh = packed.shape[2], rows = packed.shape[1];
+  for (int64_t idx = start; idx < n; idx += stride) {
+    const int64_t d = idx % D, h = (idx / D) % nh, j = (idx / (D * nh)) % rows;
+    const int64_t b = idx / (D * nh * rows);
+    const int64_t p = view_offset(packed, idx);
+    const int64_t f = b * full.strides[0] + row_of[j] * full.strides[1] + h * full.strides[2] +
+                      d * full.strides[3];
+    if (mode == 2) {
+      store_f64(full, f, load_f64(full, f) + load_f64(packed, p));
+      continue;
+    }
+    const unsigned char* from = static_cast<const unsigned char*>(mode == 0 ? full.data : packed.data) +
+                                (mode == 0 ? f : p) * bytes;
+    unsigned char* to = static_cast<unsigned char*>(mode == 0 ? packed.data : full.data) +
+                        (mode == 0 ? p : f) * bytes;
+    for (int32_t k = 0; k < bytes; ++k) to[k] = from[k];
+  }
+}
+
 // SPEC 5, one thread per row (b, h, i): the row's merged LSE and weights, then its D elements.
 // lse views are [B, nh, n, 1], so the row's flat index is its LSE element's; O is [B, n, nh, D].
 __global__ void ring_merge_kernel(ElementView o_b, ElementView lse_b, ElementView o,
@@ -171,6 +201,10 @@ class DeviceRingOps final : public RingOps {
     return DILATTN_SUCCESS;
   }
 
+  ~DeviceRingOps() override {
+    if (row_map_ != nullptr && cudaFree(row_map_) != cudaSuccess) cudaGetLastError();
+  }
+
   void release(void* p) override {
     if (cudaFree(p) != cudaSuccess) cudaGetLastError();  // cudaFree waits for the device
   }
@@ -210,6 +244,18 @@ class DeviceRingOps final : public RingOps {
     return launched("ring_merge_kernel");
   }
 
+  dilattn_status pack_rows(const dilattn_tensor& full, const RowRuns& runs,
+                           const dilattn_tensor& packed) override {
+    return move_rows(packed, runs, full, 0);
+  }
+
+  dilattn_status unpack_rows(const dilattn_tensor& packed, const RowRuns& runs,
+                             const dilattn_tensor& full, bool add) override {
+    return move_rows(packed, runs, full, add ? 2 : 1);
+  }
+
+  size_t own_bytes() const override { return row_map_rows_ * sizeof(int64_t); }
+
   // cudaMemcpyDefault: the runtime tells device from host memory (unified addressing), so a
   // chunk of another GPU of this process comes over without peer setup.
   dilattn_status copy_bytes(void* dst, const void* src, size_t bytes) override {
@@ -220,6 +266,7 @@ class DeviceRingOps final : public RingOps {
 
   dilattn_status wait() override {
     const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) uploads_.clear();  // every queued upload has read its rows
     return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, "ring attention");
   }
 
@@ -237,8 +284,47 @@ class DeviceRingOps final : public RingOps {
     return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, what);
   }
 
+  // The runs as one row index per packed row, uploaded to the device row map on the stream
+  // (ordered before the kernel that reads it and after the one before), then ring_rows_kernel.
+  dilattn_status move_rows(const dilattn_tensor& packed, const RowRuns& runs,
+                           const dilattn_tensor& full, int32_t mode) {
+    const int64_t n = element_count(packed);
+    if (n == 0) return DILATTN_SUCCESS;
+    const size_t rows = static_cast<size_t>(packed.shape[1]);
+    if (rows > row_map_rows_) {
+      if (row_map_ != nullptr && cudaFree(row_map_) != cudaSuccess) cudaGetLastError();
+      row_map_ = nullptr;
+      row_map_rows_ = 0;
+      cudaError_t e = cudaMalloc(&row_map_, rows * sizeof(int64_t));
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        row_map_ = nullptr;
+        return set_error(DILATTN_ERROR_OUT_OF_MEMORY, "backend '%s': ring row map of %zu rows: %s",
+                         kBackendName, rows, cudaGetErrorString(e));
+      }
+      row_map_rows_ = rows;
+    }
+    // The host rows stay until wait(): a queued copy may read them after this call returns.
+    uploads_.emplace_back();
+    std::vector<int64_t>& row_of = uploads_.back();
+    row_of.reserve(rows);
+    for (const RowRun& run : runs)
+      for (int64_t i = 0; i < run.count; ++i) row_of.push_back(run.first + i);
+    cudaError_t e = cudaMemcpyAsync(row_map_, row_of.data(), rows * sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess) return cuda_failure(e, "cudaMemcpyAsync of a ring row map");
+    const int32_t bytes = mode == 2 ? 0 : static_cast<int32_t>(dtype_size(full.dtype));
+    DILATTN_LAUNCH(ring_rows_kernel, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0,
+                   stream_)(element_view(packed), element_view(full),
+                            static_cast<const int64_t*>(row_map_), n, mode, bytes);
+    return launched("ring_rows_kernel");
+  }
+
   cudaStream_t stream_;
   cudaError_t selected_ = cudaSuccess;
+  void* row_map_ = nullptr;  // device: one full-view row per packed row
+  size_t row_map_rows_ = 0;
+  std::deque<std::vector<int64_t>> uploads_;
 #ifdef __CUDACC__
   DeviceGuard guard_;  // restores the caller's current device with the ops
 #endif

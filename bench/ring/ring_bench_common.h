@@ -99,8 +99,8 @@ struct Overlap {
 inline Overlap measure_overlap(dilattn_comm comm) {
   Overlap o;
   o.exposed_s = comm->last_shifts.exposed_s;
-  for (size_t b : comm->last_shifts.sizes) o.shift_bytes += static_cast<double>(b);
-  die(dilattn::time_bare_shifts(*comm->transport, comm->last_shifts.sizes, &o.bare_s), "bare shifts");
+  o.shift_bytes = static_cast<double>(comm->last_shifts.sent_bytes);
+  die(dilattn::time_bare_shifts(*comm->transport, comm->last_shifts.exchanges, &o.bare_s), "bare shifts");
   return o;
 }
 

@@ -18,11 +18,20 @@
 #define DILATTN_RING_OPS_H
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "backend.h"
 #include "dilattn.h"
 
 namespace dilattn {
+
+// Rows [first, first + count) of a shard: the rows of it another rank needs (lib/ring/
+// ring_needs.h) are sorted, disjoint runs; packed, they travel back to back.
+struct RowRun {
+  int64_t first = 0, count = 0;
+};
+using RowRuns = std::vector<RowRun>;
 
 class RingOps {
  public:
@@ -40,6 +49,17 @@ class RingOps {
   // o, o_b: [B, n, nh, D]; lse, lse_b: [B, nh, n, 1].
   virtual dilattn_status merge(const dilattn_tensor& o_b, const dilattn_tensor& lse_b,
                                const dilattn_tensor& o, const dilattn_tensor& lse) = 0;
+  // Packs: packed[:, j] = full[:, the j-th row of `runs`], for views [B, n, heads, D] of one
+  // dtype (packed: shape[1] = the rows of the runs).
+  virtual dilattn_status pack_rows(const dilattn_tensor& full, const RowRuns& runs,
+                                   const dilattn_tensor& packed) = 0;
+  // Unpacks: full[:, the j-th row of `runs`] = packed[:, j], or += packed[:, j] when `add`
+  // (converted to full's dtype); rows outside the runs are not touched.
+  virtual dilattn_status unpack_rows(const dilattn_tensor& packed, const RowRuns& runs,
+                                     const dilattn_tensor& full, bool add) = 0;
+  // Bytes the ops hold themselves (the device's row map for pack/unpack), for
+  // dilattn_comm_peak_bytes beside the ring's RingMemory.
+  virtual size_t own_bytes() const { return 0; }
   // `bytes` from src to dst (memory of this kind, or of another rank of the same process),
   // finished when it returns: how the threads transport receives a chunk.
   virtual dilattn_status copy_bytes(void* dst, const void* src, size_t bytes) = 0;

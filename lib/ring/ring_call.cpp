@@ -1,6 +1,7 @@
 // ring_call.cpp - checks and agreement of a ring call (see ring_call.h).
 #include "ring_call.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -130,6 +131,44 @@ dilattn_tensor RingCall::lse_view(void* data) const {
   return view(data, acc_dtype, p->B, p->H, mine.rows, 1);
 }
 
+RingStep RingCall::step_at(int32_t s) const {
+  RingStep step;
+  step.owner = (rank - s + P) % P;
+  step.to = (rank + s) % P;
+  step.recv = needed_key_rows(*p, mine, rows_of(step.owner));
+  step.send = needed_key_rows(*p, rows_of(step.to), mine);
+  return step;
+}
+
+void RingCall::most_rows(int64_t* recv, int64_t* send) const {
+  *recv = *send = 0;
+  for (int32_t s = 1; s < P; ++s) {
+    const RingStep step = step_at(s);
+    *recv = max_i64(*recv, rows_in(step.recv));
+    *send = max_i64(*send, rows_in(step.send));
+  }
+}
+
+dilattn_status pack_kv(RingCall& c, const dilattn_tensor& k, const dilattn_tensor& v,
+                       const RowRuns& runs, unsigned char* msg) {
+  const int64_t n = rows_in(runs);
+  const dilattn_dtype t = c.p->dtype;
+  if (dilattn_status s = c.ops->pack_rows(k, runs, c.packed_view(msg, t, n))) return s;
+  return c.ops->pack_rows(v, runs, c.packed_view(msg + c.packed_bytes(n, t), t, n));
+}
+
+dilattn_status unpack_kv(RingCall& c, unsigned char* msg, const RowRuns& runs,
+                         const dilattn_tensor& k, const dilattn_tensor& v) {
+  const int64_t n = rows_in(runs);
+  const dilattn_dtype t = c.p->dtype;
+  if (c.poison) {  // test hook: every row this step does not receive reads as NaN
+    if (dilattn_status s = c.ops->fill(k, NAN)) return s;
+    if (dilattn_status s = c.ops->fill(v, NAN)) return s;
+  }
+  if (dilattn_status s = c.ops->unpack_rows(c.packed_view(msg, t, n), runs, k, false)) return s;
+  return c.ops->unpack_rows(c.packed_view(msg + c.packed_bytes(n, t), t, n), runs, v, false);
+}
+
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
                                bool backward, std::initializer_list<RingTensor> tensors,
                                RingCall* call) {
@@ -157,6 +196,7 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
   call->P = t.size();
   call->rank = t.rank();
   call->split = split_value;
+  call->poison = comm->poison_chunks;
   call->mine = call->rows_of(call->rank);
   for (int32_t r = 0; r < call->P; ++r) call->max_rows = max_i64(call->max_rows, call->rows_of(r).rows);
   call->acc_dtype = plan->problem.dtype == DILATTN_F64 ? DILATTN_F64 : DILATTN_F32;

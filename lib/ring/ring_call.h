@@ -1,6 +1,6 @@
 // ring_call.h - what ring_forward.cpp and ring_backward.cpp share: the checks of a ring call
 // (SPEC 7 for shards), the agreement of all ranks before and after the ring, and the layout of
-// the chunks that travel.
+// the chunks the rows that travel are unpacked into.
 //
 // A ring call is collective: every rank first checks its own arguments, then all ranks
 // exchange their status and a fingerprint of their call (allgather). A bad argument on any rank
@@ -15,13 +15,23 @@
 #include <memory>
 
 #include "backend.h"
+#include "dtype_convert.h"
 #include "ring_memory.h"
+#include "ring_needs.h"
 #include "ring_ops.h"
 #include "ring_shard.h"
 #include "ring_stats.h"
 #include "ring_transport.h"
 
 namespace dilattn {
+
+// Step s of the ring on one rank (1 <= s < P): it receives from `owner` = rank - s the rows of
+// owner's shard it needs (`recv`) and sends to `to` = rank + s the rows of its own shard that
+// rank needs (`send`), as ring_needs.h computes them on both ends.
+struct RingStep {
+  int32_t owner = 0, to = 0;
+  RowRuns recv, send;
+};
 
 // One rank's view of a validated ring call.
 struct RingCall {
@@ -44,10 +54,23 @@ struct RingCall {
   int32_t device_index = 0;
   std::unique_ptr<RingOps> ops;     // the element work, on the backend's memory (ring_ops.h)
   RingMemory memory;                // allocates through ops
-  ShiftStats shifts;                // timed by shift_begin / shift_end (ring_stats.h)
+  ShiftStats shifts;                // recorded by exchange_begin / _end (ring_stats.h)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
+  bool poison = false;              // test hook: NaN in chunk rows not received (comm->poison_chunks)
+
   ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
+  RingStep step_at(int32_t s) const;
+  // The rows of the largest message this rank receives, and sends, over the steps.
+  void most_rows(int64_t* recv, int64_t* send) const;
+  // Bytes of n packed rows, [B, n, Hkv, D] in dtype t.
+  size_t packed_bytes(int64_t n, dilattn_dtype t) const {
+    return static_cast<size_t>(p->B * n * p->Hkv * p->D) * dtype_size(t);
+  }
+  // A contiguous [B, n, Hkv, D] view of n packed rows at `data`.
+  dilattn_tensor packed_view(void* data, dilattn_dtype t, int64_t n) const {
+    return view(data, t, p->B, n, p->Hkv, p->D);
+  }
   // Elements of one [B, max_rows, Hkv, D] chunk tensor.
   int64_t chunk_elements() const { return p->B * max_rows * p->Hkv * p->D; }
   // A contiguous [d0, d1, d2, d3] view of `data` (the ring's memory) in dtype t.
@@ -57,15 +80,24 @@ struct RingCall {
   dilattn_tensor chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const;
   // A contiguous LSE [B, H, mine.rows, 1] view.
   dilattn_tensor lse_view(void* data) const;
-  // Before a shift_begin: a transport that reads the bytes from the host needs the queued
+  // Before an exchange_begin: a transport that reads the bytes from the host needs the queued
   // work that wrote them done (the device's ops queue it); a stream-ordered one does not.
   dilattn_status ready_to_send() const {
     return transport->stream_ordered() ? DILATTN_SUCCESS : ops->wait();
   }
-  // The transport's shift, timed into `shifts` (ring_stats.cpp).
-  dilattn_status shift_begin(const void* send, void* recv, size_t bytes);
-  dilattn_status shift_end();
+  // The transport's exchange, timed and counted into `shifts` (ring_stats.cpp).
+  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+                                size_t recv_bytes, int32_t from);
+  dilattn_status exchange_end();
 };
+
+// The rows `runs` of a K/V pair ([B, n, Hkv, D] each) packed into the message `msg`: K rows
+// then V rows, back to back; and unpacked from it into the same rows of k and v (with the
+// poison hook first: every other row NaN).
+dilattn_status pack_kv(RingCall& c, const dilattn_tensor& k, const dilattn_tensor& v,
+                       const RowRuns& runs, unsigned char* msg);
+dilattn_status unpack_kv(RingCall& c, unsigned char* msg, const RowRuns& runs,
+                         const dilattn_tensor& k, const dilattn_tensor& v);
 
 // Tensors of a ring call, with their roles, for the shard checks.
 struct RingTensor {

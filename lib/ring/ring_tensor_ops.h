@@ -1,5 +1,6 @@
 // ring_tensor_ops.h - the element loops of the ring in host memory (ring_ops_host.cpp; the
-// device's kernels are cuda/ring_ops.cu): copy a view, add one into another, and the SPEC 5
+// device's kernels are cuda/ring_ops.cu): copy a view, add one into another, pack and unpack
+// the rows another rank needs, and the SPEC 5
 // merge of a partial (O_b, LSE_b) into the running (O, LSE), all over strided views of equal
 // shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64 for
 // f64 plans, so a partial is rounded once per merge).
@@ -9,6 +10,7 @@
 #include <cstring>
 
 #include "dtype_convert.h"
+#include "ring_ops.h"
 #include "softmax_rules.h"
 
 namespace dilattn {
@@ -50,6 +52,40 @@ inline void add_view(const dilattn_tensor& part, const dilattn_tensor& acc) {
 // Fills every element of a view with x.
 inline void fill_view(const dilattn_tensor& t, double x) {
   for_each_element(t, t, [&](int64_t d, int64_t) { store_element(t.data, t.dtype, d, x); });
+}
+
+// The view of rows [first, first + count) of t ([B, n, heads, D]).
+inline dilattn_tensor row_run_view(const dilattn_tensor& t, int64_t first, int64_t count) {
+  dilattn_tensor v = t;
+  v.data = static_cast<unsigned char*>(t.data) +
+           first * t.strides[1] * static_cast<int64_t>(dtype_size(t.dtype));
+  v.shape[1] = count;
+  return v;
+}
+
+// packed[:, j] = full[:, the j-th row of runs] (ring_ops.h pack_rows), run by run.
+inline void pack_row_runs(const dilattn_tensor& full, const RowRuns& runs,
+                          const dilattn_tensor& packed) {
+  int64_t j = 0;
+  for (const RowRun& run : runs) {
+    copy_view(row_run_view(full, run.first, run.count), row_run_view(packed, j, run.count));
+    j += run.count;
+  }
+}
+
+// full[:, the j-th row of runs] = (or +=) packed[:, j] (ring_ops.h unpack_rows).
+inline void unpack_row_runs(const dilattn_tensor& packed, const RowRuns& runs,
+                            const dilattn_tensor& full, bool add) {
+  int64_t j = 0;
+  for (const RowRun& run : runs) {
+    const dilattn_tensor from = row_run_view(packed, j, run.count);
+    const dilattn_tensor to = row_run_view(full, run.first, run.count);
+    if (add)
+      add_view(from, to);
+    else
+      copy_view(from, to);
+    j += run.count;
+  }
 }
 
 // SPEC 5: (o, lse) <- merge of (o, lse) and (o_b, lse_b), row by row (softmax_rules.h).

@@ -5,8 +5,9 @@
 // Everything is stream-ordered on the caller's CUDA stream, where the ring also runs its
 // kernels (ring_ops.h), so a chunk written by a kernel needs no host synchronisation before
 // it is sent:
-//   shift      ncclGroupStart; ncclSend(send) to rank + 1; ncclRecv(recv) from rank - 1;
-//              ncclGroupEnd. shift_end waits for the stream.
+//   exchange   ncclGroupStart; ncclSend(send) to `to`; ncclRecv(recv) from `from`;
+//              ncclGroupEnd, each only when it moves bytes (the ring sends only the rows a
+//              rank needs, ring_needs.h). exchange_end waits for the stream.
 //   allgather  the rank's vote copied to a small device buffer (from pinned host memory, so the
 //              copies never block the host), ncclAllGather of the P votes, copied back.
 // Every wait polls cudaStreamQuery and ncclCommGetAsyncError (a non-blocking communicator may
@@ -46,6 +47,87 @@ class CurrentDevice {
   }
   CurrentDevice(const CurrentDevice&) = delete;
   CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+class NcclTransport final : public RingTransport {
+ public:
+  NcclTransport(ncclComm_t comm, cudaStream_t stream, int32_t timeout_ms, int rank, int size,
+                int device)
+      : comm_(comm), stream_(stream), timeout_ms_(timeout_ms), rank_(rank), size_(size),
+        device_(device) {}
+
+  ~NcclTransport() override {
+    CurrentDevice current(device_);
+    if (votes_device_ != nullptr) cudaFree(votes_device_);
+    if (votes_host_ != nullptr) cudaFreeHost(votes_host_);
+    cudaGetLastError();
+  }
+
+  // The vote buffers: P gathered votes then this rank's, on the device and pinned on the host.
+  dilattn_status allocate_votes() {
+    CurrentDevice current(device_);
+    const size_t bytes = static_cast<size_t>(size_ + 1) * sizeof(RingVote);
+    cudaError_t e = cudaMalloc(&votes_device_, bytes);
+    if (e == cudaSuccess) e = cudaMallocHost(&votes_host_, bytes);
+    if (e == cudaSuccess) return DILATTN_SUCCESS;
+    cudaGetLastError();
+    return set_error(DILATTN_ERROR_CUDA, "dilattn_comm_create_nccl: %zu bytes for the votes: %s",
+                     bytes, cudaGetErrorString(e));
+  }
+
+  int32_t rank() const override { return rank_; }
+  int32_t size() const override { return size_; }
+  Memory memory() const override { return Memory::device; }
+  bool stream_ordered() const override { return true; }
+  void* stream() const override { return stream_; }
+
+  dilattn_status allgather(const RingVote& mine, RingVote* all) override {
+    if (broken_) return broken_error();
+    CurrentDevice current(device_);
+    RingVote* host = static_cast<RingVote*>(votes_host_);
+    RingVote* device = static_cast<RingVote*>(votes_device_);
+    std::memcpy(&host[size_], &mine, sizeof(RingVote));
+    cudaError_t e = cudaMemcpyAsync(&device[size_], &host[size_], sizeof(RingVote),
+                                    cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess) return cuda_error(e, "cudaMemcpyAsync of the vote");
+    if (dilattn_status s = enqueued(ncclAllGather(&device[size_], device, sizeof(RingVote),
+                                                  ncclUint8, comm_, stream_),
+                                    "ncclAllGather of the votes"))
+      return s;
+    e = cudaMemcpyAsync(host, device, static_cast<size_t>(size_) * sizeof(RingVote),
+                        cudaMemcpyDeviceToHost, stream_);
+    if (e != cudaSuccess) return cuda_error(e, "cudaMemcpyAsync of the votes");
+    if (dilattn_status s = wait("waiting for every rank to start the ring call")) return s;
+    std::memcpy(all, host, static_cast<size_t>(size_) * sizeof(RingVote));
+    return DILATTN_SUCCESS;
+  }
+
+  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+                                size_t recv_bytes, int32_t from) override {
+    if (broken_) return broken_error();
+    to_ = to;
+    from_ = from;
+    if (send_bytes == 0 && recv_bytes == 0) return DILATTN_SUCCESS;
+    CurrentDevice current(device_);
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess && send_bytes != 0)
+      r = ncclSend(send, send_bytes, ncclUint8, to, comm_, stream_);
+    if ((r == ncclSuccess || r == ncclInProgress) && recv_bytes != 0)
+      r = ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, stream_);
+    const ncclResult_t end = ncclGroupEnd();  // always closes the group
+    return enqueued(r == ncclSuccess || r == ncclInProgress ? end : r, "ncclSend/ncclRecv");
+  }
+
+  dilattn_status exchange_end() override {
+    if (broken_) return broken_error();
+    CurrentDevice current(device_);
+    return wait("rank " + std::to_string(rank_) + " sending rows to rank " + std::to_string(to_) +
+                " and receiving from rank " + std::to_string(from_));
+  }
 
  private:
   int previous_ = 0;
@@ -185,6 +267,7 @@ class NcclTransport final : public RingTransport {
   void* votes_host_ = nullptr;
   bool broken_ = false;
   std::string broken_why_;
+  int32_t to_ = 0, from_ = 0;  // of the exchange in progress
 };
 
 // ncclResult_t as a status of dilattn_comm_create_nccl.
