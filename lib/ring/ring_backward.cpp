@@ -89,11 +89,11 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
     RingStep next;
     if (pass_on) {
       next = c.step_at(step + 1);
-      if (dilattn_status s = pack_kv(c, t.k, t.v, next.send, outgoing.data())) return s;
+      if (dilattn_status s = pack_pair(c, t.k, t.v, next.send, outgoing.data())) return s;
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.exchange_begin(
-              outgoing.data(), 2 * c.packed_bytes(rows_in(next.send), p.dtype), next.to,
-              incoming.data(), 2 * c.packed_bytes(rows_in(next.recv), p.dtype), next.owner))
+      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(next.send, p.dtype),
+                                              next.to, incoming.data(),
+                                              c.message_bytes(next.recv, p.dtype), next.owner))
         return s;
     }
     if (!own && computes) {  // a fresh partial for owner's rows
@@ -138,26 +138,18 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
           return s;
       }
     }
-    // The partial of owner's rows goes back to owner; rank + step's partial of ours comes in.
+    // The partial of owner's rows goes back to owner; rank + step's partial of ours comes in
+    // and is added to our dK/dV (the order of steps: fixed).
     if (!own) {
-      const int64_t back = rows_in(current.recv), ours = rows_in(current.send);
       const dilattn_dtype a = c.acc_dtype;
-      if (dilattn_status s = ops.pack_rows(dk_sum, current.recv, c.packed_view(outgoing.data(), a, back)))
-        return s;
-      if (dilattn_status s = ops.pack_rows(dv_sum, current.recv,
-                                           c.packed_view(outgoing.data() + c.packed_bytes(back, a), a, back)))
-        return s;
+      if (dilattn_status s = pack_pair(c, dk_sum, dv_sum, current.recv, outgoing.data())) return s;
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.exchange_begin(outgoing.data(), 2 * c.packed_bytes(back, a),
+      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(current.recv, a),
                                               current.owner, incoming.data(),
-                                              2 * c.packed_bytes(ours, a), current.to))
+                                              c.message_bytes(current.send, a), current.to))
         return s;
       if (dilattn_status s = c.exchange_end()) return s;
-      if (dilattn_status s = ops.unpack_rows(c.packed_view(incoming.data(), a, ours), current.send,
-                                             dk_acc_v, true))
-        return s;
-      if (dilattn_status s = ops.unpack_rows(c.packed_view(incoming.data() + c.packed_bytes(ours, a), a, ours),
-                                             current.send, dv_acc_v, true))
+      if (dilattn_status s = unpack_pair(c, incoming.data(), current.send, dk_acc_v, dv_acc_v, true))
         return s;
     }
     current = std::move(next);

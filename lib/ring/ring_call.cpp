@@ -144,29 +144,30 @@ void RingCall::most_rows(int64_t* recv, int64_t* send) const {
   *recv = *send = 0;
   for (int32_t s = 1; s < P; ++s) {
     const RingStep step = step_at(s);
-    *recv = max_i64(*recv, rows_in(step.recv));
-    *send = max_i64(*send, rows_in(step.send));
+    *recv = max_i64(*recv, head_rows_in(step.recv));
+    *send = max_i64(*send, head_rows_in(step.send));
   }
 }
 
-dilattn_status pack_kv(RingCall& c, const dilattn_tensor& k, const dilattn_tensor& v,
-                       const RowRuns& runs, unsigned char* msg) {
-  const int64_t n = rows_in(runs);
-  const dilattn_dtype t = c.p->dtype;
-  if (dilattn_status s = c.ops->pack_rows(k, runs, c.packed_view(msg, t, n))) return s;
-  return c.ops->pack_rows(v, runs, c.packed_view(msg + c.packed_bytes(n, t), t, n));
+dilattn_status pack_pair(RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                         const RowRuns& runs, unsigned char* msg) {
+  if (dilattn_status s = c.ops->pack_rows(a, runs, msg)) return s;
+  return c.ops->pack_rows(b, runs, msg + c.message_bytes(runs, a.dtype) / 2);
 }
 
-dilattn_status unpack_kv(RingCall& c, unsigned char* msg, const RowRuns& runs,
+dilattn_status unpack_pair(RingCall& c, const unsigned char* msg, const RowRuns& runs,
+                           const dilattn_tensor& a, const dilattn_tensor& b, bool add) {
+  if (dilattn_status s = c.ops->unpack_rows(msg, runs, a, add)) return s;
+  return c.ops->unpack_rows(msg + c.message_bytes(runs, a.dtype) / 2, runs, b, add);
+}
+
+dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& runs,
                          const dilattn_tensor& k, const dilattn_tensor& v) {
-  const int64_t n = rows_in(runs);
-  const dilattn_dtype t = c.p->dtype;
-  if (c.poison) {  // test hook: every row this step does not receive reads as NaN
+  if (c.poison) {
     if (dilattn_status s = c.ops->fill(k, NAN)) return s;
     if (dilattn_status s = c.ops->fill(v, NAN)) return s;
   }
-  if (dilattn_status s = c.ops->unpack_rows(c.packed_view(msg, t, n), runs, k, false)) return s;
-  return c.ops->unpack_rows(c.packed_view(msg + c.packed_bytes(n, t), t, n), runs, v, false);
+  return unpack_pair(c, msg, runs, k, v, false);
 }
 
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,

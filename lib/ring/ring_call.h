@@ -61,15 +61,16 @@ struct RingCall {
 
   ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
   RingStep step_at(int32_t s) const;
-  // The rows of the largest message this rank receives, and sends, over the steps.
+  // The (kv head, row) pairs of the largest message this rank receives, and sends, over the
+  // steps (ring_needs.h head_rows_in).
   void most_rows(int64_t* recv, int64_t* send) const;
-  // Bytes of n packed rows, [B, n, Hkv, D] in dtype t.
+  // Bytes of one tensor's n packed (kv head, row) pairs: B n D elements of dtype t.
   size_t packed_bytes(int64_t n, dilattn_dtype t) const {
-    return static_cast<size_t>(p->B * n * p->Hkv * p->D) * dtype_size(t);
+    return static_cast<size_t>(p->B * n * p->D) * dtype_size(t);
   }
-  // A contiguous [B, n, Hkv, D] view of n packed rows at `data`.
-  dilattn_tensor packed_view(void* data, dilattn_dtype t, int64_t n) const {
-    return view(data, t, p->B, n, p->Hkv, p->D);
+  // Bytes of a message of `runs` of two tensors (K and V, or dK and dV) in dtype t.
+  size_t message_bytes(const RowRuns& runs, dilattn_dtype t) const {
+    return 2 * packed_bytes(head_rows_in(runs), t);
   }
   // Elements of one [B, max_rows, Hkv, D] chunk tensor.
   int64_t chunk_elements() const { return p->B * max_rows * p->Hkv * p->D; }
@@ -91,12 +92,16 @@ struct RingCall {
   dilattn_status exchange_end();
 };
 
-// The rows `runs` of a K/V pair ([B, n, Hkv, D] each) packed into the message `msg`: K rows
-// then V rows, back to back; and unpacked from it into the same rows of k and v (with the
-// poison hook first: every other row NaN).
-dilattn_status pack_kv(RingCall& c, const dilattn_tensor& k, const dilattn_tensor& v,
-                       const RowRuns& runs, unsigned char* msg);
-dilattn_status unpack_kv(RingCall& c, unsigned char* msg, const RowRuns& runs,
+// The runs of a pair of tensors ([B, n, Hkv, D] each: K and V, or dK and dV) packed into the
+// message `msg` (ring_ops.h pack_rows): the first's runs, then the second's, back to back;
+// and unpacked from it into (or, with `add`, added to) the same rows and heads.
+dilattn_status pack_pair(RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                         const RowRuns& runs, unsigned char* msg);
+dilattn_status unpack_pair(RingCall& c, const unsigned char* msg, const RowRuns& runs,
+                           const dilattn_tensor& a, const dilattn_tensor& b, bool add);
+// K and V rows received into a chunk: unpack_pair, after the poison hook (c.poison: every
+// row and head of the chunk NaN first, so a read of one not received shows).
+dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& runs,
                          const dilattn_tensor& k, const dilattn_tensor& v);
 
 // Tensors of a ring call, with their roles, for the shard checks.

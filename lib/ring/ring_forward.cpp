@@ -74,11 +74,11 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
     RingStep next;
     if (pass_on) {
       next = c.step_at(step + 1);
-      if (dilattn_status s = pack_kv(c, k, v, next.send, outgoing.data())) return s;
+      if (dilattn_status s = pack_pair(c, k, v, next.send, outgoing.data())) return s;
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.exchange_begin(
-              outgoing.data(), 2 * c.packed_bytes(rows_in(next.send), p.dtype), next.to,
-              incoming.data(), 2 * c.packed_bytes(rows_in(next.recv), p.dtype), next.owner))
+      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(next.send, p.dtype),
+                                              next.to, incoming.data(),
+                                              c.message_bytes(next.recv, p.dtype), next.owner))
         return s;
     }
     auto run = [&](const SubCall& call) -> dilattn_status {

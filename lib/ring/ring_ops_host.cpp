@@ -40,11 +40,11 @@ class HostRingOps final : public RingOps {
     return DILATTN_SUCCESS;
   }
   dilattn_status pack_rows(const dilattn_tensor& full, const RowRuns& runs,
-                           const dilattn_tensor& packed) override {
+                           void* packed) override {
     pack_row_runs(full, runs, packed);
     return DILATTN_SUCCESS;
   }
-  dilattn_status unpack_rows(const dilattn_tensor& packed, const RowRuns& runs,
+  dilattn_status unpack_rows(const void* packed, const RowRuns& runs,
                              const dilattn_tensor& full, bool add) override {
     unpack_row_runs(packed, runs, full, add);
     return DILATTN_SUCCESS;

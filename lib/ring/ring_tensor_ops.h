@@ -54,38 +54,48 @@ inline void fill_view(const dilattn_tensor& t, double x) {
   for_each_element(t, t, [&](int64_t d, int64_t) { store_element(t.data, t.dtype, d, x); });
 }
 
-// The view of rows [first, first + count) of t ([B, n, heads, D]).
-inline dilattn_tensor row_run_view(const dilattn_tensor& t, int64_t first, int64_t count) {
+// The view [B, count, heads, D] of run `run` of t ([B, n, Hkv, D]).
+inline dilattn_tensor run_view(const dilattn_tensor& t, const RowRun& run) {
   dilattn_tensor v = t;
   v.data = static_cast<unsigned char*>(t.data) +
-           first * t.strides[1] * static_cast<int64_t>(dtype_size(t.dtype));
-  v.shape[1] = count;
+           (run.first * t.strides[1] + run.head * t.strides[2]) *
+               static_cast<int64_t>(dtype_size(t.dtype));
+  v.shape[1] = run.count;
+  v.shape[2] = run.heads;
   return v;
 }
 
-// packed[:, j] = full[:, the j-th row of runs] (ring_ops.h pack_rows), run by run.
-inline void pack_row_runs(const dilattn_tensor& full, const RowRuns& runs,
-                          const dilattn_tensor& packed) {
-  int64_t j = 0;
+// Calls f(run's view of full, its packed block as a contiguous view) for every run of
+// `runs`, the blocks back to back from `packed` (ring_ops.h pack_rows / unpack_rows).
+template <class F>
+void for_each_packed_run(const dilattn_tensor& full, const RowRuns& runs, void* packed, F&& f) {
+  auto* at = static_cast<unsigned char*>(packed);
   for (const RowRun& run : runs) {
-    copy_view(row_run_view(full, run.first, run.count), row_run_view(packed, j, run.count));
-    j += run.count;
+    const dilattn_tensor part = run_view(full, run);
+    const dilattn_tensor block =
+        dilattn_tensor_contiguous(at, full.dtype, full.shape[0], run.count, run.heads, full.shape[3]);
+    f(part, block);
+    at += full.shape[0] * run.count * run.heads * full.shape[3] *
+          static_cast<int64_t>(dtype_size(full.dtype));
   }
 }
 
-// full[:, the j-th row of runs] = (or +=) packed[:, j] (ring_ops.h unpack_rows).
-inline void unpack_row_runs(const dilattn_tensor& packed, const RowRuns& runs,
-                            const dilattn_tensor& full, bool add) {
-  int64_t j = 0;
-  for (const RowRun& run : runs) {
-    const dilattn_tensor from = row_run_view(packed, j, run.count);
-    const dilattn_tensor to = row_run_view(full, run.first, run.count);
-    if (add)
-      add_view(from, to);
-    else
-      copy_view(from, to);
-    j += run.count;
-  }
+inline void pack_row_runs(const dilattn_tensor& full, const RowRuns& runs, void* packed) {
+  for_each_packed_run(full, runs, packed,
+                      [](const dilattn_tensor& part, const dilattn_tensor& block) {
+                        copy_view(part, block);
+                      });
+}
+
+inline void unpack_row_runs(const void* packed, const RowRuns& runs, const dilattn_tensor& full,
+                            bool add) {
+  for_each_packed_run(full, runs, const_cast<void*>(packed),
+                      [&](const dilattn_tensor& part, const dilattn_tensor& block) {
+                        if (add)
+                          add_view(block, part);
+                        else
+                          copy_view(block, part);
+                      });
 }
 
 // SPEC 5: (o, lse) <- merge of (o, lse) and (o_b, lse_b), row by row (softmax_rules.h).
