@@ -1,8 +1,7 @@
 // ring_tensor_ops.h - the element loops of the ring in host memory (ring_ops_host.cpp; the
 // device's kernels are cuda/ring_ops.cu): copy a view, add one into another, pack and unpack
-// the rows another rank needs, and the SPEC 5
-// merge of a partial (O_b, LSE_b) into the running (O, LSE), all over strided views of equal
-// shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64 for
+// the rows another rank needs, and the SPEC 5 merge of a partial (O_b, LSE_b) into the
+// running (O, LSE), all over strided views of equal shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64 for
 // f64 plans, so a partial is rounded once per merge).
 #ifndef DILATTN_RING_TENSOR_OPS_H
 #define DILATTN_RING_TENSOR_OPS_H

@@ -12,12 +12,13 @@
 //              ncclSend/ncclRecv): the ring sends a rank only the rows it needs
 //              (ring_needs.h), often none. Both ends know the sizes from the plan, so they
 //              agree; a transport that sees a size mismatch breaks the communicator.
-//              shift (to rank + 1, from rank - 1, the same bytes) is the plain ring's case.
-// A transport never hangs for ever on a missing rank where it can help it: the threads and MPI
-// transports give up after their timeout and mark the communicator broken (DILATTN_ERROR_COMM);
-// NCCL's aborts its communicator (ncclCommAbort). One exchange at a time per rank. Transports: transport_threads.cpp (P threads
-// of one process), transport_mpi.cpp (one rank per MPI process; transport_mpi_absent.cpp in a
-// build without MPI), transport_nccl.cpp (one rank per GPU; transport_nccl_stub.cpp without NCCL).
+//              (The plain ring's shift is the exchange to rank + 1, from rank - 1.)
+// One exchange at a time per rank. A transport never hangs for ever on a missing rank where it
+// can help it: the threads and MPI transports give up after their timeout and mark the
+// communicator broken (DILATTN_ERROR_COMM); NCCL's aborts its communicator (ncclCommAbort).
+// Transports: transport_threads.cpp (P threads of one process), transport_mpi.cpp (one rank
+// per MPI process; transport_mpi_absent.cpp in a build without MPI), transport_nccl.cpp (one
+// rank per GPU; transport_nccl_stub.cpp without NCCL).
 //
 // Where the exchanged bytes live: host memory for a transport that moves them from the host
 // (the default), device memory too for the threads transport (it receives with the ring's
@@ -59,11 +60,6 @@ class RingTransport {
   virtual dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to,
                                         void* recv, size_t recv_bytes, int32_t from) = 0;
   virtual dilattn_status exchange_end() = 0;
-  dilattn_status shift_begin(const void* send, void* recv, size_t bytes) {
-    return exchange_begin(send, bytes, (rank() + 1) % size(), recv, bytes,
-                          (rank() + size() - 1) % size());
-  }
-  dilattn_status shift_end() { return exchange_end(); }
 
   virtual Memory memory() const { return Memory::host; }
   virtual bool stream_ordered() const { return false; }
@@ -80,13 +76,13 @@ class RingTransport {
 dilattn_status make_thread_transports(int32_t num_ranks, int32_t timeout_ms,
                                       std::unique_ptr<RingTransport>* transports);
 
-// One rank of an NCCL communicator (*nccl_comm is the caller's ncclComm_t), shifting on
+// One rank of an NCCL communicator (*nccl_comm is the caller's ncclComm_t), exchanging on
 // cuda_stream (transport_nccl.cpp); DILATTN_ERROR_UNSUPPORTED in a build without NCCL
 // (transport_nccl_stub.cpp).
 dilattn_status make_nccl_transport(const void* nccl_comm, void* cuda_stream, int32_t timeout_ms,
                                    std::unique_ptr<RingTransport>* transport);
 // One MPI process's end over *static_cast<const MPI_Comm*>(mpi_comm) (transport_mpi.cpp):
-// checks MPI's state and thread level, duplicates the communicator. A shift travels in
+// checks MPI's state and thread level, duplicates the communicator. An exchange travels in
 // messages of at most piece_bytes (MPI counts are int); tests pass a small one.
 constexpr size_t kMpiPieceBytes = size_t{1} << 30;
 dilattn_status make_mpi_transport(const void* mpi_comm, int32_t timeout_ms, size_t piece_bytes,
