@@ -75,13 +75,10 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
     const int32_t owner = (c.rank - step + c.P) % c.P;
     const int64_t their_rows = c.rows_of(owner).rows;
     const bool own = step == 0, computes = own || !current.recv.empty();
-    const dilattn_tensor k_chunk = own ? t.k : c.chunk_view(chunk.data(), p.dtype, p.Hkv, their_rows);
-    const dilattn_tensor v_chunk =
-        own ? t.v : c.chunk_view(chunk.data() + chunk_n * esize, p.dtype, p.Hkv, their_rows);
-    const dilattn_tensor dk_sum =
-        own ? dk_acc_v : c.chunk_view(partial.data(), c.acc_dtype, p.Hkv, their_rows);
-    const dilattn_tensor dv_sum =
-        own ? dv_acc_v : c.chunk_view(partial.data() + chunk_n * asize, c.acc_dtype, p.Hkv, their_rows);
+    const dilattn_tensor k_chunk = own ? t.k : c.chunk_first(chunk.data(), p.dtype, their_rows);
+    const dilattn_tensor v_chunk = own ? t.v : c.chunk_second(chunk.data(), p.dtype, their_rows);
+    const dilattn_tensor dk_sum = own ? dk_acc_v : c.chunk_first(partial.data(), c.acc_dtype, their_rows);
+    const dilattn_tensor dv_sum = own ? dv_acc_v : c.chunk_second(partial.data(), c.acc_dtype, their_rows);
     const dilattn_tensor dk_part_v = c.chunk_view(dk_part.data(), p.dtype, p.Hkv, their_rows);
     const dilattn_tensor dv_part_v = c.chunk_view(dv_part.data(), p.dtype, p.Hkv, their_rows);
     // The next step's K/V rows travel while this one computes (as in the forward).
@@ -132,9 +129,8 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
       if (!next.recv.empty()) {
         const int64_t next_rows = c.rows_of(next.owner).rows;
         if (dilattn_status s = unpack_kv(c, incoming.data(), next.recv,
-                                         c.chunk_view(chunk.data(), p.dtype, p.Hkv, next_rows),
-                                         c.chunk_view(chunk.data() + chunk_n * esize, p.dtype,
-                                                      p.Hkv, next_rows)))
+                                         c.chunk_first(chunk.data(), p.dtype, next_rows),
+                                         c.chunk_second(chunk.data(), p.dtype, next_rows)))
           return s;
       }
     }
@@ -149,7 +145,8 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
                                               c.message_bytes(current.send, a), current.to))
         return s;
       if (dilattn_status s = c.exchange_end()) return s;
-      if (dilattn_status s = unpack_pair(c, incoming.data(), current.send, dk_acc_v, dv_acc_v, true))
+      if (dilattn_status s =
+              unpack_pair(c, incoming.data(), current.send, dk_acc_v, dv_acc_v, true))
         return s;
     }
     current = std::move(next);

@@ -57,7 +57,7 @@ struct RingCall {
   ShiftStats shifts;                // recorded by exchange_begin / _end (ring_stats.h)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
-  bool poison = false;              // test hook: NaN in chunk rows not received (comm->poison_chunks)
+  bool poison = false;              // test hook: chunk rows not received NaN (comm->poison_chunks)
 
   ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
   RingStep step_at(int32_t s) const;
@@ -79,6 +79,13 @@ struct RingCall {
                       int64_t d3) const;
   // A contiguous [B, max_rows, heads, D] view of `data` in dtype t (its rows: the first `rows`).
   dilattn_tensor chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const;
+  // The two tensors of a chunk buffer (K then V, or dK then dV), each a chunk_view.
+  dilattn_tensor chunk_first(unsigned char* data, dilattn_dtype t, int64_t rows) const {
+    return chunk_view(data, t, p->Hkv, rows);
+  }
+  dilattn_tensor chunk_second(unsigned char* data, dilattn_dtype t, int64_t rows) const {
+    return chunk_view(data + chunk_elements() * static_cast<int64_t>(dtype_size(t)), t, p->Hkv, rows);
+  }
   // A contiguous LSE [B, H, mine.rows, 1] view.
   dilattn_tensor lse_view(void* data) const;
   // Before an exchange_begin: a transport that reads the bytes from the host needs the queued

@@ -56,7 +56,8 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
 
   const dilattn_tensor o_acc_v = c.view(o_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
   const dilattn_tensor o_part_v = c.view(o_part.data(), p.dtype, p.B, rows, p.H, p.D);
-  const dilattn_tensor lse_acc_v = c.lse_view(lse_acc.data()), lse_part_v = c.lse_view(lse_part.data());
+  const dilattn_tensor lse_acc_v = c.lse_view(lse_acc.data());
+  const dilattn_tensor lse_part_v = c.lse_view(lse_part.data());
   // An empty running result (SPEC 2: O = 0, LSE = -inf).
   if (dilattn_status s = ops.fill(lse_acc_v, -INFINITY)) return s;
 
@@ -66,9 +67,8 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
     const int32_t owner = (c.rank - step + c.P) % c.P;
     const ShardRows theirs = c.rows_of(owner);
     // Step 0 reads our own K and V; a later step the chunk its rows were unpacked into.
-    const dilattn_tensor k_chunk = step == 0 ? k : c.chunk_view(chunk.data(), p.dtype, p.Hkv, theirs.rows);
-    const dilattn_tensor v_chunk =
-        step == 0 ? v : c.chunk_view(chunk.data() + chunk_bytes, p.dtype, p.Hkv, theirs.rows);
+    const dilattn_tensor k_chunk = step == 0 ? k : c.chunk_first(chunk.data(), p.dtype, theirs.rows);
+    const dilattn_tensor v_chunk = step == 0 ? v : c.chunk_second(chunk.data(), p.dtype, theirs.rows);
     // The next step's rows travel while this one computes.
     const bool pass_on = step + 1 < c.P;
     RingStep next;
@@ -108,8 +108,8 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
       if (received_rows) {
         const int64_t next_rows = c.rows_of(next.owner).rows;
         if (dilattn_status s = unpack_kv(c, incoming.data(), next.recv,
-                                         c.chunk_view(chunk.data(), p.dtype, p.Hkv, next_rows),
-                                         c.chunk_view(chunk.data() + chunk_bytes, p.dtype, p.Hkv, next_rows)))
+                                         c.chunk_first(chunk.data(), p.dtype, next_rows),
+                                         c.chunk_second(chunk.data(), p.dtype, next_rows)))
           return s;
       }
     }

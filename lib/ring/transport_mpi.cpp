@@ -24,6 +24,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -149,7 +150,7 @@ class MpiTransport final : public RingTransport {
     // Receives first, then sends, each piece by piece: MPI keeps the order of messages with
     // the same source, tag and communicator, so every piece lands in its place.
     for (size_t off = 0; off < recv_bytes; off += piece_bytes_) {
-      const int n = static_cast<int>(recv_bytes - off < piece_bytes_ ? recv_bytes - off : piece_bytes_);
+      const int n = static_cast<int>(std::min(recv_bytes - off, piece_bytes_));
       requests_.push_back(MPI_REQUEST_NULL);
       const int rc = MPI_Irecv(buf_->recv.data() + off, n, MPI_BYTE, from, kExchangeTag, comm_,
                                &requests_.back());
@@ -157,7 +158,7 @@ class MpiTransport final : public RingTransport {
     }
     receives_ = requests_.size();
     for (size_t off = 0; off < send_bytes; off += piece_bytes_) {
-      const int n = static_cast<int>(send_bytes - off < piece_bytes_ ? send_bytes - off : piece_bytes_);
+      const int n = static_cast<int>(std::min(send_bytes - off, piece_bytes_));
       requests_.push_back(MPI_REQUEST_NULL);
       const int rc = MPI_Isend(buf_->send.data() + off, n, MPI_BYTE, to, kExchangeTag, comm_,
                                &requests_.back());
