@@ -16,6 +16,10 @@
 // added. The sums run where the backend keeps its tensors (ring_ops.h: host loops, or kernels
 // on the device's stream), each element by one thread in this fixed order, so the device path
 // is bitwise schedule-independent too.
+// Memory on a rank (RingMemory): the chunk the received K/V rows are unpacked into, this
+// step's dK/dV partial of them, one outgoing and one incoming message (K/V rows or partials,
+// sized by the largest need), dQ and our dK/dV accumulators, one sub-problem's gradients and a
+// backend workspace: O(N / P).
 // Checked by tests/ring/test_ring_backward.cpp against the single-device reference.
 #include <algorithm>
 
