@@ -1,5 +1,6 @@
 // ring_ops.cu - the ring's element work on a device (SPEC 5; the interface is
-// lib/internal/ring_ops.h): zeroed buffers, copy/convert, add, fill and SPEC 5's merge of a
+// lib/internal/ring_ops.h): zeroed buffers, copy/convert, add, fill, pack/unpack of the rows
+// another rank needs (a map of their offsets uploaded per call) and SPEC 5's merge of a
 // partial (O_b, LSE_b) into the running (O, LSE), as small kernels queued on one stream.
 //
 // Included by cuda/launch.cu, so built the same two ways as the launcher: by nvcc into
@@ -16,6 +17,9 @@
 //
 // Checked by tests/ring/test_ring_forward.cpp and test_ring_backward.cpp (the emu backend's
 // ring against the reference, and bitwise the same for every schedule and thread order).
+#include <deque>
+#include <vector>
+
 #include "ring_ops.h"
 
 namespace dilattn {
@@ -95,6 +99,30 @@ __global__ void ring_fill_kernel(ElementView t, double x, int64_t n) {
   for (int64_t idx = start; idx < n; idx += stride) store_f64(t, view_offset(t, idx), x);
 }
 
+// Pack or unpack what another rank needs: the packed message is a run of units of D elements
+// (one batch, row and head each), unit u starting at element unit_at[u] of `full`; the packed
+// element idx is unit idx / D's element idx % D. mode: 0 packed = full, 1 full = packed,
+// 2 full += packed. Copies move the element's bytes (one dtype); the sum is converted.
+__global__ void ring_rows_kernel(void* packed, ElementView full, const int64_t* unit_at,
+                                 int64_t n, int32_t mode, int32_t bytes) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t D = full.shape[3];
+  const ElementView block{packed, full.dtype, {1, 1, 1, n}, {n, n, n, 1}};
+  for (int64_t idx = start; idx < n; idx += stride) {
+    const int64_t f = unit_at[idx / D] + (idx % D) * full.strides[3];
+    if (mode == 2) {
+      store_f64(full, f, load_f64(full, f) + load_f64(block, idx));
+      continue;
+    }
+    unsigned char* at_full = static_cast<unsigned char*>(full.data) + f * bytes;
+    unsigned char* at_packed = static_cast<unsigned char*>(packed) + idx * bytes;
+    const unsigned char* from = mode == 0 ? at_full : at_packed;
+    unsigned char* to = mode == 0 ? at_packed : at_full;
+    for (int32_t k = 0; k < bytes; ++k) to[k] = from[k];
+  }
+}
+
 // SPEC 5, one thread per row (b, h, i): the row's merged LSE and weights, then its D elements.
 // lse views are [B, nh, n, 1], so the row's flat index is its LSE element's; O is [B, n, nh, D].
 __global__ void ring_merge_kernel(ElementView o_b, ElementView lse_b, ElementView o,
@@ -171,6 +199,10 @@ class DeviceRingOps final : public RingOps {
     return DILATTN_SUCCESS;
   }
 
+  ~DeviceRingOps() override {
+    if (unit_map_ != nullptr && cudaFree(unit_map_) != cudaSuccess) cudaGetLastError();
+  }
+
   void release(void* p) override {
     if (cudaFree(p) != cudaSuccess) cudaGetLastError();  // cudaFree waits for the device
   }
@@ -210,6 +242,18 @@ class DeviceRingOps final : public RingOps {
     return launched("ring_merge_kernel");
   }
 
+  dilattn_status pack_rows(const dilattn_tensor& full, const RowRuns& runs,
+                           void* packed) override {
+    return move_rows(packed, runs, full, 0);
+  }
+
+  dilattn_status unpack_rows(const void* packed, const RowRuns& runs,
+                             const dilattn_tensor& full, bool add) override {
+    return move_rows(const_cast<void*>(packed), runs, full, add ? 2 : 1);
+  }
+
+  size_t own_bytes() const override { return unit_map_units_ * sizeof(int64_t); }
+
   // cudaMemcpyDefault: the runtime tells device from host memory (unified addressing), so a
   // chunk of another GPU of this process comes over without peer setup.
   dilattn_status copy_bytes(void* dst, const void* src, size_t bytes) override {
@@ -220,6 +264,7 @@ class DeviceRingOps final : public RingOps {
 
   dilattn_status wait() override {
     const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) uploads_.clear();  // every queued upload has read its rows
     return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, "ring attention");
   }
 
@@ -237,8 +282,49 @@ class DeviceRingOps final : public RingOps {
     return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, what);
   }
 
+  // The runs as the offset in `full` of every packed unit (batch, row, head), in the packed
+  // order; uploaded to the device's unit map on the stream (after the kernel before, before
+  // the one that reads it), then ring_rows_kernel.
+  dilattn_status move_rows(void* packed, const RowRuns& runs, const dilattn_tensor& full,
+                           int32_t mode) {
+    uploads_.emplace_back();  // kept until wait(): a queued copy may read it after we return
+    std::vector<int64_t>& unit_at = uploads_.back();
+    for (const RowRun& run : runs)
+      for (int64_t b = 0; b < full.shape[0]; ++b)
+        for (int64_t row = run.first; row < run.first + run.count; ++row)
+          for (int64_t h = run.head; h < run.head + run.heads; ++h)
+            unit_at.push_back(b * full.strides[0] + row * full.strides[1] + h * full.strides[2]);
+    const size_t units = unit_at.size();
+    const int64_t n = static_cast<int64_t>(units) * full.shape[3];
+    if (n == 0) return DILATTN_SUCCESS;
+    if (units > unit_map_units_) {
+      if (unit_map_ != nullptr && cudaFree(unit_map_) != cudaSuccess) cudaGetLastError();
+      unit_map_ = nullptr;
+      unit_map_units_ = 0;
+      const cudaError_t e = cudaMalloc(&unit_map_, units * sizeof(int64_t));
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        unit_map_ = nullptr;
+        return set_error(DILATTN_ERROR_OUT_OF_MEMORY, "backend '%s': ring unit map of %zu: %s",
+                         kBackendName, units, cudaGetErrorString(e));
+      }
+      unit_map_units_ = units;
+    }
+    const cudaError_t e = cudaMemcpyAsync(unit_map_, unit_at.data(), units * sizeof(int64_t),
+                                          cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess) return cuda_failure(e, "cudaMemcpyAsync of a ring unit map");
+    const int32_t bytes = mode == 2 ? 0 : static_cast<int32_t>(dtype_size(full.dtype));
+    DILATTN_LAUNCH(ring_rows_kernel, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0,
+                   stream_)(packed, element_view(full), static_cast<const int64_t*>(unit_map_), n,
+                            mode, bytes);
+    return launched("ring_rows_kernel");
+  }
+
   cudaStream_t stream_;
   cudaError_t selected_ = cudaSuccess;
+  void* unit_map_ = nullptr;  // device: the offset in `full` of each packed unit
+  size_t unit_map_units_ = 0;
+  std::deque<std::vector<int64_t>> uploads_;
 #ifdef __CUDACC__
   DeviceGuard guard_;  // restores the caller's current device with the ops
 #endif

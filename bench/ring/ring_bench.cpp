@@ -8,8 +8,10 @@
 // on a fixed amount of CPU, not a speed-up). Peak memory is dilattn_comm_peak_bytes: what the
 // ring held beyond the caller's shards (chunks in flight, partial and running O, workspaces),
 // printed against the rank's shard bytes (Q, K, V, O, LSE). Overlap (lib/ring/ring_stats.h):
-// the time the ranks spent inside shift_begin + shift_end during the call (exposed) against the
-// time the same shifts take with no compute (bare); hidden = 1 - exposed / bare, over all ranks.
+// the time the ranks spent inside exchange_begin + exchange_end during the call (exposed) against
+// the time the same exchanges take with no compute (bare); hidden = 1 - exposed / bare, over all
+// ranks. Bytes sent per rank (the ring sends only the rows a rank needs, lib/ring/ring_needs.h)
+// beside what sending every K/V row to every rank would cost.
 // Median of --repeats runs after one warm-up. Table for people, JSON (--json FILE) for scripts;
 // both name the machine and its load.
 // Usage: bench_ring [--json FILE] [--repeats R] [--quick] [--ranks 1,2,3,4]
@@ -64,6 +66,8 @@ Row run(const Config& c, int32_t P, int repeats) {
         row.peak_ratio = ratio;
         row.peak_bytes = peak;
       }
+      row.sent_bytes.push_back(overlap[static_cast<size_t>(p)].sent_bytes);
+      row.all_rows_bytes.push_back(static_cast<size_t>(P - 1) * shards[static_cast<size_t>(p)].kv_bytes());
       row.exposed_s += overlap[static_cast<size_t>(p)].exposed_s;
       row.bare_s += overlap[static_cast<size_t>(p)].bare_s;
     }

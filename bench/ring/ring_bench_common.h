@@ -85,22 +85,26 @@ struct Shard {
     to = dilattn_tensor_contiguous(o.data(), DILATTN_F32, kB, n, kH, kD);
     tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, kB, kH, n, 1);
   }
+  // K and V of this shard, f32.
+  size_t kv_bytes() const { return 2 * sizeof(float) * static_cast<size_t>(rows * kH * kD); }
   double bytes() const { return 4.0 * static_cast<double>(rows) * kH * (4 * kD + 1); }
   dilattn_status forward(dilattn_plan plan, dilattn_comm comm, const Config& c) {
     return dilattn_ring_forward(plan, comm, c.split, &tq, &tk, &tv, &to, &tl);
   }
 };
 
-// One rank's overlap in its last ring call: the time its shifts were exposed, and the time the
-// same shifts take bare (time_bare_shifts; collective: every rank calls it after the call).
+// One rank's overlap in its last ring call: the time its exchanges were exposed, the time the
+// same exchanges take bare (time_bare_shifts; collective: every rank calls it after the call),
+// and the bytes it sent.
 struct Overlap {
-  double exposed_s = 0, bare_s = 0, shift_bytes = 0;
+  double exposed_s = 0, bare_s = 0;
+  size_t sent_bytes = 0;
 };
 inline Overlap measure_overlap(dilattn_comm comm) {
   Overlap o;
   o.exposed_s = comm->last_shifts.exposed_s;
-  for (size_t b : comm->last_shifts.sizes) o.shift_bytes += static_cast<double>(b);
-  die(dilattn::time_bare_shifts(*comm->transport, comm->last_shifts.sizes, &o.bare_s), "bare shifts");
+  o.sent_bytes = comm->last_shifts.sent_bytes;
+  die(dilattn::time_bare_shifts(*comm->transport, comm->last_shifts.exchanges, &o.bare_s), "bare shifts");
   return o;
 }
 
@@ -113,6 +117,9 @@ struct Row {
   size_t peak_bytes = 0;
   double exposed_s = 0, bare_s = 0;  // summed over ranks, last repeat
   double hidden = -1;                // 1 - exposed / bare (ring_stats.h); -1: no shifts (P = 1)
+  // Per rank, last repeat: the bytes it sent (ring_stats.h sent_bytes), and what a ring that
+  // sends every K/V row to every other rank would have sent ((P-1) x its K/V shard).
+  std::vector<size_t> sent_bytes, all_rows_bytes;
   std::string status = "ok";
 };
 
@@ -145,20 +152,29 @@ inline std::string json_row(const Row& r) {
     << ", \"shift_hidden_fraction\": ";
   if (r.hidden < 0) s << "null";
   else s << r.hidden;
+  for (const auto& list : {std::make_pair("sent_bytes_per_rank", &r.sent_bytes),
+                           std::make_pair("all_rows_bytes_per_rank", &r.all_rows_bytes)}) {
+    s << ", \"" << list.first << "\": [";
+    for (size_t i = 0; i < list.second->size(); ++i) s << (i ? ", " : "") << (*list.second)[i];
+    s << "]";
+  }
   s << ", \"status\": \"" << r.status << "\"}";
   return s.str();
 }
 
 inline void print_header() {
-  std::printf("%-9s %-20s %6s %2s %9s %11s %11s %8s %12s\n", "transport", "case", "N", "P",
-              "fwd s", "exposed s", "bare s", "hidden", "peak/shards");
+  std::printf("%-9s %-20s %6s %2s %9s %11s %11s %8s %12s %12s\n", "transport", "case", "N", "P",
+              "fwd s", "exposed s", "bare s", "hidden", "peak/shards", "max sent MB");
 }
 inline void print_row(const Row& r) {
   char hidden[16] = "       -";
   if (r.hidden >= 0) std::snprintf(hidden, sizeof hidden, "%7.0f%%", 100.0 * r.hidden);
-  std::printf("%-9s %-20s %6lld %2d %9.4f %11.5f %11.5f %s %11.2fx %s\n", r.transport.c_str(),
+  size_t most = 0;
+  for (size_t b : r.sent_bytes) most = std::max(most, b);
+  std::printf("%-9s %-20s %6lld %2d %9.4f %11.5f %11.5f %s %11.2fx %12.3f %s\n", r.transport.c_str(),
               r.c.name.c_str(), static_cast<long long>(r.c.N), r.P, r.seconds, r.exposed_s,
-              r.bare_s, hidden, r.peak_ratio, r.status == "ok" ? "" : r.status.c_str());
+              r.bare_s, hidden, r.peak_ratio, static_cast<double>(most) / 1e6,
+              r.status == "ok" ? "" : r.status.c_str());
 }
 
 }  // namespace ringbench

@@ -49,6 +49,15 @@ Row run(const Config& c, int32_t P, int32_t rank, int repeats) {
       MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
       unsigned long long peak_of_most = peak;
       MPI_Bcast(&peak_of_most, 1, MPI_UNSIGNED_LONG_LONG, most.rank, MPI_COMM_WORLD);
+      // Every rank's bytes sent, and its K/V shard times P-1, gathered on every rank.
+      unsigned long long mine_bytes[2] = {o.sent_bytes, static_cast<unsigned long long>(P - 1) * shard.kv_bytes()};
+      std::vector<unsigned long long> all(2 * static_cast<size_t>(P));
+      MPI_Allgather(mine_bytes, 2, MPI_UNSIGNED_LONG_LONG, all.data(), 2, MPI_UNSIGNED_LONG_LONG,
+                    MPI_COMM_WORLD);
+      for (int32_t p = 0; p < P; ++p) {
+        row.sent_bytes.push_back(static_cast<size_t>(all[2 * static_cast<size_t>(p)]));
+        row.all_rows_bytes.push_back(static_cast<size_t>(all[2 * static_cast<size_t>(p) + 1]));
+      }
       row.exposed_s = sums[0];
       row.bare_s = sums[1];
       row.peak_ratio = most.ratio;

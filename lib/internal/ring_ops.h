@@ -18,11 +18,21 @@
 #define DILATTN_RING_OPS_H
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "backend.h"
 #include "dilattn.h"
 
 namespace dilattn {
+
+// Rows [first, first + count) of kv heads [head, head + heads) of a shard: what of it another
+// rank needs (lib/ring/ring_needs.h) is a list of disjoint runs; packed, they travel back to
+// back, each a contiguous [B, count, heads, D] block.
+struct RowRun {
+  int64_t first = 0, count = 0, head = 0, heads = 1;
+};
+using RowRuns = std::vector<RowRun>;
 
 class RingOps {
  public:
@@ -40,6 +50,17 @@ class RingOps {
   // o, o_b: [B, n, nh, D]; lse, lse_b: [B, nh, n, 1].
   virtual dilattn_status merge(const dilattn_tensor& o_b, const dilattn_tensor& lse_b,
                                const dilattn_tensor& o, const dilattn_tensor& lse) = 0;
+  // Packs the runs of `full` ([B, n, Hkv, D]) into `packed`, one after another, each a
+  // contiguous [B, count, heads, D] block in full's dtype.
+  virtual dilattn_status pack_rows(const dilattn_tensor& full, const RowRuns& runs,
+                                   void* packed) = 0;
+  // Unpacks: the reverse, `packed` in full's dtype; with `add`, full += packed. Rows and
+  // heads outside the runs are not touched.
+  virtual dilattn_status unpack_rows(const void* packed, const RowRuns& runs,
+                                     const dilattn_tensor& full, bool add) = 0;
+  // Bytes the ops hold themselves (the device's row map for pack/unpack), for
+  // dilattn_comm_peak_bytes beside the ring's RingMemory.
+  virtual size_t own_bytes() const { return 0; }
   // `bytes` from src to dst (memory of this kind, or of another rank of the same process),
   // finished when it returns: how the threads transport receives a chunk.
   virtual dilattn_status copy_bytes(void* dst, const void* src, size_t bytes) = 0;

@@ -3,17 +3,26 @@
 // With the combined LSE of the forward, P_ij = exp(S_ij - LSE_i) of every pair is exact, so the
 // gradient of each (own query range, chunk key range) pair is independent: the same
 // sub-problems as the forward (ring_pairs.h) run the backend's backward with this rank's full
-// O and LSE rows (D_i = <dO_i, O_i> needs the whole O_i). dQ accumulates locally; the chunk's
-// dK/dV accumulators travel with its K/V and, after P steps, arrive back at their owner:
-//   step s: hold chunk (p - s) mod P; send its K/V on while computing with it; add this
-//           rank's dK/dV to the chunk's accumulators; send those on (after the compute).
-// The accumulators of chunk c receive rank c's terms first, then c+1's, ...: an order fixed by
-// ring position, never by arrival time, so the gradients are bitwise the same on every run.
-// Accumulators are f32 (f64 for f64 plans); each pair's gradient is rounded once to the plan's
-// dtype by the backend before it is added. The sums run where the backend keeps its tensors
-// (ring_ops.h: host loops, or kernels on the device's stream), each element by one thread in
-// this fixed order, so the device path is bitwise schedule-independent too.
+// O and LSE rows (D_i = <dO_i, O_i> needs the whole O_i). K/V rows travel as in the forward
+// (ring_forward.cpp: at step s rank p receives from o = p - s the rows of o's shard it needs,
+// ring_needs.h). dQ accumulates locally; the gradient of o's rows goes back to o:
+//   step s: compute with o's rows, summing this rank's dK/dV of them (a partial); send the
+//           partial of exactly the rows it received to o, and receive from p + s its partial
+//           of the rows of our shard it needed; add that into our dK/dV.
+// Our dK/dV receives our own partial (step 0) first, then rank p+1's, p+2's, ...: an order
+// fixed by ring position, never by arrival time or transport, so the gradients are bitwise the
+// same on every run and every transport. Partials and dK/dV are f32 (f64 for f64 plans); each
+// sub-problem's gradient is rounded once to the plan's dtype by the backend before it is
+// added. The sums run where the backend keeps its tensors (ring_ops.h: host loops, or kernels
+// on the device's stream), each element by one thread in this fixed order, so the device path
+// is bitwise schedule-independent too.
+// Memory on a rank (RingMemory): the chunk the received K/V rows are unpacked into, this
+// step's dK/dV partial of them, one outgoing and one incoming message (K/V rows or partials,
+// sized by the largest need), dQ and our dK/dV accumulators, one sub-problem's gradients and a
+// backend workspace: O(N / P).
 // Checked by tests/ring/test_ring_backward.cpp against the single-device reference.
+#include <algorithm>
+
 #include "abi_enum.h"
 #include "dtype_convert.h"
 #include "errors.h"
@@ -36,42 +45,62 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
   const int64_t rows = c.mine.rows;
   const size_t esize = dtype_size(p.dtype), asize = dtype_size(c.acc_dtype);
   const size_t chunk_n = static_cast<size_t>(c.chunk_elements());
-  // A message: K, V (plan dtype) then dK, dV accumulators (acc dtype), each [B, max_rows, Hkv, D].
-  const size_t kv_bytes = 2 * chunk_n * esize, grad_bytes = 2 * chunk_n * asize;
   const size_t shard_q = static_cast<size_t>(p.B * rows * p.H * p.D);
-  RingBuffer messages[2] = {RingBuffer(c.memory, kv_bytes + grad_bytes),
-                            RingBuffer(c.memory, kv_bytes + grad_bytes)};
+  const size_t shard_kv = static_cast<size_t>(p.B * rows * p.Hkv * p.D);
+  int64_t most_recv, most_send;
+  c.most_rows(&most_recv, &most_send);
+  // A message: K and V rows (plan dtype) one way, or a partial's dK and dV rows (acc dtype)
+  // the other way back, so one outgoing and one incoming buffer serve both.
+  auto message_bytes = [&](int64_t kv_rows, int64_t grad_rows) {
+    return 2 * std::max(c.packed_bytes(kv_rows, p.dtype), c.packed_bytes(grad_rows, c.acc_dtype));
+  };
+  const bool chunks = most_recv > 0;
+  RingBuffer chunk(c.memory, chunks ? 2 * chunk_n * esize : 0);
+  RingBuffer partial(c.memory, chunks ? 2 * chunk_n * asize : 0);
+  RingBuffer outgoing(c.memory, message_bytes(most_send, most_recv));
+  RingBuffer incoming(c.memory, message_bytes(most_recv, most_send));
   RingBuffer dq_acc(c.memory, shard_q * asize), dq_part(c.memory, shard_q * esize);
+  RingBuffer dkv_acc(c.memory, 2 * shard_kv * asize);
   RingBuffer dk_part(c.memory, chunk_n * esize), dv_part(c.memory, chunk_n * esize);
   RingBuffer workspace(c.memory);
-  for (const RingBuffer* b : {&messages[0], &messages[1], &dq_acc, &dq_part, &dk_part, &dv_part})
+  for (const RingBuffer* b : {&chunk, &partial, &outgoing, &incoming, &dq_acc, &dq_part, &dkv_acc,
+                              &dk_part, &dv_part})
     if (dilattn_status s = b->status()) return s;
 
   const dilattn_tensor dq_acc_v = c.view(dq_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
   const dilattn_tensor dq_part_v = c.view(dq_part.data(), p.dtype, p.B, rows, p.H, p.D);
-  if (dilattn_status s = ops.copy(t.k, c.chunk_view(messages[0].data(), p.dtype, p.Hkv, rows)))
-    return s;
-  if (dilattn_status s =
-          ops.copy(t.v, c.chunk_view(messages[0].data() + chunk_n * esize, p.dtype, p.Hkv, rows)))
-    return s;
+  const dilattn_tensor dk_acc_v = c.view(dkv_acc.data(), c.acc_dtype, p.B, rows, p.Hkv, p.D);
+  const dilattn_tensor dv_acc_v =
+      c.view(dkv_acc.data() + shard_kv * asize, c.acc_dtype, p.B, rows, p.Hkv, p.D);
 
   dilattn_status status = DILATTN_SUCCESS;
+  RingStep current;  // step 0: our own shard, summed straight into our dK/dV
   for (int32_t step = 0; step < c.P; ++step) {
     const int32_t owner = (c.rank - step + c.P) % c.P;
-    unsigned char* cur = messages[step % 2].data();
-    unsigned char* next = messages[(step + 1) % 2].data();
-    const bool pass_on = step + 1 < c.P;
-    if (pass_on) {
-      if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.shift_begin(cur, next, kv_bytes)) return s;
-    }
     const int64_t their_rows = c.rows_of(owner).rows;
-    const dilattn_tensor k_chunk = c.chunk_view(cur, p.dtype, p.Hkv, their_rows);
-    const dilattn_tensor v_chunk = c.chunk_view(cur + chunk_n * esize, p.dtype, p.Hkv, their_rows);
-    const dilattn_tensor dk_acc = c.chunk_view(cur + kv_bytes, c.acc_dtype, p.Hkv, their_rows);
-    const dilattn_tensor dv_acc = c.chunk_view(cur + kv_bytes + chunk_n * asize, c.acc_dtype, p.Hkv, their_rows);
+    const bool own = step == 0, computes = own || !current.recv.empty();
+    const dilattn_tensor k_chunk = own ? t.k : c.chunk_first(chunk.data(), p.dtype, their_rows);
+    const dilattn_tensor v_chunk = own ? t.v : c.chunk_second(chunk.data(), p.dtype, their_rows);
+    const dilattn_tensor dk_sum = own ? dk_acc_v : c.chunk_first(partial.data(), c.acc_dtype, their_rows);
+    const dilattn_tensor dv_sum = own ? dv_acc_v : c.chunk_second(partial.data(), c.acc_dtype, their_rows);
     const dilattn_tensor dk_part_v = c.chunk_view(dk_part.data(), p.dtype, p.Hkv, their_rows);
     const dilattn_tensor dv_part_v = c.chunk_view(dv_part.data(), p.dtype, p.Hkv, their_rows);
+    // The next step's K/V rows travel while this one computes (as in the forward).
+    const bool pass_on = step + 1 < c.P;
+    RingStep next;
+    if (pass_on) {
+      next = c.step_at(step + 1);
+      if (dilattn_status s = pack_pair(c, t.k, t.v, next.send, outgoing.data())) return s;
+      if (dilattn_status s = c.ready_to_send()) return s;
+      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(next.send, p.dtype),
+                                              next.to, incoming.data(),
+                                              c.message_bytes(next.recv, p.dtype), next.owner))
+        return s;
+    }
+    if (!own && computes) {  // a fresh partial for owner's rows
+      if (dilattn_status s = ops.fill(dk_sum, 0.0)) return s;
+      if (dilattn_status s = ops.fill(dv_sum, 0.0)) return s;
+    }
     auto run = [&](const SubCall& call) -> dilattn_status {
       const int64_t nh = call.sub.H, ng = call.sub.Hkv;
       const dilattn_tensor qv = rows_view(t.q, call.q_rows, call.h0, nh);
@@ -90,34 +119,47 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
       if (dilattn_status s = c.backend->backward(call.sub, args))
         return s;
       if (dilattn_status s = ops.add(dqv, rows_view(dq_acc_v, call.q_rows, call.h0, nh))) return s;
-      if (dilattn_status s = ops.add(dkv, rows_view(dk_acc, call.k_rows, call.g0, ng))) return s;
-      return ops.add(dvv, rows_view(dv_acc, call.k_rows, call.g0, ng));
+      if (dilattn_status s = ops.add(dkv, rows_view(dk_sum, call.k_rows, call.g0, ng))) return s;
+      return ops.add(dvv, rows_view(dv_sum, call.k_rows, call.g0, ng));
     };
-    // After a failure the rank still passes chunks on, so no other rank waits for it.
-    for (const RowRange& qr : c.mine.range)
-      for (const RowRange& kr : c.rows_of(owner).range)
-        if (status == DILATTN_SUCCESS)
-          status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
+    // After a failure the rank still exchanges its rows, so no other rank waits for it.
+    if (computes)
+      for (const RowRange& qr : c.mine.range)
+        for (const RowRange& kr : c.rows_of(owner).range)
+          if (status == DILATTN_SUCCESS)
+            status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
     if (pass_on) {
-      if (dilattn_status s = c.shift_end()) return s;
+      if (dilattn_status s = c.exchange_end()) return s;
+      if (!next.recv.empty()) {
+        const int64_t next_rows = c.rows_of(next.owner).rows;
+        if (dilattn_status s = unpack_kv(c, incoming.data(), next.recv,
+                                         c.chunk_first(chunk.data(), p.dtype, next_rows),
+                                         c.chunk_second(chunk.data(), p.dtype, next_rows)))
+          return s;
+      }
     }
-    // The chunk's gradients go on to the next rank; after step P-1 they reach their owner.
-    if (c.P > 1) {
+    // The partial of owner's rows goes back to owner; rank + step's partial of ours comes in
+    // and is added to our dK/dV (the order of steps: fixed).
+    if (!own) {
+      const dilattn_dtype a = c.acc_dtype;
+      if (dilattn_status s = pack_pair(c, dk_sum, dv_sum, current.recv, outgoing.data())) return s;
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.shift_begin(cur + kv_bytes, next + kv_bytes, grad_bytes))
+      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(current.recv, a),
+                                              current.owner, incoming.data(),
+                                              c.message_bytes(current.send, a), current.to))
         return s;
-      if (dilattn_status s = c.shift_end()) return s;
+      if (dilattn_status s = c.exchange_end()) return s;
+      if (dilattn_status s =
+              unpack_pair(c, incoming.data(), current.send, dk_acc_v, dv_acc_v, true))
+        return s;
     }
+    current = std::move(next);
   }
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
   if (dilattn_status s = finish_ring_call(c, status)) return s;
-  unsigned char* own = messages[c.P > 1 ? c.P % 2 : 0].data();
   if (dilattn_status s = ops.copy(dq_acc_v, t.dq)) return s;
-  if (dilattn_status s = ops.copy(c.chunk_view(own + kv_bytes, c.acc_dtype, p.Hkv, rows), t.dk))
-    return s;
-  if (dilattn_status s =
-          ops.copy(c.chunk_view(own + kv_bytes + chunk_n * asize, c.acc_dtype, p.Hkv, rows), t.dv))
-    return s;
+  if (dilattn_status s = ops.copy(dk_acc_v, t.dk)) return s;
+  if (dilattn_status s = ops.copy(dv_acc_v, t.dv)) return s;
   return ops.wait();
 }
 

@@ -1,6 +1,7 @@
 // ring_call.cpp - checks and agreement of a ring call (see ring_call.h).
 #include "ring_call.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -143,6 +144,45 @@ dilattn_tensor RingCall::lse_view(void* data) const {
   return view(data, acc_dtype, p->B, p->H, mine.rows, 1);
 }
 
+RingStep RingCall::step_at(int32_t s) const {
+  RingStep step;
+  step.owner = (rank - s + P) % P;
+  step.to = (rank + s) % P;
+  step.recv = needed_key_rows(*p, mine, rows_of(step.owner));
+  step.send = needed_key_rows(*p, rows_of(step.to), mine);
+  return step;
+}
+
+void RingCall::most_rows(int64_t* recv, int64_t* send) const {
+  *recv = *send = 0;
+  for (int32_t s = 1; s < P; ++s) {
+    const RingStep step = step_at(s);
+    *recv = max_i64(*recv, head_rows_in(step.recv));
+    *send = max_i64(*send, head_rows_in(step.send));
+  }
+}
+
+dilattn_status pack_pair(RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                         const RowRuns& runs, unsigned char* msg) {
+  if (dilattn_status s = c.ops->pack_rows(a, runs, msg)) return s;
+  return c.ops->pack_rows(b, runs, msg + c.message_bytes(runs, a.dtype) / 2);
+}
+
+dilattn_status unpack_pair(RingCall& c, const unsigned char* msg, const RowRuns& runs,
+                           const dilattn_tensor& a, const dilattn_tensor& b, bool add) {
+  if (dilattn_status s = c.ops->unpack_rows(msg, runs, a, add)) return s;
+  return c.ops->unpack_rows(msg + c.message_bytes(runs, a.dtype) / 2, runs, b, add);
+}
+
+dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& runs,
+                         const dilattn_tensor& k, const dilattn_tensor& v) {
+  if (c.poison) {
+    if (dilattn_status s = c.ops->fill(k, NAN)) return s;
+    if (dilattn_status s = c.ops->fill(v, NAN)) return s;
+  }
+  return unpack_pair(c, msg, runs, k, v, false);
+}
+
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
                                bool backward, std::initializer_list<RingTensor> tensors,
                                RingCall* call) {
@@ -170,6 +210,7 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
   call->P = t.size();
   call->rank = t.rank();
   call->split = split_value;
+  call->poison = comm->poison_chunks;
   call->mine = call->rows_of(call->rank);
   for (int32_t r = 0; r < call->P; ++r) call->max_rows = max_i64(call->max_rows, call->rows_of(r).rows);
   call->acc_dtype = plan->problem.dtype == DILATTN_F64 ? DILATTN_F64 : DILATTN_F32;

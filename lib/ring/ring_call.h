@@ -1,6 +1,6 @@
 // ring_call.h - what ring_forward.cpp and ring_backward.cpp share: the checks of a ring call
 // (SPEC 7 for shards), the agreement of all ranks before and after the ring, and the layout of
-// the chunks that travel.
+// the chunks the rows that travel are unpacked into.
 //
 // A ring call is collective: every rank first checks its own arguments, then all ranks
 // exchange their status and a fingerprint of their call (allgather). A bad argument on any rank
@@ -15,13 +15,23 @@
 #include <memory>
 
 #include "backend.h"
+#include "dtype_convert.h"
 #include "ring_memory.h"
+#include "ring_needs.h"
 #include "ring_ops.h"
 #include "ring_shard.h"
 #include "ring_stats.h"
 #include "ring_transport.h"
 
 namespace dilattn {
+
+// Step s of the ring on one rank (1 <= s < P): it receives from `owner` = rank - s the rows of
+// owner's shard it needs (`recv`) and sends to `to` = rank + s the rows of its own shard that
+// rank needs (`send`), as ring_needs.h computes them on both ends.
+struct RingStep {
+  int32_t owner = 0, to = 0;
+  RowRuns recv, send;
+};
 
 // One rank's view of a validated ring call.
 struct RingCall {
@@ -44,10 +54,24 @@ struct RingCall {
   int32_t device_index = 0;
   std::unique_ptr<RingOps> ops;     // the element work, on the backend's memory (ring_ops.h)
   RingMemory memory;                // allocates through ops
-  ShiftStats shifts;                // timed by shift_begin / shift_end (ring_stats.h)
+  ShiftStats shifts;                // recorded by exchange_begin / _end (ring_stats.h)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
+  bool poison = false;              // test hook: chunk rows not received NaN (comm->poison_chunks)
+
   ShardRows rows_of(int32_t r) const { return shard_rows(p->Nq, P, r, split); }
+  RingStep step_at(int32_t s) const;
+  // The (kv head, row) pairs of the largest message this rank receives, and sends, over the
+  // steps (ring_needs.h head_rows_in).
+  void most_rows(int64_t* recv, int64_t* send) const;
+  // Bytes of one tensor's n packed (kv head, row) pairs: B n D elements of dtype t.
+  size_t packed_bytes(int64_t n, dilattn_dtype t) const {
+    return static_cast<size_t>(p->B * n * p->D) * dtype_size(t);
+  }
+  // Bytes of a message of `runs` of two tensors (K and V, or dK and dV) in dtype t.
+  size_t message_bytes(const RowRuns& runs, dilattn_dtype t) const {
+    return 2 * packed_bytes(head_rows_in(runs), t);
+  }
   // Elements of one [B, max_rows, Hkv, D] chunk tensor.
   int64_t chunk_elements() const { return p->B * max_rows * p->Hkv * p->D; }
   // A contiguous [d0, d1, d2, d3] view of `data` (the ring's memory) in dtype t.
@@ -55,17 +79,37 @@ struct RingCall {
                       int64_t d3) const;
   // A contiguous [B, max_rows, heads, D] view of `data` in dtype t (its rows: the first `rows`).
   dilattn_tensor chunk_view(void* data, dilattn_dtype t, int64_t heads, int64_t rows) const;
+  // The two tensors of a chunk buffer (K then V, or dK then dV), each a chunk_view.
+  dilattn_tensor chunk_first(unsigned char* data, dilattn_dtype t, int64_t rows) const {
+    return chunk_view(data, t, p->Hkv, rows);
+  }
+  dilattn_tensor chunk_second(unsigned char* data, dilattn_dtype t, int64_t rows) const {
+    return chunk_view(data + chunk_elements() * static_cast<int64_t>(dtype_size(t)), t, p->Hkv, rows);
+  }
   // A contiguous LSE [B, H, mine.rows, 1] view.
   dilattn_tensor lse_view(void* data) const;
-  // Before a shift_begin: a transport that reads the bytes from the host needs the queued
+  // Before an exchange_begin: a transport that reads the bytes from the host needs the queued
   // work that wrote them done (the device's ops queue it); a stream-ordered one does not.
   dilattn_status ready_to_send() const {
     return transport->stream_ordered() ? DILATTN_SUCCESS : ops->wait();
   }
-  // The transport's shift, timed into `shifts` (ring_stats.cpp).
-  dilattn_status shift_begin(const void* send, void* recv, size_t bytes);
-  dilattn_status shift_end();
+  // The transport's exchange, timed and counted into `shifts` (ring_stats.cpp).
+  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+                                size_t recv_bytes, int32_t from);
+  dilattn_status exchange_end();
 };
+
+// The runs of a pair of tensors ([B, n, Hkv, D] each: K and V, or dK and dV) packed into the
+// message `msg` (ring_ops.h pack_rows): the first's runs, then the second's, back to back;
+// and unpacked from it into (or, with `add`, added to) the same rows and heads.
+dilattn_status pack_pair(RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                         const RowRuns& runs, unsigned char* msg);
+dilattn_status unpack_pair(RingCall& c, const unsigned char* msg, const RowRuns& runs,
+                           const dilattn_tensor& a, const dilattn_tensor& b, bool add);
+// K and V rows received into a chunk: unpack_pair, after the poison hook (c.poison: every
+// row and head of the chunk NaN first, so a read of one not received shows).
+dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& runs,
+                         const dilattn_tensor& k, const dilattn_tensor& v);
 
 // Tensors of a ring call, with their roles, for the shard checks.
 struct RingTensor {

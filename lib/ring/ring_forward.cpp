@@ -1,16 +1,24 @@
 // ring_forward.cpp - dilattn_ring_forward: SPEC 5's ring, forward.
 //
-// Rank p starts with its own K/V chunk; at step s (0 <= s < P) it holds the chunk of rank
-// (p - s) mod P, sends it on to p + 1 while it computes with it, and receives the next from
-// p - 1. Each (own query range, chunk key range) pair is cut into backend sub-problems
+// Rank p computes with its own K/V at step 0; at step s (1 <= s < P) with the rows of rank
+// o = (p - s) mod P's shard that its queries read. Nothing else travels (ring_needs.h): at
+// step s rank p sends rank (p + s) mod P, packed, the rows of its own shard that rank needs,
+// and receives from o the rows of o's shard it needs, which it unpacks into a chunk buffer
+// at their row positions; rows nobody sent are never read. The exchange for step s + 1 runs
+// while step s computes. A step that receives no row has nothing to compute (every
+// sub-problem of it reads no key) and is skipped: block-sparse chunks without a listed block,
+// dilated segments inside another shard, causal keys after every query.
+// Each (own query range, chunk key range) pair is cut into backend sub-problems
 // (ring_pairs.h) whose partial (O_b, LSE_b) is merged into the running (O, LSE) with SPEC 5's
 // stable update (softmax_rules.h merge_lse / merge_weight). The merge order is the step order,
 // fixed by ring position, so a run gives the same bits every time.
-// Memory on a rank (RingMemory): two K/V chunks (one computed on, one arriving), the running O
-// and LSE, one partial O and LSE, and a backend workspace: O(N / P). The element work (copies,
-// the merge) runs where the backend keeps its tensors (ring_ops.h): host loops for ref and cpu,
-// kernels on the device's stream for cuda and emu.
-// Checked by tests/ring/test_ring_forward.cpp against the single-device reference.
+// Memory on a rank (RingMemory): one chunk the received rows are unpacked into, one outgoing
+// and one incoming packed message (each at most a chunk, sized by the largest need), the
+// running O and LSE, one partial O and LSE, and a backend workspace: O(N / P). The element
+// work (packing, the merge) runs where the backend keeps its tensors (ring_ops.h): host loops
+// for ref and cpu, kernels on the device's stream for cuda and emu.
+// Checked by tests/ring/test_ring_forward.cpp against the single-device reference and by
+// tests/ring/test_ring_needs.cpp (bytes sent, chunk rows not received poisoned with NaN).
 #include <cmath>
 
 #include "abi_enum.h"
@@ -35,36 +43,44 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
   const size_t chunk_bytes = static_cast<size_t>(c.chunk_elements()) * esize;
   const size_t shard_o = static_cast<size_t>(p.B * rows * p.H * p.D);
   const size_t shard_lse = static_cast<size_t>(p.B * p.H * rows);
-  RingBuffer chunks[2] = {RingBuffer(c.memory, 2 * chunk_bytes), RingBuffer(c.memory, 2 * chunk_bytes)};
+  int64_t most_recv, most_send;
+  c.most_rows(&most_recv, &most_send);
+  RingBuffer chunk(c.memory, most_recv > 0 ? 2 * chunk_bytes : 0);
+  RingBuffer outgoing(c.memory, 2 * c.packed_bytes(most_send, p.dtype));
+  RingBuffer incoming(c.memory, 2 * c.packed_bytes(most_recv, p.dtype));
   RingBuffer o_acc(c.memory, shard_o * asize), lse_acc(c.memory, shard_lse * asize);
   RingBuffer o_part(c.memory, shard_o * esize), lse_part(c.memory, shard_lse * asize);
   RingBuffer workspace(c.memory);
-  for (const RingBuffer* b : {&chunks[0], &chunks[1], &o_acc, &lse_acc, &o_part, &lse_part})
+  for (const RingBuffer* b : {&chunk, &outgoing, &incoming, &o_acc, &lse_acc, &o_part, &lse_part})
     if (dilattn_status s = b->status()) return s;
 
   const dilattn_tensor o_acc_v = c.view(o_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
   const dilattn_tensor o_part_v = c.view(o_part.data(), p.dtype, p.B, rows, p.H, p.D);
-  const dilattn_tensor lse_acc_v = c.lse_view(lse_acc.data()), lse_part_v = c.lse_view(lse_part.data());
-  // An empty running result (SPEC 2: O = 0, LSE = -inf), and our own chunk, packed: K then V,
-  // each [B, max_rows, Hkv, D].
+  const dilattn_tensor lse_acc_v = c.lse_view(lse_acc.data());
+  const dilattn_tensor lse_part_v = c.lse_view(lse_part.data());
+  // An empty running result (SPEC 2: O = 0, LSE = -inf).
   if (dilattn_status s = ops.fill(lse_acc_v, -INFINITY)) return s;
-  if (dilattn_status s = ops.copy(k, c.chunk_view(chunks[0].data(), p.dtype, p.Hkv, rows))) return s;
-  if (dilattn_status s = ops.copy(v, c.chunk_view(chunks[0].data() + chunk_bytes, p.dtype, p.Hkv, rows)))
-    return s;
 
   dilattn_status status = DILATTN_SUCCESS;
+  bool received_rows = true;  // step 0: our own shard
   for (int32_t step = 0; step < c.P; ++step) {
     const int32_t owner = (c.rank - step + c.P) % c.P;
-    unsigned char* cur = chunks[step % 2].data();
+    const ShardRows theirs = c.rows_of(owner);
+    // Step 0 reads our own K and V; a later step the chunk its rows were unpacked into.
+    const dilattn_tensor k_chunk = step == 0 ? k : c.chunk_first(chunk.data(), p.dtype, theirs.rows);
+    const dilattn_tensor v_chunk = step == 0 ? v : c.chunk_second(chunk.data(), p.dtype, theirs.rows);
+    // The next step's rows travel while this one computes.
     const bool pass_on = step + 1 < c.P;
+    RingStep next;
     if (pass_on) {
+      next = c.step_at(step + 1);
+      if (dilattn_status s = pack_pair(c, k, v, next.send, outgoing.data())) return s;
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.shift_begin(cur, chunks[(step + 1) % 2].data(), 2 * chunk_bytes))
+      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(next.send, p.dtype),
+                                              next.to, incoming.data(),
+                                              c.message_bytes(next.recv, p.dtype), next.owner))
         return s;
     }
-    const ShardRows theirs = c.rows_of(owner);
-    const dilattn_tensor k_chunk = c.chunk_view(cur, p.dtype, p.Hkv, theirs.rows);
-    const dilattn_tensor v_chunk = c.chunk_view(cur + chunk_bytes, p.dtype, p.Hkv, theirs.rows);
     auto run = [&](const SubCall& call) -> dilattn_status {
       const int64_t nh = call.sub.H, ng = call.sub.Hkv;
       const dilattn_tensor qv = rows_view(q, call.q_rows, call.h0, nh);
@@ -80,13 +96,22 @@ dilattn_status run_forward(RingCall& c, const dilattn_tensor& q, const dilattn_t
       return ops.merge(ov, lv, rows_view(o_acc_v, call.q_rows, call.h0, nh),
                        lse_rows_view(lse_acc_v, call.q_rows, call.h0, nh));
     };
-    // After a failure the rank still passes chunks on, so no other rank waits for it.
-    for (const RowRange& qr : c.mine.range)
-      for (const RowRange& kr : theirs.range)
-        if (status == DILATTN_SUCCESS)
-          status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
+    // After a failure the rank still exchanges its rows, so no other rank waits for it.
+    if (received_rows)
+      for (const RowRange& qr : c.mine.range)
+        for (const RowRange& kr : theirs.range)
+          if (status == DILATTN_SUCCESS)
+            status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
     if (pass_on) {
-      if (dilattn_status s = c.shift_end()) return s;
+      if (dilattn_status s = c.exchange_end()) return s;
+      received_rows = !next.recv.empty();
+      if (received_rows) {
+        const int64_t next_rows = c.rows_of(next.owner).rows;
+        if (dilattn_status s = unpack_kv(c, incoming.data(), next.recv,
+                                         c.chunk_first(chunk.data(), p.dtype, next_rows),
+                                         c.chunk_second(chunk.data(), p.dtype, next_rows)))
+          return s;
+      }
     }
   }
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest

@@ -39,6 +39,16 @@ class HostRingOps final : public RingOps {
     merge_partial(o_b, lse_b, o, lse);
     return DILATTN_SUCCESS;
   }
+  dilattn_status pack_rows(const dilattn_tensor& full, const RowRuns& runs,
+                           void* packed) override {
+    pack_row_runs(full, runs, packed);
+    return DILATTN_SUCCESS;
+  }
+  dilattn_status unpack_rows(const void* packed, const RowRuns& runs,
+                             const dilattn_tensor& full, bool add) override {
+    unpack_row_runs(packed, runs, full, add);
+    return DILATTN_SUCCESS;
+  }
   dilattn_status copy_bytes(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
     return DILATTN_SUCCESS;

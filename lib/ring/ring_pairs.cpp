@@ -10,18 +10,6 @@ namespace dilattn {
 
 namespace {
 
-// What the causal rule leaves of a pair. Ranges of one split are equal or disjoint, since
-// every rank cuts the sequence at the same points (ring_shard.h).
-enum class CausalPart { skip, full, diagonal, straddle };
-
-CausalPart causal_part(const Problem& p, const RowRange& qr, const RowRange& kr) {
-  if (!p.causal) return CausalPart::full;
-  if (kr.first >= qr.first + qr.count) return CausalPart::skip;  // every key after every query
-  if (kr.first + kr.count <= qr.first) return CausalPart::full;  // every key before every query
-  if (kr.first == qr.first && kr.count == qr.count) return CausalPart::diagonal;
-  return CausalPart::straddle;  // never from ring_shard.h's splits
-}
-
 // The sub-problem of p with nq queries, nk keys, nh query and ng kv heads, dense.
 Problem dense_sub_problem(const Problem& p, int64_t nq, int64_t nk, int64_t nh, int64_t ng,
                           bool causal) {
@@ -73,6 +61,14 @@ bool on_block_boundary(int64_t x, int64_t bs, int64_t N) { return x % bs == 0 ||
 
 }  // namespace
 
+CausalPart causal_part(const Problem& p, const RowRange& qr, const RowRange& kr) {
+  if (!p.causal) return CausalPart::full;
+  if (kr.first >= qr.first + qr.count) return CausalPart::skip;  // every key after every query
+  if (kr.first + kr.count <= qr.first) return CausalPart::full;  // every key before every query
+  if (kr.first == qr.first && kr.count == qr.count) return CausalPart::diagonal;
+  return CausalPart::straddle;  // never from ring_shard.h's splits
+}
+
 dilattn_status check_ring_split(const Problem& p, int32_t num_ranks, int32_t split) {
   if (p.kind != DILATTN_KIND_BLOCK_SPARSE) return DILATTN_SUCCESS;
   const BsrMask& m = *p.mask;
@@ -123,32 +119,17 @@ dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const Row
     return run(call);
   }
 
-  // Dilated: per branch, per head using it, per segment meeting both ranges.
-  const int64_t N = p.Nq, m = p.num_branches();
-  const int64_t q_end = qr.first + qr.count, k_end = kr.first + kr.count;
-  for (int64_t b = 0; b < m; ++b) {
-    const int64_t w = clipped_segment(p.branches[b].w, N), r = p.branches[b].r;
-    const int64_t seg_lo = max_i64(qr.first / w, kr.first / w);
-    const int64_t seg_hi = min_i64((q_end - 1) / w, (k_end - 1) / w);
-    for (int64_t h = 0; h < p.H; ++h) {
-      if (!head_uses_branch(p.head_mode, h, b, p.H, m)) continue;
-      const int64_t o = head_offset(p.head_mode, h, b, r, p.H);
-      for (int64_t seg = seg_lo; seg <= seg_hi; ++seg) {
-        const int64_t s0 = seg * w, s1 = segment_end(s0, w, N);
-        const KeyProgression qs = selected_in_range(s0, s1, r, o, qr.first, q_end);
-        const KeyProgression ks = selected_in_range(s0, s1, r, o, kr.first, k_end);
-        if (qs.count == 0 || ks.count == 0) continue;
-        SubCall call;
-        call.sub = dense_sub_problem(p, qs.count, ks.count, 1, 1, causal);
-        call.h0 = h;
-        call.g0 = kv_head_of(h, p.H, p.Hkv);
-        call.q_rows = {qs.first - qr.first + qr.local, r, qs.count};
-        call.k_rows = {ks.first - kr.first + kr.local, r, ks.count};
-        if (dilattn_status s = run(call)) return s;
-      }
-    }
-  }
-  return DILATTN_SUCCESS;
+  return for_each_dilated_pair(p, qr, kr, [&](int64_t h, const KeyProgression& qs,
+                                                const KeyProgression& ks) {
+    const int64_t r = qs.step;
+    SubCall call;
+    call.sub = dense_sub_problem(p, qs.count, ks.count, 1, 1, causal);
+    call.h0 = h;
+    call.g0 = kv_head_of(h, p.H, p.Hkv);
+    call.q_rows = {qs.first - qr.first + qr.local, r, qs.count};
+    call.k_rows = {ks.first - kr.first + kr.local, r, ks.count};
+    return run(call);
+  });
 }
 
 dilattn_tensor rows_view(const dilattn_tensor& t, const KeyProgression& rows, int64_t h0,

@@ -23,6 +23,7 @@
 
 #include <functional>
 
+#include "index_rules.h"
 #include "problem.h"
 #include "ring_shard.h"
 
@@ -35,6 +36,39 @@ struct SubCall {
   int64_t h0 = 0, g0 = 0;
   KeyProgression q_rows{0, 1, 0}, k_rows{0, 1, 0};
 };
+
+// What the causal rule leaves of a pair. Ranges of one split are equal or disjoint, since
+// every rank cuts the sequence at the same points (ring_shard.h).
+enum class CausalPart { skip, full, diagonal, straddle };
+CausalPart causal_part(const Problem& p, const RowRange& qr, const RowRange& kr);
+
+// Dilated: calls f(h, qs, ks) per branch, per head h using it, per segment meeting both ranges
+// whose selected rows in each range (qs in qr, ks in kr: sequence rows, step r) are not
+// empty; returns the first error f returns. The one place the ring walks segments: the
+// sub-problems (for_each_sub_call) and the rows a rank needs (ring_needs.h) both come from it.
+template <class F>
+dilattn_status for_each_dilated_pair(const Problem& p, const RowRange& qr, const RowRange& kr,
+                                     F&& f) {
+  const int64_t N = p.Nq, m = p.num_branches();
+  const int64_t q_end = qr.first + qr.count, k_end = kr.first + kr.count;
+  for (int64_t b = 0; b < m; ++b) {
+    const int64_t w = clipped_segment(p.branches[b].w, N), r = p.branches[b].r;
+    const int64_t seg_lo = max_i64(qr.first / w, kr.first / w);
+    const int64_t seg_hi = min_i64((q_end - 1) / w, (k_end - 1) / w);
+    for (int64_t h = 0; h < p.H; ++h) {
+      if (!head_uses_branch(p.head_mode, h, b, p.H, m)) continue;
+      const int64_t o = head_offset(p.head_mode, h, b, r, p.H);
+      for (int64_t seg = seg_lo; seg <= seg_hi; ++seg) {
+        const int64_t s0 = seg * w, s1 = segment_end(s0, w, N);
+        const KeyProgression qs = selected_in_range(s0, s1, r, o, qr.first, q_end);
+        const KeyProgression ks = selected_in_range(s0, s1, r, o, kr.first, k_end);
+        if (qs.count == 0 || ks.count == 0) continue;
+        if (dilattn_status s = f(h, qs, ks)) return s;
+      }
+    }
+  }
+  return DILATTN_SUCCESS;
+}
 
 // SUCCESS when every pair of this split can be cut into sub-problems; UNSUPPORTED (with the
 // reason) for a block-sparse mask whose blocks straddle a shard boundary. Rank-independent, so

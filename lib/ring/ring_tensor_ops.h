@@ -1,7 +1,7 @@
 // ring_tensor_ops.h - the element loops of the ring in host memory (ring_ops_host.cpp; the
-// device's kernels are cuda/ring_ops.cu): copy a view, add one into another, and the SPEC 5
-// merge of a partial (O_b, LSE_b) into the running (O, LSE), all over strided views of equal
-// shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64 for
+// device's kernels are cuda/ring_ops.cu): copy a view, add one into another, pack and unpack
+// the rows another rank needs, and the SPEC 5 merge of a partial (O_b, LSE_b) into the
+// running (O, LSE), all over strided views of equal shape. Arithmetic in f64, stored in each view's dtype (the accumulators are f32, or f64 for
 // f64 plans, so a partial is rounded once per merge).
 #ifndef DILATTN_RING_TENSOR_OPS_H
 #define DILATTN_RING_TENSOR_OPS_H
@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "dtype_convert.h"
+#include "ring_ops.h"
 #include "softmax_rules.h"
 
 namespace dilattn {
@@ -50,6 +51,50 @@ inline void add_view(const dilattn_tensor& part, const dilattn_tensor& acc) {
 // Fills every element of a view with x.
 inline void fill_view(const dilattn_tensor& t, double x) {
   for_each_element(t, t, [&](int64_t d, int64_t) { store_element(t.data, t.dtype, d, x); });
+}
+
+// The view [B, count, heads, D] of run `run` of t ([B, n, Hkv, D]).
+inline dilattn_tensor run_view(const dilattn_tensor& t, const RowRun& run) {
+  dilattn_tensor v = t;
+  v.data = static_cast<unsigned char*>(t.data) +
+           (run.first * t.strides[1] + run.head * t.strides[2]) *
+               static_cast<int64_t>(dtype_size(t.dtype));
+  v.shape[1] = run.count;
+  v.shape[2] = run.heads;
+  return v;
+}
+
+// Calls f(run's view of full, its packed block as a contiguous view) for every run of
+// `runs`, the blocks back to back from `packed` (ring_ops.h pack_rows / unpack_rows).
+template <class F>
+void for_each_packed_run(const dilattn_tensor& full, const RowRuns& runs, void* packed, F&& f) {
+  auto* at = static_cast<unsigned char*>(packed);
+  for (const RowRun& run : runs) {
+    const dilattn_tensor part = run_view(full, run);
+    const dilattn_tensor block =
+        dilattn_tensor_contiguous(at, full.dtype, full.shape[0], run.count, run.heads, full.shape[3]);
+    f(part, block);
+    at += full.shape[0] * run.count * run.heads * full.shape[3] *
+          static_cast<int64_t>(dtype_size(full.dtype));
+  }
+}
+
+inline void pack_row_runs(const dilattn_tensor& full, const RowRuns& runs, void* packed) {
+  for_each_packed_run(full, runs, packed,
+                      [](const dilattn_tensor& part, const dilattn_tensor& block) {
+                        copy_view(part, block);
+                      });
+}
+
+inline void unpack_row_runs(const void* packed, const RowRuns& runs, const dilattn_tensor& full,
+                            bool add) {
+  for_each_packed_run(full, runs, const_cast<void*>(packed),
+                      [&](const dilattn_tensor& part, const dilattn_tensor& block) {
+                        if (add)
+                          add_view(block, part);
+                        else
+                          copy_view(block, part);
+                      });
 }
 
 // SPEC 5: (o, lse) <- merge of (o, lse) and (o_b, lse_b), row by row (softmax_rules.h).

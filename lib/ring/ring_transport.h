@@ -4,22 +4,28 @@
 // Two operations, both collective over the P ranks of a communicator:
 //   allgather: every rank's small fixed-size vote (its status, a fingerprint of its call, its
 //              error message), so that a bad input on one rank fails every rank at once.
-//   shift:     send `bytes` to rank + 1 and receive as many from rank - 1 (mod P), in two
-//              halves so that a rank computes on the chunk it sends while it travels:
-//              shift_begin(send, recv) ... compute reading `send` ... shift_end().
-//              `send` must stay unchanged and `recv` untouched until shift_end returns.
-// A transport never hangs for ever on a missing rank where it can help it: the threads and MPI
-// transports give up after their timeout and mark the communicator broken (DILATTN_ERROR_COMM);
-// NCCL's aborts its communicator (ncclCommAbort). Transports: transport_threads.cpp (P threads
-// of one process), transport_mpi.cpp (one rank per MPI process; transport_mpi_absent.cpp in a
-// build without MPI), transport_nccl.cpp (one rank per GPU; transport_nccl_stub.cpp without NCCL).
+//   exchange:  send `send_bytes` to rank `to` and receive `recv_bytes` from rank `from`, in
+//              two halves so that a rank computes while the rows travel:
+//              exchange_begin(...) ... compute ... exchange_end().
+//              `send` must stay unchanged and `recv` untouched until exchange_end returns.
+//              Zero bytes one way is no message that way (no copy, no MPI request, no
+//              ncclSend/ncclRecv): the ring sends a rank only the rows it needs
+//              (ring_needs.h), often none. Both ends know the sizes from the plan, so they
+//              agree; a transport that sees a size mismatch breaks the communicator.
+//              (The plain ring's shift is the exchange to rank + 1, from rank - 1.)
+// One exchange at a time per rank. A transport never hangs for ever on a missing rank where it
+// can help it: the threads and MPI transports give up after their timeout and mark the
+// communicator broken (DILATTN_ERROR_COMM); NCCL's aborts its communicator (ncclCommAbort).
+// Transports: transport_threads.cpp (P threads of one process), transport_mpi.cpp (one rank
+// per MPI process; transport_mpi_absent.cpp in a build without MPI), transport_nccl.cpp (one
+// rank per GPU; transport_nccl_stub.cpp without NCCL).
 //
-// Where the shifted bytes live: host memory for a transport that moves them from the host
+// Where the exchanged bytes live: host memory for a transport that moves them from the host
 // (the default), device memory too for the threads transport (it receives with the ring's
 // RingOps::copy_bytes, a device-to-device copy for the cuda backend), device memory only for
-// NCCL. A stream-ordered transport (NCCL) enqueues its shifts on its stream(); the ring then
-// runs its element work and sub-problems on that stream too. Any other transport reads the
-// bytes from the host, so the ring waits for its queued work before a shift_begin.
+// NCCL. A stream-ordered transport (NCCL) enqueues its exchanges on its stream(); the ring
+// then runs its element work and sub-problems on that stream too. Any other transport reads
+// the bytes from the host, so the ring waits for its queued work before an exchange_begin.
 #ifndef DILATTN_RING_TRANSPORT_H
 #define DILATTN_RING_TRANSPORT_H
 
@@ -51,8 +57,9 @@ class RingTransport {
   virtual int32_t size() const = 0;
   // all[r] = rank r's vote, for every r < size(). SUCCESS or DILATTN_ERROR_COMM.
   virtual dilattn_status allgather(const RingVote& mine, RingVote* all) = 0;
-  virtual dilattn_status shift_begin(const void* send, void* recv, size_t bytes) = 0;
-  virtual dilattn_status shift_end() = 0;
+  virtual dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to,
+                                        void* recv, size_t recv_bytes, int32_t from) = 0;
+  virtual dilattn_status exchange_end() = 0;
 
   virtual Memory memory() const { return Memory::host; }
   virtual bool stream_ordered() const { return false; }
@@ -60,7 +67,7 @@ class RingTransport {
   // The ring call's element ops, for a transport that copies received bytes itself (threads);
   // null after the call.
   virtual void receive_with(RingOps* ops) { (void)ops; }
-  // Bytes the transport itself holds for shifts (the MPI transport's staging buffers), counted
+  // Bytes the transport itself holds for exchanges (the MPI transport's staging buffers), counted
   // in dilattn_comm_peak_bytes beside the ring's own.
   virtual size_t buffer_bytes() const { return 0; }
   // The GPU this end is bound to (NCCL: ncclCommCuDevice at creation), whose memory every
@@ -72,13 +79,13 @@ class RingTransport {
 dilattn_status make_thread_transports(int32_t num_ranks, int32_t timeout_ms,
                                       std::unique_ptr<RingTransport>* transports);
 
-// One rank of an NCCL communicator (*nccl_comm is the caller's ncclComm_t), shifting on
+// One rank of an NCCL communicator (*nccl_comm is the caller's ncclComm_t), exchanging on
 // cuda_stream (transport_nccl.cpp); DILATTN_ERROR_UNSUPPORTED in a build without NCCL
 // (transport_nccl_stub.cpp).
 dilattn_status make_nccl_transport(const void* nccl_comm, void* cuda_stream, int32_t timeout_ms,
                                    std::unique_ptr<RingTransport>* transport);
 // One MPI process's end over *static_cast<const MPI_Comm*>(mpi_comm) (transport_mpi.cpp):
-// checks MPI's state and thread level, duplicates the communicator. A shift travels in
+// checks MPI's state and thread level, duplicates the communicator. An exchange travels in
 // messages of at most piece_bytes (MPI counts are int); tests pass a small one.
 constexpr size_t kMpiPieceBytes = size_t{1} << 30;
 dilattn_status make_mpi_transport(const void* mpi_comm, int32_t timeout_ms, size_t piece_bytes,
@@ -92,6 +99,9 @@ struct dilattn_comm_s {
   std::unique_ptr<dilattn::RingTransport> transport;
   size_t peak_bytes = 0;  // of the last ring call on this rank (dilattn_comm_peak_bytes)
   dilattn::ShiftStats last_shifts;  // of the last ring call on this rank (ring_stats.h)
+  // Test hook (tests/ring): fill the chunk rows a ring call did not receive with NaN, so a
+  // read of a row nobody sent shows in the result.
+  bool poison_chunks = false;
 };
 
 #endif  // DILATTN_RING_TRANSPORT_H

@@ -5,10 +5,11 @@
 //   create:    MPI_Comm_idup of the caller's communicator, so the ring's messages never match
 //              the caller's; the errors of the duplicate return (MPI_ERRORS_RETURN), never abort.
 //   allgather: MPI_Iallgather of the fixed-size RingVote, as bytes.
-//   shift:     shift_begin copies the chunk into a staging buffer the transport owns and posts
-//              MPI_Irecv from rank - 1 and MPI_Isend to rank + 1 (in pieces of at most
-//              kMpiPieceBytes: MPI counts are int); shift_end waits for both and copies the
-//              received staging buffer into the caller's.
+//   exchange:  exchange_begin copies the rows into a staging buffer the transport owns and
+//              posts MPI_Irecv from `from` and MPI_Isend to `to` (in pieces of at most
+//              kMpiPieceBytes: MPI counts are int); exchange_end waits for both and copies the
+//              received staging buffer into the caller's. Zero bytes one way posts nothing
+//              that way (the ring sends only the rows a rank needs, ring_needs.h).
 // Every wait polls (MPI_Testall) against the communicator's timeout. Past it the rank marks the
 // communicator broken (every later call: DILATTN_ERROR_COMM) and returns; nothing calls
 // MPI_Abort. A send MPI cannot cancel (Open MPI's ob1 cancels no send) and a collective no one
@@ -23,6 +24,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -41,7 +43,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kShiftTag = 1;
+constexpr int kExchangeTag = 1;
 
 std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -107,9 +109,9 @@ class MpiTransport final : public RingTransport {
     if (finalized) return;  // too late for MPI calls; the process is ending
     // After a timeout: a receive is cancelled; sends and receives are freed (MPI completes them
     // in the background); a collective request may be neither, it stays.
-    for (size_t i = 0; i < requests_.size() && shifting_; ++i) {
+    for (size_t i = 0; i < requests_.size() && exchanging_; ++i) {
       if (requests_[i] == MPI_REQUEST_NULL) continue;
-      if (i % 2 == 0) MPI_Cancel(&requests_[i]);  // even: receives (shift_begin)
+      if (i < receives_) MPI_Cancel(&requests_[i]);  // the receives come first (exchange_begin)
       MPI_Request_free(&requests_[i]);
     }
     MPI_Comm_free(&comm_);
@@ -122,7 +124,7 @@ class MpiTransport final : public RingTransport {
   dilattn_status allgather(const RingVote& mine, RingVote* all) override {
     if (dilattn_status s = usable()) return s;
     buf_->vote = mine;
-    shifting_ = false;
+    exchanging_ = false;
     requests_.assign(1, MPI_REQUEST_NULL);
     const int vote_bytes = static_cast<int>(sizeof(RingVote));
     const int rc = MPI_Iallgather(&buf_->vote, vote_bytes, MPI_BYTE, buf_->votes.data(),
@@ -133,38 +135,43 @@ class MpiTransport final : public RingTransport {
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status shift_begin(const void* send, void* recv, size_t bytes) override {
+  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+                                size_t recv_bytes, int32_t from) override {
     if (dilattn_status s = usable()) return s;
-    grow(buf_->send, bytes);
-    grow(buf_->recv, bytes);
-    if (bytes != 0) std::memcpy(buf_->send.data(), send, bytes);
+    grow(buf_->send, send_bytes);
+    grow(buf_->recv, recv_bytes);
+    if (send_bytes != 0) std::memcpy(buf_->send.data(), send, send_bytes);
     recv_dst_ = recv;
-    recv_bytes_ = bytes;
-    shifting_ = true;
-    const int to = (rank_ + 1) % size_, from = (rank_ + size_ - 1) % size_;
+    recv_bytes_ = recv_bytes;
+    to_ = to;
+    from_ = from;
+    exchanging_ = true;
     requests_.clear();
-    // Piece by piece, receive (even index) then send (odd): MPI keeps the order of messages
-    // with the same source, tag and communicator, so every piece lands in its place.
-    size_t off = 0;
-    do {
-      const int n = static_cast<int>(bytes - off < piece_bytes_ ? bytes - off : piece_bytes_);
+    // Receives first, then sends, each piece by piece: MPI keeps the order of messages with
+    // the same source, tag and communicator, so every piece lands in its place.
+    for (size_t off = 0; off < recv_bytes; off += piece_bytes_) {
+      const int n = static_cast<int>(std::min(recv_bytes - off, piece_bytes_));
       requests_.push_back(MPI_REQUEST_NULL);
-      int rc = MPI_Irecv(buf_->recv.data() + off, n, MPI_BYTE, from, kShiftTag, comm_,
-                         &requests_.back());
+      const int rc = MPI_Irecv(buf_->recv.data() + off, n, MPI_BYTE, from, kExchangeTag, comm_,
+                               &requests_.back());
       if (rc != MPI_SUCCESS) return fail("MPI_Irecv failed: " + mpi_error_string(rc));
+    }
+    receives_ = requests_.size();
+    for (size_t off = 0; off < send_bytes; off += piece_bytes_) {
+      const int n = static_cast<int>(std::min(send_bytes - off, piece_bytes_));
       requests_.push_back(MPI_REQUEST_NULL);
-      rc = MPI_Isend(buf_->send.data() + off, n, MPI_BYTE, to, kShiftTag, comm_, &requests_.back());
+      const int rc = MPI_Isend(buf_->send.data() + off, n, MPI_BYTE, to, kExchangeTag, comm_,
+                               &requests_.back());
       if (rc != MPI_SUCCESS) return fail("MPI_Isend failed: " + mpi_error_string(rc));
-      off += static_cast<size_t>(n);
-    } while (off < bytes);
+    }
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status shift_end() override {
+  dilattn_status exchange_end() override {
     if (dilattn_status s = usable()) return s;
-    if (dilattn_status s = wait("rank " + std::to_string(rank_) + " sending a chunk to rank " +
-                                std::to_string((rank_ + 1) % size_) + " and receiving from rank " +
-                                std::to_string((rank_ + size_ - 1) % size_)))
+    if (dilattn_status s = wait("rank " + std::to_string(rank_) + " sending rows to rank " +
+                                std::to_string(to_) + " and receiving from rank " +
+                                std::to_string(from_)))
       return s;
     if (recv_bytes_ != 0) std::memcpy(recv_dst_, buf_->recv.data(), recv_bytes_);
     return DILATTN_SUCCESS;
@@ -220,7 +227,9 @@ class MpiTransport final : public RingTransport {
   std::string broken_why_;
   std::unique_ptr<MpiBuffers> buf_;
   std::vector<MPI_Request> requests_;  // posted and not yet completed
-  bool shifting_ = false;              // requests_ are a shift's (else the allgather's)
+  bool exchanging_ = false;            // requests_ are an exchange's (else the allgather's)
+  size_t receives_ = 0;                // of an exchange's requests_, the first are receives
+  int32_t to_ = 0, from_ = 0;
   void* recv_dst_ = nullptr;
   size_t recv_bytes_ = 0;
 };

@@ -5,8 +5,9 @@
 // Everything is stream-ordered on the caller's CUDA stream, where the ring also runs its
 // kernels (ring_ops.h), so a chunk written by a kernel needs no host synchronisation before
 // it is sent:
-//   shift      ncclGroupStart; ncclSend(send) to rank + 1; ncclRecv(recv) from rank - 1;
-//              ncclGroupEnd. shift_end waits for the stream.
+//   exchange   ncclGroupStart; ncclSend(send) to `to`; ncclRecv(recv) from `from`;
+//              ncclGroupEnd, each only when it moves bytes (the ring sends only the rows a
+//              rank needs, ring_needs.h). exchange_end waits for the stream.
 //   allgather  the rank's vote copied to a small device buffer (from pinned host memory, so the
 //              copies never block the host), ncclAllGather of the P votes, copied back.
 // Every wait polls cudaStreamQuery and ncclCommGetAsyncError (a non-blocking communicator may
@@ -106,24 +107,27 @@ class NcclTransport final : public RingTransport {
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status shift_begin(const void* send, void* recv, size_t bytes) override {
+  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+                                size_t recv_bytes, int32_t from) override {
     if (broken_) return broken_error();
+    to_ = to;
+    from_ = from;
+    if (send_bytes == 0 && recv_bytes == 0) return DILATTN_SUCCESS;
     CurrentDevice current(device_);
-    const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
     ncclResult_t r = ncclGroupStart();
-    if (r == ncclSuccess) r = ncclSend(send, bytes, ncclUint8, next, comm_, stream_);
-    if (r == ncclSuccess || r == ncclInProgress)
-      r = ncclRecv(recv, bytes, ncclUint8, previous, comm_, stream_);
+    if (r == ncclSuccess && send_bytes != 0)
+      r = ncclSend(send, send_bytes, ncclUint8, to, comm_, stream_);
+    if ((r == ncclSuccess || r == ncclInProgress) && recv_bytes != 0)
+      r = ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, stream_);
     const ncclResult_t end = ncclGroupEnd();  // always closes the group
     return enqueued(r == ncclSuccess || r == ncclInProgress ? end : r, "ncclSend/ncclRecv");
   }
 
-  dilattn_status shift_end() override {
+  dilattn_status exchange_end() override {
     if (broken_) return broken_error();
     CurrentDevice current(device_);
-    return wait("rank " + std::to_string(rank_) + " exchanging a chunk with ranks " +
-                std::to_string((rank_ + size_ - 1) % size_) + " and " +
-                std::to_string((rank_ + 1) % size_));
+    return wait("rank " + std::to_string(rank_) + " sending rows to rank " + std::to_string(to_) +
+                " and receiving from rank " + std::to_string(from_));
   }
 
  private:
@@ -186,6 +190,7 @@ class NcclTransport final : public RingTransport {
   void* votes_host_ = nullptr;
   bool broken_ = false;
   std::string broken_why_;
+  int32_t to_ = 0, from_ = 0;  // of the exchange in progress
 };
 
 // ncclResult_t as a status of dilattn_comm_create_nccl.

@@ -1,10 +1,11 @@
 // transport_threads.cpp - the threads transport of ring attention: P ranks are P threads of one
 // process (SPEC 5, dilattn_comm_create_threads).
 //
-// Ranks share one state guarded by one mutex. A shift is a rendezvous: the sender posts a
-// pointer to its chunk in its outgoing slot; the receiver copies the chunk into its own buffer
-// (so no rank ever computes on another's memory) and marks the slot consumed; the sender's
-// shift_end waits for that. Every wait has the communicator's timeout: past it the waiting rank
+// Ranks share one state guarded by one mutex. An exchange is a rendezvous per direction: the
+// sender posts a pointer to its rows in its outgoing slot, addressed to rank `to`; rank `to`
+// copies them into its own buffer (so no rank ever computes on another's memory) and marks the
+// slot consumed; the sender's exchange_end waits for that. Zero bytes posts nothing (and a
+// receive of zero bytes waits for nothing): the ring sends only rows the receiver needs. Every wait has the communicator's timeout: past it the waiting rank
 // marks the state broken, wakes everyone, and every call from then on returns
 // DILATTN_ERROR_COMM. A rank never returns while a neighbour is still copying from its buffer
 // (the copy itself never waits), so a timeout cannot leave a dangling read. The receiver copies
@@ -44,10 +45,11 @@ struct ThreadsState {
   std::vector<RingVote> votes, result;
   std::vector<bool> arrived;
 
-  // Slot r holds rank r's outgoing chunk for rank r + 1.
+  // Slot r holds rank r's outgoing rows, for rank `to`.
   struct Slot {
     const void* data = nullptr;
     size_t bytes = 0;
+    int32_t to = 0;
     uint64_t posted = 0, consumed = 0;
     bool copying = false;
   };
@@ -87,34 +89,58 @@ class ThreadsTransport final : public RingTransport {
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status shift_begin(const void* send, void* recv, size_t bytes) override {
+  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+                                size_t recv_bytes, int32_t from) override {
     ThreadsState& s = *s_;
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.broken) return broken_error();
-    ThreadsState::Slot& out = s.slots[rank_];
-    out.data = send;
-    out.bytes = bytes;
-    ++out.posted;
+    sending_ = send_bytes != 0;
+    if (sending_) {
+      ThreadsState::Slot& out = s.slots[rank_];
+      out.data = send;
+      out.bytes = send_bytes;
+      out.to = to;
+      ++out.posted;
+      s.cv.notify_all();
+    }
+    to_ = to;
     recv_ = recv;
-    recv_bytes_ = bytes;
-    s.cv.notify_all();
+    recv_bytes_ = recv_bytes;
+    from_ = from;
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status shift_end() override {
+  dilattn_status exchange_end() override {
     ThreadsState& s = *s_;
-    const int32_t from = (rank_ + s.P - 1) % s.P;
     std::unique_lock<std::mutex> lock(s.mu);
-    ThreadsState::Slot& in = s.slots[from];
+    if (recv_bytes_ != 0) {
+      if (dilattn_status st = receive(lock)) return st;
+    } else if (s.broken) {
+      return retract(lock);
+    }
+    // Our own rows must have been copied before their buffer may change.
+    if (!sending_) return DILATTN_SUCCESS;
     ThreadsState::Slot& out = s.slots[rank_];
-    // 1. Receive: copy rank - 1's posted chunk into our own buffer.
-    if (!wait(lock, [&] { return s.broken || in.posted > in.consumed; }))
-      return time_out(lock, "rank " + std::to_string(rank_) + " waiting for a chunk from rank " +
-                                std::to_string(from));
+    if (!wait(lock, [&] { return s.broken || out.consumed == out.posted; }))
+      return time_out(lock, "rank " + std::to_string(rank_) + " waiting for rank " +
+                                std::to_string(to_) + " to take its rows");
+    if (out.consumed != out.posted) return retract(lock);
+    return DILATTN_SUCCESS;
+  }
+
+ private:
+  // Copies rank from_'s posted rows, addressed to us, into our own buffer.
+  dilattn_status receive(std::unique_lock<std::mutex>& lock) {
+    ThreadsState& s = *s_;
+    ThreadsState::Slot& in = s.slots[from_];
+    // A posted message of rank from_ for another rank is not ours: wait until it was taken.
+    if (!wait(lock, [&] { return s.broken || (in.posted > in.consumed && in.to == rank_); }))
+      return time_out(lock, "rank " + std::to_string(rank_) + " waiting for rows from rank " +
+                                std::to_string(from_));
     if (s.broken) return retract(lock);
     if (in.bytes != recv_bytes_) {
       s.broken = true;
-      s.broken_why = "rank " + std::to_string(from) + " sent " + std::to_string(in.bytes) +
+      s.broken_why = "rank " + std::to_string(from_) + " sent " + std::to_string(in.bytes) +
                      " bytes, rank " + std::to_string(rank_) + " expected " +
                      std::to_string(recv_bytes_);
       s.cv.notify_all();
@@ -131,24 +157,16 @@ class ThreadsTransport final : public RingTransport {
     in.copying = false;
     ++in.consumed;
     s.cv.notify_all();
-    if (copied != DILATTN_SUCCESS) {
-      if (!s.broken) {
-        s.broken = true;
-        s.broken_why = "rank " + std::to_string(rank_) + " could not copy a chunk: " +
-                       dilattn_last_error();
-        s.cv.notify_all();
-      }
-      return retract(lock);
+    if (copied == DILATTN_SUCCESS) return DILATTN_SUCCESS;
+    if (!s.broken) {
+      s.broken = true;
+      s.broken_why = "rank " + std::to_string(rank_) + " could not copy rows: " +
+                     dilattn_last_error();
+      s.cv.notify_all();
     }
-    // 2. Our own chunk must have been copied before its buffer may change.
-    if (!wait(lock, [&] { return s.broken || out.consumed == out.posted; }))
-      return time_out(lock, "rank " + std::to_string(rank_) + " waiting for rank " +
-                                std::to_string((rank_ + 1) % s.P) + " to take its chunk");
-    if (out.consumed != out.posted) return retract(lock);
-    return DILATTN_SUCCESS;
+    return retract(lock);
   }
 
- private:
   // Waits until done() or the timeout; false on timeout (done() still false).
   template <class Done>
   bool wait(std::unique_lock<std::mutex>& lock, Done done) {
@@ -184,6 +202,9 @@ class ThreadsTransport final : public RingTransport {
 
   std::shared_ptr<ThreadsState> s_;
   const int32_t rank_;
+  // The exchange in progress.
+  bool sending_ = false;
+  int32_t to_ = 0, from_ = 0;
   void* recv_ = nullptr;
   size_t recv_bytes_ = 0;
   RingOps* ops_ = nullptr;

@@ -54,8 +54,10 @@ class DeviceOnlyTransport final : public dilattn::RingTransport {
     all[0] = mine;
     return DILATTN_SUCCESS;
   }
-  dilattn_status shift_begin(const void*, void*, size_t) override { return DILATTN_SUCCESS; }
-  dilattn_status shift_end() override { return DILATTN_SUCCESS; }
+  dilattn_status exchange_begin(const void*, size_t, int32_t, void*, size_t, int32_t) override {
+    return DILATTN_SUCCESS;
+  }
+  dilattn_status exchange_end() override { return DILATTN_SUCCESS; }
   Memory memory() const override { return Memory::device; }
   bool stream_ordered() const override { return true; }
 };

@@ -1,38 +1,38 @@
 // test_ring_memory.cpp - SPEC 5 "memory per rank is O(N/P)": at P = 4, N = 65536, every rank's
 // bytes (its shards of Q, K, V, O, LSE plus everything the ring allocated, dilattn_comm_peak_bytes:
 // chunks in flight, running and partial O/LSE, the sub-problems' workspace) stay within 1.3x of
-// its shards plus two K/V chunks in flight, the least any ring that overlaps a transfer with
-// compute holds. Dilated attention with 256-row segments keeps the compute small; the ring still
-// carries every chunk around. (The backend's own allocations, if any, are not counted.)
+// its shards plus the K/V chunks the ring holds. (The backend's own allocations, if any, are not
+// counted.) Two cases, both with little compute:
+//   ring_memory_within_1_3x_of_shards_and_two_chunks: dilated attention with 256-row segments.
+//     Its segments lie inside the shards, so the ring sends nothing and needs no chunk buffer
+//     (lib/ring/ring_needs.h); the bound keeps the two chunks of a ring that overlaps a
+//     transfer with compute.
+//   ring_memory_within_1_3x_of_shards_and_three_chunks: block-sparse, each 256-row query block
+//     listing one key block of the next rank's shard, so whole K/V chunks travel: the ring
+//     holds three (the chunk it computes on, the rows arriving, its own rows leaving, packed).
+#include <string>
 #include <vector>
 
 #include "ring_test_util.h"
 
 using namespace harness;
 
-int main() {
+namespace {
+
+void check_peak(const AttentionCase& c, int64_t chunks) {
   const int32_t P = 4;
-  const int64_t N = 65536, H = 1, D = 64;
-  AttentionCase c;
-  c.name = "ring_memory_within_1_3x_of_shards_and_two_chunks";
-  c.Nq = c.Nk = N;
-  c.H = c.Hkv = H;
-  c.D = D;
-  c.kind = DILATTN_KIND_DILATED;
-  c.segments = {256};
-  c.dilations = {1};
   CaseScope scope(c.name);
   Plan plan;
-  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_CPU, 1))) return finish("ring_memory");
+  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_CPU, 1))) return;
   const ringtest::Ring ring{P, DILATTN_RING_CONTIGUOUS, DILATTN_BACKEND_CPU};
   std::vector<size_t> peak(P, 0), shard_bytes(P, 0), chunk_bytes(P, 0);
   std::vector<std::string> messages(P);
   const auto status = ringtest::run_ranks(ring, [&](int32_t r, dilattn_comm comm) {
-    const int64_t rows = ringtest::rows_of(N, ring, r).total();
+    const int64_t rows = ringtest::rows_of(c.Nq, ring, r).total();
     SplitMix64 rng(static_cast<uint64_t>(r));
-    Tensor q(DILATTN_F32, 1, rows, H, D), k(DILATTN_F32, 1, rows, H, D),
-        v(DILATTN_F32, 1, rows, H, D), o(DILATTN_F32, 1, rows, H, D),
-        lse(DILATTN_F32, 1, H, rows, 1);
+    Tensor q(DILATTN_F32, 1, rows, c.H, c.D), k(DILATTN_F32, 1, rows, c.Hkv, c.D),
+        v(DILATTN_F32, 1, rows, c.Hkv, c.D), o(DILATTN_F32, 1, rows, c.H, c.D),
+        lse(DILATTN_F32, 1, c.H, rows, 1);
     fill_uniform(q, rng, -1, 1);
     fill_uniform(k, rng, -1, 1);
     fill_uniform(v, rng, -1, 1);
@@ -42,7 +42,7 @@ int main() {
     dilattn_comm_peak_bytes(comm, &peak[r]);
     shard_bytes[r] = q.bytes().size() + k.bytes().size() + v.bytes().size() + o.bytes().size() +
                      lse.bytes().size();
-    chunk_bytes[r] = 2 * (k.bytes().size() + v.bytes().size());  // two K/V chunks in flight
+    chunk_bytes[r] = static_cast<size_t>(chunks) * (k.bytes().size() + v.bytes().size());
     return s;
   });
   ringtest::check_ranks_succeeded(ringtest::host_of(ring), status, messages);
@@ -50,12 +50,42 @@ int main() {
     if (status[r] != DILATTN_SUCCESS) continue;
     const double used = static_cast<double>(shard_bytes[r] + peak[r]);
     const double bound = 1.3 * static_cast<double>(shard_bytes[r] + chunk_bytes[r]);
-    std::printf("rank %d: shards %zu B, ring peak %zu B, total %.0f B, bound %.0f B (%.3fx)\n",
-                static_cast<int>(r), shard_bytes[r], peak[r], used, bound,
+    std::printf("%s rank %d: shards %zu B, ring peak %zu B, total %.0f B, bound %.0f B (%.3fx)\n",
+                c.name.c_str(), static_cast<int>(r), shard_bytes[r], peak[r], used, bound,
                 used / static_cast<double>(shard_bytes[r] + chunk_bytes[r]));
     CHECK_MSG(peak[r] > 0, "rank %d: the ring counted no bytes", static_cast<int>(r));
     CHECK_MSG(used <= bound, "rank %d: %.0f bytes above the bound %.0f", static_cast<int>(r), used,
               bound);
   }
+}
+
+AttentionCase memory_case(const char* name) {
+  AttentionCase c;
+  c.name = name;
+  c.Nq = c.Nk = 65536;
+  c.H = c.Hkv = 1;
+  c.D = 64;
+  return c;
+}
+
+}  // namespace
+
+int main() {
+  AttentionCase dilated = memory_case("ring_memory_within_1_3x_of_shards_and_two_chunks");
+  dilated.kind = DILATTN_KIND_DILATED;
+  dilated.segments = {256};
+  dilated.dilations = {1};
+  check_peak(dilated, 2);
+
+  AttentionCase sparse = memory_case("ring_memory_within_1_3x_of_shards_and_three_chunks");
+  sparse.kind = DILATTN_KIND_BLOCK_SPARSE;
+  const int64_t blocks = 256, per_rank = blocks / 4;
+  sparse.mask.bq = sparse.mask.bk = sparse.Nq / blocks;
+  for (int64_t i = 0; i < blocks; ++i) {
+    sparse.mask.row_ptr.push_back(i);
+    sparse.mask.col_idx.push_back((i + per_rank) % blocks);  // a block of the next rank's shard
+  }
+  sparse.mask.row_ptr.push_back(blocks);
+  check_peak(sparse, 3);
   return finish("ring_memory_per_rank_bounded");
 }
