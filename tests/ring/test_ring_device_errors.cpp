@@ -93,8 +93,10 @@ class BoundToDevice1Transport final : public dilattn::RingTransport {
     all[0] = mine;
     return DILATTN_SUCCESS;
   }
-  dilattn_status shift_begin(const void*, void*, size_t) override { return DILATTN_SUCCESS; }
-  dilattn_status shift_end() override { return DILATTN_SUCCESS; }
+  dilattn_status exchange_begin(const void*, size_t, int32_t, void*, size_t, int32_t) override {
+    return DILATTN_SUCCESS;
+  }
+  dilattn_status exchange_end() override { return DILATTN_SUCCESS; }
   Memory memory() const override { return Memory::host_or_device; }
   int32_t device_index() const override { return 1; }
 };

@@ -7,7 +7,7 @@ per MPI process; rank 0 reads the inputs, scatters the rows, gathers and writes 
   * a bad input file on rank 0 stops every rank: exit 2, its message printed once (by rank 0;
     the other ranks exit 0 silently), no output;
   * a ring failure on every rank (a mask block cut by a shard) exits 3 naming it, no output;
-  * rank 1 alone running out of memory before the ring (ulimit -v on that rank only) stops
+  * rank 1 alone running out of memory before the ring (ulimit -d on that rank only) stops
     every rank at once: exit 3 (out of memory), rank 0 prints rank 1's message once, no
     output, and mpirun returns long before the ring's 600 s timeout;
   * the flags are checked (exit 2).
@@ -111,19 +111,20 @@ def test_ring_mpi_failure_on_every_rank_exits_3(tmp_path):
 
 def test_ring_mpi_out_of_memory_on_rank_1_alone_stops_every_rank(tmp_path):
     if address_sanitized():
-        pytest.skip("ASan reserves terabytes of address space: ulimit -v cannot be used")
+        pytest.skip("ASan maps terabytes of shadow memory: ulimit -d cannot be used")
     if not MPIRUN:
         pytest.fail("DILATTN_MPIRUN is not set (run through meson test)")
-    # Rank 1's shards of Q, K, V and O are 4 x 64 MiB; 100 MB of address space is enough for
-    # MPI to start (about 55 MB here) and too little for them. No test hook: the tool meets
-    # a real allocation failure on one rank.
+    # Rank 1's shards of Q, K, V and O are 4 x 64 MiB; 100 MB of private data (ulimit -d:
+    # heap and private mappings, not MPI's shared-memory segments, which ulimit -v starved into
+    # a crash at MPI_Init on a loaded machine) is enough for MPI to start and too little for
+    # them. No test hook: the tool meets a real allocation failure on one rank.
     rng = np.random.default_rng(0)
     paths = {}
     for name in ("q", "k", "v"):
         paths[name] = tmp_path / f"{name}.npy"
         np.save(paths[name], rng.standard_normal((1, 32768, 8, 64), dtype=np.float32))
     out = tmp_path / "o.npy"
-    rank_1_small = ('[ "$OMPI_COMM_WORLD_RANK" = 1 ] && ulimit -v 100000; exec "$0" "$@"')
+    rank_1_small = ('[ "$OMPI_COMM_WORLD_RANK" = 1 ] && ulimit -d 100000; exec "$0" "$@"')
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-n", "2", "sh", "-c", rank_1_small,
            CLI, "forward", *map(str, qkv_flags(paths)), "--out", str(out), "--ring", "mpi",
            "--backend", "cpu"]
