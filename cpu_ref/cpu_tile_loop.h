@@ -44,6 +44,25 @@ inline int64_t block_rows(const Problem& p) {
   return kBaseBlockRows * min_i64(r_max, kMaxBlockRows / kBaseBlockRows);
 }
 
+// The backward's schedule (cpu_backward.cpp), chosen from the problem's shape alone, never from
+// the thread count, so a shape's result is bitwise the same for any number of threads:
+//   one pass: work item (b, kv head g), the whole sequence: S and dS once per tile pair, five
+//     products (S, dP, dV, dK, dQ); dK and dV of all Nk keys accumulate in the worker's
+//     workspace (2 x Nk x padded(D) floats);
+//   two passes: a dQ pass per (b, h, query block), a dK/dV pass per (b, g, key block): S and dS
+//     twice, seven products, but B x H x blocks items and a workspace independent of N.
+// One pass needs enough (b, g) items to keep the threads busy (each item is one whole head; a
+// single item cannot be split without partial sums) and bounded accumulators. With k items on
+// t threads one pass takes 5 k/t.. against two passes' 7 k/t.. products per item in wall time
+// when k >= t, and still wins for k > 5t/7: kOnePassMinItems = 8 covers machines up to 11
+// threads at full speed. kOnePassMaxKeyFloats caps the accumulators at 64 MiB per worker
+// (Nk <= 131072 at D = 64); longer sequences take the two passes.
+constexpr int64_t kOnePassMinItems = 8;
+constexpr int64_t kOnePassMaxKeyFloats = int64_t{16} << 20;  // dK and dV together: 64 MiB
+inline bool backward_one_pass(const Problem& p) {
+  return p.B * p.Hkv >= kOnePassMinItems && p.Nk <= kOnePassMaxKeyFloats / (2 * padded(p.D));
+}
+
 // How far apart a piece's rows lie in the block state. A one-row piece's step may be near
 // INT64_MAX (dilation r >= N); it is never used, so it must not be multiplied either.
 inline int64_t row_stride(const KeyProgression& own) { return own.count > 1 ? own.step : 1; }
