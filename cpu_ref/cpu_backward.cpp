@@ -4,21 +4,30 @@
 //
 // With the combined LSE of the forward, each occurrence of a key j in A(i) (a dilated branch's
 // pair, a block's pair) has P_ij = exp(S_ij - LSE_i) directly, so branches are just more pairs.
-// Two passes over the same pieces (cpu_tile_loop.h), each recomputing S:
-//   dQ pass, work item (b, h, block of query rows), as the forward walks it:
-//     S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
-//     (lib/internal/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), dQ += dS K
-//   dK/dV pass, work item (b, kv head g, block of key rows): for each query head of g in
-//   order, each piece (own = the keys, gathered once), each range of queries meeting it, each
-//   query tile, each key tile:
-//     the same P and dS, dV += P^T dO, dK += dS^T Q
+// Per tile pair (query tile, key tile) of the pieces of cpu_tile_loop.h:
+//   S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
+//   (lib/internal/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), then
+//   dQ += dS K, dV += P^T dO, dK += dS^T Q
+// Two schedules, chosen from the shape alone (backward_one_pass, cpu_tile_loop.h):
+//   one pass, work item (b, kv head g), the whole sequence: for each query head of g in
+//     order, each query block as the forward walks it (query_block), each piece, each key
+//     tile, each query tile: S and dS once, all five products; dQ of the block is stored when
+//     the block is done, dK and dV of every key (the worker's keys_dk, keys_dv) when the item
+//     is done. 5 products per tile pair.
+//   two passes, when there are too few (b, g) items to share among threads or Nk is too long
+//   for the accumulators, each recomputing S and dS: 7 products per tile pair.
+//     dQ pass, work item (b, h, block of query rows): query_block without key accumulators;
+//     dK/dV pass, work item (b, kv head g, block of key rows): for each query head of g in
+//     order, each piece (own = the keys, gathered once), each range of queries meeting it,
+//     each query tile, each key tile: dV += P^T dO, dK += dS^T Q.
 // D_i = <dO_i, O_i> is formed per query tile. Scale is applied once when dQ and dK are stored.
 // A causally masked pair is left out of every product (P and dS zeroed, dQ summed over each
 // row's allowed keys), so a NaN in a K or V row reaches only the rows that meet it, as in the
 // reference (README "Decisions"); a NaN LSE (a NaN row) makes that row's terms NaN.
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
-// checked against the reference by tests/cpu/test_cpu_backward.cpp.
+// checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the
+// same shapes by tests/cpu/test_cpu_backward_schedules.cpp.
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
 #include "cpu_tile_io.h"
