@@ -79,12 +79,12 @@ void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const f
   }
 }
 
-// ---------------------------------------------------------------- dQ (and dK, dV), per query block
-// Rows [i0, i1) of head h: dQ of the block, stored at the end. With key accumulators (the one
-// pass: keys_dk, keys_dv, row j of each the running dK_j, dV_j of the item's kv head) the same
-// S and dS also give dV += P^T dO and dK += dS^T Q for the keys of each tile.
+// ---------------------------------------------------------------- dQ (dK, dV), per query block
+// Rows [i0, i1) of head h: dQ of the block, stored at the end. In the one pass the workspace
+// has key accumulators (w.keys_dk, w.keys_dv: row j holds the running dK_j, dV_j of the item's
+// kv head), and the same S and dS also give dV += P^T dO and dK += dS^T Q for each tile's keys.
 void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b,
-                 int64_t h, int64_t i0, int64_t i1, float* keys_dk, float* keys_dv) {
+                 int64_t h, int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScale scaling = score_scale(p.scale);
   int64_t allowed[kBR];
@@ -119,12 +119,12 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
                                allowed);
           accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
                              Dp, Dp);
-          if (keys_dk == nullptr) continue;
+          if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
           // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
           const int64_t at = progression_at(keys, k0) * Dp;
-          accumulate_tile(keys_dv + at, ldk, kcount, w.s, 1, kBC, rows, w.block_b + t0 * Dp, Dp,
+          accumulate_tile(w.keys_dv + at, ldk, kcount, w.s, 1, kBC, rows, w.block_b + t0 * Dp, Dp,
                           Dp);
-          accumulate_tile(keys_dk + at, ldk, kcount, w.dp, 1, kBC, rows, w.block_a + t0 * Dp,
+          accumulate_tile(w.keys_dk + at, ldk, kcount, w.dp, 1, kBC, rows, w.block_a + t0 * Dp,
                           Dp, Dp);
         }
       }
@@ -145,7 +145,7 @@ void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace& 
   for (int64_t x = 0; x < p.Nk * Dp; ++x) w.keys_dk[x] = w.keys_dv[x] = 0;
   for (int64_t h = g * group; h < (g + 1) * group; ++h)
     for (int64_t i0 = 0; i0 < p.Nq; i0 += T)
-      query_block(p, a, w, b, h, i0, min_i64(i0 + T, p.Nq), w.keys_dk, w.keys_dv);
+      query_block(p, a, w, b, h, i0, min_i64(i0 + T, p.Nq));
 
   const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t j = 0; j < p.Nk; ++j) {
@@ -226,7 +226,7 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
     const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;
     const int64_t i0 = blk * T;
-    query_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq), nullptr, nullptr);
+    query_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
   });
   pool.run(p.B * p.Hkv * k_blocks, [&](int64_t item, int worker) {
     const Workspace w = carve_workspace(a.workspace, worker, p.D, T);

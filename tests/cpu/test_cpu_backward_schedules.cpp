@@ -64,7 +64,8 @@ void check_same_bytes(const char* what, int32_t threads, const Tensor& got, cons
 int main() {
   for (const AttentionCase& shape : per_head_shapes())
     for (const bool one_pass : {false, true}) {
-      const AttentionCase c = with_items(shape, one_pass ? 8 : 4, one_pass ? "one_pass" : "two_pass");
+      const AttentionCase c =
+          with_items(shape, one_pass ? 8 : 4, one_pass ? "one_pass" : "two_pass");
       CaseScope scope(c.name);
       CHECK_MSG(runs_one_pass(c) == one_pass, "B x Hkv = %lld: expected the %s backward",
                 static_cast<long long>(c.B * c.Hkv), one_pass ? "one-pass" : "two-pass");
