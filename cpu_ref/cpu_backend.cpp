@@ -5,7 +5,8 @@
 // It runs every kind, dtype, stride and head count the plan validates; it refuses head dims
 // above kMaxHeadDim (its tiles are sized for at most that) and every plan when DILATTN_CPU_ISA
 // names an instruction set it cannot use. Workspace: one set of f32 tiles per thread
-// (cpu_workspace.h), O(threads x tile), independent of N.
+// (cpu_workspace.h), O(threads x tile), independent of N, plus the one-pass backward's
+// accumulators of one kv head's dK and dV per worker.
 // Checked by tests/cpu/test_cpu_forward.cpp (can_run refusal, AUTO choice) and
 // tests/cpu/test_cpu_isa.cpp (the ISA refusals).
 #include "backend.h"
@@ -31,12 +32,7 @@ dilattn_status can_run(const Problem& p) {
 }
 
 // Plans exist only where can_run succeeded, so chosen_isa() is not null below.
-WorkspaceBytes workspace_bytes(const Problem& p) {
-  const size_t workers = p.num_threads < 1 ? 1 : static_cast<size_t>(p.num_threads);
-  WorkspaceBytes w;
-  w.forward = w.backward = workers * chosen_isa()->workspace_bytes_per_worker(p);
-  return w;
-}
+WorkspaceBytes workspace_bytes(const Problem& p) { return chosen_isa()->workspace_bytes(p); }
 
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   return chosen_isa()->forward(p, a);

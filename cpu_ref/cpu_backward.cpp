@@ -4,21 +4,30 @@
 //
 // With the combined LSE of the forward, each occurrence of a key j in A(i) (a dilated branch's
 // pair, a block's pair) has P_ij = exp(S_ij - LSE_i) directly, so branches are just more pairs.
-// Two passes over the same pieces (cpu_tile_loop.h), each recomputing S:
-//   dQ pass, work item (b, h, block of query rows), as the forward walks it:
-//     S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
-//     (lib/internal/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), dQ += dS K
-//   dK/dV pass, work item (b, kv head g, block of key rows): for each query head of g in
-//   order, each piece (own = the keys, gathered once), each range of queries meeting it, each
-//   query tile, each key tile:
-//     the same P and dS, dV += P^T dO, dK += dS^T Q
+// Per tile pair (query tile, key tile) of the pieces of cpu_tile_loop.h:
+//   S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
+//   (lib/internal/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), then
+//   dQ += dS K, dV += P^T dO, dK += dS^T Q
+// Two schedules, chosen from the shape alone (backward_one_pass, cpu_tile_loop.h):
+//   one pass, work item (b, kv head g), the whole sequence: for each query head of g in
+//     order, each query block as the forward walks it (query_block), each piece, each key
+//     tile, each query tile: S and dS once, all five products; dQ of the block is stored when
+//     the block is done, dK and dV of every key (the worker's keys_dk, keys_dv) when the item
+//     is done. 5 products per tile pair.
+//   two passes, when there are too few (b, g) items to share among threads or Nk is too long
+//   for the accumulators, each recomputing S and dS: 7 products per tile pair.
+//     dQ pass, work item (b, h, block of query rows): query_block without key accumulators;
+//     dK/dV pass, work item (b, kv head g, block of key rows): for each query head of g in
+//     order, each piece (own = the keys, gathered once), each range of queries meeting it,
+//     each query tile, each key tile: dV += P^T dO, dK += dS^T Q.
 // D_i = <dO_i, O_i> is formed per query tile. Scale is applied once when dQ and dK are stored.
 // A causally masked pair is left out of every product (P and dS zeroed, dQ summed over each
 // row's allowed keys), so a NaN in a K or V row reaches only the rows that meet it, as in the
 // reference (README "Decisions"); a NaN LSE (a NaN row) makes that row's terms NaN.
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
-// checked against the reference by tests/cpu/test_cpu_backward.cpp.
+// checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the
+// same shapes by tests/cpu/test_cpu_backward_schedules.cpp.
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
 #include "cpu_tile_io.h"
@@ -70,9 +79,12 @@ void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const f
   }
 }
 
-// ---------------------------------------------------------------- dQ, per query block
-void dq_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b, int64_t h,
-              int64_t i0, int64_t i1) {
+// ---------------------------------------------------------------- dQ (dK, dV), per query block
+// Rows [i0, i1) of head h: dQ of the block, stored at the end. In the one pass the workspace
+// has key accumulators (w.keys_dk, w.keys_dv: row j holds the running dK_j, dV_j of the item's
+// kv head), and the same S and dS also give dV += P^T dO and dK += dS^T Q for each tile's keys.
+void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b,
+                 int64_t h, int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScale scaling = score_scale(p.scale);
   int64_t allowed[kBR];
@@ -87,6 +99,7 @@ void dq_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64
     float* dq = w.block_c + (own.first - i0) * Dp;
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
+      const int64_t ldk = row_stride(keys) * Dp;  // the keys' rows in keys_dk, keys_dv
       for (int64_t k0 = 0; k0 < keys.count && !done; k0 += kBC) {
         if (tile_skipped(p, own, 0, own.count, keys, k0)) {
           done = true;
@@ -106,6 +119,13 @@ void dq_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64
                                allowed);
           accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
                              Dp, Dp);
+          if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
+          // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
+          const int64_t at = progression_at(keys, k0) * Dp;
+          accumulate_tile(w.keys_dv + at, ldk, kcount, w.s, 1, kBC, rows, w.block_b + t0 * Dp, Dp,
+                          Dp);
+          accumulate_tile(w.keys_dk + at, ldk, kcount, w.dp, 1, kBC, rows, w.block_a + t0 * Dp,
+                          Dp, Dp);
         }
       }
     });
@@ -113,6 +133,25 @@ void dq_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64
 
   const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t t = 0; t < i1 - i0; ++t) store_row(*a.dq, b, i0 + t, h, D, w.block_c + t * Dp, scale);
+}
+
+// ---------------------------------------------------------------- one pass, per (b, kv head)
+// Every query head of g in order, every query block of it in order (query_block with the key
+// accumulators): each tile pair's S and dS are formed once. dK and dV of all Nk keys are
+// stored when the whole head group is done.
+void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b,
+                      int64_t g) {
+  const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv, T = block_rows(p);
+  for (int64_t x = 0; x < p.Nk * Dp; ++x) w.keys_dk[x] = w.keys_dv[x] = 0;
+  for (int64_t h = g * group; h < (g + 1) * group; ++h)
+    for (int64_t i0 = 0; i0 < p.Nq; i0 += T)
+      query_block(p, a, w, b, h, i0, min_i64(i0 + T, p.Nq));
+
+  const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
+  for (int64_t j = 0; j < p.Nk; ++j) {
+    store_row(*a.dk, b, j, g, D, w.keys_dk + j * Dp, scale);
+    store_row(*a.dv, b, j, g, D, w.keys_dv + j * Dp, 1.0f);
+  }
 }
 
 // ---------------------------------------------------------------- dK, dV, per key block
@@ -175,11 +214,19 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
 dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   ThreadPool pool(p.num_threads);
   const int64_t T = block_rows(p), q_blocks = ceil_div(p.Nq, T), k_blocks = ceil_div(p.Nk, T);
+  if (backward_one_pass(p)) {  // from the shape alone (cpu_tile_loop.h)
+    const int64_t key_floats = key_accumulator_floats(p);
+    pool.run(p.B * p.Hkv, [&](int64_t item, int worker) {
+      const Workspace w = carve_workspace(a.workspace, worker, p.D, T, key_floats);
+      kv_head_one_pass(p, a, w, item / p.Hkv, item % p.Hkv);
+    });
+    return DILATTN_SUCCESS;
+  }
   pool.run(p.B * p.H * q_blocks, [&](int64_t item, int worker) {
     const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;
     const int64_t i0 = blk * T;
-    dq_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
+    query_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
   });
   pool.run(p.B * p.Hkv * k_blocks, [&](int64_t item, int worker) {
     const Workspace w = carve_workspace(a.workspace, worker, p.D, T);

@@ -54,7 +54,7 @@ struct IsaKernels {
   const char* name;   // DILATTN_CPU_ISA's value for it: "sse", "avx2", "avx512", "neon", ...
   uint32_t required;  // CpuFeature bits the CPU must have
   int vector_bytes;
-  size_t (*workspace_bytes_per_worker)(const Problem& p);
+  WorkspaceBytes (*workspace_bytes)(const Problem& p);  // the plan's workspace query
   dilattn_status (*forward)(const Problem& p, const ForwardArgs& a);
   dilattn_status (*backward)(const Problem& p, const BackwardArgs& a);
   // y[i] = 2^x[i], i < n, by the vector exp2 the softmax uses (cpu_microkernel.h, exp2v):

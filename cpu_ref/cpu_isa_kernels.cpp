@@ -14,9 +14,6 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a);    // cpu_forwar
 dilattn_status backward(const Problem& p, const BackwardArgs& a);  // cpu_backward.cpp
 
 namespace {
-size_t workspace_bytes_per_worker(const Problem& p) {
-  return sizeof(float) * static_cast<size_t>(floats_per_worker(p.D, block_rows(p)));
-}
 // exp2v over an array, a vector at a time (the tail through a zero-padded vector).
 void exp2_array(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kW) {
@@ -29,6 +26,6 @@ void exp2_array(const float* x, float* y, int64_t n) {
 }  // namespace
 
 extern const IsaKernels kKernels = {DILATTN_CPU_ISA_NAME, DILATTN_CPU_REQUIRED, kVecBytes,
-                                    workspace_bytes_per_worker, forward, backward, exp2_array};
+                                    workspace_sizes, forward, backward, exp2_array};
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -44,6 +44,29 @@ inline int64_t block_rows(const Problem& p) {
   return kBaseBlockRows * min_i64(r_max, kMaxBlockRows / kBaseBlockRows);
 }
 
+// The backward's schedule (cpu_backward.cpp), chosen from the problem's shape alone, never from
+// the thread count, so a shape's result is bitwise the same for any number of threads:
+//   one pass: work item (b, kv head g), the whole sequence: S and dS once per tile pair, five
+//     products (S, dP, dV, dK, dQ); dK and dV of all Nk keys accumulate in the worker's
+//     workspace (2 x Nk x padded(D) floats);
+//   two passes: a dQ pass per (b, h, query block), a dK/dV pass per (b, g, key block): S and dS
+//     twice, seven products, but B x H x blocks items and a workspace independent of N.
+// One pass needs enough (b, g) items to keep the threads busy (an item is a whole kv head; it
+// cannot be split without partial sums of dK and dV) and bounded accumulators. Per CPU-second
+// it does about 1.4x the two passes' GFLOP/s (bench/results/torch_sdpa_compare.epyc-2core-
+// avx512.bwd.txt, 2 threads, against the .bwd.before run of the same sitting), so with k < t
+// items on t threads its wall time is about 1 / (1.4 k) against 1 / t: it wins for k > 0.7 t.
+// kOnePassMinItems = 8 keeps it ahead on machines up to 11 threads; with more threads and
+// 8 <= B x Hkv < 0.7 x threads it still uses less CPU time but more wall time than the two
+// passes would. (The thread count itself may not decide: results would then depend on it.)
+// kOnePassMaxKeyFloats caps the accumulators at 64 MiB per worker (Nk <= 131072 at D = 64);
+// longer sequences take the two passes.
+constexpr int64_t kOnePassMinItems = 8;
+constexpr int64_t kOnePassMaxKeyFloats = int64_t{16} << 20;  // dK and dV together: 64 MiB
+inline bool backward_one_pass(const Problem& p) {
+  return p.B * p.Hkv >= kOnePassMinItems && p.Nk <= kOnePassMaxKeyFloats / (2 * padded(p.D));
+}
+
 // How far apart a piece's rows lie in the block state. A one-row piece's step may be near
 // INT64_MAX (dilation r >= N); it is never used, so it must not be multiplied either.
 inline int64_t row_stride(const KeyProgression& own) { return own.count > 1 ? own.step : 1; }

@@ -1,9 +1,13 @@
 // cpu_workspace.h - each worker's f32 tiles, carved from the plan's workspace.
 //
-// The workspace is workers x floats_per_worker(D, T) floats, T = block_rows(p) <= 1024:
-// O(threads x tile), never O(N^2) and never O(N x segment). Tiles start on 64-byte boundaries.
-// One layout serves forward and backward (the forward leaves some tiles unused). The plan sizes
-// it once (cpu_backend.cpp); the hot loops never allocate.
+// The workspace is workers x floats_per_worker(D, T, key_floats) floats, T = block_rows(p) <=
+// 1024: O(threads x tile), never O(N^2) and never O(N x segment), except that the one-pass
+// backward (backward_one_pass, cpu_tile_loop.h) adds its dK and dV accumulators of all Nk keys,
+// 2 x Nk x padded(D) floats per worker (key_floats each), on at most min(threads, B x Hkv)
+// workers: at most the size of dK and dV in f32, and at most 64 MiB per worker. Tiles start
+// on 64-byte boundaries. One layout serves forward and backward (the forward leaves some tiles
+// unused). The plan sizes it once (workspace_sizes, cpu_backend.cpp); the hot loops never
+// allocate.
 #ifndef DILATTN_CPU_WORKSPACE_H
 #define DILATTN_CPU_WORKSPACE_H
 
@@ -30,20 +34,43 @@ struct Workspace {
   float* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
   float* tile_o;   // [kBR][Dp]: O rows while D_i is formed
   float* small;    // [kBR]: per-row factors
+  // key_floats each, one-pass backward only (null otherwise):
+  float* keys_dk;  // [Nk][Dp]: dK of every key of the item's kv head
+  float* keys_dv;  // [Nk][Dp]: dV of every key of the item's kv head
 };
 
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-inline int64_t floats_per_worker(int64_t D, int64_t T) {
+// Floats of one of the one-pass backward's key accumulators (keys_dk, keys_dv).
+inline int64_t key_accumulator_floats(const Problem& p) { return round16(p.Nk * padded(p.D)); }
+
+inline int64_t floats_per_worker(int64_t D, int64_t T, int64_t key_floats = 0) {
   const int64_t Dp = padded(D);
   return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
-         2 * round16(kBR * kBC) + 3 * round16(kBR * Dp) + round16(kBR) + 16;  // +16: alignment
+         2 * round16(kBR * kBC) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_floats +
+         16;  // +16: alignment
 }
 
-inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t T) {
+// The plan's workspace query: what forward() and backward() carve, for the workers they run.
+// The forward and the two-pass backward size for every thread; the one-pass backward for
+// min(threads, B x Hkv), the most workers its B x Hkv items can use (cpu_thread_pool.h).
+inline WorkspaceBytes workspace_sizes(const Problem& p) {
+  const int64_t threads = p.num_threads < 1 ? 1 : p.num_threads, T = block_rows(p);
+  WorkspaceBytes w;
+  w.forward = sizeof(float) * static_cast<size_t>(threads * floats_per_worker(p.D, T));
+  w.backward = w.forward;
+  if (backward_one_pass(p))
+    w.backward = sizeof(float) *
+                 static_cast<size_t>(min_i64(threads, p.B * p.Hkv) *
+                                     floats_per_worker(p.D, T, key_accumulator_floats(p)));
+  return w;
+}
+
+inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t T,
+                                 int64_t key_floats = 0) {
   const int64_t Dp = padded(D);
   uintptr_t at = reinterpret_cast<uintptr_t>(static_cast<float*>(workspace) +
-                                             worker * floats_per_worker(D, T));
+                                             worker * floats_per_worker(D, T, key_floats));
   at = (at + 63) / 64 * 64;
   float* next = reinterpret_cast<float*>(at);
   auto take = [&](int64_t n) { float* t = next; next += round16(n); return t; };
@@ -63,6 +90,8 @@ inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t
   s.tile_do = take(kBR * Dp);
   s.tile_o = take(kBR * Dp);
   s.small = take(kBR);
+  s.keys_dk = key_floats > 0 ? take(key_floats) : nullptr;
+  s.keys_dv = key_floats > 0 ? take(key_floats) : nullptr;
   return s;
 }
 

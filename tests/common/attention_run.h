@@ -11,6 +11,7 @@
 #define DILATTN_TESTS_ATTENTION_RUN_H
 
 #include <cstdint>
+#include <memory>
 
 #include "attention_case.h"
 #include "check.h"
@@ -76,8 +77,12 @@ struct Gradients {
 };
 
 // The backward from the given forward outputs (the same O and LSE for every backend compared).
+// exact_workspace: the caller's workspace, a heap block of exactly the bytes
+// dilattn_plan_workspace_size asks for (so ASan sees a backend that writes past it); else the
+// library's own.
 inline Gradients run_backward(const AttentionCase& c, const Inputs& in, const Forward& fwd,
-                              dilattn_backend backend, int32_t num_threads = 0) {
+                              dilattn_backend backend, int32_t num_threads = 0,
+                              bool exact_workspace = false) {
   CaseScope scope(c.name);
   AttentionCase planned = c;
   planned.dtype = in.q.dtype();
@@ -88,10 +93,15 @@ inline Gradients run_backward(const AttentionCase& c, const Inputs& in, const Fo
   g.dk.poison();
   g.dv.poison();
   Plan plan;
-  if (CHECK_OK(plan.create(planned, backend, num_threads)))
-    CHECK_OK(dilattn_backward(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(), &fwd.o.view(),
-                              &fwd.lse.view(), &in.d_o.view(), &g.dq.view(), &g.dk.view(),
-                              &g.dv.view(), nullptr, 0));
+  if (!CHECK_OK(plan.create(planned, backend, num_threads))) return g;
+  size_t forward_bytes = 0, backward_bytes = 0;
+  if (exact_workspace)
+    CHECK_OK(dilattn_plan_workspace_size(plan.get(), &forward_bytes, &backward_bytes));
+  std::unique_ptr<unsigned char[]> workspace(
+      backward_bytes > 0 ? new unsigned char[backward_bytes] : nullptr);
+  CHECK_OK(dilattn_backward(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(), &fwd.o.view(),
+                            &fwd.lse.view(), &in.d_o.view(), &g.dq.view(), &g.dk.view(),
+                            &g.dv.view(), workspace.get(), backward_bytes));
   return g;
 }
 

@@ -1,7 +1,8 @@
 // test_cpu_determinism.cpp - property: the cpu backend's backward is bitwise identical run after
 // run and for 1, 2 and 7 threads (SPEC 6: no float atomics; every output row has one owner and
 // one summation order). The forward is checked the same way. Cases have several work items per
-// head (N above the 256-row block) so threads really split the work; no reference needed.
+// head (N above the 256-row block) so threads really split the work, and one has B x Hkv = 8
+// (the one-pass backward, one item per (b, kv head)); no reference needed.
 #include "../common/attention_run.h"
 
 using namespace harness;
@@ -16,7 +17,7 @@ void check_same_bytes(const char* what, int32_t threads, const Tensor& got, cons
 }  // namespace
 
 int main() {
-  std::vector<AttentionCase> cases(3);
+  std::vector<AttentionCase> cases(4);
   cases[0].name = "dilated_mod_causal_gqa";
   cases[0].Nq = cases[0].Nk = 600; cases[0].H = 4; cases[0].Hkv = 2; cases[0].D = 40;
   cases[0].kind = DILATTN_KIND_DILATED; cases[0].segments = {128, 512, 600};
@@ -28,6 +29,10 @@ int main() {
   cases[2].Nq = cases[2].Nk = 600; cases[2].H = 2; cases[2].Hkv = 1; cases[2].D = 64;
   cases[2].kind = DILATTN_KIND_BLOCK_SPARSE; cases[2].mask.heads = 2; cases[2].mask.density = 0.3;
   cases[2].causal = true;
+  // B x Hkv = 8: the one-pass backward (cpu_tile_loop.h, backward_one_pass), 8 items.
+  cases[3] = cases[0];
+  cases[3].name = "dilated_mod_causal_gqa_one_pass";
+  cases[3].B = 4;
 
   for (const AttentionCase& c : cases) {
     CaseScope scope(c.name);

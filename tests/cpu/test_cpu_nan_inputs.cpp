@@ -36,6 +36,13 @@ std::vector<AttentionCase> nan_cases() {
   dilated.segments = {64, 300}; dilated.dilations = {1, 3}; dilated.causal = true;
   cases.push_back(dilated);
 
+  // B x Hkv = 8: the one-pass backward (cpu_tile_loop.h, backward_one_pass); the others
+  // take the two passes.
+  AttentionCase one_pass = dilated;
+  one_pass.name = "dilated_causal_gqa_one_pass";
+  one_pass.B = 4;
+  cases.push_back(one_pass);
+
   AttentionCase sparse;
   sparse.name = "sparse_causal";
   sparse.kind = DILATTN_KIND_BLOCK_SPARSE;
