@@ -37,6 +37,14 @@
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
 
+// nvcc leaves the D = 128 loops over Q's and O's fragments rolled, which puts those register
+// arrays in local memory (a 320-byte stack frame); unrolled they stay in registers.
+#ifdef __CUDACC__
+#define DILATTN_TF32_UNROLL _Pragma("unroll")
+#else
+#define DILATTN_TF32_UNROLL
+#endif
+
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
@@ -158,6 +166,7 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
   float s[kTiles][4];
   for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+  DILATTN_TF32_UNROLL
   for (int kk = 0; kk < D / 8; ++kk) {
     const Tf32Operand<4> a = to_tf32<kProducts>(qf[kk]);
     for (int n = 0; n < kTiles; ++n) {
@@ -169,10 +178,12 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
   mma_rows::softmax_chunk<kTiles, D>(p, s, c0, cn, cnt0, cnt1, st);
   // O += P V over the chunk's 8-key tiles, k = t standing for key 2t and k = t + 4 for key
   // 2t + 1 (header): A = {c0, c2, c1, c3}, B[k][n] = V[key][dim 8nd + g].
+  DILATTN_TF32_UNROLL
   for (int n = 0; n < kTiles; ++n) {
     const float pf[4] = {s[n][0], s[n][2], s[n][1], s[n][3]};
     const Tf32Operand<4> a = to_tf32<kProducts>(pf);
     const float* vrow = v + (n * 8 + 2 * t) * Tile::kStride + g;
+    DILATTN_TF32_UNROLL
     for (int nd = 0; nd < D / 8; ++nd) {
       const float vf[2] = {vrow[nd * 8], vrow[nd * 8 + Tile::kStride]};
       mma_f32<kProducts>(st.o[nd], a, to_tf32<kProducts>(vf));
