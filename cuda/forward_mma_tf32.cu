@@ -17,8 +17,9 @@
 // writes O and LSE directly, several merge into the workspace. What differs:
 //   - Tiles. f32 rows are twice f16's bytes. D = 64: 8 warps, BR = 128 rows, BC = 64 keys;
 //     D = 128: 4 warps, BR = 64, BC = 32 keys a chunk. Shared memory (two chunks of K and V,
-//     Q staged through the second): 70 KB and 68 KB a block, within the 99 KB opt-in of
-//     sm_86/89 and well within sm_80's 163 KB and sm_90's 227 KB.
+//     Q staged through the second): 72 KiB (73,856 bytes) and 68 KiB (69,760 bytes) a block,
+//     within the 99 KB opt-in of sm_86/89, sm_80's 163 KB and sm_90's 227 KB. (BC = 64 at
+//     D = 128 would need 132 KiB; D = 128 keeps double buffering and halves the chunk.)
 //   - Rows are padded by 4 floats (stride = 4 banks mod 32): K's fragment words (row g,
 //     column t and t + 4) and V's (rows 2t and 2t + 1, column g) fall in 32 distinct banks.
 //   - P as an A fragment. m16n8k8's A fragment holds columns t and t + 4, S's C fragment
@@ -37,8 +38,8 @@
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
 
-// nvcc leaves the D = 128 loops over Q's and O's fragments rolled, which puts those register
-// arrays in local memory (a 320-byte stack frame); unrolled they stay in registers.
+// nvcc leaves the D = 128 loops over Q's, O's and S's fragments rolled, which puts those
+// register arrays in local memory (a 320-byte stack frame); unrolled they stay in registers.
 #ifdef __CUDACC__
 #define DILATTN_TF32_UNROLL _Pragma("unroll")
 #else

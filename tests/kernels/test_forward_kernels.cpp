@@ -1,18 +1,20 @@
 // test_forward_kernels.cpp - every CUDA forward kernel x dtype x kind, run by the SIMT
 // emulator (backend emu) and compared with the f64 reference (backend ref), SPEC 8 tolerances.
 //
-// Usage: test_forward_kernels simt|mma|mma_tf32 (mma: f16 and bf16; mma_tf32: f32, 3xTF32). Kinds: dense, causal with Nq < Nk and Nq > Nk (rows
-// with no key: O = 0, LSE = -inf), GQA, strided views, dilated in each head mode (mod, block,
-// groups) with partial and clipped segments, causal dilated, block-sparse with one mask and per
-// head, an empty BSR row, bq != bk, causal. Every case runs under ascending, descending and
-// shuffled thread order; the outputs must be bitwise identical (no race, no order-dependent
-// sum), and the ascending one within SPEC 8 of the reference.
+// Usage: test_forward_kernels simt|mma|mma_tf32 (mma: f16 and bf16; mma_tf32: f32, 3xTF32).
+// Kinds: dense, causal with Nq < Nk and Nq > Nk (rows with no key: O = 0, LSE = -inf), GQA,
+// strided views, dilated in each head mode (mod, block, groups) with partial and clipped
+// segments, causal dilated, block-sparse with one mask and per head, an empty BSR row,
+// bq != bk, causal. Every case runs under ascending, descending and shuffled thread order; the
+// outputs must be bitwise identical (no race, no order-dependent sum), and the ascending one
+// within SPEC 8 of the reference.
 // forward_kernel_for (cuda/kernel_choice.h) must name the kernel this run is about for every
 // case. The mma kernels' own edges: a second, partial query tile (BR = 128 rows at D = 64, 64
 // at D = 128) and a partial last key chunk (64 keys; mma_tf32 at D = 128: 32); causal with GQA
-// over several chunks; one dilated branch with r > 1 (rows the offset does not select are written by the kernel
-// as empty, no workspace); block-sparse with key blocks of two chunks and causally empty
-// spans; K and V rows that are not 16-byte aligned (element loads instead of cp.async).
+// over several chunks; one dilated branch with r > 1 (rows the offset does not select are
+// written by the kernel as empty, no workspace); block-sparse with key blocks of two chunks and
+// causally empty spans; K and V rows that are not 16-byte aligned (element loads instead of
+// cp.async).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
