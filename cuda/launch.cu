@@ -15,8 +15,9 @@
 //                       that would make two rows write one address (SPEC 1);
 //     device_info       the device's compute capability and shared memory, asked once per
 //                       device and process (no cudaGetDeviceProperties per call);
-//     choose_kernel     MMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
-//                       (forward_kernel_for), its shared memory within the device's limit;
+//     choose_kernel     MMA for f16/bf16 and MMA_TF32 (3xTF32) for f32, with D in {64, 128}
+//                       on sm_80+, else SIMT (forward_kernel_for), its shared memory within
+//                       the device's limit;
 //     prepare_workspace several dilated branches only, from the plan's pool (workspace_layout):
 //                       o_acc [B, H, Nq, D] f32 = 0, lse_acc [B, H, Nq] f64 = -inf;
 //     launch_branches   dense and block-sparse one launch, dilated one per branch. One branch
@@ -46,6 +47,7 @@
 #include "dtype_convert.h"
 #include "errors.h"
 #include "forward_mma.cu"
+#include "forward_mma_tf32.cu"
 #include "forward_simt.cu"  // the kernels: one translation unit, so no device linking
 #include "kernel_choice.h"
 
@@ -388,13 +390,22 @@ ChosenKernel mma_kernel(int64_t D) {  // forward_kernel_for picks MMA for D = 64
   return D == 64 ? mma_kernel_of<T, 64>() : mma_kernel_of<T, 128>();
 }
 
+template <int D>
+ChosenKernel tf32_kernel_of() {
+  return ChosenKernel{forward_mma_tf32_kernel<D, 3>, tf32_smem_bytes<D>(), Tf32Tile<D>::kBr,
+                      Tf32Tile<D>::kThreads};
+}
+
 ChosenKernel pick_kernel(const Problem& p, int cc_major) {
-  const bool mma = forward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::mma;
+  const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major);
+  const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
     case DILATTN_F16: return mma ? mma_kernel<__half>(p.D) : simt_kernel<__half>(p.D);
     case DILATTN_BF16:
       return mma ? mma_kernel<__nv_bfloat16>(p.D) : simt_kernel<__nv_bfloat16>(p.D);
-    default: return simt_kernel<float>(p.D);  // f32: never on tensor cores
+    default:  // f32: 3xTF32 on tensor cores for D = 64 and 128 (forward_mma_tf32.cu)
+      if (choice != KernelChoice::mma_tf32) return simt_kernel<float>(p.D);
+      return p.D == 64 ? tf32_kernel_of<64>() : tf32_kernel_of<128>();
   }
 }
 

@@ -7,12 +7,18 @@
 //                                 (d may be c). All 32 lanes call it together.
 //   pack2<T>(lo, hi)              two elements in one register, lo in the low half
 //   load_pair<T>(p)               p[0], p[1] (4-byte aligned) as one register
+//   mma_m16n8k8_tf32(d, a, b, c)  d = a b + c, mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32:
+//                                 a: uint32_t[4], b: uint32_t[2], one .tf32 element (an f32 bit
+//                                 pattern, of which the tensor core reads the top 19 bits) each
+//   cvt_rna_tf32(x)               cvt.rna.tf32.f32: x rounded to TF32 (nearest, ties away)
 //
 // The fragment layout (which lane holds which element) is the PTX ISA's, section "Matrix
 // Fragments for mma.m16n8k16 with floating point type"; emu/simt_mma.h states it and
-// implements it for the emulator, and cuda/forward_mma.cu relies on it (the C fragment of
+// implements it for the emulator (and the m16n8k8 .tf32 one, section "Matrix Fragments for
+// mma.m16n8k8"), and cuda/forward_mma.cu relies on it (the C fragment of
 // S = Q K^T is reused as the A fragment of P V). Under nvcc: inline PTX (sm_80 and newer).
-// Checked by tests/emu/emu_mma.cpp and, through the kernel, tests/kernels/.
+// Checked by tests/emu/emu_mma.cpp and, through the kernels (forward_mma.cu,
+// forward_mma_tf32.cu), tests/kernels/.
 #ifndef DILATTN_MMA_SYNC_CUH
 #define DILATTN_MMA_SYNC_CUH
 
@@ -60,6 +66,28 @@ inline void mma_m16n8k16<__nv_bfloat16>(float* d, const uint32_t* a, const uint3
                                         const float* c) {
   simt::mma_m16n8k16<__nv_bfloat16>(d, a, b, c);
 }
+#endif
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void mma_m16n8k8_tf32(float* d, const uint32_t* a, const uint32_t* b,
+                                                 const float* c) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+        "f"(c[2]), "f"(c[3]));
+}
+__device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+#else
+inline void mma_m16n8k8_tf32(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+  simt::mma_m16n8k8_tf32(d, a, b, c);
+}
+inline uint32_t cvt_rna_tf32(float x) { return simt::cvt_rna_tf32(x); }
 #endif
 
 // Two 16-bit elements as one register, `lo` in bits 0..15 (the lower-indexed element).

@@ -22,7 +22,9 @@ What it does, per kernel whose name matches --kernel (default: forward_\w*kernel
   4. Per chunk of BC keys and a block of BR query rows (the kernel's tile, TILES):
        FLOP        4 * BR * BC * D (S = Q K^T and P V, FlashAttention's count);
        issue       warp instructions / 4 per clock per SM (4 sub-partitions, 1 each);
-       tensor      HMMA FLOP / the device's dense f16 FLOP per clock per SM;
+       tensor      HMMA FLOP / the device's dense f16 FLOP per clock per SM (a TF32 HMMA
+                   counts twice its FLOP: the dense TF32 peak is half the f16 one on A100 and
+                   H100, 156 vs 312 and 494.7 vs 989.4 TFLOPS in the whitepapers below);
        smem        shared-memory wavefronts / 1 per clock per SM (128 bytes per clock), with
                    the bank conflicts of the kernel's access pattern (ACCESS: an assumption,
                    written from the kernel source, stated in the output);
@@ -73,7 +75,12 @@ DEVICES = {
 TILES = {
     "forward_simt_kernel": (16, 32, 128),
     "forward_mma_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 64, 128),
+    # forward_mma_tf32.cu's Tf32Tile: f32 tiles, so 32 keys a chunk at D = 128.
+    "forward_mma_tf32_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 32, 128),
 }
+
+# The input dtype of a family whose template arguments do not name one (f32, as 3xTF32).
+FAMILY_DTYPE = {"forward_mma_tf32_kernel": "f32"}
 
 
 def tile_of(tile, D):
@@ -100,7 +107,14 @@ def _mma_trips(D, br, bc, t):
     return [0, bc * D // 8 // t]
 
 
-PROFILES = {"forward_simt_kernel": _simt_trips, "forward_mma_kernel": _mma_trips}
+#   MMA_TF32: as MMA, with 16-byte pieces of 4 floats (BC*D/4/T); the chunk's products, split
+#        in 3xTF32, are unrolled too.
+def _mma_tf32_trips(D, br, bc, t):
+    return [0, bc * D // 4 // t]
+
+
+PROFILES = {"forward_simt_kernel": _simt_trips, "forward_mma_kernel": _mma_trips,
+            "forward_mma_tf32_kernel": _mma_tf32_trips}
 
 
 # Blocks of the chunk loop a full chunk of a 16-byte-aligned K and V view never runs, counted 0.
@@ -111,7 +125,12 @@ def _mma_off_path(block):
                for i in block)
 
 
-OFF_PATH = {"forward_mma_kernel": _mma_off_path}
+# MMA_TF32 (issue_tf32_chunk): the same two paths with 32-bit elements (LDG.E, STS of RZ).
+def _mma_tf32_off_path(block):
+    return any(i.op == "LDG.E" or (i.op == "STS" and i.operands.endswith(", RZ")) for i in block)
+
+
+OFF_PATH = {"forward_mma_kernel": _mma_off_path, "forward_mma_tf32_kernel": _mma_tf32_off_path}
 
 
 # Shared-memory bank conflicts, an assumption per kernel (what its source says about its tiles):
@@ -143,7 +162,19 @@ def _mma_access(D, br, bc, t, pitch):
              "match": lambda i: i.op == "LDS.U16", "words": v_elem, "wavefronts": 1}]
 
 
-ACCESS = {"forward_simt_kernel": _simt_access, "forward_mma_kernel": _mma_access}
+# MMA_TF32 fragments (forward_mma_tf32.cu, rows of Tf32Tile::kStride = D + 4 floats): lane
+#   (g, t) loads K's B fragment words at row g, columns t and t + 4 (D / 8 x BC / 8 x 2 LDS a
+#   chunk) and V's at rows 2t and 2t + 1, column g (as many); both 32-bit LDS, counted here.
+def _mma_tf32_access(D, br, bc, t, pitch):
+    n = D // 8 * bc // 8 * 2
+    return [{"what": "S=QK^T LDS of K: row g, column t, pitch %d B" % (4 * pitch), "per_warp": n,
+             "words": [(l // 4) * pitch + l % 4 for l in range(32)], "wavefronts": 1},
+            {"what": "PV LDS of V: row 2t, column g, pitch %d B" % (4 * pitch), "per_warp": n,
+             "words": [2 * (l % 4) * pitch + l // 4 for l in range(32)], "wavefronts": 1}]
+
+
+ACCESS = {"forward_simt_kernel": _simt_access, "forward_mma_kernel": _mma_access,
+          "forward_mma_tf32_kernel": _mma_tf32_access}
 
 
 def simt_key_pitch_rule(kernel):
@@ -157,13 +188,14 @@ def simt_key_pitch_rule(kernel):
 
 
 def eval_pitch(rule, D):
-    return {"D": D, "D|1": D | 1, "D+1": D + 1, "D+8": D + 8}.get(rule, D)
+    return {"D": D, "D|1": D | 1, "D+1": D + 1, "D+4": D + 4, "D+8": D + 8}.get(rule, D)
 
 
 # The tile row pitch (in elements) each kernel's ACCESS is evaluated at: the SIMT one is read off
 # its SASS (simt_key_pitch_rule); forward_mma's is MmaTile::kStride, from its source.
 PITCH_RULES = {"forward_simt_kernel": simt_key_pitch_rule,
-               "forward_mma_kernel": lambda kernel: "D+8"}
+               "forward_mma_kernel": lambda kernel: "D+8",
+               "forward_mma_tf32_kernel": lambda kernel: "D+4"}
 
 
 # ---------------------------------------------------------------- instruction classes
@@ -219,6 +251,11 @@ def hmma_flop(op):
     return 2 * shape[0] * shape[1] * shape[2] if shape else 0
 
 
+def tensor_cost(op):
+    """Tensor time of one HMMA in f16 FLOP: TF32 runs at half the f16 rate (DEVICES' sources)."""
+    return 2 if "TF32" in op.split(".") else 1
+
+
 def smem_wavefronts(ins):
     """Wavefronts of a conflict-free warp-wide shared access: 128 bytes each (LDS.64 two,
     LDS.128 four); LDSM moves 4 8x8 matrices of 16-bit elements (.4: 512 bytes, four)."""
@@ -271,7 +308,7 @@ def count_chunk(loop, trips, off_path=None):
             if cls == "LDG":
                 ldg_bytes += n * access_bytes(ins.op) * 32
             elif cls == "HMMA":
-                hmma += n * hmma_flop(ins.op)
+                hmma += n * hmma_flop(ins.op) * tensor_cost(ins.op)
             if cls in ("LDS", "STS") or ins.base == "LDGSTS":  # cp.async writes shared memory
                 wavefronts += n * smem_wavefronts(ins)
     return counts, ldg_bytes, hmma, wavefronts
@@ -386,7 +423,7 @@ def kernel_variants(kernel, head_dims):
     """(family, dtype, [D...]) of a kernel: dtype and D from its template arguments; a kernel
     without a D argument takes D at run time, modelled at every D of head_dims."""
     family, args = kernel.family_and_args()
-    dtype = next((_DTYPES[a] for a in args if a in _DTYPES), "?")
+    dtype = next((_DTYPES[a] for a in args if a in _DTYPES), FAMILY_DTYPE.get(family, "?"))
     ds = [int(a) for a in args if re.fullmatch(r"\d+", a)]
     return family, dtype, (ds[:1] if ds else list(head_dims))
 
@@ -398,7 +435,7 @@ def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
         if not re.search(kernel_re, k.demangled):
             continue
         family, dtype, ds = kernel_variants(k, head_dims)
-        if dtype not in dtypes:
+        if dtype not in dtypes and family not in FAMILY_DTYPE:
             continue
         tile = tiles.get(family)
         for D in ds:

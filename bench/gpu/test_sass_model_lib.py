@@ -34,7 +34,7 @@ def test_every_forward_kernel_is_profiled_and_counted(rows):
         assert "error" not in r, r
         assert r["chunk_loop"]["profiled"], (r["kernel"], r["arch"], r["chunk_loop"])
         br, bc, D = r["tile"]["BR"], r["tile"]["BC"], r["D"]
-        elem = 2  # f16, bf16
+        elem = 4 if r["dtype"] == "f32" else 2  # forward_mma_tf32: f32; the others f16, bf16
         # Each block loads the chunk's K and V once: 2 * BC * D elements.
         assert r["global_bytes_per_chunk"] == 2 * bc * D * elem, r
         assert r["flop_per_chunk"] == 4 * br * bc * D
@@ -67,3 +67,14 @@ def test_simt_key_reads_are_free_of_bank_conflicts(rows):
     assert simt
     for r in simt:
         assert [c["ways"] for c in r["bank_conflicts"]] == [1], r["bank_conflicts"]
+
+
+def test_mma_tf32_hmma_count_is_three_products_per_warp_product(rows):
+    tf32 = [r for r in rows if r["family"] == "forward_mma_tf32_kernel"]
+    assert tf32
+    for r in tf32:
+        # 3xTF32: each of S = Q K^T (16 x BC x D) and P V (16 x D x BC) three times, in m16n8k8
+        # HMMAs (16 x 8 x 8 each); K and V fragment loads conflict-free at rows of D + 4 floats.
+        D, bc = r["D"], r["tile"]["BC"]
+        assert r["per_warp_per_chunk"]["HMMA"] == 3 * (2 * 16 * bc * D) // (16 * 8 * 8), r["kernel"]
+        assert [c["ways"] for c in r["bank_conflicts"]] == [1, 1], r["bank_conflicts"]

@@ -11,7 +11,8 @@ Usage: check_ptxas_spills.py [--archs 80,90] REPORT...
 import re
 import sys
 
-MAIN_KERNELS = ("forward_simt_kernel", "forward_mma_kernel", "backward_dq_simt_kernel",
+MAIN_KERNELS = ("forward_simt_kernel", "forward_mma_kernel", "forward_mma_tf32_kernel",
+                "backward_dq_simt_kernel",
                 "backward_dkdv_simt_kernel", "backward_dq_wmma_kernel", "backward_dkdv_wmma_kernel")
 ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")

@@ -1,18 +1,20 @@
 // test_forward_kernels.cpp - every CUDA forward kernel x dtype x kind, run by the SIMT
 // emulator (backend emu) and compared with the f64 reference (backend ref), SPEC 8 tolerances.
 //
-// Usage: test_forward_kernels simt|mma. Kinds: dense, causal with Nq < Nk and Nq > Nk (rows
-// with no key: O = 0, LSE = -inf), GQA, strided views, dilated in each head mode (mod, block,
-// groups) with partial and clipped segments, causal dilated, block-sparse with one mask and per
-// head, an empty BSR row, bq != bk, causal. Every case runs under ascending, descending and
-// shuffled thread order; the outputs must be bitwise identical (no race, no order-dependent
-// sum), and the ascending one within SPEC 8 of the reference.
+// Usage: test_forward_kernels simt|mma|mma_tf32 (mma: f16 and bf16; mma_tf32: f32, 3xTF32).
+// Kinds: dense, causal with Nq < Nk and Nq > Nk (rows with no key: O = 0, LSE = -inf), GQA,
+// strided views, dilated in each head mode (mod, block, groups) with partial and clipped
+// segments, causal dilated, block-sparse with one mask and per head, an empty BSR row,
+// bq != bk, causal. Every case runs under ascending, descending and shuffled thread order; the
+// outputs must be bitwise identical (no race, no order-dependent sum), and the ascending one
+// within SPEC 8 of the reference.
 // forward_kernel_for (cuda/kernel_choice.h) must name the kernel this run is about for every
-// case. The mma kernel's own edges: a second, partial query tile (BR = 128 rows at D = 64, 64
-// at D = 128) and a partial last key chunk (64 keys); causal with GQA over several chunks;
-// one dilated branch with r > 1 (rows the offset does not select are written by the kernel
-// as empty, no workspace); block-sparse with key blocks of two chunks and causally empty
-// spans; K and V rows that are not 16-byte aligned (element loads instead of cp.async).
+// case. The mma kernels' own edges: a second, partial query tile (BR = 128 rows at D = 64, 64
+// at D = 128) and a partial last key chunk (64 keys; mma_tf32 at D = 128: 32); causal with GQA
+// over several chunks; one dilated branch with r > 1 (rows the offset does not select are
+// written by the kernel as empty, no workspace); block-sparse with key blocks of two chunks and
+// causally empty spans; K and V rows that are not 16-byte aligned (element loads instead of
+// cp.async).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,14 +30,15 @@ using Case = harness::AttentionCase;
 
 std::vector<Case> cases_for(const std::string& kernel) {
   std::vector<Case> out;
-  const bool mma = kernel == "mma";
+  const bool mma = kernel == "mma" || kernel == "mma_tf32";
   const std::vector<dilattn_dtype> dtypes =
-      mma ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
-           : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
+      kernel == "mma"        ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
+      : kernel == "mma_tf32" ? std::vector<dilattn_dtype>{DILATTN_F32}
+                             : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
   for (dilattn_dtype t : dtypes) {
-    // Two head dims per dtype, alternating between cases: MMA takes 64 and 128; SIMT runs
-    // f16/bf16 at dims MMA does not take (8, 40), f32 at any.
-    const int64_t dims[2] = {mma ? 64 : (t == DILATTN_F32 ? 64 : 40), mma ? 128 : 8};
+    // Two head dims per dtype, alternating between cases: MMA and MMA_TF32 take 64 and 128;
+    // SIMT runs every dtype at dims they do not take (40, 8).
+    const int64_t dims[2] = {mma ? 64 : 40, mma ? 128 : 8};
     int variant = 0;
     auto base = [&](const char* name) {
       Case c;
@@ -86,7 +89,7 @@ std::vector<Case> cases_for(const std::string& kernel) {
     if (!mma) continue;
     c = base("partial_query_tile_and_key_chunk");
     c.Nq = 150; c.Nk = 150; c.H = c.Hkv = 1;
-    c.D = t == DILATTN_F16 ? 64 : 128;
+    c.D = t == DILATTN_BF16 ? 128 : 64;
     out.push_back(c);
     c = base("gqa_causal_several_chunks");
     c.Nq = 70; c.Nk = 140; c.H = 4; c.Hkv = 2; c.causal = true;
@@ -111,7 +114,7 @@ std::vector<Case> cases_for(const std::string& kernel) {
     out.push_back(c);
   }
   if (!mma) {  // the largest head dims: shared memory above the 48 KiB default (opt-in)
-    for (int64_t D : {128, 256}) {
+    for (int64_t D : {192, 256}) {
       Case c;
       c.name = "simt/f32/dense_causal_d" + std::to_string(D);
       c.D = D; c.Nq = c.Nk = 20; c.causal = true;
@@ -124,8 +127,9 @@ std::vector<Case> cases_for(const std::string& kernel) {
 void run_case(const Case& c, const std::string& kernel) {
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
-  const dilattn::KernelChoice expected =
-      kernel == "mma" ? dilattn::KernelChoice::mma : dilattn::KernelChoice::simt;
+  const dilattn::KernelChoice expected = kernel == "mma"        ? dilattn::KernelChoice::mma
+                                         : kernel == "mma_tf32" ? dilattn::KernelChoice::mma_tf32
+                                                                : dilattn::KernelChoice::simt;
   const dilattn::KernelChoice chosen = dilattn::forward_kernel_for(c.dtype, c.D, 8);  // sm_80
   if (!CHECK_MSG(chosen == expected, "D = %lld runs %s, not %s", static_cast<long long>(c.D),
                  dilattn::kernel_name(chosen), kernel.c_str()))
@@ -146,18 +150,23 @@ void run_case(const Case& c, const std::string& kernel) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|mma\n", argv[0]);
+  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0 &&
+                    std::strcmp(argv[1], "mma_tf32") != 0)) {
+    std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
     return 2;
   }
-  // The choice itself (cuda/kernel_choice.h): MMA needs f16/bf16, D 64 or 128, and sm_80+
-  // (mma.sync for bf16 and cp.async); everything else runs SIMT.
+  // The choice itself (cuda/kernel_choice.h): MMA needs f16/bf16, MMA_TF32 f32, both D 64 or
+  // 128 and sm_80+ (mma.sync for bf16 and tf32, cp.async); everything else runs SIMT.
   using dilattn::KernelChoice;
   using dilattn::forward_kernel_for;
   CHECK(forward_kernel_for(DILATTN_F16, 64, 8) == KernelChoice::mma);
   CHECK(forward_kernel_for(DILATTN_BF16, 128, 9) == KernelChoice::mma);
   CHECK(forward_kernel_for(DILATTN_F16, 64, 7) == KernelChoice::simt);
-  CHECK(forward_kernel_for(DILATTN_F32, 64, 9) == KernelChoice::simt);
+  CHECK(forward_kernel_for(DILATTN_F32, 64, 9) == KernelChoice::mma_tf32);
+  CHECK(forward_kernel_for(DILATTN_F32, 128, 8) == KernelChoice::mma_tf32);
+  CHECK(forward_kernel_for(DILATTN_F32, 128, 7) == KernelChoice::simt);
+  CHECK(forward_kernel_for(DILATTN_F32, 96, 8) == KernelChoice::simt);
+  CHECK(forward_kernel_for(DILATTN_F64, 64, 8) == KernelChoice::simt);  // refused by can_run
   CHECK(forward_kernel_for(DILATTN_BF16, 96, 8) == KernelChoice::simt);
   for (const Case& c : cases_for(argv[1])) run_case(c, argv[1]);
   return harness::finish((std::string("kernels_forward_") + argv[1]).c_str());

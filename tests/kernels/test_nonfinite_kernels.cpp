@@ -6,11 +6,16 @@
 //     never because its sum underflowed;
 //   - huge finite scores are handled by subtracting the max, as the reference does.
 //
-// Usage: test_nonfinite_kernels simt|mma. Cases:
+// Usage: test_nonfinite_kernels simt|mma|mma_tf32 (mma: f16, mma_tf32: f32 split in 3xTF32,
+// simt: f32). Cases:
 //   nan_*   one NaN element in one K row, for dense, causal (the NaN key in a later chunk than
 //           the first, so the running max goes from finite to NaN), dilated with three
 //           branches (the LSE merge meets a NaN branch) and block-sparse: O and LSE must be NaN
 //           exactly where the reference's are, and within SPEC 8 elsewhere;
+//   inf_*   one +inf element in one K row (dense, causal): rows whose q has a negative element
+//           there score -inf for that key (probability 0, the row stays finite), the others
+//           +inf (NaN, as the reference); a 3xTF32 split that made inf - inf = NaN of the
+//           small part would turn the finite rows NaN;
 //   scale_* scale = +1e38 and -1e38, dense and causal: scale * <q, k> overflows f32 although
 //           the reference is finite; O within SPEC 8, LSE (f32) within a relative bound of the
 //           reference rounded to f32 (+-inf where the reference lies outside f32's range).
@@ -29,9 +34,10 @@ namespace {
 
 using Case = harness::AttentionCase;
 
-// A NaN at element d = 1 of key row j, batch 0, kv head kv_head.
+// A NaN (or `value`) at element d = 1 of key row j, batch 0, kv head kv_head.
 struct NanAt {
   int64_t j = -1, kv_head = 0;
+  double value = NAN;
 };
 
 struct NonfiniteCase {
@@ -40,14 +46,15 @@ struct NonfiniteCase {
 };
 
 std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
-  const bool mma = kernel == "mma";
+  const bool mma = kernel == "mma", tf32 = kernel == "mma_tf32";
   const dilattn_dtype dtype = mma ? DILATTN_F16 : DILATTN_F32;
   std::vector<NonfiniteCase> out;
+  int variant = 0;
   auto base = [&](const char* name) {
     NonfiniteCase n;
     n.c.name = kernel + "/" + dilattn::dtype_name(dtype) + "/" + name;
     n.c.dtype = dtype;
-    n.c.D = mma ? 64 : 8;
+    n.c.D = mma ? 64 : tf32 ? (variant++ % 2 == 0 ? 64 : 128) : 8;
     return n;
   };
   NonfiniteCase n = base("nan_dense");
@@ -56,7 +63,15 @@ std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
   out.push_back(n);
   n = base("nan_causal_in_second_chunk");
   n.c.Nq = n.c.Nk = 80; n.c.causal = true;
-  n.nan = {70, 0};  // chunks are 32 (SIMT) and 64 (MMA) keys
+  n.nan = {70, 0};  // chunks are 32 (SIMT, MMA_TF32 at D = 128) and 64 (MMA) keys
+  out.push_back(n);
+  n = base("inf_dense");
+  n.c.B = 2; n.c.Nq = n.c.Nk = 33; n.c.H = n.c.Hkv = 2;
+  n.nan = {5, 1, INFINITY};
+  out.push_back(n);
+  n = base("inf_causal_in_second_chunk");
+  n.c.Nq = n.c.Nk = 80; n.c.causal = true;
+  n.nan = {70, 0, INFINITY};
   out.push_back(n);
   n = base("nan_dilated_three_branches");
   n.c.kind = DILATTN_KIND_DILATED; n.c.Nq = n.c.Nk = 50; n.c.H = 4; n.c.Hkv = 2;
@@ -87,7 +102,7 @@ void run_case(const NonfiniteCase& n) {
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
   harness::Inputs in = kcase::random_inputs(c);
-  if (n.nan.j >= 0) in.k.set(0, n.nan.j, n.nan.kv_head, 1, NAN);
+  if (n.nan.j >= 0) in.k.set(0, n.nan.j, n.nan.kv_head, 1, n.nan.value);
   const harness::Forward ref =
       harness::run_forward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
   const harness::Forward emu = kcase::run_emu_in_thread_orders(c, in);
@@ -123,8 +138,9 @@ void run_case(const NonfiniteCase& n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|mma\n", argv[0]);
+  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0 &&
+                    std::strcmp(argv[1], "mma_tf32") != 0)) {
+    std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
     return 2;
   }
   for (const NonfiniteCase& n : cases_for(argv[1])) run_case(n);

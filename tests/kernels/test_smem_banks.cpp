@@ -12,6 +12,10 @@
 //     16-bit V elements at rows 2t and 2t + 1, column g: no two distinct words in one bank.
 //     With the rows unpadded (kStride = D, 128 or 256 bytes) every row starts in bank 0: 8-way
 //     for Q and K, 4-way for V.
+//   MMA_TF32 (forward_mma_tf32.cu): rows of Tf32Tile::kStride floats. Lane (g, t) loads K's
+//     word at row g, column t (then t + 4) and V's at row 2t (then 2t + 1), column g: each of
+//     the four warp-wide loads must hit 32 distinct banks. Unpadded (kStride = D) K is 8-way,
+//     V 4-way.
 //
 // The tile bases are 128-byte aligned (SmemCarver), so they add the same bank to every lane.
 #define DILATTN_BACKEND_NS banks_test
@@ -22,12 +26,14 @@
 
 #include "../common/check.h"
 #include "forward_mma.cu"
+#include "forward_mma_tf32.cu"
 #include "forward_simt.cu"
 
 namespace {
 
 using dilattn::banks_test::MmaTile;
 using dilattn::banks_test::SimtProducts;
+using dilattn::banks_test::Tf32Tile;
 
 constexpr int64_t kBanks = 32, kBankBytes = 4, kWarp = 32;
 
@@ -82,6 +88,23 @@ void check_mma_fragments(const char* name) {
   }
 }
 
+template <int D>
+void check_tf32_fragments() {
+  constexpr int64_t stride = Tf32Tile<D>::kStride;
+  for (int64_t shift = 0; shift < 2; ++shift) {  // K: columns t, t + 4; V: rows 2t, 2t + 1
+    std::vector<int64_t> k, v;
+    for (int64_t lane = 0; lane < kWarp; ++lane) {
+      const int64_t g = lane / 4, t = lane % 4;
+      k.push_back((g * stride + t + 4 * shift) * 4);
+      v.push_back(((2 * t + shift) * stride + g) * 4);
+    }
+    const int k_ways = conflict_ways(k), v_ways = conflict_ways(v);
+    CHECK_MSG(k_ways == 1 && v_ways == 1,
+              "MMA_TF32 D = %d stride %lld: K fragment %d-way, V fragment %d-way conflict", D,
+              static_cast<long long>(stride), k_ways, v_ways);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -90,5 +113,7 @@ int main() {
   check_mma_fragments<__half, 128>("f16");
   check_mma_fragments<__nv_bfloat16, 64>("bf16");
   check_mma_fragments<__nv_bfloat16, 128>("bf16");
+  check_tf32_fragments<64>();
+  check_tf32_fragments<128>();
   return harness::finish("kernels_smem_banks");
 }

@@ -1,0 +1,296 @@
+// forward_mma_tf32.cu - the tensor-core forward kernel for f32: one branch of dense, dilated or
+// block-sparse attention (SPEC 2-4), head dims 64 and 128, on mma.sync m16n8k8 with TF32
+// operands (cuda/mma_sync.cuh) and f32 accumulation, within SPEC 8's f32 tolerance by 3xTF32.
+//
+// 3xTF32. The tensor core reads 10 of an operand's 23 mantissa bits; one TF32 product per f32
+// product (plain TF32) misses SPEC 8's f32 bound (tests/kernels/test_tf32_split.cpp shows it).
+// So each f32 x is split x = big + small, big = x with its low 13 bits dropped (exact, never
+// overflows), small = tf32(x - big) (x - big is exact in f32), and a b is taken as
+// small_a big_b + big_a small_b + big_a big_b: three mma, f32 accumulation, the small terms
+// first; the dropped small_a small_b is below 2^-20 |a b|. Both products are split: S = Q K^T
+// and O += P V (P is f32 in registers). An infinite x gets small = 0 (inf - inf would be NaN).
+// kProducts = 1 is plain TF32 (big rounded to nearest): only the test above launches it.
+//
+// The structure is forward_mma.cu's (read its header): one block per (query tile, batch,
+// head), one warp per 16 query rows, Q in registers (f32, split per chunk), K and V chunks
+// double-buffered by cp.async, the online softmax base 2 (cuda/mma_rows.cuh), one branch
+// writes O and LSE directly, several merge into the workspace. What differs:
+//   - Tiles. f32 rows are twice f16's bytes. D = 64: 8 warps, BR = 128 rows, BC = 64 keys;
+//     D = 128: 4 warps, BR = 64, BC = 32 keys a chunk. Shared memory (two chunks of K and V,
+//     Q staged through the second): 72 KiB (73,856 bytes) and 68 KiB (69,760 bytes) a block,
+//     within the 99 KB opt-in of sm_86/89, sm_80's 163 KB and sm_90's 227 KB. (BC = 64 at
+//     D = 128 would need 132 KiB; D = 128 keeps double buffering and halves the chunk.)
+//   - Rows are padded by 4 floats (stride = 4 banks mod 32): K's fragment words (row g,
+//     column t and t + 4) and V's (rows 2t and 2t + 1, column g) fall in 32 distinct banks.
+//   - P as an A fragment. m16n8k8's A fragment holds columns t and t + 4, S's C fragment
+//     columns 2t and 2t + 1 (PTX ISA, "Matrix Fragments for mma.m16n8k8"). The sum over keys
+//     does not care about their order, so k = t is taken to be key 2t and k = t + 4 key 2t + 1:
+//     P's A fragment is the lane's own C registers {c0, c2, c1, c3}, and V's B fragment reads
+//     rows 2t and 2t + 1 to match. No shuffles.
+//
+// Launched by cuda/launch.cu (kernel_choice.h: f32, D 64 or 128, sm_80+); checked by
+// tests/kernels/test_forward_kernels.cpp and test_nonfinite_kernels.cpp (emulator, three
+// thread orders, against the reference), test_tf32_split.cpp (the split is needed) and
+// tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+#include "async_copy.cuh"
+#include "forward_outputs.cuh"
+#include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "mma_rows.cuh"
+#include "mma_sync.cuh"
+
+// nvcc leaves the D = 128 loops over Q's, O's and S's fragments rolled, which puts those
+// register arrays in local memory (a 320-byte stack frame); unrolled they stay in registers.
+#ifdef __CUDACC__
+#define DILATTN_TF32_UNROLL _Pragma("unroll")
+#else
+#define DILATTN_TF32_UNROLL
+#endif
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+
+// ---------------------------------------------------------------- the tile's shape
+template <int D>
+struct Tf32Tile {
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static constexpr int kWarps = D == 64 ? 8 : 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBr = 16 * kWarps;     // query rows per block, 16 per warp
+  static constexpr int kBc = D == 64 ? 64 : 32;  // keys per chunk
+  static constexpr int kStride = D + 4;       // padded shared-memory row, in floats
+  static constexpr int kSpanSlots = 3;        // span descriptors in flight (as forward_mma)
+
+  // [K0][V0][K1][V1], each [BC][kStride]; Q ([BR][kStride]) passes through [K1][V1].
+  static_assert(kBr <= 2 * kBc, "Q fits in the second chunk's K and V");
+  float* kv;
+  int64_t* rows;  // [BR] query row, -1 for none
+  int64_t* cnt;   // [kSpanSlots][BR] each row's key count in a span
+  int64_t* span;  // [kSpanSlots][3] {first, step, largest count}
+
+  __host__ __device__ void carve(SmemCarver& c) {
+    kv = c.take<float>(static_cast<size_t>(4 * kBc) * kStride);
+    rows = c.take<int64_t>(kBr);
+    cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
+    span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
+  }
+  __device__ __forceinline__ float* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
+  __device__ __forceinline__ float* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
+  __device__ __forceinline__ float* q() const { return kv + 2 * kBc * kStride; }
+};
+
+template <int D>
+inline size_t tf32_smem_bytes() {
+  SmemCarver c{nullptr};
+  Tf32Tile<D>().carve(c);
+  return c.used;
+}
+
+// ---------------------------------------------------------------- TF32 operands
+// N f32 values as TF32 operands: big alone (kProducts = 1: rounded to nearest), or big
+// (truncated) and small (kProducts = 3), as the header says.
+template <int N>
+struct Tf32Operand {
+  uint32_t big[N], small[N];
+};
+
+template <int kProducts, int N>
+__device__ __forceinline__ Tf32Operand<N> to_tf32(const float (&x)[N]) {
+  Tf32Operand<N> r;
+  for (int e = 0; e < N; ++e) {
+    if (kProducts == 1) {
+      r.big[e] = cvt_rna_tf32(x[e]);
+      r.small[e] = 0;
+      continue;
+    }
+    r.big[e] = __float_as_uint(x[e]) & 0xffffe000u;
+    const float rest = isinf(x[e]) ? 0.0f : x[e] - __uint_as_float(r.big[e]);
+    r.small[e] = cvt_rna_tf32(rest);
+  }
+  return r;
+}
+
+// acc += a b for one m16n8k8 tile.
+template <int kProducts>
+__device__ __forceinline__ void mma_f32(float* acc, const Tf32Operand<4>& a,
+                                        const Tf32Operand<2>& b) {
+  if (kProducts == 3) {
+    mma_m16n8k8_tf32(acc, a.small, b.big, acc);
+    mma_m16n8k8_tf32(acc, a.big, b.small, acc);
+  }
+  mma_m16n8k8_tf32(acc, a.big, b.big, acc);
+}
+
+// ---------------------------------------------------------------- loads
+// Keys c0 .. c0 + cn - 1 of a span (rows first + step * (c0 + c)) of K and V into one buffer;
+// rows cn .. BC-1 zero, so P V there adds exact zeros. 16-byte pieces (4 floats) by cp.async,
+// or element by element when the rows are not 16-byte pieces (kv_vec16 = 0).
+template <int D>
+__device__ __forceinline__ void issue_tf32_chunk(const ForwardParams& p, const float* kb,
+                                                 const float* vb, int64_t first, int64_t step,
+                                                 int64_t c0, int64_t cn, float* k, float* v) {
+  using Tile = Tf32Tile<D>;
+  constexpr int kPieces = D / 4;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int idx = tid; idx < Tile::kBc * kPieces; idx += Tile::kThreads) {
+    const int c = idx / kPieces, d0 = (idx % kPieces) * 4;
+    float* kd = k + c * Tile::kStride + d0;
+    float* vd = v + c * Tile::kStride + d0;
+    if (c >= cn) {
+      for (int e = 0; e < 4; ++e) kd[e] = vd[e] = 0.0f;
+      continue;
+    }
+    const int64_t j = first + step * (c0 + c);
+    if (p.kv_vec16) {
+      async_copy_16(kd, kb + j * p.k_stride[1] + d0);
+      async_copy_16(vd, vb + j * p.v_stride[1] + d0);
+    } else {
+      for (int e = 0; e < 4; ++e) {
+        kd[e] = kb[j * p.k_stride[1] + (d0 + e) * p.k_stride[3]];
+        vd[e] = vb[j * p.v_stride[1] + (d0 + e) * p.v_stride[3]];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- one chunk, one warp
+// qf[kk]: the lane's A fragment of Q for dims 8kk .. 8kk + 7 (a0 = row 0 dim t, a1 = row 1
+// dim t, a2, a3 the same at dim t + 4).
+template <int D, int kProducts>
+__device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const float (&qf)[D / 8][4],
+                                                const float* k, const float* v, int64_t c0,
+                                                int64_t cn, int64_t cnt0, int64_t cnt1,
+                                                mma_rows::RowState<D>& st) {
+  using Tile = Tf32Tile<D>;
+  constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
+  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  // S = Q K^T: B[k][n] = K[key 8n + g][dim 8kk + k], k = t and t + 4.
+  float s[kTiles][4];
+  for (int n = 0; n < kTiles; ++n)
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+  DILATTN_TF32_UNROLL
+  for (int kk = 0; kk < D / 8; ++kk) {
+    const Tf32Operand<4> a = to_tf32<kProducts>(qf[kk]);
+    for (int n = 0; n < kTiles; ++n) {
+      const float* krow = k + (n * 8 + g) * Tile::kStride + kk * 8 + t;
+      const float kf[2] = {krow[0], krow[4]};
+      mma_f32<kProducts>(s[n], a, to_tf32<kProducts>(kf));
+    }
+  }
+  mma_rows::softmax_chunk<kTiles, D>(p, s, c0, cn, cnt0, cnt1, st);
+  // O += P V over the chunk's 8-key tiles, k = t standing for key 2t and k = t + 4 for key
+  // 2t + 1 (header): A = {c0, c2, c1, c3}, B[k][n] = V[key][dim 8nd + g].
+  DILATTN_TF32_UNROLL
+  for (int n = 0; n < kTiles; ++n) {
+    const float pf[4] = {s[n][0], s[n][2], s[n][1], s[n][3]};
+    const Tf32Operand<4> a = to_tf32<kProducts>(pf);
+    const float* vrow = v + (n * 8 + 2 * t) * Tile::kStride + g;
+    DILATTN_TF32_UNROLL
+    for (int nd = 0; nd < D / 8; ++nd) {
+      const float vf[2] = {vrow[nd * 8], vrow[nd * 8 + Tile::kStride]};
+      mma_f32<kProducts>(st.o[nd], a, to_tf32<kProducts>(vf));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the kernel
+template <int D, int kProducts>
+__global__ void forward_mma_tf32_kernel(ForwardParams p) {
+  static_assert(kProducts == 3 || kProducts == 1, "3xTF32, or plain TF32 for the test");
+  using Tile = Tf32Tile<D>;
+  constexpr int BR = Tile::kBr, BC = Tile::kBc, S = Tile::kStride;
+  DILATTN_DYNAMIC_SHARED(unsigned char, smem);
+  SmemCarver carver{smem};
+  Tile tl;
+  tl.carve(carver);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t tile = blockIdx.x;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
+  const int64_t hk = kv_head_of(h, p.H, p.Hkv);
+
+  // 1. Rows, dilated gaps, Q.
+  for (int r = tid; r < BR; r += Tile::kThreads) tl.rows[r] = tile_row(p, h, tile, r, BR);
+  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<float>(p, b, h, tile, BR);
+  __syncthreads();
+  bool any_row = false;
+  for (int r = 0; r < BR; ++r) any_row = any_row || tl.rows[r] >= 0;
+  if (!any_row) return;  // the same answer in every thread: no barrier is skipped by some only
+  for (int idx = tid; idx < BR * D; idx += Tile::kThreads) {
+    const int r = idx / D, d = idx % D;
+    const int64_t i = tl.rows[r];
+    tl.q()[r * S + d] = i >= 0 ? load_bnhd<float>(p.q, p.q_stride, b, i, h, d) : 0.0f;
+  }
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
+  const int64_t num_spans = tile_span_count(p, h, tile);
+  if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  __syncthreads();
+  float qf[D / 8][4];
+  for (int kk = 0; kk < D / 8; ++kk) {
+    const float* q0 = tl.q() + r0 * S + kk * 8 + t;
+    const float* q1 = tl.q() + r1 * S + kk * 8 + t;
+    qf[kk][0] = q0[0];
+    qf[kk][1] = q1[0];
+    qf[kk][2] = q0[4];
+    qf[kk][3] = q1[4];
+  }
+  mma_rows::RowState<D> st;
+  mma_rows::start(st);
+
+  // 2-3. The chunks, double-buffered, span descriptors in 3 slots: forward_mma.cu's loop.
+  const float* kb = static_cast<const float*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
+  const float* vb = static_cast<const float*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
+  int64_t span = 0, c0 = 0;
+  int buf = 0;
+  if (num_spans > 0 && tl.span[2] > 0)
+    issue_tf32_chunk<D>(p, kb, vb, tl.span[0], tl.span[1], 0, min_i64(BC, tl.span[2]), tl.k(0),
+                        tl.v(0));
+  async_copy_commit();
+  while (span < num_spans) {
+    const int slot = static_cast<int>(span % Tile::kSpanSlots);
+    const int64_t most = tl.span[3 * slot + 2];
+    // The next chunk: the rest of this span, else the next span's first (spans may be empty).
+    int64_t next_span = span, next_c0 = c0 + BC;
+    if (next_c0 >= most) {
+      next_span = span + 1;
+      next_c0 = 0;
+    }
+    const int next_slot = static_cast<int>(next_span % Tile::kSpanSlots);
+    if (tid == 0 && next_span != span && next_span < num_spans)
+      read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
+                tl.span + 3 * next_slot);
+    async_copy_wait<0>();
+    __syncthreads();  // this chunk's K, V and the next span's descriptor visible to all
+    const bool has_chunk = c0 < most;
+    const int next_buf = has_chunk ? buf ^ 1 : buf;
+    const int64_t* next_info = tl.span + 3 * next_slot;
+    if (next_span < num_spans && next_c0 < next_info[2])
+      issue_tf32_chunk<D>(p, kb, vb, next_info[0], next_info[1], next_c0,
+                          min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
+    async_copy_commit();
+    if (has_chunk) {
+      const int64_t cnt0 = tl.cnt[slot * BR + r0], cnt1 = tl.cnt[slot * BR + r1];
+      int64_t warp_most = cnt0 > cnt1 ? cnt0 : cnt1;
+      for (int x = 4; x < 32; x <<= 1) {
+        const int64_t other = __shfl_xor_sync(0xffffffffu, warp_most, x);
+        warp_most = other > warp_most ? other : warp_most;
+      }
+      if (c0 < warp_most)
+        tf32_warp_chunk<D, kProducts>(p, qf, tl.k(buf), tl.v(buf), c0, min_i64(BC, most - c0),
+                                      cnt0, cnt1, st);
+    }
+    buf = next_buf;
+    span = next_span;
+    c0 = next_c0;
+  }
+  async_copy_wait<0>();
+
+  // 4. Finish the lane's two rows.
+  mma_rows::finish_row<float, D>(p, b, h, tl.rows[r0], 0, st);
+  mma_rows::finish_row<float, D>(p, b, h, tl.rows[r1], 1, st);
+}
+
+template __global__ void forward_mma_tf32_kernel<64, 3>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<128, 3>(ForwardParams);
+
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn

@@ -1,0 +1,124 @@
+// mma_rows.cuh - a tensor-core forward warp's query rows, held in mma's C fragment layout:
+// the online softmax over a chunk of scores and the finished row's O and LSE (SPEC 2-5,
+// through lib/internal/softmax_rules.h). Used by cuda/forward_mma_tf32.cu; the same code as
+// forward_mma.cu's (whose C fragments, m16n8k16's, have the same layout as m16n8k8's).
+//
+// Lane (g = lane / 4, t = lane % 4) of warp w holds rows 16w + g ("row 0") and 16w + g + 8
+// ("row 1") of the tile and, of every 8-column block, columns 2t and 2t + 1 (PTX ISA, "Matrix
+// Fragments for mma.m16n8k8" and "... mma.m16n8k16": c[0], c[1] row g; c[2], c[3] row g + 8).
+//
+//   RowState<D>                 O as D / 8 C fragments, the running max m and sum l (base 2)
+//   softmax_chunk(p, s, ...)    S of one chunk (kTiles C fragments): scale, mask, the online
+//                               update of m, l and O; S becomes P
+//   finish_row<T, D>(p, ...)    one branch: O / l and LSE to the caller's tensors; several:
+//                               SPEC 5's merge into the workspace
+// Checked through the kernel by tests/kernels/test_forward_kernels.cpp.
+#ifndef DILATTN_MMA_ROWS_CUH
+#define DILATTN_MMA_ROWS_CUH
+
+#include "forward_outputs.cuh"
+#include "softmax_rules.h"
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+namespace mma_rows {
+
+template <int D>
+struct RowState {
+  float o[D / 8][4];  // O, as C fragments over D in 8-column blocks
+  float m[2], l[2];   // running max and sum of rows 0 and 1 (base 2, softmax_rules.h)
+};
+
+template <int D>
+__device__ __forceinline__ void start(RowState<D>& st) {
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 4; ++e) st.o[nd][e] = 0.0f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.0f;
+}
+
+// max_nan / sum over the 4 lanes of a row (lanes 4g .. 4g + 3), in a fixed order.
+__device__ __forceinline__ float row_max_nan(float x) {
+  x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float row_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// s: the chunk's scores <q, k> for keys c0 .. c0 + 8 kTiles - 1 of a span (column c of the
+// chunk: tile c / 8). Scaled by score_pre; a key past the chunk (cn keys) or the row's own
+// count (cnt0, cnt1) is -inf, by selection, so a NaN key masked out stays out. Then
+// softmax_rules.h's online update: s becomes P (unnormalised, base 2), O and l rescaled by
+// alpha and l += the chunk's row sums. The caller adds P V to O.
+template <int kTiles, int D>
+__device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)[kTiles][4],
+                                              int64_t c0, int64_t cn, int64_t cnt0, int64_t cnt1,
+                                              RowState<D>& st) {
+  const int t = static_cast<int>(threadIdx.x) & 3;
+  float chunk_max[2] = {-INFINITY, -INFINITY};
+  for (int n = 0; n < kTiles; ++n)
+    for (int e = 0; e < 4; ++e) {
+      const int64_t c = n * 8 + 2 * t + (e & 1);
+      const int64_t count = e < 2 ? cnt0 : cnt1;
+      s[n][e] = (c < cn && c0 + c < count) ? s[n][e] * p.score_pre : -INFINITY;
+      chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
+    }
+  float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = max_nan(st.m[r], row_max_nan(chunk_max[r]));
+    shift[r] = online_shift(m_new);
+    alpha[r] = online_rescale(st.m[r], m_new, p.score_post);
+    st.m[r] = m_new;
+  }
+  for (int n = 0; n < kTiles; ++n)
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = online_prob(s[n][e], shift[e >> 1], p.score_post);
+      sum[e >> 1] += s[n][e];
+    }
+  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + row_sum(sum[r]);
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
+}
+
+// Row r (0 or 1) of the lane, query row i (-1: none): one branch writes O / l and LSE to the
+// caller's tensors; several branches merge (O / l, LSE) into the workspace with SPEC 5's
+// update. All 4 lanes of the row read the old LSE before the first of them writes it.
+template <class T, int D>
+__device__ __forceinline__ void finish_row(const ForwardParams& p, int64_t b, int64_t h,
+                                           int64_t i, int r, const RowState<D>& st) {
+  const int t = static_cast<int>(threadIdx.x) & 3;
+  const float m = st.m[r], l = st.l[r];
+  const double lse_b = finalize_lse(m, l, p.score_post);
+  const float factor = finalize_o_factor(m, l);
+  if (p.o != nullptr) {
+    if (i < 0) return;
+    for (int nd = 0; nd < D / 8; ++nd)
+      for (int e = 0; e < 2; ++e)
+        store_o<T>(p, b, i, h, nd * 8 + 2 * t + e, st.o[nd][2 * r + e] * factor);
+    if (t == 0) store_lse(p, b, h, i, lse_b);
+    return;
+  }
+  const bool merge = i >= 0 && !row_is_empty(m);
+  const int64_t row = (b * p.H + h) * p.Nq + i;
+  const double lse_old = merge ? p.lse_acc[row] : 0.0;
+  __syncwarp();
+  if (!merge) return;
+  const double lse_new = merge_lse(lse_old, lse_b);
+  if (t == 0) p.lse_acc[row] = lse_new;
+  const float keep = static_cast<float>(merge_weight(lse_old, lse_new));
+  const float add = static_cast<float>(merge_weight(lse_b, lse_new)) * factor;
+  float* acc = p.o_acc + row * D;
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 2; ++e) {
+      float* x = acc + nd * 8 + 2 * t + e;
+      *x = *x * keep + st.o[nd][2 * r + e] * add;
+    }
+}
+
+}  // namespace mma_rows
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn
+
+#endif  // DILATTN_MMA_ROWS_CUH
