@@ -35,6 +35,7 @@
 #include "async_copy.cuh"
 #include "forward_outputs.cuh"
 #include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "ldmatrix.cuh"
 #include "mma_sync.cuh"
 
 namespace dilattn {
@@ -110,6 +111,22 @@ __device__ __forceinline__ void issue_chunk(const ForwardParams& p, const T* kb,
   }
 }
 
+// ---------------------------------------------------------------- fragments by ldmatrix
+// Every operand is a 16x16 block of a padded tile, read as ldmatrix's four 8x8 matrices; lane
+// 8i + j addresses row j of matrix i, so its offset from the block's corner is fixed per lane.
+// Q's A fragment (and V's B fragments for dim blocks nd, nd + 1) want matrix i at rows
+// 8 (i % 2), columns 8 (i / 2) (frag_rows_first); K's B fragments for key tiles n, n + 1 want
+// rows 8 (i / 2), columns 8 (i % 2) (frag_cols_first), so each fragment is two adjacent
+// registers, as mma takes them.
+template <class T, int D>
+__device__ __forceinline__ int frag_rows_first(int lane) {
+  return ((lane & 7) + 8 * ((lane >> 3) & 1)) * MmaTile<T, D>::kStride + 8 * (lane >> 4);
+}
+template <class T, int D>
+__device__ __forceinline__ int frag_cols_first(int lane) {
+  return ((lane & 7) + 8 * (lane >> 4)) * MmaTile<T, D>::kStride + 8 * ((lane >> 3) & 1);
+}
+
 // ---------------------------------------------------------------- the warp's row state
 // Lane (g = lane / 4, t = lane % 4) of warp w holds, in mma's C layout, rows 16w + g ("row 0")
 // and 16w + g + 8 ("row 1") of the tile, and of every 8-column block the columns 2t, 2t + 1.
@@ -130,30 +147,37 @@ __device__ __forceinline__ float row_sum(float x) {
 }
 
 // One chunk for one warp: S = Q K^T, mask and scale, the online softmax, O = alpha O + P V.
-// cnt0, cnt1: the key counts of the lane's two rows in this span; cn: keys in the chunk.
+// cnt0, cnt1: the key counts of the lane's two rows in this span; cn: keys in the chunk;
+// frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first, _rows_first).
 template <class T, int D>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
-                                           const T* k, const T* v, int64_t c0, int64_t cn,
+                                           const T* k, const T* v, int frag_k, int frag_v, int64_t c0,
+                                           int64_t cn,
                                            int64_t cnt0, int64_t cnt1, RowState<D>& st) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
-  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  const int t = static_cast<int>(threadIdx.x) & 3;
   float s[kTiles][4];
-  for (int n = 0; n < kTiles; ++n) {
+  for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
-    const T* krow = k + (n * 8 + g) * Tile::kStride + 2 * t;  // B[k][n] = K[key n][dim k]
+  // B[k][n] = K[key n][dim k], stored n-major: one ldmatrix gives the B fragments of key
+  // tiles n (matrices 0, 1: dims 16kk .. 16kk + 7, + 8 ..) and n + 1 (matrices 2, 3).
+  for (int n = 0; n < kTiles; n += 2)
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t b[2] = {load_pair(krow + kk * 16), load_pair(krow + kk * 16 + 8)};
+      uint32_t b[4];
+      ldmatrix<4>(b, k + frag_k + n * 8 * Tile::kStride + kk * 16);
       mma_m16n8k16<T>(s[n], qf[kk], b, s[n]);
+      mma_m16n8k16<T>(s[n + 1], qf[kk], b + 2, s[n + 1]);
     }
-  }
-  // Scale; a key past the chunk or the row's own count is -inf (probability exactly 0).
+  // Scale; a key past the chunk or the row's own count is -inf (probability exactly 0). Key c
+  // of the chunk counts for a row while c < min(cn, count - c0) (its keys in this chunk); the
+  // lane's keys are c = 8n + 2t + (e & 1), so one compare against that limit less 2t.
+  const int keep[2] = {static_cast<int>(max_i64(0, min_i64(cn, cnt0 - c0))) - 2 * t,
+                       static_cast<int>(max_i64(0, min_i64(cn, cnt1 - c0))) - 2 * t};
   float chunk_max[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) {
-      const int64_t c = n * 8 + 2 * t + (e & 1);
-      const int64_t count = e < 2 ? cnt0 : cnt1;
-      s[n][e] = (c < cn && c0 + c < count) ? s[n][e] * p.score_pre : -INFINITY;
+      s[n][e] = n * 8 + (e & 1) < keep[e >> 1] ? s[n][e] * p.score_pre : -INFINITY;
       chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
     }
   float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
@@ -173,7 +197,9 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
     for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
   // P V: S's C tiles 2kk and 2kk + 1 are, in the input dtype, P's A fragment for keys
   // 16kk .. 16kk + 15 (PTX layout: a[0], a[1] rows g, g + 8 of columns 2t..; a[2], a[3] of
-  // columns 2t + 8..). B[k][n] = V[key k][dim n]: two 16-bit loads a register.
+  // columns 2t + 8..). B[k][n] = V[key k][dim n], stored k-major: ldmatrix.trans gives the B
+  // fragments of dim blocks nd, nd + 1 (matrices 0, 1: keys 16kk .. 16kk + 7, + 8 ..; 2, 3:
+  // the same keys of the next 8 dims).
   for (int kk = 0; kk < Tile::kBc / 16; ++kk) {
     const float* lo = s[2 * kk];
     const float* hi = s[2 * kk + 1];
@@ -181,12 +207,11 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
                            pack2(from_float<T>(lo[2]), from_float<T>(lo[3])),
                            pack2(from_float<T>(hi[0]), from_float<T>(hi[1])),
                            pack2(from_float<T>(hi[2]), from_float<T>(hi[3]))};
-    const T* vrow = v + (kk * 16 + 2 * t) * Tile::kStride + g;
-    for (int nd = 0; nd < D / 8; ++nd) {
-      const T* vp = vrow + nd * 8;
-      const uint32_t b[2] = {pack2(vp[0], vp[Tile::kStride]),
-                             pack2(vp[8 * Tile::kStride], vp[9 * Tile::kStride])};
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t b[4];
+      ldmatrix_trans<4>(b, v + frag_v + kk * 16 * Tile::kStride + nd * 8);
       mma_m16n8k16<T>(st.o[nd], a, b, st.o[nd]);
+      mma_m16n8k16<T>(st.o[nd + 1], a, b + 2, st.o[nd + 1]);
     }
   }
 }
@@ -236,7 +261,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   Tile tl;
   tl.carve(carver);
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2;
   const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
   const int64_t hk = kv_head_of(h, p.H, p.Hkv);
@@ -257,15 +282,9 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   const int64_t num_spans = tile_span_count(p, h, tile);
   if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
   __syncthreads();
+  const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
   uint32_t qf[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const T* q0 = tl.q() + r0 * S + kk * 16 + 2 * t;
-    const T* q1 = tl.q() + r1 * S + kk * 16 + 2 * t;
-    qf[kk][0] = load_pair(q0);
-    qf[kk][1] = load_pair(q1);
-    qf[kk][2] = load_pair(q0 + 8);
-    qf[kk][3] = load_pair(q1 + 8);
-  }
+  for (int kk = 0; kk < D / 16; ++kk) ldmatrix<4>(qf[kk], tl.q() + warp * 16 * S + frag_a + kk * 16);
   RowState<D> st;
   for (int nd = 0; nd < D / 8; ++nd)
     for (int e = 0; e < 4; ++e) st.o[nd][e] = 0.0f;
@@ -317,7 +336,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
         warp_most = other > warp_most ? other : warp_most;
       }
       if (c0 < warp_most)
-        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), c0, min_i64(BC, most - c0), cnt0, cnt1, st);
+        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), frag_k, frag_a, c0, min_i64(BC, most - c0), cnt0, cnt1, st);
     }
     buf = next_buf;
     span = next_span;
