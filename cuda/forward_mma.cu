@@ -81,24 +81,25 @@ inline size_t mma_smem_bytes() {
 
 // ---------------------------------------------------------------- loads
 // Keys c0 .. c0 + cn - 1 of a span (rows first + step * (c0 + c)) of K and V into one buffer;
-// rows cn .. BC-1 zero, so P V there adds exact zeros. Each thread issues its 16-byte pieces;
-// the caller commits them as one group.
+// rows cn .. BC-1 zero, so P V there adds exact zeros. Each thread issues its 16-byte pieces,
+// the same 8 dims d0 of every kRowsPerPass-th key; the caller commits them as one group.
 template <class T, int D>
 __device__ __forceinline__ void issue_chunk(const ForwardParams& p, const T* kb, const T* vb,
                                             int64_t first, int64_t step, int64_t c0, int64_t cn,
                                             T* k, T* v) {
   using Tile = MmaTile<T, D>;
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int idx = tid; idx < Tile::kBc * kPieces; idx += Tile::kThreads) {
-    const int c = idx / kPieces, d0 = (idx % kPieces) * 8;
+  constexpr int kRowsPerPass = Tile::kThreads / kPieces;
+  const int tid = static_cast<int>(threadIdx.x), d0 = (tid % kPieces) * 8;
+  const int64_t row0 = first + step * c0;  // the chunk's first key row
+  for (int c = tid / kPieces; c < Tile::kBc; c += kRowsPerPass) {
     T* kd = k + c * Tile::kStride + d0;
     T* vd = v + c * Tile::kStride + d0;
     if (c >= cn) {
       for (int e = 0; e < 8; ++e) kd[e] = vd[e] = from_float<T>(0.0f);
       continue;
     }
-    const int64_t j = first + step * (c0 + c);
+    const int64_t j = row0 + step * c;
     if (p.kv_vec16) {
       async_copy_16(kd, kb + j * p.k_stride[1] + d0);
       async_copy_16(vd, vb + j * p.v_stride[1] + d0);
@@ -147,13 +148,13 @@ __device__ __forceinline__ float row_sum(float x) {
 }
 
 // One chunk for one warp: S = Q K^T, mask and scale, the online softmax, O = alpha O + P V.
-// cnt0, cnt1: the key counts of the lane's two rows in this span; cn: keys in the chunk;
-// frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first, _rows_first).
+// keys0, keys1: how many of the chunk's first keys the lane's two rows take (the rest are
+// masked); frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first,
+// frag_rows_first).
 template <class T, int D>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
-                                           const T* k, const T* v, int frag_k, int frag_v, int64_t c0,
-                                           int64_t cn,
-                                           int64_t cnt0, int64_t cnt1, RowState<D>& st) {
+                                           const T* k, const T* v, int frag_k, int frag_v,
+                                           int keys0, int keys1, RowState<D>& st) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
   const int t = static_cast<int>(threadIdx.x) & 3;
@@ -169,11 +170,9 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
       mma_m16n8k16<T>(s[n], qf[kk], b, s[n]);
       mma_m16n8k16<T>(s[n + 1], qf[kk], b + 2, s[n + 1]);
     }
-  // Scale; a key past the chunk or the row's own count is -inf (probability exactly 0). Key c
-  // of the chunk counts for a row while c < min(cn, count - c0) (its keys in this chunk); the
-  // lane's keys are c = 8n + 2t + (e & 1), so one compare against that limit less 2t.
-  const int keep[2] = {static_cast<int>(max_i64(0, min_i64(cn, cnt0 - c0))) - 2 * t,
-                       static_cast<int>(max_i64(0, min_i64(cn, cnt1 - c0))) - 2 * t};
+  // Scale; a key past the row's keys is -inf (probability exactly 0). The lane's keys are
+  // c = 8n + 2t + (e & 1): one compare each against the row's count less 2t.
+  const int keep[2] = {keys0 - 2 * t, keys1 - 2 * t};
   float chunk_max[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) {
@@ -303,17 +302,18 @@ __global__ void forward_mma_kernel(ForwardParams p) {
                       tl.v(0));
   }
   async_copy_commit();
+  int slot = 0;  // span % kSpanSlots
   while (span < num_spans) {
-    const int slot = static_cast<int>(span % Tile::kSpanSlots);
     const int64_t* info = tl.span + 3 * slot;
     const int64_t most = info[2];
     // The next chunk: the rest of this span, else the next span's first (spans may be empty).
     int64_t next_span = span, next_c0 = c0 + BC;
+    int next_slot = slot;
     if (next_c0 >= most) {
       next_span = span + 1;
       next_c0 = 0;
+      next_slot = slot + 1 == Tile::kSpanSlots ? 0 : slot + 1;
     }
-    const int next_slot = static_cast<int>(next_span % Tile::kSpanSlots);
     if (tid == 0 && next_span != span && next_span < num_spans)
       read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
                 tl.span + 3 * next_slot);
@@ -329,18 +329,18 @@ __global__ void forward_mma_kernel(ForwardParams p) {
                         min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
     async_copy_commit();
     if (has_chunk) {
-      const int64_t cnt0 = tl.cnt[slot * BR + r0], cnt1 = tl.cnt[slot * BR + r1];
-      int64_t warp_most = cnt0 > cnt1 ? cnt0 : cnt1;
-      for (int x = 4; x < 32; x <<= 1) {
-        const int64_t other = __shfl_xor_sync(0xffffffffu, warp_most, x);
-        warp_most = other > warp_most ? other : warp_most;
-      }
-      if (c0 < warp_most)
-        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), frag_k, frag_a, c0, min_i64(BC, most - c0), cnt0, cnt1, st);
+      // Each row's keys in this chunk: the first min(cn, count - c0) (the causal cut and the
+      // span's end). A warp none of whose rows has one skips the chunk.
+      const int64_t cn = min_i64(BC, most - c0);
+      const int keys0 = static_cast<int>(max_i64(0, min_i64(cn, tl.cnt[slot * BR + r0] - c0)));
+      const int keys1 = static_cast<int>(max_i64(0, min_i64(cn, tl.cnt[slot * BR + r1] - c0)));
+      if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
+        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), frag_k, frag_a, keys0, keys1, st);
     }
     buf = next_buf;
     span = next_span;
     c0 = next_c0;
+    slot = next_slot;
   }
   async_copy_wait<0>();
 
