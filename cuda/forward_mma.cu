@@ -5,28 +5,31 @@
 // One block per (query tile of BR rows, batch, head); one warp per 16 query rows (BR = 128
 // rows and 8 warps for D = 64, 64 rows and 4 warps for D = 128); chunks of BC = 64 keys.
 //   1. The tile's rows (tile_row, attention_tile.cuh); with one branch the dilated gaps
-//      (forward_outputs.cuh). Q through shared memory into registers, as mma A fragments,
-//      for the whole tile.
+//      (forward_outputs.cuh). Q through shared memory into registers, as mma A fragments
+//      (ldmatrix, cuda/ldmatrix.cuh), for the whole tile.
 //   2. For each chunk of each key span (read_span: one span, or one per listed BSR block),
 //      double-buffered: the next chunk's K and V rows are copied 16 bytes at a time with
 //      cp.async (cuda/async_copy.cuh) while this one is computed; one __syncthreads a chunk.
 //      Rows are gathered by the index rules (first + step * c: dilation is a row stride), so
 //      cp.async serves every kind; a view whose D is not contiguous or whose rows are not 16-byte
 //      aligned is loaded element by element instead (kv_vec16 = 0).
-//   3. Per warp, in registers: S = Q K^T (mma), scaled by score_scale's pre and masked per row
-//      (-inf past the row's key count: the causal cut and the chunk's end, by selection so a
-//      NaN key masked out stays out); online softmax (lib/internal/softmax_rules.h: max_nan,
-//      online_shift/prob/rescale, base 2), each row's max and sum over the 4 lanes holding it;
-//      O = alpha O + P V (mma), where P is S's C fragments rounded to the input dtype and
-//      repacked as A fragments (the PTX layout makes C tiles 2k, 2k+1 the A fragment k). A warp
-//      whose rows all ended before the chunk skips it.
+//   3. Per warp, in registers: S = Q K^T (mma; K's B fragments by ldmatrix), scaled by
+//      score_scale's pre and masked per row (-inf past the row's keys in the chunk, min(chunk
+//      end, count - c0), computed once per chunk: the causal cut and the span's end, by
+//      selection so a NaN key masked out stays out); online softmax
+//      (lib/internal/softmax_rules.h: max_nan, online_shift/prob/rescale, base 2), each row's
+//      max and sum over the 4 lanes holding it;
+//      O = alpha O + P V (mma; V's B fragments by ldmatrix .trans), where P is S's C fragments
+//      rounded to the input dtype and repacked as A fragments (the PTX layout makes C tiles 2k,
+//      2k+1 the A fragment k). A warp none of whose rows has a key in the chunk skips it.
 //   4. Finish each row: one branch: O / l and LSE straight to the caller's tensors
 //      (forward_outputs.cuh); several dilated branches: merged into the workspace (SPEC 3/5).
 //
-// Shared memory rows are padded by 8 elements (16 bytes): the 32-bit fragment loads of 8
-// rows x 4 lanes then fall in 32 distinct banks (row stride = 4 banks mod 32); so do V's
-// 16-bit loads (rows 2t, 2t + 1, column g). NaN (README "Decisions"): a NaN V in a masked key
-// of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
+// Shared memory rows are padded by 8 elements (16 bytes): each 8x8 matrix an ldmatrix reads,
+// 8 rows of 16 bytes, then falls in 32 distinct banks (row stride = 4 banks mod 32;
+// tests/kernels/test_smem_banks.cpp). The work per chunk is counted by bench/gpu/sass_model.py
+// (modelled, bench/results/sass_model.ldsm.txt). NaN (README "Decisions"): a NaN V in a masked
+// key of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
 // WMMA forward did the same).
 //
 // Launched by cuda/launch.cu; checked by tests/kernels/test_forward_kernels.cpp and
@@ -283,7 +286,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   __syncthreads();
   const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
   uint32_t qf[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk) ldmatrix<4>(qf[kk], tl.q() + warp * 16 * S + frag_a + kk * 16);
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix<4>(qf[kk], tl.q() + warp * 16 * S + frag_a + kk * 16);
   RowState<D> st;
   for (int nd = 0; nd < D / 8; ++nd)
     for (int e = 0; e < 4; ++e) st.o[nd][e] = 0.0f;
