@@ -5,28 +5,31 @@
 // One block per (query tile of BR rows, batch, head); one warp per 16 query rows (BR = 128
 // rows and 8 warps for D = 64, 64 rows and 4 warps for D = 128); chunks of BC = 64 keys.
 //   1. The tile's rows (tile_row, attention_tile.cuh); with one branch the dilated gaps
-//      (forward_outputs.cuh). Q through shared memory into registers, as mma A fragments,
-//      for the whole tile.
+//      (forward_outputs.cuh). Q through shared memory into registers, as mma A fragments
+//      (ldmatrix, cuda/ldmatrix.cuh), for the whole tile.
 //   2. For each chunk of each key span (read_span: one span, or one per listed BSR block),
 //      double-buffered: the next chunk's K and V rows are copied 16 bytes at a time with
 //      cp.async (cuda/async_copy.cuh) while this one is computed; one __syncthreads a chunk.
 //      Rows are gathered by the index rules (first + step * c: dilation is a row stride), so
 //      cp.async serves every kind; a view whose D is not contiguous or whose rows are not 16-byte
 //      aligned is loaded element by element instead (kv_vec16 = 0).
-//   3. Per warp, in registers: S = Q K^T (mma), scaled by score_scale's pre and masked per row
-//      (-inf past the row's key count: the causal cut and the chunk's end, by selection so a
-//      NaN key masked out stays out); online softmax (lib/internal/softmax_rules.h: max_nan,
-//      online_shift/prob/rescale, base 2), each row's max and sum over the 4 lanes holding it;
-//      O = alpha O + P V (mma), where P is S's C fragments rounded to the input dtype and
-//      repacked as A fragments (the PTX layout makes C tiles 2k, 2k+1 the A fragment k). A warp
-//      whose rows all ended before the chunk skips it.
+//   3. Per warp, in registers: S = Q K^T (mma; K's B fragments by ldmatrix), scaled by
+//      score_scale's pre and masked per row (-inf past the row's keys in the chunk, min(chunk
+//      end, count - c0), computed once per chunk: the causal cut and the span's end, by
+//      selection so a NaN key masked out stays out); online softmax
+//      (lib/internal/softmax_rules.h: max_nan, online_shift/prob/rescale, base 2), each row's
+//      max and sum over the 4 lanes holding it;
+//      O = alpha O + P V (mma; V's B fragments by ldmatrix .trans), where P is S's C fragments
+//      rounded to the input dtype and repacked as A fragments (the PTX layout makes C tiles 2k,
+//      2k+1 the A fragment k). A warp none of whose rows has a key in the chunk skips it.
 //   4. Finish each row: one branch: O / l and LSE straight to the caller's tensors
 //      (forward_outputs.cuh); several dilated branches: merged into the workspace (SPEC 3/5).
 //
-// Shared memory rows are padded by 8 elements (16 bytes): the 32-bit fragment loads of 8
-// rows x 4 lanes then fall in 32 distinct banks (row stride = 4 banks mod 32); so do V's
-// 16-bit loads (rows 2t, 2t + 1, column g). NaN (README "Decisions"): a NaN V in a masked key
-// of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
+// Shared memory rows are padded by 8 elements (16 bytes): each 8x8 matrix an ldmatrix reads,
+// 8 rows of 16 bytes, then falls in 32 distinct banks (row stride = 4 banks mod 32;
+// tests/kernels/test_smem_banks.cpp). The work per chunk is counted by bench/gpu/sass_model.py
+// (modelled, bench/results/sass_model.ldsm.txt). NaN (README "Decisions"): a NaN V in a masked
+// key of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
 // WMMA forward did the same).
 //
 // Launched by cuda/launch.cu; checked by tests/kernels/test_forward_kernels.cpp and
@@ -35,6 +38,7 @@
 #include "async_copy.cuh"
 #include "forward_outputs.cuh"
 #include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "ldmatrix.cuh"
 #include "mma_sync.cuh"
 
 namespace dilattn {
@@ -80,24 +84,25 @@ inline size_t mma_smem_bytes() {
 
 // ---------------------------------------------------------------- loads
 // Keys c0 .. c0 + cn - 1 of a span (rows first + step * (c0 + c)) of K and V into one buffer;
-// rows cn .. BC-1 zero, so P V there adds exact zeros. Each thread issues its 16-byte pieces;
-// the caller commits them as one group.
+// rows cn .. BC-1 zero, so P V there adds exact zeros. Each thread issues its 16-byte pieces,
+// the same 8 dims d0 of every kRowsPerPass-th key; the caller commits them as one group.
 template <class T, int D>
 __device__ __forceinline__ void issue_chunk(const ForwardParams& p, const T* kb, const T* vb,
                                             int64_t first, int64_t step, int64_t c0, int64_t cn,
                                             T* k, T* v) {
   using Tile = MmaTile<T, D>;
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int idx = tid; idx < Tile::kBc * kPieces; idx += Tile::kThreads) {
-    const int c = idx / kPieces, d0 = (idx % kPieces) * 8;
+  constexpr int kRowsPerPass = Tile::kThreads / kPieces;
+  const int tid = static_cast<int>(threadIdx.x), d0 = (tid % kPieces) * 8;
+  const int64_t row0 = first + step * c0;  // the chunk's first key row
+  for (int c = tid / kPieces; c < Tile::kBc; c += kRowsPerPass) {
     T* kd = k + c * Tile::kStride + d0;
     T* vd = v + c * Tile::kStride + d0;
     if (c >= cn) {
       for (int e = 0; e < 8; ++e) kd[e] = vd[e] = from_float<T>(0.0f);
       continue;
     }
-    const int64_t j = first + step * (c0 + c);
+    const int64_t j = row0 + step * c;
     if (p.kv_vec16) {
       async_copy_16(kd, kb + j * p.k_stride[1] + d0);
       async_copy_16(vd, vb + j * p.v_stride[1] + d0);
@@ -108,6 +113,22 @@ __device__ __forceinline__ void issue_chunk(const ForwardParams& p, const T* kb,
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- fragments by ldmatrix
+// Every operand is a 16x16 block of a padded tile, read as ldmatrix's four 8x8 matrices; lane
+// 8i + j addresses row j of matrix i, so its offset from the block's corner is fixed per lane.
+// Q's A fragment (and V's B fragments for dim blocks nd, nd + 1) want matrix i at rows
+// 8 (i % 2), columns 8 (i / 2) (frag_rows_first); K's B fragments for key tiles n, n + 1 want
+// rows 8 (i / 2), columns 8 (i % 2) (frag_cols_first), so each fragment is two adjacent
+// registers, as mma takes them.
+template <class T, int D>
+__device__ __forceinline__ int frag_rows_first(int lane) {
+  return ((lane & 7) + 8 * ((lane >> 3) & 1)) * MmaTile<T, D>::kStride + 8 * (lane >> 4);
+}
+template <class T, int D>
+__device__ __forceinline__ int frag_cols_first(int lane) {
+  return ((lane & 7) + 8 * (lane >> 4)) * MmaTile<T, D>::kStride + 8 * ((lane >> 3) & 1);
 }
 
 // ---------------------------------------------------------------- the warp's row state
@@ -130,30 +151,35 @@ __device__ __forceinline__ float row_sum(float x) {
 }
 
 // One chunk for one warp: S = Q K^T, mask and scale, the online softmax, O = alpha O + P V.
-// cnt0, cnt1: the key counts of the lane's two rows in this span; cn: keys in the chunk.
+// keys0, keys1: how many of the chunk's first keys the lane's two rows take (the rest are
+// masked); frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first,
+// frag_rows_first).
 template <class T, int D>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
-                                           const T* k, const T* v, int64_t c0, int64_t cn,
-                                           int64_t cnt0, int64_t cnt1, RowState<D>& st) {
+                                           const T* k, const T* v, int frag_k, int frag_v,
+                                           int keys0, int keys1, RowState<D>& st) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
-  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  const int t = static_cast<int>(threadIdx.x) & 3;
   float s[kTiles][4];
-  for (int n = 0; n < kTiles; ++n) {
+  for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
-    const T* krow = k + (n * 8 + g) * Tile::kStride + 2 * t;  // B[k][n] = K[key n][dim k]
+  // B[k][n] = K[key n][dim k], stored n-major: one ldmatrix gives the B fragments of key
+  // tiles n (matrices 0, 1: dims 16kk .. 16kk + 7, + 8 ..) and n + 1 (matrices 2, 3).
+  for (int n = 0; n < kTiles; n += 2)
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t b[2] = {load_pair(krow + kk * 16), load_pair(krow + kk * 16 + 8)};
+      uint32_t b[4];
+      ldmatrix<4>(b, k + frag_k + n * 8 * Tile::kStride + kk * 16);
       mma_m16n8k16<T>(s[n], qf[kk], b, s[n]);
+      mma_m16n8k16<T>(s[n + 1], qf[kk], b + 2, s[n + 1]);
     }
-  }
-  // Scale; a key past the chunk or the row's own count is -inf (probability exactly 0).
+  // Scale; a key past the row's keys is -inf (probability exactly 0). The lane's keys are
+  // c = 8n + 2t + (e & 1): one compare each against the row's count less 2t.
+  const int keep[2] = {keys0 - 2 * t, keys1 - 2 * t};
   float chunk_max[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) {
-      const int64_t c = n * 8 + 2 * t + (e & 1);
-      const int64_t count = e < 2 ? cnt0 : cnt1;
-      s[n][e] = (c < cn && c0 + c < count) ? s[n][e] * p.score_pre : -INFINITY;
+      s[n][e] = n * 8 + (e & 1) < keep[e >> 1] ? s[n][e] * p.score_pre : -INFINITY;
       chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
     }
   float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
@@ -173,7 +199,9 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
     for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
   // P V: S's C tiles 2kk and 2kk + 1 are, in the input dtype, P's A fragment for keys
   // 16kk .. 16kk + 15 (PTX layout: a[0], a[1] rows g, g + 8 of columns 2t..; a[2], a[3] of
-  // columns 2t + 8..). B[k][n] = V[key k][dim n]: two 16-bit loads a register.
+  // columns 2t + 8..). B[k][n] = V[key k][dim n], stored k-major: ldmatrix.trans gives the B
+  // fragments of dim blocks nd, nd + 1 (matrices 0, 1: keys 16kk .. 16kk + 7, + 8 ..; 2, 3:
+  // the same keys of the next 8 dims).
   for (int kk = 0; kk < Tile::kBc / 16; ++kk) {
     const float* lo = s[2 * kk];
     const float* hi = s[2 * kk + 1];
@@ -181,12 +209,11 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
                            pack2(from_float<T>(lo[2]), from_float<T>(lo[3])),
                            pack2(from_float<T>(hi[0]), from_float<T>(hi[1])),
                            pack2(from_float<T>(hi[2]), from_float<T>(hi[3]))};
-    const T* vrow = v + (kk * 16 + 2 * t) * Tile::kStride + g;
-    for (int nd = 0; nd < D / 8; ++nd) {
-      const T* vp = vrow + nd * 8;
-      const uint32_t b[2] = {pack2(vp[0], vp[Tile::kStride]),
-                             pack2(vp[8 * Tile::kStride], vp[9 * Tile::kStride])};
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t b[4];
+      ldmatrix_trans<4>(b, v + frag_v + kk * 16 * Tile::kStride + nd * 8);
       mma_m16n8k16<T>(st.o[nd], a, b, st.o[nd]);
+      mma_m16n8k16<T>(st.o[nd + 1], a, b + 2, st.o[nd + 1]);
     }
   }
 }
@@ -236,7 +263,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   Tile tl;
   tl.carve(carver);
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2;
   const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
   const int64_t hk = kv_head_of(h, p.H, p.Hkv);
@@ -257,15 +284,10 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   const int64_t num_spans = tile_span_count(p, h, tile);
   if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
   __syncthreads();
+  const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
   uint32_t qf[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const T* q0 = tl.q() + r0 * S + kk * 16 + 2 * t;
-    const T* q1 = tl.q() + r1 * S + kk * 16 + 2 * t;
-    qf[kk][0] = load_pair(q0);
-    qf[kk][1] = load_pair(q1);
-    qf[kk][2] = load_pair(q0 + 8);
-    qf[kk][3] = load_pair(q1 + 8);
-  }
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix<4>(qf[kk], tl.q() + warp * 16 * S + frag_a + kk * 16);
   RowState<D> st;
   for (int nd = 0; nd < D / 8; ++nd)
     for (int e = 0; e < 4; ++e) st.o[nd][e] = 0.0f;
@@ -284,17 +306,18 @@ __global__ void forward_mma_kernel(ForwardParams p) {
                       tl.v(0));
   }
   async_copy_commit();
+  int slot = 0;  // span % kSpanSlots
   while (span < num_spans) {
-    const int slot = static_cast<int>(span % Tile::kSpanSlots);
     const int64_t* info = tl.span + 3 * slot;
     const int64_t most = info[2];
     // The next chunk: the rest of this span, else the next span's first (spans may be empty).
     int64_t next_span = span, next_c0 = c0 + BC;
+    int next_slot = slot;
     if (next_c0 >= most) {
       next_span = span + 1;
       next_c0 = 0;
+      next_slot = slot + 1 == Tile::kSpanSlots ? 0 : slot + 1;
     }
-    const int next_slot = static_cast<int>(next_span % Tile::kSpanSlots);
     if (tid == 0 && next_span != span && next_span < num_spans)
       read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
                 tl.span + 3 * next_slot);
@@ -310,18 +333,18 @@ __global__ void forward_mma_kernel(ForwardParams p) {
                         min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
     async_copy_commit();
     if (has_chunk) {
-      const int64_t cnt0 = tl.cnt[slot * BR + r0], cnt1 = tl.cnt[slot * BR + r1];
-      int64_t warp_most = cnt0 > cnt1 ? cnt0 : cnt1;
-      for (int x = 4; x < 32; x <<= 1) {
-        const int64_t other = __shfl_xor_sync(0xffffffffu, warp_most, x);
-        warp_most = other > warp_most ? other : warp_most;
-      }
-      if (c0 < warp_most)
-        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), c0, min_i64(BC, most - c0), cnt0, cnt1, st);
+      // Each row's keys in this chunk: the first min(cn, count - c0) (the causal cut and the
+      // span's end). A warp none of whose rows has one skips the chunk.
+      const int64_t cn = min_i64(BC, most - c0);
+      const int keys0 = static_cast<int>(max_i64(0, min_i64(cn, tl.cnt[slot * BR + r0] - c0)));
+      const int keys1 = static_cast<int>(max_i64(0, min_i64(cn, tl.cnt[slot * BR + r1] - c0)));
+      if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
+        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), frag_k, frag_a, keys0, keys1, st);
     }
     buf = next_buf;
     span = next_span;
     c0 = next_c0;
+    slot = next_slot;
   }
   async_copy_wait<0>();
 

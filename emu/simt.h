@@ -8,6 +8,7 @@
 //   simt_device.h     shuffles, votes, atomics, fast-math and bit intrinsics
 //   simt_wmma.h       nvcuda::wmma 16x16x16 with the emulator's element layout
 //   simt_mma.h        mma.sync m16n8k16 (f16, bf16) with the PTX ISA's fragment layout
+//   simt_ldmatrix.h   ldmatrix m8n8 x1/x2/x4 (.trans) with the PTX ISA's layout
 //   simt_async_copy.h cp.async 16-byte copies, visible only after the matching wait
 //   simt_streams.h    deferred streams, runtime call counters, launches per stream
 //   simt_launch.h     DILATTN_LAUNCH, DILATTN_DYNAMIC_SHARED, DILATTN_SMEM_GUARD,
@@ -23,6 +24,7 @@
 #include "simt_device.h"
 #include "simt_wmma.h"
 #include "simt_mma.h"
+#include "simt_ldmatrix.h"
 #include "simt_async_copy.h"
 #include "simt_launch.h"
 #include "simt_runtime.h"

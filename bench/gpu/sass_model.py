@@ -142,24 +142,28 @@ OFF_PATH = {"forward_mma_kernel": _mma_off_path, "forward_mma_tf32_kernel": _mma
 #     chunk; pitch is the K tile's row pitch: D before the padding, SimtProducts::key_pitch(D)
 #     = D | 1 after, told apart by the OR it compiles to (simt_key_pitch_rule).
 #   MMA fragments (forward_mma.cu, rows of MmaTile::kStride = D + 8 16-bit elements, pitch
-#     the pitch argument): lane (g = l / 4, t = l % 4) loads S = Q K^T's B fragment word
-#     of K row g, column 2t (32-bit LDS: row stride pitch / 2 words, 4 banks mod 32 when
-#     padded); for P V the 16-bit V elements of row 2t (then 2t + 1), column g (LDS.U16). The
-#     LDS RZ, [RZ] nvcc puts before LDGSTS read no tile. cp.async's 16-byte writes: 8 lanes
-#     fill 128 contiguous bytes of one row, conflict-free at any pitch.
+#     the pitch argument): ldmatrix x4 (LDSM.16.M88.4) of K's B fragments for S = Q K^T and
+#     ldmatrix x4 .trans (LDSM.16.MT88.4) of V's for P V. Each of its four 8x8 matrices is one
+#     wavefront when conflict-free: the 8 rows the lanes 8i .. 8i + 7 address, 4 words each
+#     (row stride pitch / 2 words, 4 banks mod 32 when padded); the matrices of one
+#     instruction differ by whole rows or 4 words, the same bank pattern. The LDS RZ, [RZ]
+#     nvcc puts before LDGSTS read no tile. cp.async's 16-byte writes: 8 lanes fill 128
+#     contiguous bytes of one row, conflict-free at any pitch.
 def _simt_access(D, br, bc, t, key_pitch):
     return [{"what": "S=QK^T LDS: K[c][d], lane = key c", "per_warp": br * bc // t * D,
              "words": [c * key_pitch for c in range(32)], "wavefronts": 1}]
 
 
 def _mma_access(D, br, bc, t, pitch):
-    k_frag = [(l // 4) * pitch // 2 + l % 4 for l in range(32)]
-    v_elem = sorted({(2 * (l % 4) * pitch + l // 4) // 2 for l in range(32)})
-    return [{"what": "S=QK^T LDS of a K fragment: 8 rows x 4 words, pitch %d B" % (2 * pitch),
-             "match": lambda i: i.op == "LDS" and not i.operands.startswith("RZ,"),
-             "words": k_frag, "wavefronts": 1},
-            {"what": "PV LDS.U16 of V: rows 2t, column g, pitch %d B" % (2 * pitch),
-             "match": lambda i: i.op == "LDS.U16", "words": v_elem, "wavefronts": 1}]
+    matrix = [r * pitch // 2 + w for r in range(8) for w in range(4)]
+    return [{"what": "S=QK^T LDSM.x4 of K: 8x8 matrices of 8 rows x 4 words, pitch %d B"
+             % (2 * pitch),
+             "match": lambda i: i.base == "LDSM" and ".MT" not in i.op,
+             "words": matrix, "wavefronts": 4},
+            {"what": "PV LDSM.x4.trans of V: 8x8 matrices of 8 rows x 4 words, pitch %d B"
+             % (2 * pitch),
+             "match": lambda i: i.base == "LDSM" and ".MT" in i.op,
+             "words": matrix, "wavefronts": 4}]
 
 
 # MMA_TF32 fragments (forward_mma_tf32.cu, rows of Tf32Tile::kStride = D + 4 floats): lane

@@ -142,23 +142,27 @@ def test_table_and_json_from_a_listing(tmp_path):
 
 
 def test_mma_fragment_reads_are_conflict_free_with_padded_rows():
-    # forward_mma.cu's rows of D + 8 16-bit elements: the K fragment's 8 rows x 4 words fill the
-    # 32 banks and V's 16-bit reads of rows 2t, column g hit 16 banks once each; unpadded (rows
-    # of 128 or 256 bytes, all starting in bank 0) 8-way and 4-way.
+    # forward_mma.cu's rows of D + 8 16-bit elements: each 8x8 matrix ldmatrix reads of K (plain)
+    # and V (.trans), 8 rows x 4 words, fills the 32 banks; unpadded (rows of 128 or 256 bytes,
+    # all starting in bank 0) 8-way.
     for D, tile in ((64, (128, 64, 256)), (128, (64, 64, 128))):
         assert sass_model.tile_of(sass_model.TILES["forward_mma_kernel"], D) == tile
         pitch = sass_model.eval_pitch(sass_model.PITCH_RULES["forward_mma_kernel"](None), D)
         assert pitch == D + 8
-        k_frag, v_elem = sass_model.ACCESS["forward_mma_kernel"](D, *tile, pitch)
+        k_frag, v_frag = sass_model.ACCESS["forward_mma_kernel"](D, *tile, pitch)
         assert sass_model.conflict_ways(k_frag["words"], 32) == 1
-        assert sass_model.conflict_ways(v_elem["words"], 32) == 1
-        k_frag, v_elem = sass_model.ACCESS["forward_mma_kernel"](D, *tile, D)
+        assert sass_model.conflict_ways(v_frag["words"], 32) == 1
+        k_frag, v_frag = sass_model.ACCESS["forward_mma_kernel"](D, *tile, D)
         assert sass_model.conflict_ways(k_frag["words"], 32) == 8
-        assert sass_model.conflict_ways(v_elem["words"], 32) == 4
-        assert k_frag["match"](sass_parse.Instr(0, "LDS R4, [R2+0x10]"))
-        assert not k_frag["match"](sass_parse.Instr(0, "LDS RZ, [RZ]"))
-        assert not k_frag["match"](sass_parse.Instr(0, "LDS.U16 R4, [R2]"))
-        assert v_elem["match"](sass_parse.Instr(0, "LDS.U16 R4, [R2+0x90]"))
+        assert sass_model.conflict_ways(v_frag["words"], 32) == 8
+        assert k_frag["match"](sass_parse.Instr(0, "LDSM.16.M88.4 R4, [R2+0x10]"))
+        assert not k_frag["match"](sass_parse.Instr(0, "LDSM.16.MT88.4 R4, [R2]"))
+        assert not k_frag["match"](sass_parse.Instr(0, "LDS R4, [R2+0x10]"))
+        assert v_frag["match"](sass_parse.Instr(0, "LDSM.16.MT88.4 R4, [R2+0x90]"))
+        assert not v_frag["match"](sass_parse.Instr(0, "LDS.U16 R4, [R2+0x90]"))
+    # An LDSM.x4 moves 4 matrices of 128 bytes: 4 wavefronts; .x2 two.
+    assert sass_model.smem_wavefronts(sass_parse.Instr(0, "LDSM.16.MT88.4 R4, [R2]")) == 4
+    assert sass_model.smem_wavefronts(sass_parse.Instr(0, "LDSM.16.M88.2 R4, [R2]")) == 2
 
 
 def test_mma_off_path_blocks_are_the_element_load_and_the_zero_fill():

@@ -56,10 +56,12 @@ def test_mma_fragment_reads_are_matched_and_conflict_free(rows):
     for r in rows:
         if r["family"] != "forward_mma_kernel":
             continue
-        # Per warp per chunk: D 32-bit K fragment loads (8 key blocks x D / 16 x 2), 2 * D
-        # 16-bit V loads (4 key steps x D / 8 x 4); the padded rows leave neither in conflict.
+        # Per warp per chunk: D / 4 ldmatrix x4 of K (4 pairs of key blocks x D / 16) and D / 4
+        # ldmatrix x4 .trans of V (4 key steps x D / 16 pairs of dim blocks); the padded rows
+        # leave neither in conflict.
         D = r["D"]
-        assert [(c["per_warp"], c["ways"]) for c in r["bank_conflicts"]] == [(D, 1), (2 * D, 1)]
+        assert [(c["per_warp"], c["ways"]) for c in r["bank_conflicts"]] == [(D // 4, 1),
+                                                                              (D // 4, 1)]
 
 
 def test_simt_key_reads_are_free_of_bank_conflicts(rows):

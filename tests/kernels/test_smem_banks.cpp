@@ -6,12 +6,12 @@
 //     c = 0 .. 31 at once (thread idx owns S[idx / BC][idx % BC], BC = 32), word c * pitch + d.
 //     Every head dim 1 .. kMaxHeadDim must put those 32 words in 32 distinct banks (with
 //     pitch = D that is 32 / gcd(D, 32) banks: 1 bank, a 32-way conflict, for D = 64).
-//   MMA (forward_mma.cu): rows of MmaTile::kStride 16-bit elements. Lane (g = lane / 4,
-//     t = lane % 4) loads the 32-bit fragment word at row g, column 2t of Q and K (S = Q K^T's
-//     A and B operands): 32 distinct words that must fill the 32 banks. For P V it loads the
-//     16-bit V elements at rows 2t and 2t + 1, column g: no two distinct words in one bank.
-//     With the rows unpadded (kStride = D, 128 or 256 bytes) every row starts in bank 0: 8-way
-//     for Q and K, 4-way for V.
+//   MMA (forward_mma.cu): rows of MmaTile::kStride 16-bit elements, read by ldmatrix x4 (Q and
+//     K plain, V .trans): each of its four 8x8 matrices is one shared-memory access of the 8
+//     rows the lanes 8i .. 8i + 7 address (frag_rows_first, frag_cols_first), 16 bytes each:
+//     32 words that must fill the 32 banks, at every 16x16 block corner the kernel reads (key or
+//     query row 16x, column 16y). With the rows unpadded (kStride = D, 128 or 256 bytes) every
+//     row starts in bank 0: 8-way.
 //   MMA_TF32 (forward_mma_tf32.cu): rows of Tf32Tile::kStride floats. Lane (g, t) loads K's
 //     word at row g, column t (then t + 4) and V's at row 2t (then 2t + 1), column g: each of
 //     the four warp-wide loads must hit 32 distinct banks. Unpadded (kStride = D) K is 8-way,
@@ -68,24 +68,31 @@ void check_simt_key_column() {
 
 template <class T, int D>
 void check_mma_fragments(const char* name) {
-  constexpr int64_t stride = MmaTile<T, D>::kStride, elem = sizeof(T);
-  // V's two 16-bit loads are two warp-wide accesses: rows 2t (v[0]), then rows 2t + 1 (v[1]).
-  std::vector<int64_t> qk, v[2];
-  for (int64_t lane = 0; lane < kWarp; ++lane) {
-    const int64_t g = lane / 4, t = lane % 4;
-    qk.push_back((g * stride + 2 * t) * elem);
-    for (int64_t odd = 0; odd < 2; ++odd) v[odd].push_back(((2 * t + odd) * stride + g) * elem);
-  }
-  std::set<int64_t> qk_banks;
-  for (const int64_t a : qk) qk_banks.insert(a / kBankBytes % kBanks);
-  CHECK_MSG(static_cast<int64_t>(qk_banks.size()) == kBanks,
-            "MMA %s D = %d stride %lld: Q/K fragment words in %zu banks, want 32", name, D,
-            static_cast<long long>(stride), qk_banks.size());
-  for (const auto& rows : v) {
-    const int ways = conflict_ways(rows);
-    CHECK_MSG(ways == 1, "MMA %s D = %d stride %lld: V element loads %d-way conflict", name, D,
-              static_cast<long long>(stride), ways);
-  }
+  using dilattn::banks_test::frag_cols_first;
+  using dilattn::banks_test::frag_rows_first;
+  using Tile = MmaTile<T, D>;
+  constexpr int64_t stride = Tile::kStride, elem = sizeof(T);
+  const char* rules[2] = {"rows first (Q, V)", "columns first (K)"};
+  for (int rule = 0; rule < 2; ++rule)
+    for (int64_t corner_row = 0; corner_row < Tile::kBc; corner_row += 16)
+      for (int64_t corner_col = 0; corner_col < D; corner_col += 16)
+        for (int64_t matrix = 0; matrix < 4; ++matrix) {
+          std::vector<int64_t> words;  // the 8 rows of one matrix, 16 bytes each
+          for (int64_t lane = 8 * matrix; lane < 8 * matrix + 8; ++lane) {
+            const int off = rule == 0 ? frag_rows_first<T, D>(static_cast<int>(lane))
+                                      : frag_cols_first<T, D>(static_cast<int>(lane));
+            const int64_t row = (corner_row * stride + corner_col + off) * elem;
+            for (int64_t w = 0; w < 4; ++w) words.push_back(row + w * kBankBytes);
+          }
+          const int ways = conflict_ways(words);
+          if (!CHECK_MSG(ways == 1,
+                         "MMA %s D = %d stride %lld: ldmatrix %s, block (%lld, %lld) matrix %lld: "
+                         "%d-way conflict",
+                         name, D, static_cast<long long>(stride), rules[rule],
+                         static_cast<long long>(corner_row), static_cast<long long>(corner_col),
+                         static_cast<long long>(matrix), ways))
+            return;
+        }
 }
 
 template <int D>
