@@ -39,6 +39,7 @@
 #include "forward_outputs.cuh"
 #include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
 #include "ldmatrix.cuh"
+#include "mma_rows.cuh"
 #include "mma_sync.cuh"
 
 namespace dilattn {
@@ -131,25 +132,6 @@ __device__ __forceinline__ int frag_cols_first(int lane) {
   return ((lane & 7) + 8 * (lane >> 4)) * MmaTile<T, D>::kStride + 8 * ((lane >> 3) & 1);
 }
 
-// ---------------------------------------------------------------- the warp's row state
-// Lane (g = lane / 4, t = lane % 4) of warp w holds, in mma's C layout, rows 16w + g ("row 0")
-// and 16w + g + 8 ("row 1") of the tile, and of every 8-column block the columns 2t, 2t + 1.
-template <int D>
-struct RowState {
-  float o[D / 8][4];  // O, as C fragments over D in 8-column blocks
-  float m[2], l[2];   // running max and sum of rows 0 and 1 (base 2, softmax_rules.h)
-};
-
-// max_nan / sum over the 4 lanes of a row (lanes 4g .. 4g + 3), in a fixed order.
-__device__ __forceinline__ float row_max_nan(float x) {
-  x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float row_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // One chunk for one warp: S = Q K^T, mask and scale, the online softmax, O = alpha O + P V.
 // keys0, keys1: how many of the chunk's first keys the lane's two rows take (the rest are
 // masked); frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first,
@@ -157,7 +139,8 @@ __device__ __forceinline__ float row_sum(float x) {
 template <class T, int D>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
                                            const T* k, const T* v, int frag_k, int frag_v,
-                                           int keys0, int keys1, RowState<D>& st) {
+                                           int keys0, int keys1,
+                                           mma_rows::RowState<D>& st) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
   const int t = static_cast<int>(threadIdx.x) & 3;
@@ -173,30 +156,7 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
       mma_m16n8k16<T>(s[n], qf[kk], b, s[n]);
       mma_m16n8k16<T>(s[n + 1], qf[kk], b + 2, s[n + 1]);
     }
-  // Scale; a key past the row's keys is -inf (probability exactly 0). The lane's keys are
-  // c = 8n + 2t + (e & 1): one compare each against the row's count less 2t.
-  const int keep[2] = {keys0 - 2 * t, keys1 - 2 * t};
-  float chunk_max[2] = {-INFINITY, -INFINITY};
-  for (int n = 0; n < kTiles; ++n)
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = n * 8 + (e & 1) < keep[e >> 1] ? s[n][e] * p.score_pre : -INFINITY;
-      chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
-    }
-  float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
-  for (int r = 0; r < 2; ++r) {
-    const float m_new = max_nan(st.m[r], row_max_nan(chunk_max[r]));
-    shift[r] = online_shift(m_new);
-    alpha[r] = online_rescale(st.m[r], m_new, p.score_post);
-    st.m[r] = m_new;
-  }
-  for (int n = 0; n < kTiles; ++n)
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = online_prob(s[n][e], shift[e >> 1], p.score_post);
-      sum[e >> 1] += s[n][e];
-    }
-  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + row_sum(sum[r]);
-  for (int nd = 0; nd < D / 8; ++nd)
-    for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
+  mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
   // P V: S's C tiles 2kk and 2kk + 1 are, in the input dtype, P's A fragment for keys
   // 16kk .. 16kk + 15 (PTX layout: a[0], a[1] rows g, g + 8 of columns 2t..; a[2], a[3] of
   // columns 2t + 8..). B[k][n] = V[key k][dim n], stored k-major: ldmatrix.trans gives the B
@@ -216,41 +176,6 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
       mma_m16n8k16<T>(st.o[nd + 1], a, b + 2, st.o[nd + 1]);
     }
   }
-}
-
-// ---------------------------------------------------------------- finishing a row
-// Row r (0 or 1) of the lane, query row i (>= 0): one branch writes O / l and LSE to the
-// caller's tensors; several branches merge (O / l, LSE) into the workspace with SPEC 5's
-// update. All 4 lanes of the row read the old LSE before the first of them writes it.
-template <class T, int D>
-__device__ __forceinline__ void finish_row(const ForwardParams& p, int64_t b, int64_t h,
-                                           int64_t i, int r, const RowState<D>& st) {
-  const int t = static_cast<int>(threadIdx.x) & 3;
-  const float m = st.m[r], l = st.l[r];
-  const double lse_b = finalize_lse(m, l, p.score_post);
-  const float factor = finalize_o_factor(m, l);
-  if (p.o != nullptr) {
-    if (i < 0) return;
-    for (int nd = 0; nd < D / 8; ++nd)
-      for (int e = 0; e < 2; ++e) store_o<T>(p, b, i, h, nd * 8 + 2 * t + e, st.o[nd][2 * r + e] * factor);
-    if (t == 0) store_lse(p, b, h, i, lse_b);
-    return;
-  }
-  const bool merge = i >= 0 && !row_is_empty(m);
-  const int64_t row = (b * p.H + h) * p.Nq + i;
-  const double lse_old = merge ? p.lse_acc[row] : 0.0;
-  __syncwarp();
-  if (!merge) return;
-  const double lse_new = merge_lse(lse_old, lse_b);
-  if (t == 0) p.lse_acc[row] = lse_new;
-  const float keep = static_cast<float>(merge_weight(lse_old, lse_new));
-  const float add = static_cast<float>(merge_weight(lse_b, lse_new)) * factor;
-  float* acc = p.o_acc + row * D;
-  for (int nd = 0; nd < D / 8; ++nd)
-    for (int e = 0; e < 2; ++e) {
-      float* x = acc + nd * 8 + 2 * t + e;
-      *x = *x * keep + st.o[nd][2 * r + e] * add;
-    }
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -288,11 +213,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   uint32_t qf[D / 16][4];
   for (int kk = 0; kk < D / 16; ++kk)
     ldmatrix<4>(qf[kk], tl.q() + warp * 16 * S + frag_a + kk * 16);
-  RowState<D> st;
-  for (int nd = 0; nd < D / 8; ++nd)
-    for (int e = 0; e < 4; ++e) st.o[nd][e] = 0.0f;
-  st.m[0] = st.m[1] = -INFINITY;
-  st.l[0] = st.l[1] = 0.0f;
+  mma_rows::RowState<D> st;
+  mma_rows::start(st);
 
   // 2-3. The chunks, double-buffered. Span descriptors rotate through 3 slots: thread 0 fills
   // the next span's slot during a chunk while other threads may still read the previous
@@ -336,8 +258,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
       // Each row's keys in this chunk: the first min(cn, count - c0) (the causal cut and the
       // span's end). A warp none of whose rows has one skips the chunk.
       const int64_t cn = min_i64(BC, most - c0);
-      const int keys0 = static_cast<int>(max_i64(0, min_i64(cn, tl.cnt[slot * BR + r0] - c0)));
-      const int keys1 = static_cast<int>(max_i64(0, min_i64(cn, tl.cnt[slot * BR + r1] - c0)));
+      const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
+      const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
       if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
         warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), frag_k, frag_a, keys0, keys1, st);
     }
@@ -349,8 +271,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   async_copy_wait<0>();
 
   // 4. Finish the lane's two rows.
-  finish_row<T, D>(p, b, h, tl.rows[r0], 0, st);
-  finish_row<T, D>(p, b, h, tl.rows[r1], 1, st);
+  mma_rows::finish_row<T, D>(p, b, h, tl.rows[r0], 0, st);
+  mma_rows::finish_row<T, D>(p, b, h, tl.rows[r1], 1, st);
 }
 
 template __global__ void forward_mma_kernel<__half, 64>(ForwardParams);

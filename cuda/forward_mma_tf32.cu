@@ -157,9 +157,8 @@ __device__ __forceinline__ void issue_tf32_chunk(const ForwardParams& p, const f
 // dim t, a2, a3 the same at dim t + 4).
 template <int D, int kProducts>
 __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const float (&qf)[D / 8][4],
-                                                const float* k, const float* v, int64_t c0,
-                                                int64_t cn, int64_t cnt0, int64_t cnt1,
-                                                mma_rows::RowState<D>& st) {
+                                                const float* k, const float* v, int keys0,
+                                                int keys1, mma_rows::RowState<D>& st) {
   using Tile = Tf32Tile<D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
   const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
@@ -176,7 +175,7 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
       mma_f32<kProducts>(s[n], a, to_tf32<kProducts>(kf));
     }
   }
-  mma_rows::softmax_chunk<kTiles, D>(p, s, c0, cn, cnt0, cnt1, st);
+  mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
   // O += P V over the chunk's 8-key tiles, k = t standing for key 2t and k = t + 4 for key
   // 2t + 1 (header): A = {c0, c2, c1, c3}, B[k][n] = V[key][dim 8nd + g].
   DILATTN_TF32_UNROLL
@@ -268,15 +267,12 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
                           min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
     async_copy_commit();
     if (has_chunk) {
-      const int64_t cnt0 = tl.cnt[slot * BR + r0], cnt1 = tl.cnt[slot * BR + r1];
-      int64_t warp_most = cnt0 > cnt1 ? cnt0 : cnt1;
-      for (int x = 4; x < 32; x <<= 1) {
-        const int64_t other = __shfl_xor_sync(0xffffffffu, warp_most, x);
-        warp_most = other > warp_most ? other : warp_most;
-      }
-      if (c0 < warp_most)
-        tf32_warp_chunk<D, kProducts>(p, qf, tl.k(buf), tl.v(buf), c0, min_i64(BC, most - c0),
-                                      cnt0, cnt1, st);
+      // Each row's keys in this chunk; a warp none of whose rows has one skips the chunk.
+      const int64_t cn = min_i64(BC, most - c0);
+      const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
+      const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
+      if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
+        tf32_warp_chunk<D, kProducts>(p, qf, tl.k(buf), tl.v(buf), keys0, keys1, st);
     }
     buf = next_buf;
     span = next_span;

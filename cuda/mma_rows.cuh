@@ -1,13 +1,14 @@
 // mma_rows.cuh - a tensor-core forward warp's query rows, held in mma's C fragment layout:
 // the online softmax over a chunk of scores and the finished row's O and LSE (SPEC 2-5,
-// through lib/internal/softmax_rules.h). Used by cuda/forward_mma_tf32.cu; the same code as
-// forward_mma.cu's (whose C fragments, m16n8k16's, have the same layout as m16n8k8's).
+// through lib/internal/softmax_rules.h). Used by cuda/forward_mma.cu (m16n8k16) and cuda/forward_mma_tf32.cu
+// (m16n8k8): the two products' C fragments have the same layout.
 //
 // Lane (g = lane / 4, t = lane % 4) of warp w holds rows 16w + g ("row 0") and 16w + g + 8
 // ("row 1") of the tile and, of every 8-column block, columns 2t and 2t + 1 (PTX ISA, "Matrix
 // Fragments for mma.m16n8k8" and "... mma.m16n8k16": c[0], c[1] row g; c[2], c[3] row g + 8).
 //
 //   RowState<D>                 O as D / 8 C fragments, the running max m and sum l (base 2)
+//   row_keys_in_chunk(...)      how many of a chunk's keys a row takes
 //   softmax_chunk(p, s, ...)    S of one chunk (kTiles C fragments): scale, mask, the online
 //                               update of m, l and O; S becomes P
 //   finish_row<T, D>(p, ...)    one branch: O / l and LSE to the caller's tensors; several:
@@ -47,22 +48,26 @@ __device__ __forceinline__ float row_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// s: the chunk's scores <q, k> for keys c0 .. c0 + 8 kTiles - 1 of a span (column c of the
-// chunk: tile c / 8). Scaled by score_pre; a key past the chunk (cn keys) or the row's own
-// count (cnt0, cnt1) is -inf, by selection, so a NaN key masked out stays out. Then
-// softmax_rules.h's online update: s becomes P (unnormalised, base 2), O and l rescaled by
-// alpha and l += the chunk's row sums. The caller adds P V to O.
+// How many of a chunk's first keys a row takes: of the chunk's cn keys (from key c0 of its
+// span), those before the row's own count in the span (the causal cut, the span's end); 0 to cn.
+__device__ __forceinline__ int row_keys_in_chunk(int64_t cn, int64_t count, int64_t c0) {
+  return static_cast<int>(max_i64(0, min_i64(cn, count - c0)));
+}
+
+// s: the chunk's scores <q, k> (kTiles C fragments: the lane's keys are c = 8n + 2t + (e & 1)).
+// Scaled by score_pre; a key at or past the row's keys0 / keys1 (row_keys_in_chunk) is -inf,
+// by selection, so a NaN key masked out stays out: one 32-bit compare per score, against the
+// row's count less 2t. Then softmax_rules.h's online update: s becomes P (unnormalised, base
+// 2), O and l rescaled by alpha and l += the chunk's row sums. The caller adds P V to O.
 template <int kTiles, int D>
 __device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)[kTiles][4],
-                                              int64_t c0, int64_t cn, int64_t cnt0, int64_t cnt1,
-                                              RowState<D>& st) {
+                                              int keys0, int keys1, RowState<D>& st) {
   const int t = static_cast<int>(threadIdx.x) & 3;
+  const int keep[2] = {keys0 - 2 * t, keys1 - 2 * t};
   float chunk_max[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) {
-      const int64_t c = n * 8 + 2 * t + (e & 1);
-      const int64_t count = e < 2 ? cnt0 : cnt1;
-      s[n][e] = (c < cn && c0 + c < count) ? s[n][e] * p.score_pre : -INFINITY;
+      s[n][e] = n * 8 + (e & 1) < keep[e >> 1] ? s[n][e] * p.score_pre : -INFINITY;
       chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
     }
   float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
