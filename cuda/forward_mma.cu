@@ -143,7 +143,6 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
                                            mma_rows::RowState<D>& st) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
-  const int t = static_cast<int>(threadIdx.x) & 3;
   float s[kTiles][4];
   for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
