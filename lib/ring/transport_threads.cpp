@@ -47,8 +47,7 @@ struct ThreadsState {
 
   // Slot r holds rank r's outgoing rows, for rank `to`.
   struct Slot {
-    const void* data = nullptr;
-    size_t bytes = 0;
+    MessageHalves message;
     int32_t to = 0;
     uint64_t posted = 0, consumed = 0;
     bool copying = false;
@@ -89,16 +88,15 @@ class ThreadsTransport final : public RingTransport {
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+  dilattn_status exchange_begin(const MessageHalves& send, int32_t to, void* recv,
                                 size_t recv_bytes, int32_t from) override {
     ThreadsState& s = *s_;
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.broken) return broken_error();
-    sending_ = send_bytes != 0;
+    sending_ = send.bytes() != 0;
     if (sending_) {
       ThreadsState::Slot& out = s.slots[rank_];
-      out.data = send;
-      out.bytes = send_bytes;
+      out.message = send;
       out.to = to;
       ++out.posted;
       s.cv.notify_all();
@@ -138,9 +136,9 @@ class ThreadsTransport final : public RingTransport {
       return time_out(lock, "rank " + std::to_string(rank_) + " waiting for rows from rank " +
                                 std::to_string(from_));
     if (s.broken) return retract(lock);
-    if (in.bytes != recv_bytes_) {
+    if (in.message.bytes() != recv_bytes_) {
       s.broken = true;
-      s.broken_why = "rank " + std::to_string(from_) + " sent " + std::to_string(in.bytes) +
+      s.broken_why = "rank " + std::to_string(from_) + " sent " + std::to_string(in.message.bytes()) +
                      " bytes, rank " + std::to_string(rank_) + " expected " +
                      std::to_string(recv_bytes_);
       s.cv.notify_all();
@@ -148,11 +146,16 @@ class ThreadsTransport final : public RingTransport {
     }
     in.copying = true;
     lock.unlock();
+    const MessageHalves& m = in.message;
+    auto* const second = static_cast<unsigned char*>(recv_) + m.half_bytes;
     dilattn_status copied = DILATTN_SUCCESS;
-    if (ops_ != nullptr)
-      copied = ops_->copy_bytes(recv_, in.data, recv_bytes_);
-    else
-      std::memcpy(recv_, in.data, recv_bytes_);
+    if (ops_ != nullptr) {
+      copied = ops_->copy_bytes(recv_, m.first, m.half_bytes);
+      if (copied == DILATTN_SUCCESS) copied = ops_->copy_bytes(second, m.second, m.half_bytes);
+    } else {
+      std::memcpy(recv_, m.first, m.half_bytes);
+      std::memcpy(second, m.second, m.half_bytes);
+    }
     lock.lock();
     in.copying = false;
     ++in.consumed;
@@ -195,7 +198,7 @@ class ThreadsTransport final : public RingTransport {
   dilattn_status retract(std::unique_lock<std::mutex>& lock) {
     ThreadsState::Slot& out = s_->slots[rank_];
     s_->cv.wait(lock, [&] { return !out.copying; });
-    out.data = nullptr;
+    out.message = MessageHalves{};
     out.consumed = out.posted;
     return broken_error();
   }
