@@ -44,7 +44,7 @@ struct BackwardTensors {
 // Everything the backward allocates, sized from the plan before the ranks' vote (ring_call.h).
 struct BackwardBuffers {
   BackwardBuffers(RingCall& c, const dilattn_tensor& k, const dilattn_tensor& v)
-      : kv(c, k, v), partial(c.memory), grad_out(c.memory), grad_in(c.memory),
+      : kv(c, k, v), partial(c.memory), grad_out(c.memory),
         dq_acc(c.memory), dq_part(c.memory), dkv_acc(c.memory), dk_part(c.memory),
         dv_part(c.memory), workspace(c.memory) {
     const Problem& p = *c.p;
@@ -66,7 +66,8 @@ struct BackwardBuffers {
         packed_out = std::max(packed_out, c.message_bytes(step.recv, c.acc_dtype));
     }
     grad_out.grow(packed_out);
-    grad_in.grow(2 * c.packed_bytes(most_send, c.acc_dtype));
+    // A partial of our rows arrives in the K/V buffer no step reads at that moment.
+    spare = kv.reserve_spare(2 * c.packed_bytes(most_send, c.acc_dtype));
     dq_acc.grow(shard_q * asize);
     dq_part.grow(shard_q * esize);
     dkv_acc.grow(2 * shard_kv * asize);
@@ -75,14 +76,16 @@ struct BackwardBuffers {
   }
   dilattn_status status() const {
     if (dilattn_status s = kv.status()) return s;
+    if (spare != DILATTN_SUCCESS) return spare;
     for (const RingBuffer* b :
-         {&partial, &grad_out, &grad_in, &dq_acc, &dq_part, &dkv_acc, &dk_part, &dv_part})
+         {&partial, &grad_out, &dq_acc, &dq_part, &dkv_acc, &dk_part, &dv_part})
       if (dilattn_status s = b->status()) return s;
     return DILATTN_SUCCESS;
   }
   KvChunks kv;         // K/V rows in flight and computed on (ring_kv_chunks.h)
   RingBuffer partial;  // this step's dK/dV of the rows received (acc dtype, chunk layout)
-  RingBuffer grad_out, grad_in;  // a partial packed to go back, one arriving
+  RingBuffer grad_out;  // a partial packed to go back (one arriving: kv.spare())
+  dilattn_status spare = DILATTN_SUCCESS;
   RingBuffer dq_acc, dq_part, dkv_acc, dk_part, dv_part;
   RingBuffer workspace;  // grows to the largest sub-problem's need (a failure is the rank's status)
 };
@@ -164,12 +167,13 @@ dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTen
               message_of(c, dk_sum, dv_sum, current.recv, buf.grad_out.data(), &back))
         return s;
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.exchange_begin(back, current.owner, buf.grad_in.data(),
+      unsigned char* const arriving = chunks.spare();
+      if (dilattn_status s = c.exchange_begin(back, current.owner, arriving,
                                               c.message_bytes(current.send, a), current.to))
         return s;
       if (dilattn_status s = c.exchange_end()) return s;
       if (dilattn_status s =
-              unpack_pair(c, buf.grad_in.data(), current.send, dk_acc_v, dv_acc_v, true))
+              unpack_pair(c, arriving, current.send, dk_acc_v, dv_acc_v, true))
         return s;
     }
     current = std::move(next);

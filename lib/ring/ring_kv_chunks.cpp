@@ -36,6 +36,13 @@ dilattn_status KvChunks::status() const {
   return DILATTN_SUCCESS;
 }
 
+dilattn_status KvChunks::reserve_spare(size_t bytes) {
+  for (RingBuffer& b : turn_)
+    if (b.bytes() < bytes)
+      if (dilattn_status s = b.grow(bytes)) return s;
+  return DILATTN_SUCCESS;
+}
+
 dilattn_status KvChunks::begin(const RingStep& next) {
   MessageHalves message;
   if (dilattn_status s = message_of(c_, own_k_, own_v_, next.send, outgoing_.data(), &message))

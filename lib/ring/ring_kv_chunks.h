@@ -38,6 +38,11 @@ class KvChunks {
   dilattn_status begin(const RingStep& next);
   // Completes it: the rows received become the K and V of the next step (k(), v()).
   dilattn_status end(const RingStep& next);
+  // Grows both buffers to at least `bytes`, so that spare() can hold a message that large.
+  dilattn_status reserve_spare(size_t bytes);
+  // The buffer the next step does not read, free between end() (or the last step's compute)
+  // and the next begin(): the backward receives a dK/dV partial there.
+  unsigned char* spare() const { return turn_[1 - computed_].data(); }
   // The K and V a step reads: the caller's at step 0, then the rows last received.
   const dilattn_tensor& k() const { return k_; }
   const dilattn_tensor& v() const { return v_; }
