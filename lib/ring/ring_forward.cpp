@@ -2,21 +2,27 @@
 //
 // Rank p computes with its own K/V at step 0; at step s (1 <= s < P) with the rows of rank
 // o = (p - s) mod P's shard that its queries read. Nothing else travels (ring_needs.h): at
-// step s rank p sends rank (p + s) mod P, packed, the rows of its own shard that rank needs,
-// and receives from o the rows of o's shard it needs, which it unpacks into a chunk buffer
-// at their row positions; rows nobody sent are never read. The exchange for step s + 1 runs
-// while step s computes. A step that receives no row has nothing to compute (every
-// sub-problem of it reads no key) and is skipped: block-sparse chunks without a listed block,
-// dilated segments inside another shard, causal keys after every query.
+// step s rank p sends rank (p + s) mod P the rows of its own shard that rank needs and
+// receives from o the rows of o's shard it needs (ring_kv_chunks.h: a whole shard straight
+// from the caller's K and V and computed on where it arrived; other rows packed, and unpacked
+// at their row positions into a chunk buffer, where rows nobody sent are never read).
+// The exchange for step s + 1 runs while step s computes. A step that receives no row has
+// nothing to compute (every sub-problem of it reads no key) and is skipped: block-sparse
+// chunks without a listed block, dilated segments inside another shard, causal keys after
+// every query.
 // Each (own query range, chunk key range) pair is cut into backend sub-problems
 // (ring_pairs.h) whose partial (O_b, LSE_b) is merged into the running (O, LSE) with SPEC 5's
 // stable update (softmax_rules.h merge_lse / merge_weight). The merge order is the step order,
 // fixed by ring position, so a run gives the same bits every time.
-// Memory on a rank (RingMemory): one chunk the received rows are unpacked into, one outgoing
-// and one incoming packed message (each at most a chunk, sized by the largest need), the
-// running O and LSE, one partial O and LSE, and a backend workspace: O(N / P). The element
-// work (packing, the merge) runs where the backend keeps its tensors (ring_ops.h): host loops
-// for ref and cpu, kernels on the device's stream for cuda and emu.
+// Memory on a rank (RingMemory), all allocated before the ranks' vote (ring_call.h): the K/V
+// buffers of ring_kv_chunks.h (C a K/V chunk pair, R and S the largest needed message
+// received and packed to send): at most 2 C when whole shards travel (dense, causal, a mask
+// listing every block; tests/ring/test_ring_memory.cpp checks it), C + R + S when only parts
+// do, 2 C + S when both; plus the running O and LSE (accumulator dtype), one partial O and
+// LSE, and a backend workspace: O(N / P). The MPI transport adds its staging, one message
+// each way (buffer_bytes). The element work (packing, the merge) runs where the backend keeps
+// its tensors (ring_ops.h): host loops for ref and cpu, kernels on the device's stream for
+// cuda and emu.
 // Checked by tests/ring/test_ring_forward.cpp against the single-device reference and by
 // tests/ring/test_ring_needs.cpp (bytes sent, chunk rows not received poisoned with NaN).
 #include <cmath>

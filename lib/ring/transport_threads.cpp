@@ -2,8 +2,8 @@
 // process (SPEC 5, dilattn_comm_create_threads).
 //
 // Ranks share one state guarded by one mutex. An exchange is a rendezvous per direction: the
-// sender posts a pointer to its rows in its outgoing slot, addressed to rank `to`; rank `to`
-// copies them into its own buffer (so no rank ever computes on another's memory) and marks the
+// sender posts its message (two halves, ring_transport.h) in its outgoing slot, addressed to
+// rank `to`; rank `to` copies them, back to back, into its own buffer (so no rank ever computes on another's memory) and marks the
 // slot consumed; the sender's exchange_end waits for that. Zero bytes posts nothing (and a
 // receive of zero bytes waits for nothing): the ring sends only rows the receiver needs. Every wait has the communicator's timeout: past it the waiting rank
 // marks the state broken, wakes everyone, and every call from then on returns
