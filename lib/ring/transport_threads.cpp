@@ -3,10 +3,11 @@
 //
 // Ranks share one state guarded by one mutex. An exchange is a rendezvous per direction: the
 // sender posts its message (two halves, ring_transport.h) in its outgoing slot, addressed to
-// rank `to`; rank `to` copies them, back to back, into its own buffer (so no rank ever computes on another's memory) and marks the
-// slot consumed; the sender's exchange_end waits for that. Zero bytes posts nothing (and a
-// receive of zero bytes waits for nothing): the ring sends only rows the receiver needs. Every wait has the communicator's timeout: past it the waiting rank
-// marks the state broken, wakes everyone, and every call from then on returns
+// rank `to`; rank `to` copies the halves, back to back, into its own buffer (so no rank ever
+// computes on another's memory) and marks the slot consumed; the sender's exchange_end waits
+// for that. Zero bytes posts nothing (and a receive of zero bytes waits for nothing): the ring
+// sends only rows the receiver needs. Every wait has the communicator's timeout: past it the
+// waiting rank marks the state broken, wakes everyone, and every call from then on returns
 // DILATTN_ERROR_COMM. A rank never returns while a neighbour is still copying from its buffer
 // (the copy itself never waits), so a timeout cannot leave a dangling read. The receiver copies
 // with its ring call's RingOps::copy_bytes (ring_ops.h): a host memcpy for the CPU backends, a
