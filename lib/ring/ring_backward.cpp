@@ -16,18 +16,26 @@
 // added. The sums run where the backend keeps its tensors (ring_ops.h: host loops, or kernels
 // on the device's stream), each element by one thread in this fixed order, so the device path
 // is bitwise schedule-independent too.
-// Memory on a rank (RingMemory): the chunk the received K/V rows are unpacked into, this
-// step's dK/dV partial of them, one outgoing and one incoming message (K/V rows or partials,
-// sized by the largest need), dQ and our dK/dV accumulators, one sub-problem's gradients and a
-// backend workspace: O(N / P).
+// Memory on a rank (RingMemory), all allocated before the ranks' vote (ring_call.h): the K/V
+// buffers of ring_kv_chunks.h (at most two K/V chunks when whole shards travel), the returning
+// dK/dV partial arriving in the one of them no step reads then (grown to the largest partial
+// if needed), this step's dK/dV partial of the rows received (a chunk pair, accumulator
+// dtype), a packed copy of it to send back only where it is not the whole chunk in the packed
+// layout, the sub-problems' dK/dV (a chunk pair) and dQ, the dQ and dK/dV accumulators, and a
+// backend workspace: O(N / P). At P = 4, N = 65536, f32, H = 1, D = 64 with whole chunks
+// travelling that is 50.7 MB beside 33.6 MB of shards (Q, K, V, O, LSE, dO, dQ, dK, dV), 1.43x
+// of shards + two K/V chunks + the dK/dV partial: above 1.3x, so
+// tests/ring/test_ring_memory.cpp checks the forward only.
 // Checked by tests/ring/test_ring_backward.cpp against the single-device reference.
 #include <algorithm>
+#include <memory>
 
 #include "abi_enum.h"
 #include "dtype_convert.h"
 #include "errors.h"
 #include "handles.h"
 #include "ring_call.h"
+#include "ring_kv_chunks.h"
 #include "ring_pairs.h"
 #include "tensor_checks.h"
 
@@ -39,39 +47,69 @@ struct BackwardTensors {
   const dilattn_tensor &q, &k, &v, &o, &lse, &d_o, &dq, &dk, &dv;
 };
 
-dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
+// Everything the backward allocates, sized from the plan before the ranks' vote (ring_call.h).
+struct BackwardBuffers {
+  BackwardBuffers(RingCall& c, const dilattn_tensor& k, const dilattn_tensor& v)
+      : kv(c, k, v), partial(c.memory), grad_out(c.memory),
+        dq_acc(c.memory), dq_part(c.memory), dkv_acc(c.memory), dk_part(c.memory),
+        dv_part(c.memory), workspace(c.memory) {
+    const Problem& p = *c.p;
+    const size_t esize = dtype_size(p.dtype), asize = dtype_size(c.acc_dtype);
+    const size_t chunk_n = static_cast<size_t>(c.chunk_elements());
+    const size_t shard_q = static_cast<size_t>(p.B * c.mine.rows * p.H * p.D);
+    const size_t shard_kv = static_cast<size_t>(p.B * c.mine.rows * p.Hkv * p.D);
+    int64_t most_recv, most_send;
+    c.most_rows(&most_recv, &most_send);
+    partial.grow(most_recv > 0 ? 2 * chunk_n * asize : 0);
+    // A partial goes back from the partial buffer itself where it is the whole chunk in the
+    // packed layout (ring_call.h message_of); else it is packed into grad_out.
+    size_t packed_out = 0;
+    for (int32_t s = 1; s < c.P && partial.data() != nullptr; ++s) {
+      const RingStep step = c.step_at(s);
+      const int64_t rows = c.rows_of(step.owner).rows;
+      if (!sends_in_place(c, c.chunk_first(partial.data(), c.acc_dtype, rows),
+                          c.chunk_second(partial.data(), c.acc_dtype, rows), step.recv))
+        packed_out = std::max(packed_out, c.message_bytes(step.recv, c.acc_dtype));
+    }
+    grad_out.grow(packed_out);
+    // A partial of our rows arrives in the K/V buffer no step reads at that moment.
+    spare = kv.reserve_spare(2 * c.packed_bytes(most_send, c.acc_dtype));
+    dq_acc.grow(shard_q * asize);
+    dq_part.grow(shard_q * esize);
+    dkv_acc.grow(2 * shard_kv * asize);
+    dk_part.grow(chunk_n * esize);
+    dv_part.grow(chunk_n * esize);
+  }
+  dilattn_status status() const {
+    if (dilattn_status s = kv.status()) return s;
+    if (spare != DILATTN_SUCCESS) return spare;
+    for (const RingBuffer* b :
+         {&partial, &grad_out, &dq_acc, &dq_part, &dkv_acc, &dk_part, &dv_part})
+      if (dilattn_status s = b->status()) return s;
+    return DILATTN_SUCCESS;
+  }
+  KvChunks kv;         // K/V rows in flight and computed on (ring_kv_chunks.h)
+  RingBuffer partial;  // this step's dK/dV of the rows received (acc dtype, chunk layout)
+  RingBuffer grad_out;  // a partial packed to go back (one arriving: kv.spare())
+  dilattn_status spare = DILATTN_SUCCESS;
+  RingBuffer dq_acc, dq_part, dkv_acc, dk_part, dv_part;
+  RingBuffer workspace;  // grows to the largest sub-problem's need (a failure is the rank's status)
+};
+
+dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTensors& t) {
   const Problem& p = *c.p;
   RingOps& ops = *c.ops;
   const int64_t rows = c.mine.rows;
-  const size_t esize = dtype_size(p.dtype), asize = dtype_size(c.acc_dtype);
-  const size_t chunk_n = static_cast<size_t>(c.chunk_elements());
-  const size_t shard_q = static_cast<size_t>(p.B * rows * p.H * p.D);
+  const size_t asize = dtype_size(c.acc_dtype);
   const size_t shard_kv = static_cast<size_t>(p.B * rows * p.Hkv * p.D);
-  int64_t most_recv, most_send;
-  c.most_rows(&most_recv, &most_send);
-  // A message: K and V rows (plan dtype) one way, or a partial's dK and dV rows (acc dtype)
-  // the other way back, so one outgoing and one incoming buffer serve both.
-  auto message_bytes = [&](int64_t kv_rows, int64_t grad_rows) {
-    return 2 * std::max(c.packed_bytes(kv_rows, p.dtype), c.packed_bytes(grad_rows, c.acc_dtype));
-  };
-  const bool chunks = most_recv > 0;
-  RingBuffer chunk(c.memory, chunks ? 2 * chunk_n * esize : 0);
-  RingBuffer partial(c.memory, chunks ? 2 * chunk_n * asize : 0);
-  RingBuffer outgoing(c.memory, message_bytes(most_send, most_recv));
-  RingBuffer incoming(c.memory, message_bytes(most_recv, most_send));
-  RingBuffer dq_acc(c.memory, shard_q * asize), dq_part(c.memory, shard_q * esize);
-  RingBuffer dkv_acc(c.memory, 2 * shard_kv * asize);
-  RingBuffer dk_part(c.memory, chunk_n * esize), dv_part(c.memory, chunk_n * esize);
-  RingBuffer workspace(c.memory);
-  for (const RingBuffer* b : {&chunk, &partial, &outgoing, &incoming, &dq_acc, &dq_part, &dkv_acc,
-                              &dk_part, &dv_part})
-    if (dilattn_status s = b->status()) return s;
+  KvChunks& chunks = buf.kv;
+  unsigned char* const partial = buf.partial.data();
 
-  const dilattn_tensor dq_acc_v = c.view(dq_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
-  const dilattn_tensor dq_part_v = c.view(dq_part.data(), p.dtype, p.B, rows, p.H, p.D);
-  const dilattn_tensor dk_acc_v = c.view(dkv_acc.data(), c.acc_dtype, p.B, rows, p.Hkv, p.D);
+  const dilattn_tensor dq_acc_v = c.view(buf.dq_acc.data(), c.acc_dtype, p.B, rows, p.H, p.D);
+  const dilattn_tensor dq_part_v = c.view(buf.dq_part.data(), p.dtype, p.B, rows, p.H, p.D);
+  const dilattn_tensor dk_acc_v = c.view(buf.dkv_acc.data(), c.acc_dtype, p.B, rows, p.Hkv, p.D);
   const dilattn_tensor dv_acc_v =
-      c.view(dkv_acc.data() + shard_kv * asize, c.acc_dtype, p.B, rows, p.Hkv, p.D);
+      c.view(buf.dkv_acc.data() + shard_kv * asize, c.acc_dtype, p.B, rows, p.Hkv, p.D);
 
   dilattn_status status = DILATTN_SUCCESS;
   RingStep current;  // step 0: our own shard, summed straight into our dK/dV
@@ -79,23 +117,18 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
     const int32_t owner = (c.rank - step + c.P) % c.P;
     const int64_t their_rows = c.rows_of(owner).rows;
     const bool own = step == 0, computes = own || !current.recv.empty();
-    const dilattn_tensor k_chunk = own ? t.k : c.chunk_first(chunk.data(), p.dtype, their_rows);
-    const dilattn_tensor v_chunk = own ? t.v : c.chunk_second(chunk.data(), p.dtype, their_rows);
-    const dilattn_tensor dk_sum = own ? dk_acc_v : c.chunk_first(partial.data(), c.acc_dtype, their_rows);
-    const dilattn_tensor dv_sum = own ? dv_acc_v : c.chunk_second(partial.data(), c.acc_dtype, their_rows);
-    const dilattn_tensor dk_part_v = c.chunk_view(dk_part.data(), p.dtype, p.Hkv, their_rows);
-    const dilattn_tensor dv_part_v = c.chunk_view(dv_part.data(), p.dtype, p.Hkv, their_rows);
+    // Step 0 reads our own K and V; a later step the rows received (ring_kv_chunks.h).
+    const dilattn_tensor k_chunk = chunks.k(), v_chunk = chunks.v();
+    const dilattn_tensor dk_sum = own ? dk_acc_v : c.chunk_first(partial, c.acc_dtype, their_rows);
+    const dilattn_tensor dv_sum = own ? dv_acc_v : c.chunk_second(partial, c.acc_dtype, their_rows);
+    const dilattn_tensor dk_part_v = c.chunk_view(buf.dk_part.data(), p.dtype, p.Hkv, their_rows);
+    const dilattn_tensor dv_part_v = c.chunk_view(buf.dv_part.data(), p.dtype, p.Hkv, their_rows);
     // The next step's K/V rows travel while this one computes (as in the forward).
     const bool pass_on = step + 1 < c.P;
     RingStep next;
     if (pass_on) {
       next = c.step_at(step + 1);
-      if (dilattn_status s = pack_pair(c, t.k, t.v, next.send, outgoing.data())) return s;
-      if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(next.send, p.dtype),
-                                              next.to, incoming.data(),
-                                              c.message_bytes(next.recv, p.dtype), next.owner))
-        return s;
+      if (dilattn_status s = chunks.begin(next)) return s;
     }
     if (!own && computes) {  // a fresh partial for owner's rows
       if (dilattn_status s = ops.fill(dk_sum, 0.0)) return s;
@@ -113,9 +146,9 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
       const dilattn_tensor dkv = rows_view(dk_part_v, call.k_rows, call.g0, ng);
       const dilattn_tensor dvv = rows_view(dv_part_v, call.k_rows, call.g0, ng);
       if (dilattn_status s = c.backend->can_run(call.sub)) return s;
-      if (dilattn_status s = workspace.grow(c.backend->workspace_bytes(call.sub).backward)) return s;
+      if (dilattn_status s = buf.workspace.grow(c.backend->workspace_bytes(call.sub).backward)) return s;
       const BackwardArgs args{&qv, &kv, &vv, &ov,  &lv,
-                              &dov, &dqv, &dkv, &dvv, workspace.data(), ops.stream_args()};
+                              &dov, &dqv, &dkv, &dvv, buf.workspace.data(), ops.stream_args()};
       if (dilattn_status s = c.backend->backward(call.sub, args))
         return s;
       if (dilattn_status s = ops.add(dqv, rows_view(dq_acc_v, call.q_rows, call.h0, nh))) return s;
@@ -129,28 +162,24 @@ dilattn_status run_backward(RingCall& c, const BackwardTensors& t) {
           if (status == DILATTN_SUCCESS)
             status = for_each_sub_call(p, qr, kr, c.backend->prepare, run);
     if (pass_on) {
-      if (dilattn_status s = c.exchange_end()) return s;
-      if (!next.recv.empty()) {
-        const int64_t next_rows = c.rows_of(next.owner).rows;
-        if (dilattn_status s = unpack_kv(c, incoming.data(), next.recv,
-                                         c.chunk_first(chunk.data(), p.dtype, next_rows),
-                                         c.chunk_second(chunk.data(), p.dtype, next_rows)))
-          return s;
-      }
+      if (dilattn_status s = chunks.end(next)) return s;
     }
     // The partial of owner's rows goes back to owner; rank + step's partial of ours comes in
     // and is added to our dK/dV (the order of steps: fixed).
     if (!own) {
       const dilattn_dtype a = c.acc_dtype;
-      if (dilattn_status s = pack_pair(c, dk_sum, dv_sum, current.recv, outgoing.data())) return s;
+      MessageHalves back;
+      if (dilattn_status s =
+              message_of(c, dk_sum, dv_sum, current.recv, buf.grad_out.data(), &back))
+        return s;
       if (dilattn_status s = c.ready_to_send()) return s;
-      if (dilattn_status s = c.exchange_begin(outgoing.data(), c.message_bytes(current.recv, a),
-                                              current.owner, incoming.data(),
+      unsigned char* const arriving = chunks.spare();
+      if (dilattn_status s = c.exchange_begin(back, current.owner, arriving,
                                               c.message_bytes(current.send, a), current.to))
         return s;
       if (dilattn_status s = c.exchange_end()) return s;
       if (dilattn_status s =
-              unpack_pair(c, incoming.data(), current.send, dk_acc_v, dv_acc_v, true))
+              unpack_pair(c, arriving, current.send, dk_acc_v, dv_acc_v, true))
         return s;
     }
     current = std::move(next);
@@ -176,6 +205,11 @@ extern "C" dilattn_status dilattn_ring_backward(
   using dilattn::TensorRole;
   auto role = [](TensorRole r) { return static_cast<int>(r); };
   dilattn::RingCall call;
+  std::unique_ptr<dilattn::BackwardBuffers> buffers;  // freed before call's memory
+  auto allocate = [&](dilattn::RingCall& c) {
+    buffers = std::make_unique<dilattn::BackwardBuffers>(c, *k, *v);
+    return buffers->status();
+  };
   dilattn_status s = dilattn::start_ring_call(
       plan, comm, dilattn::enum_value(split), true,
       {{q, "q", role(TensorRole::q), false}, {k, "k", role(TensorRole::kv), false},
@@ -183,9 +217,9 @@ extern "C" dilattn_status dilattn_ring_backward(
        {lse, "lse", role(TensorRole::lse), false}, {d_o, "d_o", role(TensorRole::o), false},
        {dq, "dq", role(TensorRole::q), false}, {dk, "dk", role(TensorRole::kv), false},
        {dv, "dv", role(TensorRole::kv), false}},
-      &call);
+      allocate, &call);
   if (s != DILATTN_SUCCESS) return s;
-  s = dilattn::run_backward(call, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});
+  s = dilattn::run_backward(call, *buffers, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});
   dilattn::record_ring_call(comm, call);
   return s;
   DILATTN_ABI_END

@@ -174,6 +174,32 @@ dilattn_status unpack_pair(RingCall& c, const unsigned char* msg, const RowRuns&
   return c.ops->unpack_rows(msg + c.message_bytes(runs, a.dtype) / 2, runs, b, add);
 }
 
+bool whole_shard(const RingCall& c, const RowRuns& runs, int64_t rows) {
+  return runs.size() == 1 && runs[0].first == 0 && runs[0].count == rows && runs[0].head == 0 &&
+         runs[0].heads == c.p->Hkv;
+}
+
+bool sends_in_place(const RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                    const RowRuns& runs) {
+  auto packed_layout = [&](const dilattn_tensor& t) {
+    const int64_t* n = t.shape;
+    return t.strides[3] == 1 && t.strides[2] == n[3] && t.strides[1] == n[2] * n[3] &&
+           (n[0] == 1 || t.strides[0] == n[1] * n[2] * n[3]);
+  };
+  return whole_shard(c, runs, a.shape[1]) && packed_layout(a) && packed_layout(b);
+}
+
+dilattn_status message_of(RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                          const RowRuns& runs, unsigned char* msg, MessageHalves* message) {
+  const size_t bytes = c.message_bytes(runs, a.dtype);
+  if (sends_in_place(c, a, b, runs)) {
+    *message = {a.data, b.data, bytes / 2};
+    return DILATTN_SUCCESS;
+  }
+  *message = MessageHalves::of(msg, bytes);
+  return pack_pair(c, a, b, runs, msg);
+}
+
 dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& runs,
                          const dilattn_tensor& k, const dilattn_tensor& v) {
   if (c.poison) {
@@ -185,6 +211,7 @@ dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& r
 
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
                                bool backward, std::initializer_list<RingTensor> tensors,
+                               const std::function<dilattn_status(RingCall&)>& allocate,
                                RingCall* call) {
   if (dilattn_status s = check_live(comm, dilattn_comm_s::kKind, "comm")) return s;
   RingTransport& t = *comm->transport;
@@ -196,25 +223,29 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
     call->device_index = tensors.begin()->t->device_index;
     own = plan->backend->ring_ops(call->device_index, t.stream(), &call->ops);
   }
+  if (own == DILATTN_SUCCESS) {
+    call->memory.use(call->ops.get());
+    t.receive_with(call->ops.get());
+    call->p = &plan->problem;
+    call->backend = plan->backend;
+    call->transport = &t;
+    call->P = t.size();
+    call->rank = t.rank();
+    call->split = split_value;
+    call->poison = comm->poison_chunks;
+    call->mine = call->rows_of(call->rank);
+    for (int32_t r = 0; r < call->P; ++r)
+      call->max_rows = max_i64(call->max_rows, call->rows_of(r).rows);
+    call->acc_dtype = plan->problem.dtype == DILATTN_F64 ? DILATTN_F64 : DILATTN_F32;
+    // Every buffer of the ring before the vote too: a rank that cannot have them fails every
+    // rank here, rather than leaving its neighbours waiting for rows until their timeout.
+    own = allocate(*call);
+  }
   const uint64_t fingerprint =
       own == DILATTN_SUCCESS
           ? call_fingerprint(plan->problem, plan->backend->device, t.size(), split_value, backward)
           : 0;
-  if (dilattn_status s = agree(t, own, fingerprint)) return s;
-
-  call->memory.use(call->ops.get());
-  t.receive_with(call->ops.get());
-  call->p = &plan->problem;
-  call->backend = plan->backend;
-  call->transport = &t;
-  call->P = t.size();
-  call->rank = t.rank();
-  call->split = split_value;
-  call->poison = comm->poison_chunks;
-  call->mine = call->rows_of(call->rank);
-  for (int32_t r = 0; r < call->P; ++r) call->max_rows = max_i64(call->max_rows, call->rows_of(r).rows);
-  call->acc_dtype = plan->problem.dtype == DILATTN_F64 ? DILATTN_F64 : DILATTN_F32;
-  return DILATTN_SUCCESS;
+  return agree(t, own, fingerprint);
 }
 
 dilattn_status finish_ring_call(RingCall& call, dilattn_status status) {

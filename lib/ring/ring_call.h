@@ -5,12 +5,15 @@
 // A ring call is collective: every rank first checks its own arguments, then all ranks
 // exchange their status and a fingerprint of their call (allgather). A bad argument on any rank
 // thus fails every rank before any chunk moves (the others with DILATTN_ERROR_COMM naming it),
-// and a rank called with another shape or split is refused by all. After the ring the ranks
-// agree once more, so that a failure during compute leaves every output untouched.
+// and a rank called with another shape or split is refused by all. Each rank allocates every
+// buffer of its ring before that vote, so a rank out of memory fails every rank alike. After
+// the ring the ranks agree once more, so that a failure during compute leaves every output
+// untouched.
 #ifndef DILATTN_RING_CALL_H
 #define DILATTN_RING_CALL_H
 
 #include <chrono>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 
@@ -94,7 +97,7 @@ struct RingCall {
     return transport->stream_ordered() ? DILATTN_SUCCESS : ops->wait();
   }
   // The transport's exchange, timed and counted into `shifts` (ring_stats.cpp).
-  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+  dilattn_status exchange_begin(const MessageHalves& send, int32_t to, void* recv,
                                 size_t recv_bytes, int32_t from);
   dilattn_status exchange_end();
 };
@@ -106,6 +109,16 @@ dilattn_status pack_pair(RingCall& c, const dilattn_tensor& a, const dilattn_ten
                          const RowRuns& runs, unsigned char* msg);
 dilattn_status unpack_pair(RingCall& c, const unsigned char* msg, const RowRuns& runs,
                            const dilattn_tensor& a, const dilattn_tensor& b, bool add);
+// True when `runs` are the whole of a shard of `rows` rows: every row, every kv head (one run).
+bool whole_shard(const RingCall& c, const RowRuns& runs, int64_t rows);
+// True when the message of `runs` of (a, b) can be a and b themselves: the runs are the whole of
+// them and each is contiguous [B, rows, Hkv, D], the packed layout of that one run.
+bool sends_in_place(const RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                    const RowRuns& runs);
+// The message of `runs` of (a, b): their own bytes where sends_in_place, else packed into `msg`
+// (pack_pair).
+dilattn_status message_of(RingCall& c, const dilattn_tensor& a, const dilattn_tensor& b,
+                          const RowRuns& runs, unsigned char* msg, MessageHalves* message);
 // K and V rows received into a chunk: unpack_pair, after the poison hook (c.poison: every
 // row and head of the chunk NaN first, so a read of one not received shows).
 dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& runs,
@@ -120,10 +133,13 @@ struct RingTensor {
 };
 
 // The whole start of a ring call on this rank: its own checks (plan, comm, split, shard
-// tensors), then the agreement of all ranks. SUCCESS fills *call. `split` is the caller's enum
+// tensors), then allocate(*call) (every buffer the ring needs, sized from the plan: after the
+// checks succeeded and *call is filled), then the agreement of all ranks, where a failed
+// allocation counts like a bad argument. SUCCESS: *call is ready. `split` is the caller's enum
 // read as an integer at the entry point (abi_enum.h): any int may arrive from C.
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
                                bool backward, std::initializer_list<RingTensor> tensors,
+                               const std::function<dilattn_status(RingCall&)>& allocate,
                                RingCall* call);
 
 // The agreement after the ring: SUCCESS when every rank's `status` is SUCCESS.

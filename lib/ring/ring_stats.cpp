@@ -16,13 +16,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-dilattn_status RingCall::exchange_begin(const void* send, size_t send_bytes, int32_t to,
-                                       void* recv, size_t recv_bytes, int32_t from) {
+dilattn_status RingCall::exchange_begin(const MessageHalves& send, int32_t to, void* recv,
+                                       size_t recv_bytes, int32_t from) {
   const auto t0 = std::chrono::steady_clock::now();
-  const dilattn_status s = transport->exchange_begin(send, send_bytes, to, recv, recv_bytes, from);
+  const dilattn_status s = transport->exchange_begin(send, to, recv, recv_bytes, from);
   shifts.exposed_s += seconds_since(t0);
-  shifts.exchanges.push_back({send_bytes, recv_bytes, to, from});
-  shifts.sent_bytes += send_bytes;
+  shifts.exchanges.push_back({send.bytes(), recv_bytes, to, from});
+  shifts.sent_bytes += send.bytes();
   return s;
 }
 
@@ -48,8 +48,9 @@ dilattn_status time_bare_shifts(RingTransport& transport,
   std::vector<unsigned char> send(largest), recv(largest);
   const auto t0 = std::chrono::steady_clock::now();
   for (const ExchangeRecord& e : exchanges) {
-    if (dilattn_status s = transport.exchange_begin(send.data(), e.send_bytes, e.to, recv.data(),
-                                                    e.recv_bytes, e.from))
+    const MessageHalves message = MessageHalves::of(send.data(), e.send_bytes);
+    if (dilattn_status s =
+            transport.exchange_begin(message, e.to, recv.data(), e.recv_bytes, e.from))
       return s;
     if (dilattn_status s = transport.exchange_end()) return s;
   }

@@ -4,10 +4,16 @@
 // Two operations, both collective over the P ranks of a communicator:
 //   allgather: every rank's small fixed-size vote (its status, a fingerprint of its call, its
 //              error message), so that a bad input on one rank fails every rank at once.
-//   exchange:  send `send_bytes` to rank `to` and receive `recv_bytes` from rank `from`, in
-//              two halves so that a rank computes while the rows travel:
+//   exchange:  send a message to rank `to` and receive `recv_bytes` from rank `from`, in
+//              two calls so that a rank computes while the rows travel:
 //              exchange_begin(...) ... compute ... exchange_end().
-//              `send` must stay unchanged and `recv` untouched until exchange_end returns.
+//              Every message is a pair of equal halves (K then V rows, or dK then dV: the ring's
+//              messages are pairs), each half read from its own address (MessageHalves), so
+//              a whole shard travels straight from the caller's K and V with no packed copy;
+//              the halves arrive back to back in `recv`. Both ends split alike, which NCCL
+//              needs (each ncclSend matched by an ncclRecv of its size).
+//              The sent halves must stay unchanged and `recv` untouched until exchange_end
+//              returns.
 //              Zero bytes one way is no message that way (no copy, no MPI request, no
 //              ncclSend/ncclRecv): the ring sends a rank only the rows it needs
 //              (ring_needs.h), often none. Both ends know the sizes from the plan, so they
@@ -48,6 +54,18 @@ struct RingVote {
 
 class RingOps;
 
+// One exchange's outgoing message: two halves of half_bytes each, from their own addresses.
+struct MessageHalves {
+  const void* first = nullptr;
+  const void* second = nullptr;
+  size_t half_bytes = 0;
+  size_t bytes() const { return 2 * half_bytes; }
+  // The two halves of one buffer of `bytes` (even: a pair of equal tensors' rows).
+  static MessageHalves of(const void* data, size_t bytes) {
+    return {data, static_cast<const unsigned char*>(data) + bytes / 2, bytes / 2};
+  }
+};
+
 class RingTransport {
  public:
   enum class Memory { host, host_or_device, device };
@@ -57,8 +75,8 @@ class RingTransport {
   virtual int32_t size() const = 0;
   // all[r] = rank r's vote, for every r < size(). SUCCESS or DILATTN_ERROR_COMM.
   virtual dilattn_status allgather(const RingVote& mine, RingVote* all) = 0;
-  virtual dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to,
-                                        void* recv, size_t recv_bytes, int32_t from) = 0;
+  virtual dilattn_status exchange_begin(const MessageHalves& send, int32_t to, void* recv,
+                                        size_t recv_bytes, int32_t from) = 0;
   virtual dilattn_status exchange_end() = 0;
 
   virtual Memory memory() const { return Memory::host; }

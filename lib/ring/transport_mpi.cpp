@@ -5,18 +5,18 @@
 //   create:    MPI_Comm_idup of the caller's communicator, so the ring's messages never match
 //              the caller's; the errors of the duplicate return (MPI_ERRORS_RETURN), never abort.
 //   allgather: MPI_Iallgather of the fixed-size RingVote, as bytes.
-//   exchange:  exchange_begin copies the rows into a staging buffer the transport owns and
-//              posts MPI_Irecv from `from` and MPI_Isend to `to` (in pieces of at most
-//              kMpiPieceBytes: MPI counts are int); exchange_end waits for both and copies the
-//              received staging buffer into the caller's. Zero bytes one way posts nothing
+//   exchange:  exchange_begin copies the message's two halves, back to back, into a staging
+//              buffer the transport owns and posts MPI_Irecv from `from` and MPI_Isend to
+//              `to` (in pieces of at most kMpiPieceBytes: MPI counts are int); exchange_end
+//              waits for both and copies the received staging buffer into the caller's. Zero bytes one way posts nothing
 //              that way (the ring sends only the rows a rank needs, ring_needs.h).
 // Every wait polls (MPI_Testall) against the communicator's timeout. Past it the rank marks the
 // communicator broken (every later call: DILATTN_ERROR_COMM) and returns; nothing calls
 // MPI_Abort. A send MPI cannot cancel (Open MPI's ob1 cancels no send) and a collective no one
 // may cancel stay posted after a timeout: that is why they read and write only buffers this
 // transport owns, and why destroy keeps such buffers for the life of the process (park) rather
-// than free memory MPI may still touch. The staging costs one copy of each chunk on each side; its bytes count in
-// dilattn_comm_peak_bytes (buffer_bytes()).
+// than free memory MPI may still touch. The staging costs one copy of each message on each
+// side; its bytes count in dilattn_comm_peak_bytes (buffer_bytes()).
 // Checked by tests/ring/mpi/ (run under mpirun): every ring case, a failing rank, a missing rank,
 // chunks split into pieces, bitwise equality with the threads transport.
 // The C API only: the deprecated C++ bindings (and their warnings) stay out.
@@ -135,12 +135,16 @@ class MpiTransport final : public RingTransport {
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+  dilattn_status exchange_begin(const MessageHalves& send, int32_t to, void* recv,
                                 size_t recv_bytes, int32_t from) override {
     if (dilattn_status s = usable()) return s;
+    const size_t send_bytes = send.bytes();
     grow(buf_->send, send_bytes);
     grow(buf_->recv, recv_bytes);
-    if (send_bytes != 0) std::memcpy(buf_->send.data(), send, send_bytes);
+    if (send_bytes != 0) {  // the halves back to back, as they arrive
+      std::memcpy(buf_->send.data(), send.first, send.half_bytes);
+      std::memcpy(buf_->send.data() + send.half_bytes, send.second, send.half_bytes);
+    }
     recv_dst_ = recv;
     recv_bytes_ = recv_bytes;
     to_ = to;

@@ -5,8 +5,8 @@
 // Everything is stream-ordered on the caller's CUDA stream, where the ring also runs its
 // kernels (ring_ops.h), so a chunk written by a kernel needs no host synchronisation before
 // it is sent:
-//   exchange   ncclGroupStart; ncclSend(send) to `to`; ncclRecv(recv) from `from`;
-//              ncclGroupEnd, each only when it moves bytes (the ring sends only the rows a
+//   exchange   ncclGroupStart; ncclSend of each half of the message to `to`; ncclRecv of each
+//              half from `from`; ncclGroupEnd, each only when it moves bytes (the ring sends only the rows a
 //              rank needs, ring_needs.h). exchange_end waits for the stream.
 //   allgather  the rank's vote copied to a small device buffer (from pinned host memory, so the
 //              copies never block the host), ncclAllGather of the P votes, copied back.
@@ -107,20 +107,28 @@ class NcclTransport final : public RingTransport {
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+  dilattn_status exchange_begin(const MessageHalves& send, int32_t to, void* recv,
                                 size_t recv_bytes, int32_t from) override {
     if (broken_) return broken_error();
     to_ = to;
     from_ = from;
-    if (send_bytes == 0 && recv_bytes == 0) return DILATTN_SUCCESS;
+    if (send.bytes() == 0 && recv_bytes == 0) return DILATTN_SUCCESS;
     CurrentDevice current(device_);
+    // One ncclSend per half and one ncclRecv per half: NCCL matches them pairwise, in order.
+    const size_t recv_half = recv_bytes / 2;
+    auto* const recv_second = static_cast<unsigned char*>(recv) + recv_half;
+    auto ok = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
     ncclResult_t r = ncclGroupStart();
-    if (r == ncclSuccess && send_bytes != 0)
-      r = ncclSend(send, send_bytes, ncclUint8, to, comm_, stream_);
-    if ((r == ncclSuccess || r == ncclInProgress) && recv_bytes != 0)
-      r = ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, stream_);
+    if (ok(r) && send.half_bytes != 0) {
+      r = ncclSend(send.first, send.half_bytes, ncclUint8, to, comm_, stream_);
+      if (ok(r)) r = ncclSend(send.second, send.half_bytes, ncclUint8, to, comm_, stream_);
+    }
+    if (ok(r) && recv_half != 0) {
+      r = ncclRecv(recv, recv_half, ncclUint8, from, comm_, stream_);
+      if (ok(r)) r = ncclRecv(recv_second, recv_half, ncclUint8, from, comm_, stream_);
+    }
     const ncclResult_t end = ncclGroupEnd();  // always closes the group
-    return enqueued(r == ncclSuccess || r == ncclInProgress ? end : r, "ncclSend/ncclRecv");
+    return enqueued(ok(r) ? end : r, "ncclSend/ncclRecv");
   }
 
   dilattn_status exchange_end() override {

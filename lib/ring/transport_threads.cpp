@@ -2,11 +2,12 @@
 // process (SPEC 5, dilattn_comm_create_threads).
 //
 // Ranks share one state guarded by one mutex. An exchange is a rendezvous per direction: the
-// sender posts a pointer to its rows in its outgoing slot, addressed to rank `to`; rank `to`
-// copies them into its own buffer (so no rank ever computes on another's memory) and marks the
-// slot consumed; the sender's exchange_end waits for that. Zero bytes posts nothing (and a
-// receive of zero bytes waits for nothing): the ring sends only rows the receiver needs. Every wait has the communicator's timeout: past it the waiting rank
-// marks the state broken, wakes everyone, and every call from then on returns
+// sender posts its message (two halves, ring_transport.h) in its outgoing slot, addressed to
+// rank `to`; rank `to` copies the halves, back to back, into its own buffer (so no rank ever
+// computes on another's memory) and marks the slot consumed; the sender's exchange_end waits
+// for that. Zero bytes posts nothing (and a receive of zero bytes waits for nothing): the ring
+// sends only rows the receiver needs. Every wait has the communicator's timeout: past it the
+// waiting rank marks the state broken, wakes everyone, and every call from then on returns
 // DILATTN_ERROR_COMM. A rank never returns while a neighbour is still copying from its buffer
 // (the copy itself never waits), so a timeout cannot leave a dangling read. The receiver copies
 // with its ring call's RingOps::copy_bytes (ring_ops.h): a host memcpy for the CPU backends, a
@@ -47,8 +48,7 @@ struct ThreadsState {
 
   // Slot r holds rank r's outgoing rows, for rank `to`.
   struct Slot {
-    const void* data = nullptr;
-    size_t bytes = 0;
+    MessageHalves message;
     int32_t to = 0;
     uint64_t posted = 0, consumed = 0;
     bool copying = false;
@@ -89,16 +89,15 @@ class ThreadsTransport final : public RingTransport {
     return DILATTN_SUCCESS;
   }
 
-  dilattn_status exchange_begin(const void* send, size_t send_bytes, int32_t to, void* recv,
+  dilattn_status exchange_begin(const MessageHalves& send, int32_t to, void* recv,
                                 size_t recv_bytes, int32_t from) override {
     ThreadsState& s = *s_;
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.broken) return broken_error();
-    sending_ = send_bytes != 0;
+    sending_ = send.bytes() != 0;
     if (sending_) {
       ThreadsState::Slot& out = s.slots[rank_];
-      out.data = send;
-      out.bytes = send_bytes;
+      out.message = send;
       out.to = to;
       ++out.posted;
       s.cv.notify_all();
@@ -138,9 +137,9 @@ class ThreadsTransport final : public RingTransport {
       return time_out(lock, "rank " + std::to_string(rank_) + " waiting for rows from rank " +
                                 std::to_string(from_));
     if (s.broken) return retract(lock);
-    if (in.bytes != recv_bytes_) {
+    if (in.message.bytes() != recv_bytes_) {
       s.broken = true;
-      s.broken_why = "rank " + std::to_string(from_) + " sent " + std::to_string(in.bytes) +
+      s.broken_why = "rank " + std::to_string(from_) + " sent " + std::to_string(in.message.bytes()) +
                      " bytes, rank " + std::to_string(rank_) + " expected " +
                      std::to_string(recv_bytes_);
       s.cv.notify_all();
@@ -148,11 +147,16 @@ class ThreadsTransport final : public RingTransport {
     }
     in.copying = true;
     lock.unlock();
+    const MessageHalves& m = in.message;
+    auto* const second = static_cast<unsigned char*>(recv_) + m.half_bytes;
     dilattn_status copied = DILATTN_SUCCESS;
-    if (ops_ != nullptr)
-      copied = ops_->copy_bytes(recv_, in.data, recv_bytes_);
-    else
-      std::memcpy(recv_, in.data, recv_bytes_);
+    if (ops_ != nullptr) {
+      copied = ops_->copy_bytes(recv_, m.first, m.half_bytes);
+      if (copied == DILATTN_SUCCESS) copied = ops_->copy_bytes(second, m.second, m.half_bytes);
+    } else {
+      std::memcpy(recv_, m.first, m.half_bytes);
+      std::memcpy(second, m.second, m.half_bytes);
+    }
     lock.lock();
     in.copying = false;
     ++in.consumed;
@@ -195,7 +199,7 @@ class ThreadsTransport final : public RingTransport {
   dilattn_status retract(std::unique_lock<std::mutex>& lock) {
     ThreadsState::Slot& out = s_->slots[rank_];
     s_->cv.wait(lock, [&] { return !out.copying; });
-    out.data = nullptr;
+    out.message = MessageHalves{};
     out.consumed = out.posted;
     return broken_error();
   }

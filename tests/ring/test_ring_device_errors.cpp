@@ -54,7 +54,8 @@ class DeviceOnlyTransport final : public dilattn::RingTransport {
     all[0] = mine;
     return DILATTN_SUCCESS;
   }
-  dilattn_status exchange_begin(const void*, size_t, int32_t, void*, size_t, int32_t) override {
+  dilattn_status exchange_begin(const dilattn::MessageHalves&, int32_t, void*, size_t,
+                                int32_t) override {
     return DILATTN_SUCCESS;
   }
   dilattn_status exchange_end() override { return DILATTN_SUCCESS; }
@@ -93,7 +94,8 @@ class BoundToDevice1Transport final : public dilattn::RingTransport {
     all[0] = mine;
     return DILATTN_SUCCESS;
   }
-  dilattn_status exchange_begin(const void*, size_t, int32_t, void*, size_t, int32_t) override {
+  dilattn_status exchange_begin(const dilattn::MessageHalves&, int32_t, void*, size_t,
+                                int32_t) override {
     return DILATTN_SUCCESS;
   }
   dilattn_status exchange_end() override { return DILATTN_SUCCESS; }

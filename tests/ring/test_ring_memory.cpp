@@ -3,13 +3,17 @@
 // chunks in flight, running and partial O/LSE, the sub-problems' workspace) stay within 1.3x of
 // its shards plus the K/V chunks the ring holds. (The backend's own allocations, if any, are not
 // counted.) Two cases, both with little compute:
-//   ring_memory_within_1_3x_of_shards_and_two_chunks: dilated attention with 256-row segments.
+//   ring_memory_nothing_sent_within_1_3x_of_shards_and_two_chunks: dilated attention with 256-row segments.
 //     Its segments lie inside the shards, so the ring sends nothing and needs no chunk buffer
 //     (lib/ring/ring_needs.h); the bound keeps the two chunks of a ring that overlaps a
 //     transfer with compute.
-//   ring_memory_within_1_3x_of_shards_and_three_chunks: block-sparse, each 256-row query block
-//     listing one key block of the next rank's shard, so whole K/V chunks travel: the ring
-//     holds three (the chunk it computes on, the rows arriving, its own rows leaving, packed).
+//   ring_memory_whole_chunks_within_1_3x_of_shards_and_two_chunks: block-sparse, each 256-row
+//     query block listing one key block of every other rank's shard, so at every step the whole
+//     K/V chunk of the owner travels: the ring holds two (the chunk it computes on, the next
+//     arriving; lib/ring/ring_kv_chunks.h), sending straight from the caller's K and V and
+//     computing where the rows arrived. The threads transport holds no staging buffer (the MPI
+//     transport's two staging messages, counted in dilattn_comm_peak_bytes there, are not in
+//     this bound).
 #include <string>
 #include <vector>
 
@@ -71,21 +75,25 @@ AttentionCase memory_case(const char* name) {
 }  // namespace
 
 int main() {
-  AttentionCase dilated = memory_case("ring_memory_within_1_3x_of_shards_and_two_chunks");
+  AttentionCase dilated =
+      memory_case("ring_memory_nothing_sent_within_1_3x_of_shards_and_two_chunks");
   dilated.kind = DILATTN_KIND_DILATED;
   dilated.segments = {256};
   dilated.dilations = {1};
   check_peak(dilated, 2);
 
-  AttentionCase sparse = memory_case("ring_memory_within_1_3x_of_shards_and_three_chunks");
+  AttentionCase sparse =
+      memory_case("ring_memory_whole_chunks_within_1_3x_of_shards_and_two_chunks");
   sparse.kind = DILATTN_KIND_BLOCK_SPARSE;
   const int64_t blocks = 256, per_rank = blocks / 4;
   sparse.mask.bq = sparse.mask.bk = sparse.Nq / blocks;
   for (int64_t i = 0; i < blocks; ++i) {
-    sparse.mask.row_ptr.push_back(i);
-    sparse.mask.col_idx.push_back((i + per_rank) % blocks);  // a block of the next rank's shard
+    sparse.mask.row_ptr.push_back(static_cast<int64_t>(sparse.mask.col_idx.size()));
+    // The block at the same place in every other rank's shard, ascending.
+    for (int64_t at = i % per_rank; at < blocks; at += per_rank)
+      if (at / per_rank != i / per_rank) sparse.mask.col_idx.push_back(at);
   }
-  sparse.mask.row_ptr.push_back(blocks);
-  check_peak(sparse, 3);
+  sparse.mask.row_ptr.push_back(static_cast<int64_t>(sparse.mask.col_idx.size()));
+  check_peak(sparse, 2);
   return finish("ring_memory_per_rank_bounded");
 }

@@ -7,8 +7,20 @@
 //     DILATTN_ERROR_COMM within their 300 ms timeout (never a hang), outputs untouched, the
 //     communicator broken (the next call: COMM, "broken"); the late rank, calling afterwards,
 //     returns COMM after its own timeout.
+//   mpi_out_of_memory_inside_the_ring_call_fails_every_rank: rank 1 alone may not allocate
+//     more than 8 MiB beyond its shards (RLIMIT_DATA: heap and private mappings; no test hook,
+//     a real allocation failure), too little for the ring's buffers (a 32 MiB K/V chunk pair;
+//     whole chunks travel: block-sparse, each query block listing a block of the next rank).
+//     It returns OUT_OF_MEMORY, every other rank COMM naming rank 1's failure, all within 10 s
+//     with a 20 s timeout (a hang detector: a rank waiting for rank 1's rows would return only
+//     after the timeout), outputs untouched. Not run under AddressSanitizer, whose shadow
+//     mappings and allocator do not live with a data limit.
 //   mpi_create_arguments_checked: NULL arguments, timeout_ms 0, MPI_COMM_NULL.
+#include <sys/resource.h>
+
 #include <chrono>
+#include <cstdio>
+#include <optional>
 
 #include "mpi_ranks.h"
 
@@ -113,6 +125,112 @@ void missing_rank(int32_t rank, int32_t P) {
   CHECK_OK(dilattn_comm_destroy(comm));
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitized = true;
+#else
+constexpr bool kAddressSanitized = false;
+#endif
+#else
+constexpr bool kAddressSanitized = false;
+#endif
+
+// This process may map at most `margin` more bytes of data than it has now (RLIMIT_DATA, from
+// /proc/self/status VmData); the old limit is back on destruction. ok() false: not set.
+class DataLimit {
+ public:
+  explicit DataLimit(size_t margin) {
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    if (f == nullptr || getrlimit(RLIMIT_DATA, &old_) != 0) {
+      if (f != nullptr) std::fclose(f);
+      return;
+    }
+    char line[256];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof line, f) != nullptr)
+      if (std::sscanf(line, "VmData: %llu kB", &kib) == 1) break;
+    std::fclose(f);
+    if (kib == 0) return;
+    rlimit limited = old_;
+    limited.rlim_cur = static_cast<rlim_t>(kib * 1024 + margin);
+    set_ = setrlimit(RLIMIT_DATA, &limited) == 0;
+  }
+  ~DataLimit() {
+    if (set_) setrlimit(RLIMIT_DATA, &old_);
+  }
+  bool ok() const { return set_; }
+
+ private:
+  rlimit old_{};
+  bool set_ = false;
+};
+
+// Block-sparse, 256-row blocks, P * 65536 rows: each query block lists the block at the same
+// place in the next rank's shard, so whole 16 MiB K and V shards travel and little is computed.
+AttentionCase whole_chunks_case(int32_t P) {
+  AttentionCase c;
+  c.name = "mpi_out_of_memory";
+  c.Nq = c.Nk = int64_t{65536} * P;
+  c.H = c.Hkv = 1;
+  c.D = 64;
+  c.kind = DILATTN_KIND_BLOCK_SPARSE;
+  const int64_t blocks = c.Nq / 256, per_rank = blocks / P;
+  c.mask.bq = c.mask.bk = 256;
+  for (int64_t i = 0; i < blocks; ++i) {
+    c.mask.row_ptr.push_back(i);
+    c.mask.col_idx.push_back((i + per_rank) % blocks);
+  }
+  c.mask.row_ptr.push_back(blocks);
+  return c;
+}
+
+void out_of_memory_inside_the_ring_call(int32_t rank, int32_t P) {
+  CaseScope scope("mpi_out_of_memory_inside_the_ring_call_fails_every_rank");
+  const AttentionCase c = whole_chunks_case(P);
+  Plan plan;
+  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_CPU, 1))) return;
+  MPI_Comm world = MPI_COMM_WORLD;
+  dilattn_comm comm = nullptr;
+  if (!CHECK_OK(dilattn_comm_create_mpi(&world, 20000, &comm))) return;
+  const int64_t rows = c.Nq / P;
+  Tensor q(DILATTN_F32, 1, rows, 1, c.D), k(DILATTN_F32, 1, rows, 1, c.D),
+      v(DILATTN_F32, 1, rows, 1, c.D), o(DILATTN_F32, 1, rows, 1, c.D),
+      lse(DILATTN_F32, 1, 1, rows, 1);
+  o.poison();
+  lse.poison();
+  MPI_Barrier(MPI_COMM_WORLD);
+  dilattn_status st;
+  std::string message;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::optional<DataLimit> limit;
+    if (rank == 1) {
+      limit.emplace(size_t{8} << 20);
+      CHECK_MSG(limit->ok(), "rank 1 could not limit its data segment");
+    }
+    st = dilattn_ring_forward(plan.get(), comm, DILATTN_RING_CONTIGUOUS, &q.view(), &k.view(),
+                              &v.view(), &o.view(), &lse.view());
+    message = dilattn_last_error();
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rank == 1) {
+    CHECK_MSG(st == DILATTN_ERROR_OUT_OF_MEMORY, "rank 1: %s (%s)", dilattn_status_string(st),
+              message.c_str());
+  } else {
+    CHECK_MSG(st == DILATTN_ERROR_COMM && message.find("rank 1 failed") != std::string::npos &&
+                  message.find("OUT_OF_MEMORY") != std::string::npos,
+              "rank %d: %s (%s)", static_cast<int>(rank), dilattn_status_string(st),
+              message.c_str());
+  }
+  CHECK_MSG(took < 10.0, "rank %d returned after %.1f s (timeout 20 s)", static_cast<int>(rank),
+            took);
+  CHECK_MSG(o.is_poisoned() && lse.is_poisoned(), "rank %d wrote its outputs",
+            static_cast<int>(rank));
+  CHECK_OK(dilattn_comm_destroy(comm));
+}
+
 void create_arguments() {
   CaseScope scope("mpi_create_arguments_checked");
   MPI_Comm world = MPI_COMM_WORLD, null = MPI_COMM_NULL;
@@ -147,6 +265,11 @@ int main(int argc, char** argv) {
   create_arguments();
   bad_input_on_one_rank(mpi.rank(), mpi.size());
   missing_rank(mpi.rank(), mpi.size());
+  if (kAddressSanitized)
+    std::printf("mpi_out_of_memory_inside_the_ring_call_fails_every_rank: not run under "
+                "AddressSanitizer (no data limit there)\n");
+  else
+    out_of_memory_inside_the_ring_call(mpi.rank(), mpi.size());
   const std::string name = "ring_mpi_errors rank " + std::to_string(mpi.rank()) + " of " +
                            std::to_string(mpi.size());
   return finish(name.c_str());
