@@ -29,9 +29,11 @@
 // Where the exchanged bytes live: host memory for a transport that moves them from the host
 // (the default), device memory too for the threads transport (it receives with the ring's
 // RingOps::copy_bytes, a device-to-device copy for the cuda backend), device memory only for
-// NCCL. A stream-ordered transport (NCCL) enqueues its exchanges on its stream(); the ring
-// then runs its element work and sub-problems on that stream too. Any other transport reads
-// the bytes from the host, so the ring waits for its queued work before an exchange_begin.
+// NCCL. A stream-ordered transport (NCCL) orders each exchange after the work queued on its
+// stream() when exchange_begin is called, and the work queued there after exchange_end after
+// the exchange; in between its exchange runs beside the ring's compute on that stream, where
+// the ring runs its element work and sub-problems. Any other transport reads the bytes from
+// the host, so the ring waits for its queued work before an exchange_begin.
 #ifndef DILATTN_RING_TRANSPORT_H
 #define DILATTN_RING_TRANSPORT_H
 

@@ -2,12 +2,16 @@
 // or many (SPEC 5, dilattn_comm_create_nccl). Built when meson finds NCCL with CUDA; otherwise
 // transport_nccl_stub.cpp answers DILATTN_ERROR_UNSUPPORTED.
 //
-// Everything is stream-ordered on the caller's CUDA stream, where the ring also runs its
-// kernels (ring_ops.h), so a chunk written by a kernel needs no host synchronisation before
-// it is sent:
-//   exchange   ncclGroupStart; ncclSend of each half of the message to `to`; ncclRecv of each
-//              half from `from`; ncclGroupEnd, each only when it moves bytes (the ring sends only the rows a
-//              rank needs, ring_needs.h). exchange_end waits for the stream.
+// The ring runs its kernels (ring_ops.h) and sub-problems on the caller's CUDA stream; the
+// exchanges run on a stream of the transport's own, so that they overlap that compute:
+//   exchange   exchange_begin records an event on the caller's stream (everything queued so
+//              far, the packed rows included) and makes the transport's stream wait for it;
+//              there ncclGroupStart; ncclSend of each half of the message to `to`; ncclRecv of
+//              each half from `from`; ncclGroupEnd, each only when it moves bytes (the ring
+//              sends only the rows a rank needs, ring_needs.h). The compute the ring queues
+//              next runs beside it. exchange_end waits for the transport's stream alone and
+//              makes the caller's stream wait for it too, so nothing queued later reads the
+//              received rows early or writes the sent ones while they travel.
 //   allgather  the rank's vote copied to a small device buffer (from pinned host memory, so the
 //              copies never block the host), ncclAllGather of the P votes, copied back.
 // Every wait polls cudaStreamQuery and ncclCommGetAsyncError (a non-blocking communicator may
@@ -64,18 +68,26 @@ class NcclTransport final : public RingTransport {
     CurrentDevice current(device_);
     if (votes_device_ != nullptr) cudaFree(votes_device_);
     if (votes_host_ != nullptr) cudaFreeHost(votes_host_);
+    if (queued_ != nullptr) cudaEventDestroy(queued_);
+    if (exchanged_ != nullptr) cudaEventDestroy(exchanged_);
+    if (exchange_stream_ != nullptr) cudaStreamDestroy(exchange_stream_);
     cudaGetLastError();
   }
 
-  // The vote buffers: P gathered votes then this rank's, on the device and pinned on the host.
-  dilattn_status allocate_votes() {
+  // The vote buffers (P gathered votes then this rank's, on the device and pinned on the host),
+  // the exchanges' stream and the two events that order it with the caller's.
+  dilattn_status allocate() {
     CurrentDevice current(device_);
     const size_t bytes = static_cast<size_t>(size_ + 1) * sizeof(RingVote);
     cudaError_t e = cudaMalloc(&votes_device_, bytes);
     if (e == cudaSuccess) e = cudaMallocHost(&votes_host_, bytes);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&exchange_stream_, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&exchanged_, cudaEventDisableTiming);
     if (e == cudaSuccess) return DILATTN_SUCCESS;
     cudaGetLastError();
-    return set_error(DILATTN_ERROR_CUDA, "dilattn_comm_create_nccl: %zu bytes for the votes: %s",
+    return set_error(DILATTN_ERROR_CUDA,
+                     "dilattn_comm_create_nccl: the votes (%zu bytes), a stream and two events: %s",
                      bytes, cudaGetErrorString(e));
   }
 
@@ -102,7 +114,8 @@ class NcclTransport final : public RingTransport {
     e = cudaMemcpyAsync(host, device, static_cast<size_t>(size_) * sizeof(RingVote),
                         cudaMemcpyDeviceToHost, stream_);
     if (e != cudaSuccess) return cuda_error(e, "cudaMemcpyAsync of the votes");
-    if (dilattn_status s = wait("waiting for every rank to start the ring call")) return s;
+    if (dilattn_status s = wait("waiting for every rank to start the ring call", stream_))
+      return s;
     std::memcpy(all, host, static_cast<size_t>(size_) * sizeof(RingVote));
     return DILATTN_SUCCESS;
   }
@@ -112,20 +125,25 @@ class NcclTransport final : public RingTransport {
     if (broken_) return broken_error();
     to_ = to;
     from_ = from;
-    if (send.bytes() == 0 && recv_bytes == 0) return DILATTN_SUCCESS;
+    exchanging_ = send.bytes() != 0 || recv_bytes != 0;
+    if (!exchanging_) return DILATTN_SUCCESS;
     CurrentDevice current(device_);
+    cudaError_t e = cudaEventRecord(queued_, stream_);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(exchange_stream_, queued_, 0);
+    if (e != cudaSuccess) return cuda_error(e, "ordering the exchange after the queued work");
     // One ncclSend per half and one ncclRecv per half: NCCL matches them pairwise, in order.
     const size_t recv_half = recv_bytes / 2;
     auto* const recv_second = static_cast<unsigned char*>(recv) + recv_half;
     auto ok = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
     ncclResult_t r = ncclGroupStart();
     if (ok(r) && send.half_bytes != 0) {
-      r = ncclSend(send.first, send.half_bytes, ncclUint8, to, comm_, stream_);
-      if (ok(r)) r = ncclSend(send.second, send.half_bytes, ncclUint8, to, comm_, stream_);
+      r = ncclSend(send.first, send.half_bytes, ncclUint8, to, comm_, exchange_stream_);
+      if (ok(r))
+        r = ncclSend(send.second, send.half_bytes, ncclUint8, to, comm_, exchange_stream_);
     }
     if (ok(r) && recv_half != 0) {
-      r = ncclRecv(recv, recv_half, ncclUint8, from, comm_, stream_);
-      if (ok(r)) r = ncclRecv(recv_second, recv_half, ncclUint8, from, comm_, stream_);
+      r = ncclRecv(recv, recv_half, ncclUint8, from, comm_, exchange_stream_);
+      if (ok(r)) r = ncclRecv(recv_second, recv_half, ncclUint8, from, comm_, exchange_stream_);
     }
     const ncclResult_t end = ncclGroupEnd();  // always closes the group
     return enqueued(ok(r) ? end : r, "ncclSend/ncclRecv");
@@ -133,9 +151,18 @@ class NcclTransport final : public RingTransport {
 
   dilattn_status exchange_end() override {
     if (broken_) return broken_error();
+    if (!exchanging_) return DILATTN_SUCCESS;
+    exchanging_ = false;
     CurrentDevice current(device_);
-    return wait("rank " + std::to_string(rank_) + " sending rows to rank " + std::to_string(to_) +
-                " and receiving from rank " + std::to_string(from_));
+    if (dilattn_status s = wait("rank " + std::to_string(rank_) + " sending rows to rank " +
+                                    std::to_string(to_) + " and receiving from rank " +
+                                    std::to_string(from_),
+                                exchange_stream_))
+      return s;
+    cudaError_t e = cudaEventRecord(exchanged_, exchange_stream_);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, exchanged_, 0);
+    if (e != cudaSuccess) return cuda_error(e, "ordering the queued work after the exchange");
+    return DILATTN_SUCCESS;
   }
 
  private:
@@ -151,9 +178,9 @@ class NcclTransport final : public RingTransport {
     return abort(std::string(what) + ": " + cudaGetErrorString(e));
   }
 
-  // Until the communicator has no operation in progress and the stream ran everything queued
-  // so far, or the timeout.
-  dilattn_status wait(const std::string& what) {
+  // Until the communicator has no operation in progress and `stream` ran everything queued
+  // on it so far, or the timeout.
+  dilattn_status wait(const std::string& what, cudaStream_t stream) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
     for (;;) {
       ncclResult_t async = ncclSuccess;
@@ -162,7 +189,7 @@ class NcclTransport final : public RingTransport {
       if (async != ncclSuccess && async != ncclInProgress)
         return abort(what + ": " + ncclGetErrorString(async) + " (" + ncclGetLastError(comm_) + ")");
       if (async == ncclSuccess) {
-        const cudaError_t e = cudaStreamQuery(stream_);
+        const cudaError_t e = cudaStreamQuery(stream);
         if (e == cudaSuccess) return DILATTN_SUCCESS;
         if (e != cudaErrorNotReady) return cuda_error(e, what.c_str());
       }
@@ -190,7 +217,9 @@ class NcclTransport final : public RingTransport {
   }
 
   ncclComm_t comm_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;                     // the caller's: the ring's compute
+  cudaStream_t exchange_stream_ = nullptr;  // the transport's: the exchanges
+  cudaEvent_t queued_ = nullptr, exchanged_ = nullptr;
   const int32_t timeout_ms_;
   const int32_t rank_, size_;
   const int device_;
@@ -199,6 +228,7 @@ class NcclTransport final : public RingTransport {
   bool broken_ = false;
   std::string broken_why_;
   int32_t to_ = 0, from_ = 0;  // of the exchange in progress
+  bool exchanging_ = false;    // the exchange begun moves bytes
 };
 
 // ncclResult_t as a status of dilattn_comm_create_nccl.
@@ -224,7 +254,7 @@ dilattn_status make_nccl_transport(const void* nccl_comm, void* cuda_stream, int
                      static_cast<int>(kMaxRingRanks));
   auto made = std::make_unique<NcclTransport>(comm, static_cast<cudaStream_t>(cuda_stream),
                                               timeout_ms, rank, size, device);
-  if (dilattn_status s = made->allocate_votes()) return s;
+  if (dilattn_status s = made->allocate()) return s;
   *transport = std::move(made);
   return DILATTN_SUCCESS;
 }
