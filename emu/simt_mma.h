@@ -53,6 +53,35 @@ inline float mma_half_to_float(uint16_t bits, const __nv_bfloat16*) {
   return __bfloat162float(h);
 }
 
+// An mma.sync is a collective of the whole warp: any other mask fails the launch.
+inline bool mma_warp_is_whole(BlockRun& b, WarpState& w, unsigned group) {
+  if (group == 0xffffffffu && w.lanes == 32) return true;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%s needs all 32 lanes of the warp (got mask 0x%08x)",
+                w.slot[0].name, group);
+  collective_error(b, w, 0, buf);
+  return false;
+}
+
+// D = A B + C into each lane's d (ptr[0]) in the C fragment layout shared by m16n8k16 and
+// m16n8k8 (lane g = lane / 4, t = lane % 4: d[0], d[1] row g, d[2], d[3] row g + 8, columns
+// 2t, 2t + 1), products summed in k order. Every C was read before: a lane may pass the same
+// array as c and d.
+template <int K>
+inline void write_mma_d(WarpState& w, const float (&A)[16][K], const float (&B)[K][8],
+                        const float (&C)[16][8]) {
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const unsigned g = lane / 4, t = lane % 4;
+    float* d = static_cast<float*>(const_cast<void*>(w.slot[lane].ptr[0]));
+    for (int e = 0; e < 4; ++e) {
+      const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+      float acc = C[row][col];
+      for (int k = 0; k < K; ++k) acc += A[row][k] * B[k][col];
+      d[e] = acc;
+    }
+  }
+}
+
 // Element `half` (0: low, 1: high) of a packed register, as f32.
 template <class T>
 inline float mma_element(uint32_t reg, int half) {
@@ -64,13 +93,7 @@ inline float mma_element(uint32_t reg, int half) {
 // uint32_t b[2], ptr[3] = const float c[4].
 template <class T>
 inline void resolve_mma_m16n8k16(BlockRun& b, WarpState& w, unsigned group) {
-  if (group != 0xffffffffu || w.lanes != 32) {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%s needs all 32 lanes of the warp (got mask 0x%08x)",
-                  w.slot[0].name, group);
-    collective_error(b, w, 0, buf);
-    return;
-  }
+  if (!mma_warp_is_whole(b, w, group)) return;
   float A[16][16], B[16][8], C[16][8];
   for (unsigned lane = 0; lane < 32; ++lane) {
     const unsigned g = lane / 4, t = lane % 4;
@@ -88,17 +111,7 @@ inline void resolve_mma_m16n8k16(BlockRun& b, WarpState& w, unsigned group) {
       C[g + 8][2 * t + e] = c[2 + e];
     }
   }
-  // Every C is read before any D is written: a lane may pass the same array as c and d.
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    const unsigned g = lane / 4, t = lane % 4;
-    float* d = static_cast<float*>(const_cast<void*>(w.slot[lane].ptr[0]));
-    for (int e = 0; e < 4; ++e) {
-      const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
-      float acc = C[row][col];
-      for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
-      d[e] = acc;
-    }
-  }
+  write_mma_d(w, A, B, C);
 }
 
 // An operand register as the tensor core reads a .tf32 element: its low 13 bits dropped.
@@ -112,13 +125,7 @@ inline float tf32_operand(uint32_t bits) {
 
 // What each lane posts: as for m16n8k16, a[4] and b[2] holding one .tf32 element each.
 inline void resolve_mma_m16n8k8_tf32(BlockRun& b, WarpState& w, unsigned group) {
-  if (group != 0xffffffffu || w.lanes != 32) {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%s needs all 32 lanes of the warp (got mask 0x%08x)",
-                  w.slot[0].name, group);
-    collective_error(b, w, 0, buf);
-    return;
-  }
+  if (!mma_warp_is_whole(b, w, group)) return;
   float A[16][8], B[8][8], C[16][8];
   for (unsigned lane = 0; lane < 32; ++lane) {
     const unsigned g = lane / 4, t = lane % 4;
@@ -136,17 +143,7 @@ inline void resolve_mma_m16n8k8_tf32(BlockRun& b, WarpState& w, unsigned group) 
       C[g + 8][2 * t + e] = c[2 + e];
     }
   }
-  // Every C is read before any D is written: a lane may pass the same array as c and d.
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    const unsigned g = lane / 4, t = lane % 4;
-    float* d = static_cast<float*>(const_cast<void*>(w.slot[lane].ptr[0]));
-    for (int e = 0; e < 4; ++e) {
-      const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
-      float acc = C[row][col];
-      for (int k = 0; k < 8; ++k) acc += A[row][k] * B[k][col];
-      d[e] = acc;
-    }
-  }
+  write_mma_d(w, A, B, C);
 }
 
 }  // namespace detail

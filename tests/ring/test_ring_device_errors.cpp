@@ -45,9 +45,12 @@ void nccl_comm_arguments() {
   CHECK_MSG(comm == untouched_comm, "dilattn_comm_create_nccl wrote *comm on an error");
 }
 
-// One rank that moves device memory only, as the NCCL transport does.
-class DeviceOnlyTransport final : public dilattn::RingTransport {
+// One rank of a stand-in for the NCCL transport: the memory it moves, whether it is
+// stream-ordered, the GPU it is bound to (-1: none). Its exchanges move nothing (P = 1).
+class StandInTransport final : public dilattn::RingTransport {
  public:
+  StandInTransport(Memory memory, bool stream_ordered, int32_t device_index)
+      : memory_(memory), stream_ordered_(stream_ordered), device_index_(device_index) {}
   int32_t rank() const override { return 0; }
   int32_t size() const override { return 1; }
   dilattn_status allgather(const dilattn::RingVote& mine, dilattn::RingVote* all) override {
@@ -59,8 +62,14 @@ class DeviceOnlyTransport final : public dilattn::RingTransport {
     return DILATTN_SUCCESS;
   }
   dilattn_status exchange_end() override { return DILATTN_SUCCESS; }
-  Memory memory() const override { return Memory::device; }
-  bool stream_ordered() const override { return true; }
+  Memory memory() const override { return memory_; }
+  bool stream_ordered() const override { return stream_ordered_; }
+  int32_t device_index() const override { return device_index_; }
+
+ private:
+  Memory memory_;
+  bool stream_ordered_;
+  int32_t device_index_;
 };
 
 void nccl_comm_needs_cuda_plan() {
@@ -73,7 +82,9 @@ void nccl_comm_needs_cuda_plan() {
   Plan plan;
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return;
   auto* comm = new dilattn_comm_s;
-  comm->transport = std::make_unique<DeviceOnlyTransport>();
+  // Device memory only, as the NCCL transport moves.
+  comm->transport = std::make_unique<StandInTransport>(
+      dilattn::RingTransport::Memory::device, true, -1);
   Tensor q(DILATTN_F32, 1, 8, 1, 4), k(DILATTN_F32, 1, 8, 1, 4), v(DILATTN_F32, 1, 8, 1, 4);
   Tensor o(DILATTN_F32, 1, 8, 1, 4), lse(DILATTN_F32, 1, 1, 8, 1);
   o.poison();
@@ -85,24 +96,6 @@ void nccl_comm_needs_cuda_plan() {
   CHECK_OK(dilattn_comm_destroy(comm));
 }
 
-// One rank bound to GPU 1, as an NCCL communicator on that GPU, that also moves host memory.
-class BoundToDevice1Transport final : public dilattn::RingTransport {
- public:
-  int32_t rank() const override { return 0; }
-  int32_t size() const override { return 1; }
-  dilattn_status allgather(const dilattn::RingVote& mine, dilattn::RingVote* all) override {
-    all[0] = mine;
-    return DILATTN_SUCCESS;
-  }
-  dilattn_status exchange_begin(const dilattn::MessageHalves&, int32_t, void*, size_t,
-                                int32_t) override {
-    return DILATTN_SUCCESS;
-  }
-  dilattn_status exchange_end() override { return DILATTN_SUCCESS; }
-  Memory memory() const override { return Memory::host_or_device; }
-  int32_t device_index() const override { return 1; }
-};
-
 void comm_device_must_hold_every_tensor() {
   CaseScope scope("comm_device_must_hold_every_tensor");
   AttentionCase c;
@@ -113,7 +106,9 @@ void comm_device_must_hold_every_tensor() {
   Plan plan;
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_EMU, 1))) return;
   auto* comm = new dilattn_comm_s;
-  comm->transport = std::make_unique<BoundToDevice1Transport>();
+  // Bound to GPU 1, as an NCCL communicator on that GPU, that also moves host memory.
+  comm->transport = std::make_unique<StandInTransport>(
+      dilattn::RingTransport::Memory::host_or_device, false, 1);
   Tensor q(DILATTN_F32, 1, 8, 1, 4), k(DILATTN_F32, 1, 8, 1, 4), v(DILATTN_F32, 1, 8, 1, 4);
   Tensor o(DILATTN_F32, 1, 8, 1, 4), lse(DILATTN_F32, 1, 1, 8, 1);
   o.poison();
