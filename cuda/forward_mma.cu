@@ -41,46 +41,21 @@
 #include "ldmatrix.cuh"
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
+#include "mma_tile_smem.cuh"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
 // ---------------------------------------------------------------- the tile's shape
+// 8 warps (128 query rows) at D = 64, 4 (64 rows) at D = 128; 64-key chunks; rows padded by 8
+// elements (mma_tile_smem.cuh: 71 KB at D = 128, 37 KB at D = 64).
 template <class T, int D>
-struct MmaTile {
-  static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  static constexpr int kWarps = D == 64 ? 8 : 4;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBr = 16 * kWarps;  // query rows per block, 16 per warp
-  static constexpr int kBc = 64;           // keys per chunk
-  static constexpr int kStride = D + 8;    // padded shared-memory row, in elements
-  static constexpr int kSpanSlots = 3;     // span descriptors in flight (see forward_mma)
-
-  // K and V of two chunks: [K0][V0][K1][V1], each [BC][kStride]. Q ([BR][kStride]) passes
-  // through [K1][V1] on its way into registers, before chunk 1 is copied there: so the
-  // block's shared memory is the two chunks' alone (71 KB at D = 128, 37 KB at D = 64).
-  static_assert(kBr <= 2 * kBc, "Q fits in the second chunk's K and V");
-  T* kv;
-  int64_t* rows;        // [BR] query row, -1 for none
-  int64_t* cnt;         // [kSpanSlots][BR] each row's key count in a span
-  int64_t* span;        // [kSpanSlots][3] {first, step, largest count}
-
-  __host__ __device__ void carve(SmemCarver& c) {
-    kv = c.take<T>(static_cast<size_t>(4 * kBc) * kStride);
-    rows = c.take<int64_t>(kBr);
-    cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
-    span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
-  }
-  __device__ __forceinline__ T* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
-  __device__ __forceinline__ T* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
-  __device__ __forceinline__ T* q() const { return kv + 2 * kBc * kStride; }
-};
+using MmaTile = MmaTileSmem<T, D == 64 ? 8 : 4, 64, D + 8>;
 
 template <class T, int D>
 inline size_t mma_smem_bytes() {
-  SmemCarver c{nullptr};
-  MmaTile<T, D>().carve(c);
-  return c.used;
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  return mma_tile_smem_bytes<MmaTile<T, D>>();
 }
 
 // ---------------------------------------------------------------- loads

@@ -37,6 +37,7 @@
 #include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
+#include "mma_tile_smem.cuh"
 
 // nvcc leaves the D = 128 loops over Q's, O's and S's fragments rolled, which puts those
 // register arrays in local memory (a 320-byte stack frame); unrolled they stay in registers.
@@ -50,39 +51,15 @@ namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
 // ---------------------------------------------------------------- the tile's shape
+// D = 64: 8 warps, 64-key chunks; D = 128: 4 warps, 32-key chunks (header); rows padded by 4
+// floats (mma_tile_smem.cuh).
 template <int D>
-struct Tf32Tile {
-  static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  static constexpr int kWarps = D == 64 ? 8 : 4;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBr = 16 * kWarps;     // query rows per block, 16 per warp
-  static constexpr int kBc = D == 64 ? 64 : 32;  // keys per chunk
-  static constexpr int kStride = D + 4;       // padded shared-memory row, in floats
-  static constexpr int kSpanSlots = 3;        // span descriptors in flight (as forward_mma)
-
-  // [K0][V0][K1][V1], each [BC][kStride]; Q ([BR][kStride]) passes through [K1][V1].
-  static_assert(kBr <= 2 * kBc, "Q fits in the second chunk's K and V");
-  float* kv;
-  int64_t* rows;  // [BR] query row, -1 for none
-  int64_t* cnt;   // [kSpanSlots][BR] each row's key count in a span
-  int64_t* span;  // [kSpanSlots][3] {first, step, largest count}
-
-  __host__ __device__ void carve(SmemCarver& c) {
-    kv = c.take<float>(static_cast<size_t>(4 * kBc) * kStride);
-    rows = c.take<int64_t>(kBr);
-    cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
-    span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
-  }
-  __device__ __forceinline__ float* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
-  __device__ __forceinline__ float* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
-  __device__ __forceinline__ float* q() const { return kv + 2 * kBc * kStride; }
-};
+using Tf32Tile = MmaTileSmem<float, D == 64 ? 8 : 4, D == 64 ? 64 : 32, D + 4>;
 
 template <int D>
 inline size_t tf32_smem_bytes() {
-  SmemCarver c{nullptr};
-  Tf32Tile<D>().carve(c);
-  return c.used;
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  return mma_tile_smem_bytes<Tf32Tile<D>>();
 }
 
 // ---------------------------------------------------------------- TF32 operands
