@@ -3,7 +3,8 @@
 // one owner and one summation order.
 //
 // With the combined LSE of the forward, each occurrence of a key j in A(i) (a dilated branch's
-// pair, a block's pair) has P_ij = exp(S_ij - LSE_i) directly, so branches are just more pairs.
+// pair, a block's pair) has P_ij = exp(S_ij - LSE_i) directly, so branches are just more pairs;
+// a pair k branches hold is computed once with P multiplied by k (cpu_pair_weights.h).
 // Per tile pair (query tile, key tile) of the pieces of cpu_tile_loop.h:
 //   S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
 //   (lib/internal/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), then
@@ -30,6 +31,7 @@
 // same shapes by tests/cpu/test_cpu_backward_schedules.cpp.
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
+#include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
 #include "cpu_workspace.h"
@@ -61,22 +63,41 @@ void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
   }
 }
 
-// For `rows` rows of a masked, pre-scaled S tile: S becomes P = 2^(post (S - lse_s[t]))
-// (online_prob with the final LSE as the shift) and dP becomes dS = P (dP - D_t). In a cut
-// tile (mask_tile) P and dS are 0 past each row's allowed keys, whatever dP or lse_s hold.
-void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const float* lse_s,
-                          const float* di, bool cut, const int64_t* allowed) {
-  const vfloat vpost = splat(post);
+// For `rows` rows of a masked, pre-scaled S tile: S becomes P = W 2^(post (S - lse_s[t]))
+// (online_prob with the final LSE as the shift, W the pair's weight, cpu_pair_weights.h) and
+// dP becomes dS = P (dP - D_t). In a cut tile (mask_tile) P and dS are 0 past each row's
+// allowed keys, and at pairs of weight 0, whatever dP or lse_s hold.
+// kWeights: 0 = every weight 1, 1 = one weight for the tile, 2 = a weight per pair.
+template <int kWeights>
+void probabilities_and_ds_weighted(float* S, float* dP, int64_t rows, float post,
+                                   const float* lse_s, const float* di, bool cut,
+                                   const int64_t* allowed, const PairWeights& pw) {
+  const vfloat vpost = splat(post), uniform = splat(pw.uniform);
   for (int64_t t = 0; t < rows; ++t) {
     const vfloat l = splat(lse_s[t]), dt = splat(di[t]);
     for (int c = 0; c < kBC; c += kW) {
-      const vfloat prob = exp2v(vpost * (vload(S + t * kBC + c) - l));
+      vfloat prob = exp2v(vpost * (vload(S + t * kBC + c) - l));
+      if (kWeights == 1) prob *= uniform;
+      if (kWeights == 2) prob *= vload(pw.per_pair + t * kBC + c);
       vstore(S + t * kBC + c, prob);
       vstore(dP + t * kBC + c, prob * (vload(dP + t * kBC + c) - dt));
     }
     if (cut)
       for (int64_t c = allowed[t]; c < kBC; ++c) S[t * kBC + c] = dP[t * kBC + c] = 0;
+    if (pw.has_zero)
+      for (int64_t c = 0; c < kBC; ++c)
+        if (pw.per_pair[t * kBC + c] == 0.0f) S[t * kBC + c] = dP[t * kBC + c] = 0;
   }
+}
+
+void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const float* lse_s,
+                          const float* di, bool cut, const int64_t* allowed,
+                          const PairWeights& pw) {
+  if (pw.per_pair != nullptr)
+    return probabilities_and_ds_weighted<2>(S, dP, rows, post, lse_s, di, cut, allowed, pw);
+  if (pw.uniform != 1.0f)
+    return probabilities_and_ds_weighted<1>(S, dP, rows, post, lse_s, di, cut, allowed, pw);
+  probabilities_and_ds_weighted<0>(S, dP, rows, post, lse_s, di, cut, allowed, pw);
 }
 
 // ---------------------------------------------------------------- dQ (dK, dV), per query block
@@ -106,19 +127,24 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
           return;
         }
         const int64_t kcount = min_i64(kBC, keys.count - k0);
+        if (pairs_computed_earlier(p, h, piece.branch, own, 0, own.count, keys, k0, kcount))
+          continue;  // no row of the piece needs this key tile here (cpu_pair_weights.h)
         gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
         gather_columns(*a.v, b, kvh, keys, k0, kcount, D, w.vt);
         gather_rows(*a.k, b, kvh, keys, k0, kcount, D, w.kv, Dp);
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
+          const PairWeights pw =
+              pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.weights);
+          if (pw.skip) continue;
           scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, 1.0f, w.dp);
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
-                               allowed);
+                               allowed, pw);
           accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
-                             Dp, Dp);
+                             Dp, Dp, pw);
           if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
           // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
           const int64_t at = progression_at(keys, k0) * Dp;
@@ -180,6 +206,8 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
             p.causal ? first_term_at_least(queries, causal_first_query(own.first, p.Nq, p.Nk)) : 0;
         for (int64_t t0 = t_start; t0 < queries.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, queries.count - t0);
+          if (pairs_computed_earlier(p, h, piece.branch, queries, t0, rows, own, 0, own.count))
+            continue;  // every pair of these queries with the piece's keys is computed elsewhere
           gather_rows(*a.q, b, h, queries, t0, rows, D, w.tile_q, Dp);
           gather_rows(*a.d_o, b, h, queries, t0, rows, D, w.tile_do, Dp);
           row_terms(p, a, b, h, queries, t0, rows, scaling.post, w.tile_do, w.tile_o, w.row_a,
@@ -188,11 +216,15 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
             // Keys ascend: once a tile is past every row's limit, so are the later ones.
             if (tile_skipped(p, queries, t0, rows, own, k0)) break;
             const int64_t kcount = min_i64(kBC, own.count - k0);
+            const PairWeights pw =
+                pair_weights(p, h, piece.branch, queries, t0, rows, own, k0, kcount, w.weights);
+            if (pw.skip) continue;
             scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
             const bool cut =
                 mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
             scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, 1.0f, w.dp);
-            probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed);
+            probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
+                                 pw);
             // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
             accumulate_tile(dv + k0 * ldo, ldo, kcount, w.s, 1, kBC, rows, w.tile_do, Dp, Dp);
             accumulate_tile(dk + k0 * ldo, ldo, kcount, w.dp, 1, kBC, rows, w.tile_q, Dp, Dp);

@@ -21,6 +21,7 @@
 // tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
+#include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
 #include "cpu_workspace.h"
@@ -38,9 +39,12 @@ namespace {
 // set to NaN, as max_nan would have made it. From there the row is NaN as the rules say: l is
 // NaN, O meets the NaN probability (its key is never masked: masking writes -inf over it),
 // and later tiles see m = NaN (README "Decisions"; tests/cpu/test_cpu_nan_inputs.cpp).
-template <bool kPostIsOne>
+// Pair weights (cpu_pair_weights.h) multiply each probability after the exponent: kWeights
+// 0 = none, 1 = one weight for the tile, 2 = a weight per pair.
+template <bool kPostIsOne, int kWeights>
 void online_softmax_rows(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
-                         float* alpha) {
+                         float* alpha, const PairWeights& pw) {
+  const vfloat uniform = splat(pw.uniform);
   const vfloat vpost = splat(post);
   for (int64_t t = 0; t < rows; ++t) {
     float* s = S + t * kBC;
@@ -52,7 +56,9 @@ void online_softmax_rows(float* S, int64_t rows, float post, float* m, float* l,
     vfloat sum = vfloat{};
     for (int c = 0; c < kBC; c += kW) {
       const vfloat x = vload(s + c) - shift;
-      const vfloat e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
+      vfloat e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
+      if (kWeights == 1) e *= uniform;
+      if (kWeights == 2) e *= vload(pw.per_pair + t * kBC + c);
       vstore(s + c, e);
       sum += e;
     }
@@ -64,10 +70,20 @@ void online_softmax_rows(float* S, int64_t rows, float post, float* m, float* l,
   }
 }
 
+template <bool kPostIsOne>
+void online_softmax_post(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
+                         float* alpha, const PairWeights& pw) {
+  if (pw.per_pair != nullptr)
+    return online_softmax_rows<kPostIsOne, 2>(S, rows, post, m, l, stride, alpha, pw);
+  if (pw.uniform != 1.0f)
+    return online_softmax_rows<kPostIsOne, 1>(S, rows, post, m, l, stride, alpha, pw);
+  online_softmax_rows<kPostIsOne, 0>(S, rows, post, m, l, stride, alpha, pw);
+}
+
 void online_softmax(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
-                    float* alpha) {
-  if (post == 1.0f) return online_softmax_rows<true>(S, rows, post, m, l, stride, alpha);
-  online_softmax_rows<false>(S, rows, post, m, l, stride, alpha);
+                    float* alpha, const PairWeights& pw) {
+  if (post == 1.0f) return online_softmax_post<true>(S, rows, post, m, l, stride, alpha, pw);
+  online_softmax_post<false>(S, rows, post, m, l, stride, alpha, pw);
 }
 
 void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t width) {
@@ -113,6 +129,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
           return;
         }
         const int64_t kcount = min_i64(kBC, keys.count - k0);
+        if (pairs_computed_earlier(p, h, piece.branch, own, 0, own.count, keys, k0, kcount))
+          continue;  // no row of the piece needs this key tile here (cpu_pair_weights.h)
         if (decode)
           row_pointers(*a.k, b, kvh, keys, k0, kcount, k_rows);
         else
@@ -121,15 +139,19 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
+          const PairWeights pw =
+              pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.weights);
+          if (pw.skip) continue;
           if (decode)
             scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);
           else
             scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
-          online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride, w.small);
+          online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride,
+                         w.small, pw);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
           accumulate_allowed(acc + t0 * ldo, ldo, rows, w.s, kBC, cut, allowed, kcount, w.kv, Dp,
-                             Dp);
+                             Dp, pw);
         }
       }
     });

@@ -12,7 +12,8 @@
 //            selected rows of that segment inside the block (step r), other = the segment's
 //            selected rows (step r). Branches are just more pieces over the same
 //            rows: the forward keeps one online softmax per row across all of them, which is
-//            SPEC 3's LSE combination; backward adds each occurrence's gradient.
+//            SPEC 3's LSE combination; backward adds each occurrence's gradient. A pair two
+//            branches hold is computed once, weighted (cpu_pair_weights.h).
 //   sparse:  per mask block the block touches: forward own = rows of row block ib, other = its
 //            listed key blocks; dK/dV own = keys of key block jb, other = the row blocks that
 //            list jb (found by binary search in each row).
@@ -23,6 +24,7 @@
 
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
+#include "cpu_pair_weights.h"
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
@@ -30,6 +32,7 @@ struct Piece {
   KeyProgression own;
   KeyProgression other;     // dense, dilated: the one progression on the other side
   int64_t mask_block = -1;  // sparse: row block ib (forward) or key block jb (dK/dV)
+  int64_t branch = -1;      // dilated: the branch (its pairs' weights: cpu_pair_weights.h)
 };
 
 // Natural rows per work item. A dilated branch of dilation r holds only 1/r of a block's rows,
@@ -98,6 +101,7 @@ void for_each_piece(const Problem& p, int64_t h, int64_t lo, int64_t hi, bool qu
         if (piece.own.count == 0) continue;
         // Rows meet the selected rows of their own segment, the same set for queries and keys.
         piece.other = dilated_keys(piece.own.first, N, branch.w, r, o, false);
+        piece.branch = br;
         f(piece);
       }
     }
@@ -173,10 +177,26 @@ inline bool mask_tile(float* S, int64_t lds, const KeyProgression& q, int64_t q0
 }
 
 // O[t] += sum_{c < allowed[t]} A[t][c] B[c] for t < rows (accumulate_tile's layout): one
-// register-blocked call when every row sees all kcount keys, else one call per row.
+// register-blocked call when every row sees all kcount keys, else one call per row. Pairs of
+// weight 0 (computed in another branch, cpu_pair_weights.h) are left out as masked keys are,
+// a run of keys at a time: their B row must not enter even as 0 * x.
 inline void accumulate_allowed(float* O, int64_t ldo, int64_t rows, const float* A, int64_t lda,
                                bool cut, const int64_t* allowed, int64_t kcount, const float* Bm,
-                               int64_t ldb, int64_t width) {
+                               int64_t ldb, int64_t width, const PairWeights& pw) {
+  if (pw.has_zero) {
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* w = pw.per_pair + t * kBC;
+      for (int64_t c = 0; c < allowed[t];) {
+        if (w[c] == 0.0f) { ++c; continue; }
+        int64_t e = c + 1;
+        while (e < allowed[t] && w[e] != 0.0f) ++e;
+        accumulate_tile(O + t * ldo, ldo, 1, A + t * lda + c, lda, 1, e - c, Bm + c * ldb, ldb,
+                        width);
+        c = e;
+      }
+    }
+    return;
+  }
   if (!cut) return accumulate_tile(O, ldo, rows, A, lda, 1, kcount, Bm, ldb, width);
   for (int64_t t = 0; t < rows; ++t)
     accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, 1, allowed[t], Bm, ldb, width);

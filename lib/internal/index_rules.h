@@ -74,6 +74,14 @@ DILATTN_HD int64_t head_offset(int32_t mode, int64_t h, int64_t b, int64_t r, in
 DILATTN_HD bool is_selected(int64_t p, int64_t s0, int64_t r, int64_t o) {
   return (p - s0) % r == o;
 }
+// The segment number of position p in a branch (clipped segment length wc, dilation r, offset
+// o) when the branch selects p, else -1. The branch holds the pair (i, j), i.e. j is one of
+// its keys for row i before the causal rule, iff both numbers are equal and not -1: the pair
+// multiplicity of SPEC 3's multiset union is the count of such branches.
+DILATTN_HD int64_t selected_segment(int64_t p, int64_t wc, int64_t r, int64_t o) {
+  const int64_t s0 = segment_start(p, wc);
+  return is_selected(p, s0, r, o) ? p / wc : -1;
+}
 // How many positions of [s0, s1) are selected: those s0 + o + t*r < s1.
 DILATTN_HD int64_t selected_count(int64_t s0, int64_t s1, int64_t r, int64_t o) {
   return s0 + o < s1 ? ceil_div(s1 - s0 - o, r) : 0;

@@ -58,6 +58,13 @@ inline std::vector<AttentionCase> standard_cases() {
           DILATTN_HEADS_GROUPS, true, DILATTN_F32)->output_layout = kPermuted;
   dilated("dilated_clipped_segment_f16_d100", 200, 2, 1, 100, {1000, 50}, {3, 5},
           DILATTN_HEADS_MOD, false, DILATTN_F16);
+  // LongNet's nested branches at sizes where whole tiles are shared between branches: those
+  // tiles are computed once, in the first branch, with weight 2 or 3 (cpu_pair_weights.h),
+  // and skipped in the others. B x Hkv = 8 takes the one-pass backward.
+  dilated("dilated_longnet_mod_causal_d32", 1024, 4, 4, 32, {128, 256, 512}, {1, 2, 4},
+          DILATTN_HEADS_MOD, true, DILATTN_F32)->B = 2;
+  dilated("dilated_longnet_block_partial_d64", 1100, 5, 1, 64, {128, 256, 512}, {1, 2, 4},
+          DILATTN_HEADS_BLOCK, false, DILATTN_F32);
   // Dilation 1 only: 256-row blocks, so segments of 200 straddle block edges.
   dilated("dilated_r1_segments_cross_blocks_d16", 600, 2, 1, 16, {200, 600}, {1, 1},
           DILATTN_HEADS_MOD, true, DILATTN_F32);

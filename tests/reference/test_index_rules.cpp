@@ -63,6 +63,13 @@ int main() {
   CHECK_EQ(selected_count(8, 11, 4, 2), 1);  // 10
   CHECK_EQ(selected_count(8, 11, 4, 3), 0);  // 11 is past the partial segment's end
   CHECK_EQ(selected_count(0, 4, 2, 1), 2);   // 1, 3
+  // selected_segment, w = 4, r = 2, o = 1: 9 is selected in segment 2 ([8, 12)), 10 is not;
+  // 1 and 3 share segment 0, 5 is in segment 1: the branch holds (1, 3), not (1, 5).
+  CHECK_EQ(selected_segment(9, 4, 2, 1), 2);
+  CHECK_EQ(selected_segment(10, 4, 2, 1), -1);
+  CHECK_EQ(selected_segment(1, 4, 2, 1), selected_segment(3, 4, 2, 1));
+  CHECK(selected_segment(1, 4, 2, 1) != selected_segment(5, 4, 2, 1));
+  CHECK_EQ(selected_segment(5, 4, 2, 1), 1);
   CHECK_EQ(selected_position(8, 2, 1, 0), 9);
   CHECK_EQ(selected_position(0, 3, 2, 2), 8);
 
