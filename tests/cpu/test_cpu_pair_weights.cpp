@@ -132,9 +132,37 @@ void check_config(const Config& c) {
   }
 }
 
+// progression_segments (additions only) against selected_segment term by term: steps below,
+// equal to and above the segment length, offsets of every kind, a step near INT64_MAX.
+void check_progression_segments() {
+  std::mt19937_64 rng(7);
+  int64_t wrong = 0;
+  for (int n = 0; n < 20000; ++n) {
+    const int64_t wc = 1 + static_cast<int64_t>(rng() % 300);
+    const int64_t r = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(wc));
+    const BranchView c{wc, r, static_cast<int64_t>(rng() % static_cast<uint64_t>(r))};
+    const KeyProgression kp{static_cast<int64_t>(rng() % 5000),
+                            1 + static_cast<int64_t>(rng() % 700), 1 + static_cast<int64_t>(rng() % 64)};
+    const int64_t seg0 = kp.first / wc - static_cast<int64_t>(rng() % 2) * (kp.first / wc);
+    int32_t got[64];
+    progression_segments(c, kp, 0, kp.count, seg0, -7, got);
+    for (int64_t t = 0; t < kp.count; ++t) {
+      const int64_t s = selected_segment(progression_at(kp, t), wc, r, c.o);
+      if (got[t] != (s < 0 ? -7 : s - seg0)) ++wrong;
+    }
+  }
+  const KeyProgression huge{5, INT64_MAX - 3, 1};  // one term: the step is never added
+  int32_t one[1];
+  progression_segments(BranchView{4, 2, 1}, huge, 0, 1, 0, -7, one);
+  CHECK_EQ(one[0], 1);  // 5 is selected (offset 1 in segment [4, 8)), segment 1
+  CHECK_MSG(wrong == 0, "progression_segments: %lld terms differ from selected_segment",
+            (long long)wrong);
+}
+
 }  // namespace
 
 int main() {
+  check_progression_segments();
   std::vector<Config> configs = {
       {"longnet_mod", 1024, 4, {{128, 1}, {256, 2}, {512, 4}}, kHeadsMod, true},
       {"longnet_block", 1024, 5, {{128, 1}, {256, 2}, {512, 4}}, kHeadsBlock},
