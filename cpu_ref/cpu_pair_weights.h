@@ -90,10 +90,9 @@ inline bool pairs_computed_earlier(const Problem& p, int64_t h, int64_t branch,
 }
 
 // out[t] = selected_segment(term first + t of kp) - seg0 for t < count, or `unselected` where
-// c does not select the term. One division for the first term, then additions only (with
-// three 64-bit divisions per term the dilated forward of bench/cpu/torch_sdpa_compare.py ran
-// at 68% of the FMA peak, without them 71%): the term's offset in its segment and that offset
-// mod r are carried along.
+// c does not select the term. One division for the first term, then additions only (a 64-bit
+// division takes tens of cycles, and selected_segment does three per term): the term's offset
+// in its segment and that offset mod r are carried along.
 inline void progression_segments(const BranchView& c, const KeyProgression& kp, int64_t first,
                                  int64_t count, int64_t seg0, int32_t unselected, int32_t* out) {
   const int64_t p = progression_at(kp, first);
