@@ -136,7 +136,7 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
           const PairWeights pw =
-              pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.weights);
+              pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
           scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
@@ -217,7 +217,7 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
             if (tile_skipped(p, queries, t0, rows, own, k0)) break;
             const int64_t kcount = min_i64(kBC, own.count - k0);
             const PairWeights pw =
-                pair_weights(p, h, piece.branch, queries, t0, rows, own, k0, kcount, w.weights);
+                pair_weights(p, h, piece.branch, queries, t0, rows, own, k0, kcount, w.pair_weights);
             if (pw.skip) continue;
             scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
             const bool cut =

@@ -140,7 +140,7 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
           const PairWeights pw =
-              pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.weights);
+              pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
           if (decode)
             scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);

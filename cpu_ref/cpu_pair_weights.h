@@ -116,54 +116,68 @@ inline void progression_segments(const BranchView& c, const KeyProgression& kp, 
   }
 }
 
-// Weights pair by pair for branch c: cleared where c holds the pair (c earlier than the tile's
-// branch) or one more (c later). Segment numbers are taken relative to the tile's first one so
-// they fit 32-bit lanes; -1 (a row) and -2 (a key) mark unselected terms and never match.
-inline void apply_branch_pair_by_pair(const BranchView& c, bool earlier, const KeyProgression& q,
-                                      int64_t q0, int64_t rows, const KeyProgression& k,
-                                      int64_t k0, int64_t kcount, float* weights) {
-  const int64_t q_first = progression_at(q, q0), k_first = progression_at(k, k0);
-  const int64_t last = max_i64(progression_at(q, q0 + rows - 1), progression_at(k, k0 + kcount - 1));
-  const int64_t seg0 = min_i64(q_first, k_first) / c.wc;
-  if (last / c.wc - seg0 >= INT32_MAX) {  // more segments than 32-bit lanes count: one by one
-    for (int64_t t = 0; t < rows; ++t) {
-      const int64_t row_seg = selected_segment(progression_at(q, q0 + t), c.wc, c.r, c.o);
-      for (int64_t col = 0; col < kcount; ++col) {
-        if (row_seg < 0 || selected_segment(progression_at(k, k0 + col), c.wc, c.r, c.o) != row_seg)
-          continue;
-        float& w = weights[t * kBC + col];
-        w = earlier ? 0.0f : w + 1.0f;
-      }
-    }
-    return;
-  }
-  alignas(64) int32_t key_seg[kBC], row_seg[kBR];
-  progression_segments(c, k, k0, kcount, seg0, -2, key_seg);
-  for (int64_t col = kcount; col < kBC; ++col) key_seg[col] = -2;
-  progression_segments(c, q, q0, rows, seg0, -1, row_seg);
-  const vint one = (vint)splat(1.0f);
+// Per-pair weights of one tile, and what they were computed from: tiles of a piece often have
+// the same weights (in LongNet's configurations every tile of the densest branch lies inside
+// one segment of each sparser branch, at the same offsets), which are then reused. The key:
+// rows, kcount, the uniform part, the branches set pair by pair, and for each (later branches
+// first) its index, whether it is earlier, and its row and key segment numbers (kBC of them,
+// padding keys unselected); key[0] holds the key's length, -1 when nothing is kept
+// (carve_workspace sets it).
+constexpr int kMemoBranches = 8;
+constexpr int kMemoInts = 1 + 4 + kMemoBranches * (2 + kBR + kBC);
+struct PairWeightsMemo {
+  float* weights;  // [kBR][kBC]
+  int32_t* key;    // [kMemoInts]
+};
+
+// Weights pair by pair for branch c, into `weights`, the slow and general way (more branches
+// set pair by pair than the memo keeps, or segment numbers past 32 bits): cleared where c
+// holds the pair (c earlier than the tile's branch) or one more (c later).
+inline void apply_branch_one_by_one(const BranchView& c, bool earlier, const KeyProgression& q,
+                                    int64_t q0, int64_t rows, const KeyProgression& k,
+                                    int64_t k0, int64_t kcount, float* weights) {
   for (int64_t t = 0; t < rows; ++t) {
-    const vint row = vint{} + row_seg[t];
-    for (int col = 0; col < kBC; col += kW) {
-      vint key;
-      std::memcpy(&key, key_seg + col, sizeof key);
-      const vint hit = key == row;  // all ones where c holds the pair
-      const vfloat w = vload(weights + t * kBC + col);
-      vstore(weights + t * kBC + col, earlier ? (vfloat)((vint)w & ~hit) : w + (vfloat)(hit & one));
+    const int64_t row_seg = selected_segment(progression_at(q, q0 + t), c.wc, c.r, c.o);
+    for (int64_t col = 0; col < kcount; ++col) {
+      if (row_seg < 0 || selected_segment(progression_at(k, k0 + col), c.wc, c.r, c.o) != row_seg)
+        continue;
+      float& w = weights[t * kBC + col];
+      w = earlier ? 0.0f : w + 1.0f;
     }
   }
 }
 
+// The weights a key describes (see PairWeightsMemo), a row at a time in registers: start
+// from the uniform part, one more where a later branch holds the pair, 0 where an earlier
+// one does. Segment numbers are relative to the tile's first one, -1 (a row) and -2 (a key)
+// mark unselected terms: they never match.
+inline void weights_from_key(const int32_t* key, float* weights) {
+  const int32_t rows = key[1], branches = key[4];
+  const vfloat base = splat(static_cast<float>(key[3]));
+  const vint one = (vint)splat(1.0f);
+  for (int32_t t = 0; t < rows; ++t)
+    for (int col = 0; col < kBC; col += kW) {
+      vfloat w = base;
+      const int32_t* b = key + 5;
+      for (int32_t x = 0; x < branches; ++x, b += 2 + rows + kBC) {
+        vint segs;
+        std::memcpy(&segs, b + 2 + rows + col, sizeof segs);
+        const vint hit = segs == vint{} + b[2 + t];  // all ones where the branch holds the pair
+        w = b[1] ? (vfloat)((vint)w & ~hit) : w + (vfloat)(hit & one);
+      }
+      vstore(weights + t * kBC + col, w);
+    }
+}
+
 // The tile's pair weights for branch `branch` of head h (-1: not a dilated piece, weight 1).
-// `buffer` holds kBR x kBC floats, used when the weights differ pair by pair.
 inline PairWeights pair_weights(const Problem& p, int64_t h, int64_t branch,
                                 const KeyProgression& q, int64_t q0, int64_t rows,
                                 const KeyProgression& k, int64_t k0, int64_t kcount,
-                                float* buffer) {
+                                const PairWeightsMemo& memo) {
   PairWeights pw;
   if (branch < 0) return pw;
   const int64_t m = p.num_branches();
-  bool pair_by_pair = false;
+  int64_t pair_by_pair = 0;
   for (int64_t c = 0; c < m; ++c) {
     if (c == branch || !head_uses_branch(p.head_mode, h, c, p.H, m)) continue;
     const Holds holds = branch_holds(branch_view(p, h, c), q, q0, rows, k, k0, kcount);
@@ -172,21 +186,55 @@ inline PairWeights pair_weights(const Problem& p, int64_t h, int64_t branch,
       return pw;
     }
     if (holds == Holds::all) pw.uniform += 1.0f;
-    pair_by_pair = pair_by_pair || holds == Holds::some;
+    pair_by_pair += holds == Holds::some;
   }
-  if (!pair_by_pair) return pw;
+  if (pair_by_pair == 0) return pw;
+  pw.per_pair = memo.weights;
 
+  // The key, later branches first (their additions come before an earlier branch's clearing).
+  alignas(64) int32_t key[kMemoInts];
+  int32_t len = 5;
+  bool keyed = pair_by_pair <= kMemoBranches;
+  const int64_t first_pos = min_i64(progression_at(q, q0), progression_at(k, k0));
+  const int64_t last_pos =
+      max_i64(progression_at(q, q0 + rows - 1), progression_at(k, k0 + kcount - 1));
+  for (int64_t c = m - 1; c >= 0 && keyed; --c) {
+    if (c == branch || !head_uses_branch(p.head_mode, h, c, p.H, m)) continue;
+    const BranchView view = branch_view(p, h, c);
+    if (branch_holds(view, q, q0, rows, k, k0, kcount) != Holds::some) continue;
+    const int64_t seg0 = first_pos / view.wc;
+    keyed = last_pos / view.wc - seg0 < INT32_MAX;
+    key[len++] = static_cast<int32_t>(c);
+    key[len++] = c < branch;
+    pw.has_zero = pw.has_zero || c < branch;
+    progression_segments(view, q, q0, rows, seg0, -1, key + len);
+    progression_segments(view, k, k0, kcount, seg0, -2, key + len + rows);
+    for (int64_t col = kcount; col < kBC; ++col) key[len + rows + col] = -2;  // padding keys
+    len += static_cast<int32_t>(rows + kBC);
+  }
+  if (keyed) {
+    key[0] = len;
+    key[1] = static_cast<int32_t>(rows);
+    key[2] = static_cast<int32_t>(kcount);
+    key[3] = static_cast<int32_t>(pw.uniform);
+    key[4] = static_cast<int32_t>(pair_by_pair);
+    if (memo.key[0] == len && std::memcmp(memo.key, key, sizeof(int32_t) * len) == 0) return pw;
+    weights_from_key(key, memo.weights);
+    std::memcpy(memo.key, key, sizeof(int32_t) * len);
+    return pw;
+  }
+
+  memo.key[0] = -1;  // the weights below are not described by a key
+  pw.has_zero = false;
   for (int64_t t = 0; t < rows; ++t)
-    for (int c = 0; c < kBC; c += kW) vstore(buffer + t * kBC + c, splat(pw.uniform));
-  // Later branches first: a pair an earlier branch holds ends at 0 whatever they added.
+    for (int c = 0; c < kBC; c += kW) vstore(memo.weights + t * kBC + c, splat(pw.uniform));
   for (int64_t c = m - 1; c >= 0; --c) {
     if (c == branch || !head_uses_branch(p.head_mode, h, c, p.H, m)) continue;
     const BranchView view = branch_view(p, h, c);
     if (branch_holds(view, q, q0, rows, k, k0, kcount) != Holds::some) continue;
-    apply_branch_pair_by_pair(view, c < branch, q, q0, rows, k, k0, kcount, buffer);
+    apply_branch_one_by_one(view, c < branch, q, q0, rows, k, k0, kcount, memo.weights);
     pw.has_zero = pw.has_zero || c < branch;
   }
-  pw.per_pair = buffer;
   return pw;
 }
 

@@ -13,6 +13,7 @@
 
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_microkernel.h"
+#include "cpu_pair_weights.h"
 #include "cpu_tile_loop.h"
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
@@ -30,7 +31,7 @@ struct Workspace {
   float* kv;       // [kBC][Dp]: V rows (forward), K rows (dQ)
   float* s;        // [kBR][kBC]: scores, then probabilities
   float* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
-  float* weights;  // [kBR][kBC]: pair weights, when they differ pair by pair (cpu_pair_weights.h)
+  PairWeightsMemo pair_weights;  // per-pair weights of the last tile that had them, and its key
   float* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
   float* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
   float* tile_o;   // [kBR][Dp]: O rows while D_i is formed
@@ -48,7 +49,7 @@ inline int64_t key_accumulator_floats(const Problem& p) { return round16(p.Nk * 
 inline int64_t floats_per_worker(int64_t D, int64_t T, int64_t key_floats = 0) {
   const int64_t Dp = padded(D);
   return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
-         3 * round16(kBR * kBC) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_floats +
+         3 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_floats +
          16;  // +16: alignment
 }
 
@@ -87,7 +88,9 @@ inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t
   s.kv = take(kBC * Dp);
   s.s = take(kBR * kBC);
   s.dp = take(kBR * kBC);
-  s.weights = take(kBR * kBC);
+  s.pair_weights.weights = take(kBR * kBC);
+  s.pair_weights.key = reinterpret_cast<int32_t*>(take(kMemoInts));  // only read as int32
+  s.pair_weights.key[0] = -1;                                          // nothing kept yet
   s.tile_q = take(kBR * Dp);
   s.tile_do = take(kBR * Dp);
   s.tile_o = take(kBR * Dp);

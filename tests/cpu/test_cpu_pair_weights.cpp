@@ -59,7 +59,10 @@ std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int6
                                 int64_t* computed) {
   const int64_t N = p.Nq;
   std::vector<double> sum(static_cast<size_t>(N * N), 0.0);
-  alignas(64) static float buffer[kBR * kBC];
+  alignas(64) static float weights[kBR * kBC];
+  alignas(64) static int32_t key[kMemoInts];
+  key[0] = -1;
+  const PairWeightsMemo buffer{weights, key};
   for (int64_t i0 = 0; i0 < N; i0 += block) {
     for_each_piece(p, h, i0, std::min(i0 + block, N), true, [&](const Piece& piece) {
       const KeyProgression& own = piece.own;
@@ -172,6 +175,9 @@ int main() {
       {"not_nested", 333, 5, {{100, 2}, {333, 3}}, kHeadsBlock},
       {"not_nested_mod", 300, 4, {{64, 1}, {128, 2}, {300, 4}}, kHeadsMod},
       {"clipped", 200, 2, {{1000, 3}, {50, 5}, {70, 1}}, kHeadsMod},
+      // More branches set pair by pair than the memo keeps: the one-by-one path.
+      {"eleven_branches", 260, 2, {{30, 1}, {41, 2}, {52, 3}, {63, 1}, {74, 2}, {85, 3},
+                                   {96, 1}, {107, 2}, {118, 3}, {129, 1}, {260, 2}}, kHeadsMod},
   };
   std::mt19937_64 rng(2026);
   for (int n = 0; n < 6; ++n) {
