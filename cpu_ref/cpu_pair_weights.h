@@ -19,7 +19,8 @@
 //   an earlier c holding all of them: the tile is skipped (c's tiles compute its pairs);
 //   a later c holding all: one more for every weight;
 //   some (or an earlier c holding some): the weights are set pair by pair, a vector of keys at
-//   a time, from the rows' and the keys' selected_segment numbers.
+//   a time, from the rows' and the keys' selected_segment numbers, and kept with those numbers
+//   so the next tile with the same ones reuses them (PairWeightsMemo).
 // Dense and block-sparse problems, and heads that use one branch (groups mode), have weight 1
 // everywhere and pay one branch test per tile.
 // Checked by tests/cpu/test_cpu_pair_weights.cpp (every pair's weights over its branches sum
