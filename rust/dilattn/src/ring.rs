@@ -30,6 +30,7 @@
 //!                       &mut TensorMut::new(&mut lse, [b, h, rows.len(), 1])?)?;
 //!     Ok(o)
 //! }).unwrap();
+//! assert!(outputs.iter().all(|o| o.is_ok()));
 //! ```
 //!
 //! Transports: [`Comm::threads`] (P ranks on P threads of this process) and, with a library built
@@ -107,12 +108,15 @@ impl Comm {
     /// index p. `timeout` bounds every wait for another rank; past it the call returns
     /// `DILATTN_ERROR_COMM` and the communicator is broken (create a new one).
     pub fn threads(num_ranks: usize, timeout: Duration) -> Result<Vec<Comm>> {
-        let n = to_i32("num_ranks", num_ranks)?;
-        let mut raw = vec![ptr::null_mut(); num_ranks.max(1)];
+        // dilattn_ring_shard_rows bounds num_ranks with the same limit as
+        // dilattn_comm_create_threads (both in lib/ring/ring_comm.cpp): asked first, it refuses
+        // a count out of range, naming it, before a buffer of that many handles is allocated.
+        shard_ranges(1, num_ranks, 0, Split::Contiguous)?;
+        let mut raw = vec![ptr::null_mut(); num_ranks];
         check(unsafe {
-            sys::dilattn_comm_create_threads(n, timeout_ms(timeout), raw.as_mut_ptr())
+            sys::dilattn_comm_create_threads(num_ranks as i32, timeout_ms(timeout),
+                                             raw.as_mut_ptr())
         })?;
-        raw.truncate(num_ranks);
         // Own every end before asking any its rank, so that an error still destroys them all.
         let mut ends: Vec<Comm> =
             raw.into_iter().map(|raw| Comm { raw, rank: 0, size: 0 }).collect();

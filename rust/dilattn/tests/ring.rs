@@ -3,7 +3,8 @@
 //!     GQA, dilated, dilated causal, and fewer rows than ranks: every rank's shard of O, LSE, dQ,
 //!     dK and dV equals the same rows of a single-device ref plan within SPEC 8 (cpu backend,
 //!     f32) and within 1e-12 (ref backend, f64);
-//!   * the ring backward is bitwise the same on a second run (SPEC 6);
+//!   * the ring backward is bitwise the same on a second run (SPEC 6), and ring_forward_output
+//!     gives the bits of ring_forward's O;
 //!   * shard_rows gives the rows SPEC 5 defines (by hand), and a bad rank is refused naming it;
 //!   * a bad shard on one rank: that rank gets its own SHAPE_MISMATCH, every other rank a COMM
 //!     error naming it, and no rank's outputs are written;
@@ -186,6 +187,33 @@ fn ring_backward_is_bitwise_the_same_on_a_second_run() {
 }
 
 #[test]
+fn ring_forward_output_gives_the_o_of_ring_forward() {
+    let case = &cases()[2];
+    let s = case.shape;
+    let data = inputs(&s, 9).map(|x| x.iter().map(|&v| v as f32).collect::<Vec<f32>>());
+    let plan = Plan::new(&case.spec.attention(), s, Dtype::F32, Backend::Cpu).unwrap();
+    let (qs, ks, _) = sizes(&s);
+    let same = ring::run_threads(2, |comm| {
+        let rows = ring::shard_rows(s.seqlen_q, 2, comm.rank(), Split::Zigzag).unwrap();
+        let (qd, kd) = (with_rows(qs, 1, rows.len()), with_rows(ks, 1, rows.len()));
+        let [q, k, v] = [(0, qs), (1, ks), (2, ks)].map(|(t, d)| gather(&data[t], d, 1, &rows));
+        let (q, k, v) = (Tensor::new(&q, qd).unwrap(), Tensor::new(&k, kd).unwrap(),
+                         Tensor::new(&v, kd).unwrap());
+        let mut with_lse = vec![0f32; q.shape().iter().product()];
+        let mut lse = vec![0f32; s.heads_q * rows.len()];
+        plan.ring_forward(comm, Split::Zigzag, &q, &k, &v,
+                          &mut TensorMut::new(&mut with_lse, qd).unwrap(),
+                          &mut TensorMut::new(&mut lse, [1, s.heads_q, rows.len(), 1]).unwrap())
+            .unwrap();
+        let mut alone = vec![7f32; with_lse.len()];
+        plan.ring_forward_output(comm, Split::Zigzag, &q, &k, &v,
+                                 &mut TensorMut::new(&mut alone, qd).unwrap()).unwrap();
+        with_lse.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits())
+    }).unwrap();
+    assert_eq!(same, [true, true], "O without the LSE differs from O with it");
+}
+
+#[test]
 fn shard_rows_by_hand() {
     let rows = |n, p, r, split| ring::shard_rows(n, p, r, split).unwrap();
     assert_eq!(rows(10, 3, 0, Split::Contiguous), [0, 1, 2]);
@@ -262,25 +290,37 @@ fn a_rank_that_never_calls_times_the_others_out() {
     assert!(e.message().contains("rank(s) 1"), "{e}");
 }
 
+/// The peak bytes of every rank of a P-rank ring forward and backward of dense attention over
+/// n rows (ref backend, f64, H = Hkv = 2, D = 4).
+fn ring_peaks(p: usize, n: usize) -> Vec<usize> {
+    let s = shape(1, n, 2, 2, 4);
+    let plan = Plan::new(&spec(&[], HeadMode::Mod, false).attention(), s, Dtype::F64,
+                         Backend::Ref).unwrap();
+    let data = inputs(&s, 8);
+    ring::run_threads(p, |comm| {
+        rank_main::<f64, f64>(&plan, comm, Split::Contiguous, &data).unwrap();
+        comm.peak_bytes().unwrap()
+    }).unwrap()
+}
+
 #[test]
 fn comm_knows_its_rank_size_and_peak_bytes() {
     let comms = Comm::threads(3, ring::DEFAULT_TIMEOUT).unwrap();
     assert_eq!(comms.iter().map(|c| (c.rank(), c.size())).collect::<Vec<_>>(),
                [(0, 3), (1, 3), (2, 3)]);
     assert_eq!(comms[0].peak_bytes().unwrap(), 0, "no ring call yet");
-    // Dense, not causal: every rank reads the other's K and V rows, so it holds at least one
-    // received chunk of them at once (SPEC 5: memory O(N/P)).
-    let (p, s) = (2, shape(1, 16, 2, 2, 4));
-    let plan = Plan::new(&spec(&[], HeadMode::Mod, false).attention(), s, Dtype::F32,
-                         Backend::Cpu).unwrap();
-    let data = inputs(&s, 8).map(|x| x.iter().map(|&v| v as f32).collect::<Vec<f32>>());
-    let peaks = ring::run_threads(p, |comm| {
-        rank_main::<f32, f32>(&plan, comm, Split::Contiguous, &data).unwrap();
-        comm.peak_bytes().unwrap()
-    }).unwrap();
-    let chunk_bytes = 2 * (16 / p) * 2 * 4 * std::mem::size_of::<f32>(); // K and V rows of a rank
-    for (r, peak) in peaks.iter().enumerate() {
-        assert!(*peak >= chunk_bytes, "rank {r}: peak {peak} < one K/V chunk {chunk_bytes}");
+    // Dense, not causal: a rank reads the other's K and V rows, so it holds at least one
+    // received K/V chunk at once; and memory per rank is O(N/P) (SPEC 5): four times the rows
+    // at most four times the bytes, twice the ranks fewer bytes.
+    let (small, large, large_4) = (ring_peaks(2, 64), ring_peaks(2, 256), ring_peaks(4, 256));
+    let chunk_bytes = 2 * 32 * 2 * 4 * std::mem::size_of::<f64>(); // K and V rows of a rank
+    for r in 0..2 {
+        assert!(small[r] >= chunk_bytes, "rank {r}: peak {} < one K/V chunk {chunk_bytes}",
+                small[r]);
+        assert!(large[r] > small[r] && large[r] <= 4 * small[r],
+                "rank {r}: peak {} for 256 rows, {} for 64", large[r], small[r]);
+        assert!(large_4[r] < large[r], "rank {r}: peak {} on 4 ranks, {} on 2", large_4[r],
+                large[r]);
     }
 }
 
@@ -294,6 +334,10 @@ fn bad_communicator_arguments_are_named() {
     assert!(e.message().contains("'timeout_ms' = 0"), "{}", e.message());
     let e = Comm::threads(1 << 40, ring::DEFAULT_TIMEOUT).unwrap_err();
     assert!(e.message().contains("'num_ranks' = 1099511627776"), "{}", e.message());
+    // In int32 but beyond the library's bound on ranks.
+    let e = Comm::threads(i32::MAX as usize, ring::DEFAULT_TIMEOUT).unwrap_err();
+    assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
+    assert!(e.message().contains("'num_ranks' = 2147483647"), "{}", e.message());
     // A timeout under a millisecond is rounded up to one, not refused.
     assert_eq!(Comm::threads(1, Duration::from_micros(1)).unwrap().len(), 1);
 }
