@@ -8,7 +8,8 @@
 //!   * shard_rows gives the rows SPEC 5 defines (by hand), and a bad rank is refused naming it;
 //!   * a bad shard on one rank: that rank gets its own SHAPE_MISMATCH, every other rank a COMM
 //!     error naming it, and no rank's outputs are written;
-//!   * a rank that never calls: the others get a COMM error after the timeout;
+//!   * a rank that never calls: the others get a COMM error after the timeout; a rank that
+//!     panics: the others finish the same way, then run_comms resumes the panic;
 //!   * Comm: rank, size, peak bytes; a bad num_ranks or timeout is refused naming it.
 mod common;
 
@@ -288,6 +289,33 @@ fn a_rank_that_never_calls_times_the_others_out() {
     let e = results[0].clone().unwrap().unwrap_err();
     assert_eq!(e.status(), sys::DILATTN_ERROR_COMM, "{e}");
     assert!(e.message().contains("rank(s) 1"), "{e}");
+}
+
+#[test]
+fn a_rank_that_panics_is_resumed_after_the_others_time_out() {
+    let s = shape(1, 8, 1, 1, 2);
+    let plan = Plan::new(&spec(&[], HeadMode::Mod, false).attention(), s, Dtype::F64,
+                         Backend::Ref).unwrap();
+    let outcome = std::sync::Mutex::new(None);
+    let comms = Comm::threads(2, Duration::from_millis(200)).unwrap();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ring::run_comms(comms, |comm| {
+            if comm.rank() == 1 {
+                panic!("rank 1 gives up");
+            }
+            let x = vec![0.5f64; 8];
+            let mut o = vec![0f64; 8];
+            let t = Tensor::new(&x, [1, 4, 1, 2]).unwrap();
+            let status = plan.ring_forward_output(comm, Split::Contiguous, &t, &t, &t,
+                                                  &mut TensorMut::new(&mut o, [1, 4, 1, 2])
+                                                      .unwrap());
+            *outcome.lock().unwrap() = Some(status);
+        })
+    }));
+    let payload = run.expect_err("the panic of rank 1 must reach the caller");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"rank 1 gives up"));
+    let status = outcome.lock().unwrap().take().expect("rank 0 must have finished");
+    assert_eq!(status.unwrap_err().status(), sys::DILATTN_ERROR_COMM);
 }
 
 /// The peak bytes of every rank of a P-rank ring forward and backward of dense attention over
