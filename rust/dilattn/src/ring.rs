@@ -99,8 +99,10 @@ pub struct Comm {
     size: usize,
 }
 
-// One end is used by one thread at a time (&mut-free calls, but Comm is not Sync); the threads
-// transport's shared state is guarded by its own mutex, and an end may be destroyed on any thread.
+// The library takes one call at a time on an end, from any thread (not Sync, so never two at
+// once); the ends' shared state is guarded by the transport's own mutex and outlives any one end,
+// so an end may be destroyed on any thread, even while other ranks wait (tested: a rank's panic
+// drops its end mid-ring). MPI ends restrict this further: Comm::from_mpi's safety section.
 unsafe impl Send for Comm {}
 
 impl Comm {
