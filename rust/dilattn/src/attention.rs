@@ -226,6 +226,10 @@ impl Plan {
         self.shape
     }
 
+    pub(crate) fn raw(&self) -> sys::dilattn_plan {
+        self.raw
+    }
+
     pub fn dtype(&self) -> Dtype {
         self.dtype
     }

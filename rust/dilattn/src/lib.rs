@@ -16,6 +16,9 @@
 //!              &mut TensorMut::new(&mut lse, [b, h, n, 1]).unwrap()).unwrap();
 //! ```
 //!
+//! Ring attention over P ranks (SPEC 5): the [`ring`] module ([`Comm`], [`Split`],
+//! [`ring::shard_rows`], [`Plan::ring_forward`], [`Plan::ring_backward`], [`ring::run_threads`]).
+//!
 //! Elements: f32, f64, and f16 / bf16 as [`F16`] / [`Bf16`] (u16 bits). Workspace memory:
 //! [`Pool`] (the library's buddy pool) attached with [`Attention::pool`].
 //!
@@ -26,6 +29,7 @@ mod error;
 mod half;
 mod mask;
 mod pool;
+pub mod ring;
 mod tensor;
 
 pub use attention::{Attention, Backend, HeadMode, Plan, Shape};
@@ -33,6 +37,7 @@ pub use error::{Error, Result};
 pub use half::{Bf16, F16};
 pub use mask::{Bsr, Mask};
 pub use pool::{Block, Growth, Pool, PoolStats};
+pub use ring::{Comm, Split};
 pub use tensor::{Dtype, Element, Tensor, TensorMut};
 
 use std::ffi::CStr;
