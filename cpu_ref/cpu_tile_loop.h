@@ -37,9 +37,10 @@ struct Piece {
 // largest dilation (up to 4x) to keep pieces near kBaseBlockRows rows.
 // Dense blocks grow up to 4x too, as long as both grids of work items (the forward's and dQ's
 // B x H x query blocks, dK/dV's B x Hkv x key blocks) keep kMinBlockItems items: a key tile's
-// gathers (K transposed, V) then serve 4x the query rows, which measured +4% forward and +7%
-// backward per CPU-second at N = 4096 (README "Performance"). From the shape alone, so the
-// thread count never changes a result.
+// gathers (K transposed, V; strided rows, mostly cache and TLB misses) then serve 4x the query
+// rows. In the forward at N = 4096, H = 8 they took about 9% of the time with 256-row blocks,
+// 4% with 1024 (perf, README "Performance"). From the shape alone, so the thread count never
+// changes a result.
 constexpr int64_t kBaseBlockRows = 256;
 constexpr int64_t kMaxBlockRows = 4 * kBaseBlockRows;
 constexpr int64_t kMinBlockItems = 32;
