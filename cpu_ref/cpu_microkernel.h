@@ -84,7 +84,32 @@ inline vfloat vmax(vfloat a, vfloat b) {
 // Lane-wise max in one instruction (x86 max semantics: where a lane is NaN, b's lane wins), so
 // a NaN may be dropped. The forward's row max uses it and restores the NaN afterwards from the
 // row's sum (cpu_forward.cpp, online_softmax).
-inline vfloat vmax_plain(vfloat a, vfloat b) { return a > b ? a : b; }
+// (The intrinsics, where there are some: GCC does not always turn the select into the one
+// instruction. AVX-512's unmasked ones start from an undefined vector, which GCC 12 warns
+// about; the all-lanes mask form says the same without it.)
+inline vfloat vmax_plain(vfloat a, vfloat b) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vfloat)_mm512_mask_max_ps((__m512)a, 0xFFFF, (__m512)a, (__m512)b);
+#elif DILATTN_CPU_VEC_BYTES == 32
+  return (vfloat)_mm256_max_ps((__m256)a, (__m256)b);
+#elif defined(__SSE__)
+  return (vfloat)_mm_max_ps((__m128)a, (__m128)b);
+#else
+  return a > b ? a : b;
+#endif
+}
+// The same for min (where a lane is NaN, b's lane wins).
+inline vfloat vmin_plain(vfloat a, vfloat b) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vfloat)_mm512_mask_min_ps((__m512)a, 0xFFFF, (__m512)a, (__m512)b);
+#elif DILATTN_CPU_VEC_BYTES == 32
+  return (vfloat)_mm256_min_ps((__m256)a, (__m256)b);
+#elif defined(__SSE__)
+  return (vfloat)_mm_min_ps((__m128)a, (__m128)b);
+#else
+  return a < b ? a : b;
+#endif
+}
 
 // ---------------------------------------------------------------- lane shuffles
 // Lane index lists for __builtin_shufflevector (GCC >= 12, Clang), per vector width:
@@ -156,28 +181,33 @@ inline void transpose_block(vfloat* v) {
 }
 
 // ---------------------------------------------------------------- exp2
-// 2^x for the online softmax (softmax_rules.h's online_prob, a vector at a time): round x to
-// n, 2^(x - n) by a degree-5 polynomial on [-1/2, 1/2] (relative-error minimax fit, constant
-// term exactly 1 so 2^0 = 1 exactly), times 2^n built in the exponent bits.
-// Maximum relative error 2.5e-7 for x in [-126, 127] (tests/cpu/test_cpu_exp2.cpp sweeps every
-// instruction set over the whole range), far inside SPEC 8's f32 rtol = 1e-4.
+// 2^x for the online softmax (softmax_rules.h's online_prob, a vector at a time): x clamped to
+// [-127, 127], rounded to the nearest integer n by adding and subtracting 1.5 * 2^23 (the sum's
+// low mantissa bits are then n itself, which also gives 2^n's exponent bits), 2^(x - n) by a
+// degree-4 polynomial on [-1/2, 1/2] (relative-error minimax fit, constant term exactly 1 so
+// 2^0 = 1 exactly), times 2^n.
+// Maximum relative error 2.9e-6 for x in [-126, 127] (tests/cpu/test_cpu_exp2.cpp sweeps every
+// instruction set over the whole range), far inside SPEC 8's f32 rtol = 1e-4; a fifth degree
+// would buy 1.7e-7 for one more FMA per vector in the softmax's hottest loop.
 // Exactly 0 for x < -126.5 and for -inf (a masked score), NaN for NaN (a NaN score's
-// probability stays NaN), 2^127 (times up to sqrt 2) for x >= 127 (never reached: scores are
-// at most their running max, so x <= 0).
+// probability stays NaN: both clamps are one max or min instruction that passes a NaN in its
+// second operand through), 2^127 for x >= 127 (the softmax's x is <= 0; the backward's
+// exponent comes from the caller's LSE, so it is clamped too).
 inline vfloat exp2v(vfloat x) {
-  x = x < splat(-127.0f) ? splat(-127.0f) : x;  // a NaN compares false and stays NaN
-  x = x > splat(127.0f) ? splat(127.0f) : x;
-  // n + 127 = round(x) + 127 in [0, 254]; for NaN the conversion gives some integer and the
-  // NaN comes through f below. Biased exponent 0 makes 2^n exactly +0: x < -126.5 gives 0.
-  const vint n = __builtin_convertvector(x + 127.5f, vint);
-  const vfloat f = x - (__builtin_convertvector(n, vfloat) - 127.0f);  // in [-1/2, 1/2]
-  vfloat p = splat(1.326472731e-3f);
-  p = madd(p, f, splat(9.671512991e-3f));
-  p = madd(p, f, splat(5.550733581e-2f));
-  p = madd(p, f, splat(2.402224243e-1f));
-  p = madd(p, f, splat(6.931470037e-1f));
+  x = vmax_plain(splat(-127.0f), x);
+  x = vmin_plain(splat(127.0f), x);
+  const vfloat round = splat(12582912.0f);  // 1.5 * 2^23
+  const vfloat t = x + round;               // low mantissa bits: 2^22 + n, n = round(x)
+  const vfloat f = x - (t - round);         // x - n, exact, in [-1/2, 1/2]
+  vfloat p = splat(9.582851082e-3f);
+  p = madd(p, f, splat(5.590642244e-2f));
+  p = madd(p, f, splat(2.402409911e-1f));
+  p = madd(p, f, splat(6.931241751e-1f));
   p = madd(p, f, splat(1.0f));
-  return p * (vfloat)((vuint)n << 23);
+  // (2^22 + n) << 23 leaves n << 23 (2^45 falls off); plus the bias: n + 127 in [0, 254], and
+  // a biased exponent of 0 makes 2^n exactly +0, so x < -126.5 (n = -127) gives 0.
+  const vint two_n = ((vint)t << 23) + (127 << 23);
+  return p * (vfloat)two_n;
 }
 
 // ---------------------------------------------------------------- S = pre * Q Kt
@@ -242,6 +272,10 @@ inline void scores_from_rows(const float* Q, int64_t ldq, int64_t rows, const fl
 template <int kMR_, int kNV_>
 inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda, int64_t a_step,
                              int64_t count, const float* Bm, int64_t ldb) {
+  // Nothing to add without keys. Returning first also keeps the accumulators in registers
+  // alone: with the zero-trip path joining the loop's exit, GCC 12 kept a second copy of them
+  // on the stack, copied in and out on every call (README "Performance").
+  if (count <= 0) return;
   vfloat acc[kMR_][kNV_];
   for (int r = 0; r < kMR_; ++r)
     for (int n = 0; n < kNV_; ++n) acc[r][n] = vload(O + r * ldo + n * kW);

@@ -38,9 +38,23 @@ struct Piece {
 // Natural rows per work item. A dilated branch of dilation r holds only 1/r of a block's rows,
 // and each piece gathers its key tiles once for all its rows; so dilated blocks grow with the
 // largest dilation (up to 4x) to keep pieces near kBaseBlockRows rows.
+// Dense blocks grow up to 4x too, as long as both grids of work items (the forward's and dQ's
+// B x H x query blocks, dK/dV's B x Hkv x key blocks) keep kMinBlockItems items: a key tile's
+// gathers (K transposed, V; strided rows, mostly cache and TLB misses) then serve 4x the query
+// rows. In the forward at N = 4096, H = 8 they took about 9% of the time with 256-row blocks,
+// 4% with 1024 (perf, README "Performance"). From the shape alone, so the thread count never
+// changes a result.
 constexpr int64_t kBaseBlockRows = 256;
 constexpr int64_t kMaxBlockRows = 4 * kBaseBlockRows;
+constexpr int64_t kMinBlockItems = 32;
 inline int64_t block_rows(const Problem& p) {
+  if (p.kind == DILATTN_KIND_DENSE) {
+    int64_t T = kMaxBlockRows;
+    while (T > kBaseBlockRows && (p.B * p.H * ceil_div(p.Nq, T) < kMinBlockItems ||
+                                  p.B * p.Hkv * ceil_div(p.Nk, T) < kMinBlockItems))
+      T /= 2;
+    return T;
+  }
   int64_t r_max = 1;
   if (p.kind == DILATTN_KIND_DILATED)
     for (const Branch& br : p.branches) r_max = max_i64(r_max, br.r);

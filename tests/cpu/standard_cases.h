@@ -35,6 +35,10 @@ inline std::vector<AttentionCase> standard_cases() {
   dense("dense_f16_causal_d100", 1, 130, 130, 2, 2, 100, true, DILATTN_F16);
   dense("dense_bf16_gqa_d64", 1, 100, 100, 4, 2, 64, false, DILATTN_BF16);
   dense("dense_f64_d40", 1, 65, 65, 2, 1, 40, true, DILATTN_F64);
+  // Enough heads for 512- and 1024-row dense blocks (block_rows: 32 work items), two of them,
+  // the second partial.
+  dense("dense_512_row_blocks_causal_d16", 1, 600, 600, 16, 16, 16, true, DILATTN_F32);
+  dense("dense_1024_row_blocks_nq_gt_nk_d16", 1, 1100, 130, 32, 32, 16, false, DILATTN_F32);
   // Decode (a piece of <= 4 query rows reads K rows in place, cpu_forward.cpp): one and three
   // rows, f32 with D a multiple of the vector width; keys not a multiple of the 64-key tile.
   dense("decode_nq1_causal_gqa_d64", 2, 1, 300, 4, 2, 64, true, DILATTN_F32);

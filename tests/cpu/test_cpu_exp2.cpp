@@ -1,7 +1,8 @@
 // test_cpu_exp2.cpp - the vector exp2 of the cpu backend's softmax (cpu_ref/cpu_microkernel.h,
 // exp2v), for every instruction set this CPU runs (cpu_ref/cpu_isa.h), against the f64 exp2:
-//   - relative error <= 2.5e-7 over [-125.5, 127] (a dense grid, integers, half-integers and
-//     random points), far inside SPEC 8's f32 rtol = 1e-4;
+//   - relative error <= 3.5e-6 over [-125.5, 127] (a dense grid, integers, half-integers and
+//     random points; the degree-4 polynomial's 2.9e-6 on every ISA, with room for rounding),
+//     far inside SPEC 8's f32 rtol = 1e-4 (a degree-3 one, 1.0e-4, fails it);
 //   - the subnormal edge [-126.5, -125.5]: within one subnormal step (2^-149) of 2^x, plus the
 //     same relative bound;
 //   - exactly 1 at 0, exactly 0 below -126.5 and at -inf (masked scores contribute nothing,
@@ -21,7 +22,7 @@ using namespace dilattn::cpu;
 
 namespace {
 
-constexpr double kMaxRelativeError = 2.5e-7;
+constexpr double kMaxRelativeError = 3.5e-6;
 const double kSubnormalStep = std::ldexp(1.0, -149);
 
 std::vector<float> exp2_of_each(const IsaKernels& k, const std::vector<float>& x) {

@@ -123,7 +123,10 @@ def test_dilated_branch_as_per_head_masks(backend, causal, w, r, b):
     assert s == 0
     o_s, lse_s = sparse_plan(mask, B, N, N, H, H, D, dtype, backend, causal).forward(q, k, v)
     o_d, lse_d = dilated_plan([(w, r)], HEADS_MOD, B, N, H, D, dtype, backend, causal).forward(q, k, v)
-    atol = 1e-13 if dtype == F64 else 1e-6
+    # f32: the two online softmaxes meet the same keys in different tiles, so their running
+    # maxima, and the arguments of the cpu backend's exp2 (relative error <= 3.5e-6,
+    # tests/cpu/test_cpu_exp2.cpp), differ: O differs by a few 1e-6 where |V| ~ 1.
+    atol = 1e-13 if dtype == F64 else 1e-5
     np.testing.assert_allclose(o_s, o_d, atol=atol, rtol=0)
     assert np.array_equal(np.isneginf(lse_s), np.isneginf(lse_d))
     fin = np.isfinite(lse_d)
