@@ -159,31 +159,31 @@ inline uint32_t cvt_rna_tf32(float x) {
   return (bits + 0x1000u) & 0xffffe000u;
 }
 
-// d = a b + c for the warp's 16x8 tile with .tf32 operands (one f32 bit pattern a register).
-inline void mma_m16n8k8_tf32(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
-  detail::LaneSlot post;
-  post.resolve = &detail::resolve_mma_m16n8k8_tf32;
-  post.name = "mma.sync.m16n8k8.tf32";
+namespace detail {
+// One lane's part of a whole-warp mma.sync: its D, A, B, C registers, resolved together.
+inline void post_mma(ResolveFn resolve, const char* name, float* d, const uint32_t* a,
+                     const uint32_t* b, const float* c) {
+  LaneSlot post;
+  post.resolve = resolve;
+  post.name = name;
   post.mask = 0xffffffffu;
   post.ptr[0] = d;
   post.ptr[1] = a;
   post.ptr[2] = b;
   post.ptr[3] = c;
-  detail::warp_collective(post);
+  warp_collective(post);
+}
+}  // namespace detail
+
+// d = a b + c for the warp's 16x8 tile with .tf32 operands (one f32 bit pattern a register).
+inline void mma_m16n8k8_tf32(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+  detail::post_mma(&detail::resolve_mma_m16n8k8_tf32, "mma.sync.m16n8k8.tf32", d, a, b, c);
 }
 
 // d = a b + c for the warp, T = __half or __nv_bfloat16 (the operands' element type).
 template <class T>
 inline void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
-  detail::LaneSlot post;
-  post.resolve = &detail::resolve_mma_m16n8k16<T>;
-  post.name = "mma.sync.m16n8k16";
-  post.mask = 0xffffffffu;
-  post.ptr[0] = d;
-  post.ptr[1] = a;
-  post.ptr[2] = b;
-  post.ptr[3] = c;
-  detail::warp_collective(post);
+  detail::post_mma(&detail::resolve_mma_m16n8k16<T>, "mma.sync.m16n8k16", d, a, b, c);
 }
 
 }  // namespace simt

@@ -72,13 +72,19 @@ class StandInTransport final : public dilattn::RingTransport {
   int32_t device_index_;
 };
 
-void nccl_comm_needs_cuda_plan() {
-  CaseScope scope("nccl_comm_needs_cuda_plan");
+// Dense, N = 8, one head of 4: the calls below are refused before any work.
+AttentionCase tiny_dense_case() {
   AttentionCase c;
   c.name = "dense";
   c.Nq = c.Nk = 8;
   c.H = c.Hkv = 1;
   c.D = 4;
+  return c;
+}
+
+void nccl_comm_needs_cuda_plan() {
+  CaseScope scope("nccl_comm_needs_cuda_plan");
+  const AttentionCase c = tiny_dense_case();
   Plan plan;
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return;
   auto* comm = new dilattn_comm_s;
@@ -98,11 +104,7 @@ void nccl_comm_needs_cuda_plan() {
 
 void comm_device_must_hold_every_tensor() {
   CaseScope scope("comm_device_must_hold_every_tensor");
-  AttentionCase c;
-  c.name = "dense";
-  c.Nq = c.Nk = 8;
-  c.H = c.Hkv = 1;
-  c.D = 4;
+  const AttentionCase c = tiny_dense_case();
   Plan plan;
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_EMU, 1))) return;
   auto* comm = new dilattn_comm_s;
