@@ -3,7 +3,7 @@
 //
 // For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
-// Maxima and the empty-row rule come from lib/internal/softmax_rules.h: a NaN score makes the row NaN
+// Maxima and the empty-row rule come from lib/softmax_rules.h: a NaN score makes the row NaN
 // (max_nan keeps it where std::fmax would drop it), and a group whose scores are all -inf
 // counts as reaching nothing (O = 0, LSE = -inf), never as -inf - -inf = NaN.
 // Checked by tests/reference/ (hand-computed cases, identities) and tests/python/

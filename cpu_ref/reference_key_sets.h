@@ -3,7 +3,7 @@
 // A(i) is a multiset (SPEC 2-4). The reference splits it into softmax groups: one group for
 // dense and block-sparse attention, one per dilated branch that selects row i (SPEC 3 combines
 // the groups by their LSE). Each group is a list of arithmetic key progressions from
-// lib/internal/index_rules.h, so the rules themselves live in one place.
+// lib/index_rules.h, so the rules themselves live in one place.
 #ifndef DILATTN_REFERENCE_KEY_SETS_H
 #define DILATTN_REFERENCE_KEY_SETS_H
 

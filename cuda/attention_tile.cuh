@@ -3,7 +3,7 @@
 // loop that walks a tile's keys is forward_tile_loop.cuh (forward_simt.cu) or the kernel's own
 // (forward_mma.cu).
 //
-// SPEC 2-4 through lib/internal/index_rules.h: a tile never re-derives a segment, offset or causal limit.
+// SPEC 2-4 through lib/index_rules.h: a tile never re-derives a segment, offset or causal limit.
 //   Dense (SPEC 2)    tile t holds rows t*BR ..; keys dense_keys(i) (0, 1, 2, ..., causal cut).
 //   Dilated (SPEC 3)  one launch per branch; tile t holds BR consecutive *selected* rows of one
 //                     segment (selected_position), keys dilated_keys(i): the selected rows of a
@@ -47,7 +47,7 @@ struct ForwardParams {
   // aligned base and strides.
   int32_t kv_vec16;
   int64_t B, Nq, Nk, H, Hkv, D;
-  // lib/internal/softmax_rules.h's score_scale(scale): s = pre * <q, k>, p = 2^(post * (s - m)).
+  // lib/softmax_rules.h's score_scale(scale): s = pre * <q, k>, p = 2^(post * (s - m)).
   float score_pre, score_post;
   int32_t causal;
   int32_t kind;

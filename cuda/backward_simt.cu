@@ -3,7 +3,7 @@
 // accumulation, any head dim <= 256.
 //
 // The loops are backward_tile_loop.cuh's (query chunks of BR = 16 rows, key chunks of BC = 16
-// keys, P from the forward's LSE in lib/internal/softmax_rules.h's base-2 domain). What this file adds
+// keys, P from the forward's LSE in lib/softmax_rules.h's base-2 domain). What this file adds
 // is how the products are computed, with plain f32 loops over shared tiles:
 //   scores           thread idx owns out[idx / BC][idx % BC]: one dot product of D terms;
 //   accumulate_rows  thread idx owns acc[idx / D][idx % D] (dQ += dS K), summed over the keys

@@ -4,7 +4,7 @@
 // tile_row, read_span, row_keys). The loops are backward_tile_loop.cuh; the kernels
 // backward_simt.cu and backward_wmma.cu.
 //
-// SPEC 2-4 through lib/internal/index_rules.h, the transpose of attention_tile.cuh's view:
+// SPEC 2-4 through lib/index_rules.h, the transpose of attention_tile.cuh's view:
 //   Dense (SPEC 2)    key tile t holds keys t*BC ..; every query row meets them (causal: from
 //                     causal_first_query of the tile's first key on).
 //   Dilated (SPEC 3)  one launch per (branch, query head of the kv head); key tile t holds BC

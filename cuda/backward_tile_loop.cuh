@@ -5,7 +5,7 @@
 // With the combined LSE of the forward, each occurrence of a key j in A(i) has
 // P_ij = exp(S_ij - LSE_i) directly, so a dilated branch's pairs are just more pairs: each
 // launch adds its branch's terms to f32 accumulators in the workspace, launches run one after
-// another, and so every sum has one order (read it beside cpu_ref/cpu_backward.cpp).
+// another, and so every sum has one order (read it beside cpu/cpu_backward.cpp).
 //
 //   pre-pass (launch_backward.cu): D_i = <dO_i, O_i> and lse_s_i = lse_in_score_domain(LSE_i).
 //   backward_dq_tile<Products>, one block per (query tile of BR rows, batch, head), as the
@@ -134,7 +134,7 @@ __device__ __forceinline__ void load_key_rows(const ForwardParams& p, int64_t b,
 }
 
 // After the two score products: S becomes P = 2^(post (pre S - lse_s)) (online_prob with the
-// final LSE as the shift, lib/internal/softmax_rules.h) and dP becomes dS = P (dP - D_i); both 0 for a
+// final LSE as the shift, lib/softmax_rules.h) and dP becomes dS = P (dP - D_i); both 0 for a
 // key the row does not see (c >= seen[t]), whatever S or dP hold there.
 template <class E, int BR, int BC>
 __device__ __forceinline__ void probabilities_and_ds(const ForwardParams& p,

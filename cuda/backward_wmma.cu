@@ -3,7 +3,7 @@
 // dims 64 and 128, with WMMA 16x16x16 tiles and f32 accumulation.
 //
 // The loops are backward_tile_loop.cuh's (query chunks of BR = 16 rows, key chunks of BC = 64
-// keys, P from the forward's LSE in lib/internal/softmax_rules.h's base-2 domain); the Q, K, V, dO tiles
+// keys, P from the forward's LSE in lib/softmax_rules.h's base-2 domain); the Q, K, V, dO tiles
 // stay in the input dtype. What this file adds is the products on tensor cores:
 //   scores           out = a b^T: warp w computes the 16x16 block of keys 16w .. 16w+15
 //                    (b's rows read as a column-major B operand), as the forward's S;

@@ -17,7 +17,7 @@
 //      score_scale's pre and masked per row (-inf past the row's keys in the chunk, min(chunk
 //      end, count - c0), computed once per chunk: the causal cut and the span's end, by
 //      selection so a NaN key masked out stays out); online softmax
-//      (lib/internal/softmax_rules.h: max_nan, online_shift/prob/rescale, base 2), each row's
+//      (lib/softmax_rules.h: max_nan, online_shift/prob/rescale, base 2), each row's
 //      max and sum over the 4 lanes holding it;
 //      O = alpha O + P V (mma; V's B fragments by ldmatrix .trans), where P is S's C fragments
 //      rounded to the input dtype and repacked as A fragments (the PTX layout makes C tiles 2k,

@@ -2,7 +2,7 @@
 // attention (SPEC 2-4) for f32, f16 and bf16 inputs, f32 accumulation, any head dim <= 256.
 //
 // The tile loop is forward_tile_loop.cuh's (query tile of BR = 16 rows, chunks of BC = 32 keys,
-// online softmax in lib/internal/softmax_rules.h's base-2 domain, merge into the workspace). What this
+// online softmax in lib/softmax_rules.h's base-2 domain, merge into the workspace). What this
 // kernel adds is how the two products are computed, with plain f32 loops over shared tiles:
 //   S = Q K^T    thread idx owns S[idx / BC][idx % BC]: one dot product of D terms; the 32
 //                lanes of a warp read element d of 32 keys at once, so K rows are padded to

@@ -10,13 +10,13 @@
 //     3. for each key span (one, or one per listed BSR block) and each chunk of BC keys of it:
 //          gather K and V;  S = Q K^T                        (Products::scores)
 //          S = pre * S, -inf past each row's own key count   (the causal cut, other rows' keys)
-//          online softmax, one warp a row: m, l, alpha, S -> P (lib/internal/softmax_rules.h)
+//          online softmax, one warp a row: m, l, alpha, S -> P (lib/softmax_rules.h)
 //          O = alpha O + P V                                 (Products::accumulate)
 //     4. one branch (p.o set): O / l and LSE straight to the caller's tensors, and the dilated
 //        gaps (forward_outputs.cuh); several: merge (O / l, LSE) into the running (O, LSE) of
 //        the workspace (SPEC 3 and 5).
 //
-// Softmax in the base-2 domain of lib/internal/softmax_rules.h: pre and post are score_scale(scale), so
+// Softmax in the base-2 domain of lib/softmax_rules.h: pre and post are score_scale(scale), so
 // a huge scale never overflows f32 where the reference is finite; max_nan keeps a NaN score, so
 // a NaN anywhere in a row's scores makes its O and LSE NaN; a row is empty (O = 0, LSE = -inf,
 // SPEC 2) only when it met no key.
@@ -122,7 +122,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 // ---------------------------------------------------------------- the softmax steps
 // One row's online-softmax step over a chunk of scores s[0 .. n) (masked ones -inf), done by
-// one warp (lib/internal/softmax_rules.h): turns the scores into probabilities in place, updates the
+// one warp (lib/softmax_rules.h): turns the scores into probabilities in place, updates the
 // row's running max m and sum l, and leaves in alpha the factor the row's O is rescaled by.
 __device__ __forceinline__ void softmax_chunk_row(float* s, int n, float post, float* m,
                                                   float* l, float* alpha) {

@@ -1,6 +1,6 @@
 // mma_rows.cuh - a tensor-core forward warp's query rows, held in mma's C fragment layout:
 // the online softmax over a chunk of scores and the finished row's O and LSE (SPEC 2-5,
-// through lib/internal/softmax_rules.h). Used by cuda/forward_mma.cu (m16n8k16) and cuda/forward_mma_tf32.cu
+// through lib/softmax_rules.h). Used by cuda/forward_mma.cu (m16n8k16) and cuda/forward_mma_tf32.cu
 // (m16n8k8): the two products' C fragments have the same layout.
 //
 // Lane (g = lane / 4, t = lane % 4) of warp w holds rows 16w + g ("row 0") and 16w + g + 8

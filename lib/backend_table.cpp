@@ -1,5 +1,5 @@
 // backend_table.cpp - every backend, once: the table plan.cpp, dispatch.cpp and version.cpp
-// look backends up in. Adding a backend is adding one entry (and its functions).
+// look backends up in (version.cpp for what a backend reports about itself). Adding a backend is adding one entry (and its functions).
 #include "backend.h"
 
 namespace dilattn {
@@ -13,13 +13,15 @@ dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
 const Backend kBackends[] = {
     {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
-     cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops},
+     cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops, nullptr,
+     cuda::device_report},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
-     cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops},
+     cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops, cpu::isa_name, nullptr},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
-     ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops},
+     ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
-     emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops},
+     emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops, nullptr,
+     emu::device_report},
 };
 
 }  // namespace

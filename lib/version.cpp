@@ -5,7 +5,6 @@
 
 #include "abi_enum.h"
 #include "backend.h"
-#include "cpu_isa.h"
 #include "dilattn.h"
 #include "dilattn_config.h"
 
@@ -79,8 +78,9 @@ std::string cpu_features() {
 }  // namespace
 
 extern "C" const char* dilattn_cpu_isa(void) {
-  const dilattn::cpu::IsaKernels* isa = dilattn::cpu::chosen_isa();
-  return isa != nullptr ? isa->name : "none";
+  const dilattn::Backend* cpu = dilattn::find_backend(DILATTN_BACKEND_CPU);
+  const char* isa = cpu->code_variant != nullptr ? cpu->code_variant() : nullptr;
+  return isa != nullptr ? isa : "none";
 }
 
 extern "C" const char* dilattn_build_info(void) {
@@ -97,7 +97,8 @@ extern "C" const char* dilattn_build_info(void) {
     s += std::string("CUDA found at build: ") + (DILATTN_HAVE_CUDA ? "yes" : "no") + "\n";
     // "yes (sm_86)", or why the cuda backend is not used: "yes (sm_75), no kernel image for
     // it (kernels built for sm 80,90): cuda not used" (then AUTO runs on the CPU).
-    s += "GPU present: " + dilattn::cuda::device_report() + "\n";
+    const dilattn::Backend* cuda = dilattn::find_backend(DILATTN_BACKEND_CUDA);
+    s += "GPU present: " + cuda->device_report() + "\n";
     s += std::string("NCCL found at build: ") + (DILATTN_HAVE_NCCL ? "yes" : "no") + "\n";
     s += std::string("MPI found at build: ") + (DILATTN_HAVE_MPI ? "yes" : "no") + "\n";
     s += "compiled for: " DILATTN_BUILD_FLAGS "\n";

@@ -80,7 +80,7 @@ def pairs(case):
 
 def distinct_pairs(case):
     """Distinct (query, key) pairs: what the cpu backend computes, since a pair several branches
-    hold is computed once with its multiplicity as a weight (cpu_ref/cpu_pair_weights.h).
+    hold is computed once with its multiplicity as a weight (cpu/cpu_pair_weights.h).
     Counted over one period of the largest segment (the branch pattern repeats there)."""
     n = case["N"]
     if not case["dilated"]:

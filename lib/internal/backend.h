@@ -66,6 +66,12 @@ struct WorkspaceBytes {
 //               not call the CUDA runtime).
 //   ring_ops    the element work of one ring call (ring_ops.h): host loops for the CPU
 //               backends, kernels on `stream` of device `device_index` for cuda and emu.
+// What a backend says about itself (dilattn_build_info, dilattn_cpu_isa) also goes through its
+// entry, so the library's version code knows no backend's internals; null where there is
+// nothing to say:
+//   code_variant   the code chosen at run time for this machine (the cpu backend's instruction
+//                  set, e.g. "avx512"), or null when none could be chosen.
+//   device_report  the device it found (cuda: "yes (sm_90)", or why it is not used).
 struct Backend {
   dilattn_backend id;
   const char* name;
@@ -77,6 +83,8 @@ struct Backend {
   dilattn_status (*prepare)(Problem& p);
   void (*after_work)(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
   dilattn_status (*ring_ops)(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
+  const char* (*code_variant)();
+  std::string (*device_report)();
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
@@ -107,6 +115,8 @@ dilattn_status can_run(const Problem& p);
 WorkspaceBytes workspace_bytes(const Problem& p);
 dilattn_status forward(const Problem& p, const ForwardArgs& a);
 dilattn_status backward(const Problem& p, const BackwardArgs& a);
+// The instruction set chosen for this process ("avx512", "avx2", ...), null when none fits.
+const char* isa_name();
 }  // namespace cpu
 
 // The CUDA backend: one launcher source (cuda/launch.cu) built twice, by nvcc into namespace

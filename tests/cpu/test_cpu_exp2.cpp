@@ -1,5 +1,5 @@
-// test_cpu_exp2.cpp - the vector exp2 of the cpu backend's softmax (cpu_ref/cpu_microkernel.h,
-// exp2v), for every instruction set this CPU runs (cpu_ref/cpu_isa.h), against the f64 exp2:
+// test_cpu_exp2.cpp - the vector exp2 of the cpu backend's softmax (cpu/cpu_microkernel.h,
+// exp2v), for every instruction set this CPU runs (cpu/cpu_isa.h), against the f64 exp2:
 //   - relative error <= 3.5e-6 over [-125.5, 127] (a dense grid, integers, half-integers and
 //     random points; the degree-4 polynomial's 2.9e-6 on every ISA, with room for rounding),
 //     far inside SPEC 8's f32 rtol = 1e-4 (a degree-3 one, 1.0e-4, fails it);

@@ -1,4 +1,4 @@
-// test_cpu_isa_choice.cpp - the cpu backend's choice of instruction set (cpu_ref/cpu_isa.h,
+// test_cpu_isa_choice.cpp - the cpu backend's choice of instruction set (cpu/cpu_isa.h,
 // choose_isa) for CPUs this machine is not: with the feature bits of an SSE2-only, an AVX2 and
 // an AVX-512 CPU, the default is the widest built table that CPU runs, DILATTN_CPU_ISA picks a
 // narrower one, and a wider one than the CPU has, or an unknown name, is refused with a

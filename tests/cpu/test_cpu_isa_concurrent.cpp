@@ -1,5 +1,5 @@
 // test_cpu_isa_concurrent.cpp - property: the cpu backend's persistent worker pool
-// (cpu_ref/cpu_thread_pool.h) serves calls from several user threads at once. 4 user threads
+// (cpu/cpu_thread_pool.h) serves calls from several user threads at once. 4 user threads
 // call forward and backward on one shared plan (2 threads) and on one of their own (3 threads)
 // at the same time, while the pool's helpers are busy with the others' calls; every result is
 // bitwise equal to a single-threaded call's (SPEC 6: the cpu backend's results do not depend on

@@ -1,5 +1,5 @@
 // test_cpu_pair_weights.cpp - the cpu backend computes a pair that several dilated branches
-// hold once, weighted by how many hold it (cpu_ref/cpu_pair_weights.h, SPEC 3's multiset
+// hold once, weighted by how many hold it (cpu/cpu_pair_weights.h, SPEC 3's multiset
 // union). Property, for every pair (i, j) of every head: the weights the pair gets over all
 // the tiles that meet it, in every branch, sum to its multiplicity in A(i), as the f64
 // reference lists A(i) (reference_key_sets.h) - whatever the tiles, since the forward and the

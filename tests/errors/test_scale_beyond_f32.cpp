@@ -1,5 +1,5 @@
 // test_scale_beyond_f32.cpp - a finite scale whose |scale| * log2(e) exceeds f32 (SPEC 7 allows
-// any finite scale; lib/internal/softmax_rules.h, scale_fits_f32): the f32 backends (cpu, emu)
+// any finite scale; lib/softmax_rules.h, scale_fits_f32): the f32 backends (cpu, emu)
 // refuse it with UNSUPPORTED naming the scale, and AUTO runs it on the reference, whose O is
 // right: with q = k = 1 and v = (1, 3) the two scores are equal, O = 2 for both rows.
 #include <cmath>

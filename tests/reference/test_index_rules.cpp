@@ -1,4 +1,4 @@
-// test_index_rules.cpp - every function of lib/internal/index_rules.h on hand-computed cases (SPEC 1-4):
+// test_index_rules.cpp - every function of lib/index_rules.h on hand-computed cases (SPEC 1-4):
 // GQA head map, causal limit, clipped and partial segments, head groups with H % m != 0,
 // offsets of each head mode, selected positions and counts, key progressions.
 #include "../common/check.h"

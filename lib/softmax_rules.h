@@ -1,7 +1,7 @@
 // softmax_rules.h - the softmax arithmetic of SPEC 2, 3 and 5, in one place, next to
 // index_rules.h: the online-softmax update, the LSE merge, the finalize and the empty-row rule.
 //
-// Used by the reference (cpu_ref/reference_*), the cpu backend (cpu_ref/cpu_*), the CUDA
+// Used by the reference (cpu_ref/reference_*), the cpu backend (cpu/cpu_*), the CUDA
 // kernels (cuda/) and, through the merge, anything that combines partial results. Host and
 // device; plain arithmetic, no allocation, no C++ library types.
 //

@@ -4,7 +4,7 @@
 //
 // The per-ISA code (cpu_forward.cpp, cpu_backward.cpp, cpu_isa_kernels.cpp and the headers
 // cpu_microkernel.h, cpu_tile_loop.h, cpu_tile_io.h, cpu_workspace.h) is compiled once per
-// target (cpu_ref/meson.build passes -DDILATTN_CPU_TARGET_<NAME>) into namespace
+// target (cpu/meson.build passes -DDILATTN_CPU_TARGET_<NAME>) into namespace
 // dilattn::cpu::DILATTN_CPU_ISA_NS, so the copies never meet at link time; cpu_isa_dispatch.cpp
 // picks one at run time (cpu_isa.h).
 //

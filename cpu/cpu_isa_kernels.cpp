@@ -1,5 +1,5 @@
 // cpu_isa_kernels.cpp - the IsaKernels table of one target (cpu_isa.h): compiled once per
-// target with cpu_forward.cpp and cpu_backward.cpp (cpu_ref/meson.build), it names that
+// target with cpu_forward.cpp and cpu_backward.cpp (cpu/meson.build), it names that
 // compilation's entry points. Constant-initialised data only: no code of the target runs
 // before cpu_isa_dispatch.cpp has checked the CPU has its instructions.
 // Checked by tests/cpu/test_cpu_isa.cpp.

@@ -1,6 +1,6 @@
 // cpu_tile_loop.h - the work decomposition of the cpu backend: which rows a work item owns and
 // which rows on the other side they meet, for dense (SPEC 2), dilated (SPEC 3) and
-// block-sparse (SPEC 4) attention. All index math comes from lib/internal/index_rules.h: rows are its
+// block-sparse (SPEC 4) attention. All index math comes from lib/index_rules.h: rows are its
 // KeyProgressions, the causal limit is its causal_last_key.
 //
 // A work item owns a block of block_rows(p) consecutive natural rows: query rows [i0, i1) for the forward and

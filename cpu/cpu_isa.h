@@ -1,6 +1,6 @@
 // cpu_isa.h - the cpu backend's runtime choice of instruction set.
 //
-// The per-ISA code is compiled once per target (cpu_isa_target.h, cpu_ref/meson.build); each
+// The per-ISA code is compiled once per target (cpu_isa_target.h, cpu/meson.build); each
 // compilation publishes one IsaKernels table (cpu_isa_kernels.cpp). chosen_isa() picks one table
 // for the whole process, once, at first use (thread-safe: a function-local static):
 //   - DILATTN_CPU_ISA unset or empty: the first built table, widest first, whose required
@@ -63,7 +63,7 @@ struct IsaKernels {
 };
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is
-// cpu_ref/meson.build's choice (DILATTN_CPU_BUILT_<NAME> in cpu_isa_dispatch.cpp).
+// cpu/meson.build's choice (DILATTN_CPU_BUILT_<NAME> in cpu_isa_dispatch.cpp).
 namespace avx512 { extern const IsaKernels kKernels; }
 namespace avx2 { extern const IsaKernels kKernels; }
 namespace baseline { extern const IsaKernels kKernels; }

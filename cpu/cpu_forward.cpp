@@ -6,7 +6,7 @@
 // Work item = (batch b, head h, block of block_rows(p) query rows). For each piece of the block
 // (cpu_tile_loop.h: the rows one dilated branch selects in one segment, or the whole block)
 // and each key tile of kBC keys it meets (gathered with the branch's stride, converted to f32),
-// with the softmax rules of lib/internal/softmax_rules.h (pre * post = scale * log2(e), score_scale):
+// with the softmax rules of lib/softmax_rules.h (pre * post = scale * log2(e), score_scale):
 //   S = pre * Q K^T                                 (cpu_microkernel.h, register-blocked;
 //                                                    a piece of <= 4 rows, decode: dot
 //                                                    products on the K rows in place)

@@ -34,6 +34,11 @@ dilattn_status can_run(const Problem& p) {
 // Plans exist only where can_run succeeded, so chosen_isa() is not null below.
 WorkspaceBytes workspace_bytes(const Problem& p) { return chosen_isa()->workspace_bytes(p); }
 
+const char* isa_name() {
+  const IsaKernels* isa = chosen_isa();
+  return isa != nullptr ? isa->name : nullptr;
+}
+
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   return chosen_isa()->forward(p, a);
 }

@@ -7,7 +7,7 @@
 // a pair k branches hold is computed once with P multiplied by k (cpu_pair_weights.h).
 // Per tile pair (query tile, key tile) of the pieces of cpu_tile_loop.h:
 //   S = pre Q K^T, P = 2^(post (S - lse_s)) with lse_s = lse_in_score_domain(LSE)
-//   (lib/internal/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), then
+//   (lib/softmax_rules.h), dP = dO V^T, dS = P (dP - D_i), then
 //   dQ += dS K, dV += P^T dO, dK += dS^T Q
 // Two schedules, chosen from the shape alone (backward_one_pass, cpu_tile_loop.h):
 //   one pass, work item (b, kv head g), the whole sequence: for each query head of g in
