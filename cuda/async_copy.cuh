@@ -11,7 +11,7 @@
 // destination hold poison until the wait, so a kernel that reads early, or forgets a commit,
 // gets wrong numbers or a failed launch. Under nvcc: inline PTX, .cg (bypassing L1: each K/V
 // row is read once per block).
-// Checked by tests/emu/emu_async_copy.cpp and, through the kernel, tests/kernels/.
+// Checked by tests/emu/test_emu_async_copy.cpp and, through the kernel, tests/kernels/.
 #ifndef DILATTN_ASYNC_COPY_CUH
 #define DILATTN_ASYNC_COPY_CUH
 

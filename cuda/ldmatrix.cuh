@@ -12,7 +12,7 @@
 //
 // The layout is the PTX ISA's, section "Warp-level matrix load instruction: ldmatrix"; the
 // emulator implements it (emu/simt_ldmatrix.h, which states it lane by lane). Under nvcc:
-// inline PTX. Checked by tests/emu/emu_ldmatrix.cpp and, through cuda/forward_mma.cu,
+// inline PTX. Checked by tests/emu/test_emu_ldmatrix.cpp and, through cuda/forward_mma.cu,
 // tests/kernels/.
 #ifndef DILATTN_LDMATRIX_CUH
 #define DILATTN_LDMATRIX_CUH

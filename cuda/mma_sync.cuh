@@ -17,7 +17,7 @@
 // implements it for the emulator (and the m16n8k8 .tf32 one, section "Matrix Fragments for
 // mma.m16n8k8"), and cuda/forward_mma.cu relies on it (the C fragment of
 // S = Q K^T is reused as the A fragment of P V). Under nvcc: inline PTX (sm_80 and newer).
-// Checked by tests/emu/emu_mma.cpp and, through the kernels (forward_mma.cu,
+// Checked by tests/emu/test_emu_mma.cpp and, through the kernels (forward_mma.cu,
 // forward_mma_tf32.cu), tests/kernels/.
 #ifndef DILATTN_MMA_SYNC_CUH
 #define DILATTN_MMA_SYNC_CUH

@@ -14,7 +14,7 @@
 // A thread that returns with copies it never waited for fails the launch. Copies are per
 // thread, as in PTX: another thread sees the data after the issuing thread's wait and a
 // __syncthreads (a __syncthreads alone completes nothing).
-// Checked by tests/emu/emu_async_copy.cpp (read before the wait, a missing commit, misaligned
+// Checked by tests/emu/test_emu_async_copy.cpp (read before the wait, a missing commit, misaligned
 // addresses, and the positive double-buffered copy).
 #ifndef DILATTN_SIMT_ASYNC_COPY_H
 #define DILATTN_SIMT_ASYNC_COPY_H

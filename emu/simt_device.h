@@ -9,7 +9,7 @@
 //     blocks ever run on several OS threads.
 //   - The fast-math intrinsics map to the correctly rounded libm/IEEE operations; the GPU's
 //     approximations differ in the last bits, which the kernels' tolerances absorb.
-// Checked by tests/emu/emu_shuffle_reduce.cpp, emu_vote_atomics.cpp, emu_negative_*.cpp.
+// Checked by tests/emu/test_emu_shuffle_reduce.cpp, test_emu_vote_atomics.cpp, emu_negative_*.cpp.
 #ifndef DILATTN_SIMT_DEVICE_H
 #define DILATTN_SIMT_DEVICE_H
 

@@ -12,8 +12,8 @@
 // thread's last error (cudaGetLastError) with a precise text in simt::last_error_message().
 // Launches from several OS threads at once are independent: all state is per launch, the
 // fiber stacks are per OS thread, and the two process-wide tables are behind mutexes.
-// Checked by tests/emu/emu_host_shims.cpp, emu_negative_divergent_barrier.cpp, emu_threads.cpp,
-// emu_streams.cpp.
+// Checked by tests/emu/test_emu_host_shims.cpp, test_emu_negative_divergent_barrier.cpp, test_emu_threads.cpp,
+// test_emu_streams.cpp.
 #ifndef DILATTN_SIMT_LAUNCH_H
 #define DILATTN_SIMT_LAUNCH_H
 

@@ -17,7 +17,7 @@
 // or the launch fails; so does an address lane whose row is not 16-byte aligned or not inside
 // the block's dynamic shared memory (a lane that forgot its address). Every row is read before
 // any lane's registers are written.
-// Checked by tests/emu/emu_ldmatrix.cpp (every form against a host model of the layout; a
+// Checked by tests/emu/test_emu_ldmatrix.cpp (every form against a host model of the layout; a
 // wrong address rule gives wrong numbers; missing, misaligned and global addresses and a
 // partial warp fail the launch).
 #ifndef DILATTN_SIMT_LDMATRIX_H

@@ -15,7 +15,7 @@
 // The instruction is a warp collective: all 32 lanes must reach it together (mask 0xffffffff,
 // as .aligned requires), or the launch fails. D = A B + C with f32 products summed in k order
 // 0..15 (not the tensor cores' internal rounding; kernel tests compare within SPEC 8).
-// Checked by tests/emu/emu_mma.cpp (f16 and bf16 against a host matmul; a wrong layout
+// Checked by tests/emu/test_emu_mma.cpp (f16 and bf16 against a host matmul; a wrong layout
 // assumption gives wrong numbers).
 //
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (mma_m16n8k8_tf32): one f32-bit-pattern

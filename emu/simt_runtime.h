@@ -11,7 +11,7 @@
 // runtime. Every shim is an inline function in namespace simt, and `#define cudaMalloc
 // simt::cudaMalloc` etc. route the kernels' launcher code to them. The types (cudaError_t,
 // cudaDeviceProp, ...) are the CUDA headers' own, which <cuda_fp16.h> includes anyway.
-// Checked by tests/emu/emu_host_shims.cpp.
+// Checked by tests/emu/test_emu_host_shims.cpp.
 #ifndef DILATTN_SIMT_RUNTIME_H
 #define DILATTN_SIMT_RUNTIME_H
 

@@ -18,8 +18,8 @@
 // ASan: every switch is wrapped in __sanitizer_start/finish_switch_fiber.
 //   - A barrier opens only when every thread waits at the same call site (file and line), and
 //     the guard bytes between carved shared-memory tiles (guard_shared) are checked there.
-// Checked by tests/emu/emu_negative_divergent_barrier.cpp, emu_negative_missing_barrier.cpp,
-// emu_negative_barrier_sites.cpp, emu_negative_smem_overrun.cpp and every positive emulator
+// Checked by tests/emu/test_emu_negative_divergent_barrier.cpp, test_emu_negative_missing_barrier.cpp,
+// test_emu_negative_barrier_sites.cpp, test_emu_negative_smem_overrun.cpp and every positive emulator
 // test (each runs under several thread orders).
 #ifndef DILATTN_SIMT_SCHEDULER_H
 #define DILATTN_SIMT_SCHEDULER_H

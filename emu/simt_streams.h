@@ -12,7 +12,7 @@
 // Counters of runtime calls (simt::runtime_calls(), process-wide) and of launches per stream
 // (simt::launches_on) let a test assert "no cudaMalloc, no synchronisation between these two
 // points, every kernel on the caller's stream" (what a CUDA graph capture needs).
-// Checked by tests/emu/emu_streams.cpp and tests/kernels/test_launch_stream.cpp.
+// Checked by tests/emu/test_emu_streams.cpp and tests/kernels/test_launch_stream.cpp.
 #ifndef DILATTN_SIMT_STREAMS_H
 #define DILATTN_SIMT_STREAMS_H
 

@@ -16,8 +16,8 @@
 // lane's stored elements without a __syncwarp sees them or not depending on the thread order.
 // mma_sync is resolved by the scheduler for the whole warp: it gathers A, B, C from the lanes'
 // fragments, computes D = A*B + C with f32 products summed in k order 0..15, and scatters D.
-// Checked by tests/emu/emu_wmma.cpp (f16 and bf16 against a host matmul) and
-// tests/emu/emu_negative_wmma.cpp (each misuse above fails the launch or changes the result).
+// Checked by tests/emu/test_emu_wmma.cpp (f16 and bf16 against a host matmul) and
+// tests/emu/test_emu_negative_wmma.cpp (each misuse above fails the launch or changes the result).
 #ifndef DILATTN_SIMT_WMMA_H
 #define DILATTN_SIMT_WMMA_H
 

@@ -5,7 +5,7 @@
 // its own order+1, and a live block holds kLive (so it offers nothing to its ancestors). The
 // nodes below a live block keep the "all free" values they had, which is exactly right again
 // when the block is freed.
-// Checked by tests/pool/pool_model_check.cpp, pool_abuse.cpp and pool_basics.cpp.
+// Checked by tests/pool/test_pool_model_check.cpp, test_pool_abuse.cpp and test_pool_basics.cpp.
 #include "buddy_allocator.h"
 
 #include <algorithm>

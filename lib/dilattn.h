@@ -3,7 +3,7 @@
  * forward and backward, on a CPU reference, a fast CPU backend and CUDA kernels.
  *
  * What every backend computes is defined in SPEC.md (summarised in README.md, "Semantics").
- * This header compiles as C99 (tests/c_api/c99_header_test.c proves it) and no C++ type crosses it.
+ * This header compiles as C99 (tests/c_api/test_c99_header.c proves it) and no C++ type crosses it.
  *
  * Usage, in six calls:
  *   dilattn_desc desc;  dilattn_desc_create(&desc);

@@ -80,7 +80,7 @@ void release_finished_blocks() {
 // of the backend's device: pool_internal.h) for this call, given back when the call's work is
 // done (at once for CPU backends). A host workspace the default pool cannot serve falls back
 // to malloc, so a plan never fails because a default pool is small. Checked by
-// tests/pool/pool_workspace.cpp.
+// tests/pool/test_pool_workspace.cpp.
 class Workspace {
  public:
   dilattn_status acquire(const dilattn::Problem& p, dilattn_device_type device,

@@ -15,7 +15,7 @@
 // requested bytes are kept incrementally, so statistics are exact and O(orders).
 //
 // Not thread-safe by itself: the pool (buddy_pool.cpp) holds a mutex around every call.
-// Checked by tests/pool/pool_model_check.cpp (a million operations against a reference model).
+// Checked by tests/pool/test_pool_model_check.cpp (a million operations against a reference model).
 #ifndef DILATTN_BUDDY_ALLOCATOR_H
 #define DILATTN_BUDDY_ALLOCATOR_H
 

@@ -1,7 +1,7 @@
 // pool_internal.h - what dispatch.cpp needs from the pool (buddy_pool.cpp) beyond the C ABI:
 // allocation that reports through the last error without clearing it first, a release that
 // never touches the last error (it runs after a backend may have set one), and the default pool
-// of a device. Checked by tests/pool/pool_workspace.cpp.
+// of a device. Checked by tests/pool/test_pool_workspace.cpp.
 #ifndef DILATTN_POOL_INTERNAL_H
 #define DILATTN_POOL_INTERNAL_H
 

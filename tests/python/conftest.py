@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-import dilattn
+import dilattn_ctypes as dilattn
 
 BACKENDS = ["ref", "cpu"]
 _unavailable = {}
@@ -55,7 +55,7 @@ def random_config(seed, dilated):
         dilations.append(dilations[0])
         if mode == "groups" and len(segments) > H:
             segments.pop(), dilations.pop()
-    config = dict(segments=segments, dilations=dilations, head_mode=mode, causal=causal)
+    config = dict(segments=segments, dilations=dilations, heads_mode=mode, causal=causal)
     return dict(B=B, Nq=N, Nk=N, H=H, Hkv=Hkv, D=D, config=config)
 
 

@@ -7,7 +7,7 @@ O(h^2) ~ 1e-12, rounding ~ eps |loss| / h ~ 1e-9, so 1e-6 (1 + |grad|) has a wid
 import numpy as np
 import pytest
 
-import dilattn
+import dilattn_ctypes as dilattn
 import spec_numpy
 from conftest import random_config, random_inputs
 
@@ -49,9 +49,9 @@ FD_CASES = {
     "gqa": (1, (5, 5), 4, 2, 2, {}),
     "dilated_mod": (1, (7, 7), 3, 1, 2, dict(segments=[4, 7], dilations=[2, 3], causal=True)),
     "dilated_block": (1, (7, 7), 3, 1, 2,
-                      dict(segments=[4, 7], dilations=[2, 3], head_mode="block")),
+                      dict(segments=[4, 7], dilations=[2, 3], heads_mode="block")),
     "dilated_groups": (1, (7, 7), 3, 1, 2,
-                       dict(segments=[4, 7], dilations=[2, 3], head_mode="groups", causal=True)),
+                       dict(segments=[4, 7], dilations=[2, 3], heads_mode="groups", causal=True)),
     "repeated_branch": (1, (6, 6), 2, 2, 2, dict(segments=[3, 3], dilations=[1, 1])),
 }
 

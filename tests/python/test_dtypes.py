@@ -4,7 +4,7 @@ f16 atol = rtol = 2e-3, bf16 atol = rtol = 1.6e-2. LSE is f32: absolute 1e-4."""
 import numpy as np
 import pytest
 
-import dilattn
+import dilattn_ctypes as dilattn
 import spec_numpy
 from conftest import random_config, random_inputs
 

@@ -3,7 +3,7 @@ message naming the argument (SPEC 7), and leaves outputs untouched."""
 import numpy as np
 import pytest
 
-import dilattn
+import dilattn_ctypes as dilattn
 
 
 def test_bad_dilation_raises_with_message():

@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
-import dilattn
+import dilattn_ctypes as dilattn
 import spec_numpy
 from conftest import random_config, random_inputs
 
@@ -48,10 +48,10 @@ NAMED = {
     "repeated_branches": (2, 16, 2, 1, 4, dict(segments=[8, 8, 4], dilations=[2, 2, 1])),
     "mod_unselected_rows": (1, 12, 2, 2, 4, dict(segments=[6], dilations=[3], causal=True)),
     "block_h_not_multiple_of_r": (1, 20, 5, 5, 4,
-                                  dict(segments=[8, 20], dilations=[4, 3], head_mode="block")),
+                                  dict(segments=[8, 20], dilations=[4, 3], heads_mode="block")),
     "groups_h_not_multiple_of_m": (1, 20, 7, 7, 4,
                                    dict(segments=[4, 8, 16], dilations=[1, 2, 4],
-                                        head_mode="groups", causal=True)),
+                                        heads_mode="groups", causal=True)),
     "single_token": (1, 1, 1, 1, 1, dict(segments=[1], dilations=[1])),
 }
 

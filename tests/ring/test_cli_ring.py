@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from cli_support import make_inputs, qkv_flags, run  # noqa: E402
 from spec_numpy import SPEC8_F32, assert_close  # noqa: E402
 

@@ -1,12 +1,13 @@
 """sparse_lib.py - ctypes access to libdilattn's block-sparse API, plus the independent pieces
-the sparse tests compare against: a dense-masked numpy attention (SPEC 2 with A(i) from SPEC 4)
-and splitmix64 (for the random builder).
+the sparse tests compare against: a dense-masked numpy attention (SPEC 2 with A(i) from SPEC 4,
+from tests/common/spec_numpy.py) and splitmix64 (for the random builder).
 
-Nothing here calls the library's math: the numpy reference is written from SPEC.md alone.
+Nothing here calls the library's math: the numpy reference is written from docs/spec.md alone.
 Used by test_sparse_masks.py and test_sparse_attention.py.
 """
 import ctypes as C
 import os
+import sys
 
 import numpy as np
 
@@ -234,40 +235,17 @@ def dilated_plan(branches, mode, B, N, H, D, dtype=F64, backend=BACKEND_REF, cau
                 B, N, N, H, H, D, dtype, backend, causal)
 
 
-# ---------------------------------------------------------------- dense-masked numpy reference
+# ---------------------------------------------------------------- the numpy reference
+# SPEC 2 and 4 from the one numpy transcription of the spec every Python test uses.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import spec_numpy  # noqa: E402  (after the sys.path line above)
+
+
 def allowed_matrix(rows, H, Nq, Nk, bq, bk, causal):
-    """allowed[h, i, j] from SPEC 4: keys of the listed blocks of row block i // bq, then causal."""
-    allowed = np.zeros((H, Nq, Nk), bool)
-    for h in range(H):
-        hr = rows[h if len(rows) > 1 else 0]
-        for i in range(Nq):
-            for jb in hr[i // bq]:
-                allowed[h, i, jb * bk:min((jb + 1) * bk, Nk)] = True
-    if causal:
-        j = np.arange(Nk)[None, :]
-        i = np.arange(Nq)[:, None]
-        allowed &= (j <= i + (Nk - Nq))[None]
-    return allowed
+    """allowed[h, i, j] of SPEC 4: keys of the listed blocks of row block i // bq, then causal."""
+    return spec_numpy.key_counts(Nq, Nk, H, mask=(bq, bk, rows), causal=causal) > 0
 
 
 def dense_masked_attention(q, k, v, allowed, scale=None):
     """O, LSE of SPEC 2 with a boolean allowed[h, i, j]; empty rows give O = 0, LSE = -inf."""
-    B, Nq, H, D = q.shape
-    Hkv = k.shape[2]
-    scale = 1.0 / np.sqrt(D) if scale is None else scale
-    o = np.zeros((B, Nq, H, D))
-    lse = np.full((B, H, Nq), -np.inf)
-    for b in range(B):
-        for h in range(H):
-            g = h // (H // Hkv)
-            s = scale * q[b, :, h, :] @ k[b, :, g, :].T
-            s = np.where(allowed[h], s, -np.inf)
-            m = s.max(axis=1, keepdims=True)
-            nonempty = np.isfinite(m[:, 0])
-            m = np.where(np.isfinite(m), m, 0.0)
-            p = np.exp(s - m)
-            den = p.sum(axis=1)
-            with np.errstate(divide="ignore"):  # empty rows: log(0), discarded below
-                lse[b, h, nonempty] = (np.log(den) + m[:, 0])[nonempty]
-            o[b, nonempty, h, :] = (p @ v[b, :, g, :])[nonempty] / den[nonempty, None]
-    return o, lse
+    return spec_numpy.attention_numpy(q, k, v, allowed.astype(np.int64), scale=scale)

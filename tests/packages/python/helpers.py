@@ -1,5 +1,5 @@
 """helpers.py - what the package tests share: the installed dilattn, the independent numpy
-SPEC implementation (tests/python/spec_numpy.py, imported by path, not copied), the problem
+SPEC implementation (tests/common/spec_numpy.py, imported by path, not copied), the problem
 cases (the Rust crate's tests use the same ones), SPEC 8 tolerances and torch loading.
 
 Torch: DILATTN_REQUIRE_TORCH=1 (CI) turns a missing torch into a failure, not a skip.
@@ -14,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 
 def _load_spec_numpy():
-    path = os.path.join(REPO, "tests", "python", "spec_numpy.py")
+    path = os.path.join(REPO, "tests", "common", "spec_numpy.py")
     spec = importlib.util.spec_from_file_location("spec_numpy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -63,11 +63,8 @@ def inputs(sizes, seed, dtype=np.float64):
 
 
 def spec_config(options):
-    """The options spec_numpy takes (it names heads_mode head_mode and has no backend)."""
-    config = {key: value for key, value in options.items() if key not in ("scale", "heads_mode")}
-    if "heads_mode" in options:
-        config["head_mode"] = options["heads_mode"]
-    return config
+    """The options spec_numpy takes (it has no backend, and takes the scale as its own argument)."""
+    return {key: value for key, value in options.items() if key not in ("scale", "backend")}
 
 
 # SPEC 8: (atol, rtol) per dtype against the f64 reference; LSE absolute 1e-4 in f32.

@@ -1,5 +1,6 @@
 """test_torch_modules.py - the drop-in modules DilatedAttention and MultiheadDilatedAttention:
-outputs and gradients against a pure-PyTorch SPEC 3 implementation written here, the
+outputs and gradients against SPEC 3 in PyTorch (autograd through a softmax over the
+multiset counts of tests/common/spec_numpy.py), the
 difference from dilated-attention-pytorch stated in the README (SPEC 9), the constructor and
 forward signatures of that package, and dropout refused by name."""
 import inspect
@@ -7,7 +8,7 @@ import math
 
 import pytest
 
-from helpers import import_torch
+from helpers import import_torch, spec_numpy
 
 torch = import_torch()
 import dilattn  # noqa: E402
@@ -16,24 +17,11 @@ from dilattn.torch import DilatedAttention, MultiheadDilatedAttention  # noqa: E
 
 # ---------------------------------------------------------------- SPEC 3 in plain PyTorch
 def key_counts(N, H, segments, dilations, heads_mode, causal):
-    """count[h, i, j]: how many times key j is in A(i) for head h (SPEC 3, a multiset)."""
-    m = len(segments)
-    sizes = [H // m + (1 if g < H % m else 0) for g in range(m)]
-    group_of = [g for g, size in enumerate(sizes) for _ in range(size)]
-    count = torch.zeros(H, N, N, dtype=torch.float64)
-    for h in range(H):
-        for b, (w, r) in enumerate(zip(segments, dilations)):
-            if heads_mode == "groups" and group_of[h] != b:
-                continue
-            offset = {"mod": h % r, "block": h // math.ceil(H / r), "groups": b % r}[heads_mode]
-            w = min(w, N)
-            for s0 in range(0, N, w):
-                chosen = [p for p in range(s0, min(s0 + w, N)) if (p - s0) % r == offset]
-                for i in chosen:
-                    for j in chosen:
-                        if not causal or j <= i:
-                            count[h, i, j] += 1
-    return count
+    """count[h, i, j]: how many times key j is in A(i) for head h (SPEC 3, a multiset), from the
+    one numpy transcription of the spec (tests/common/spec_numpy.py)."""
+    counts = spec_numpy.key_counts(N, N, H, segments=list(segments), dilations=list(dilations),
+                                   heads_mode=heads_mode, causal=causal)
+    return torch.from_numpy(counts.astype("float64"))
 
 
 def spec_attention(q, k, v, segments, dilations, heads_mode="groups", causal=False, scale=None):

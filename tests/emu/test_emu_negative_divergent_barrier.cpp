@@ -1,4 +1,4 @@
-// emu_negative_divergent_barrier.cpp - a __syncthreads or warp collective not reached by all
+// test_emu_negative_divergent_barrier.cpp - a __syncthreads or warp collective not reached by all
 // threads fails the launch with a precise message; it never hangs (meson runs it with a timeout).
 //
 // Properties: (1) a thread returning before __syncthreads gives cudaErrorLaunchFailure and

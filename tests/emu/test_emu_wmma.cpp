@@ -1,4 +1,4 @@
-// emu_wmma.cpp - the nvcuda::wmma shim: 16x16x16 fill/load/mma/store with f16 and bf16 inputs.
+// test_emu_wmma.cpp - the nvcuda::wmma shim: 16x16x16 fill/load/mma/store with f16 and bf16 inputs.
 //
 // Property: D = 2 * (A * B + C) for A 32x32 (row-major), B 32x32 (col-major in memory), C 32x32,
 // computed by a 2x2 grid of one-warp blocks, two mma_sync per tile (K = 32), an elementwise

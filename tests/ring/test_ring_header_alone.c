@@ -1,5 +1,5 @@
 /*
- * ring_header_alone.c - dilattn_ring.h compiles as C99 when it is the first and only header
+ * test_ring_header_alone.c - dilattn_ring.h compiles as C99 when it is the first and only header
  * included, and a one-rank ring runs through it: with P = 1 the ring is the plan's forward, so
  * one query row with one key gets O = v and LSE = scale * <q, k> = 0.5 * 2 = 1.
  */

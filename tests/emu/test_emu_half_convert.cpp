@@ -1,4 +1,4 @@
-// emu_half_convert.cpp - __half/__nv_bfloat16 and the fast-math intrinsics inside emulated kernels.
+// test_emu_half_convert.cpp - __half/__nv_bfloat16 and the fast-math intrinsics inside emulated kernels.
 //
 // Property: in a kernel, __float2half/__half2float, __float2bfloat16/__bfloat162float and the
 // __half2/__nv_bfloat162 pairs round exactly as the library's portable converters

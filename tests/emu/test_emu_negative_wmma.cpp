@@ -1,4 +1,4 @@
-// emu_negative_wmma.cpp - WMMA misuse the GPU punishes and the emulator must not forgive.
+// test_emu_negative_wmma.cpp - WMMA misuse the GPU punishes and the emulator must not forgive.
 //
 // Properties: (1) f16 matrix_a/matrix_b fragments have 16 elements per lane: a kernel that
 // scales only x[0..7] (assuming 8) fails the launch at mma_sync ("differs between its two

@@ -1,5 +1,5 @@
 /*
- * score_count_test.c - dilattn_plan_score_count counts every score term S_ij of SPEC 2-4, a key
+ * test_score_count.c - dilattn_plan_score_count counts every score term S_ij of SPEC 2-4, a key
  * counted once per occurrence, on hand-counted problems: dense, causal with Nq < Nk, two dilated
  * branches in mod mode (with and without causal), a block-sparse local window, B = 2.
  */

@@ -1,4 +1,4 @@
-// emu_host_shims.cpp - the emulator's CUDA runtime shims and launch-configuration checks.
+// test_emu_host_shims.cpp - the emulator's CUDA runtime shims and launch-configuration checks.
 //
 // Properties: cudaMalloc/cudaMemcpy/cudaMemset(+Async)/cudaFree move bytes exactly (256-byte
 // aligned allocations); streams and events work (elapsed time >= 0); the fake device reports

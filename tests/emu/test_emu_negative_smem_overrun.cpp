@@ -1,4 +1,4 @@
-// emu_negative_smem_overrun.cpp - a tile written one element past its end, into the next tile
+// test_emu_negative_smem_overrun.cpp - a tile written one element past its end, into the next tile
 // carved by the kernels' own carver (cuda/forward_tile_loop.cuh's SmemCarver), fails the launch
 // at the next __syncthreads ("shared-memory overrun"), also when the tile fills its 128-byte
 // rounding exactly (so the element lands in the next tile, where ASan sees nothing); within

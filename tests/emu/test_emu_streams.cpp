@@ -1,4 +1,4 @@
-// emu_streams.cpp - the emulator's streams in deferred mode, its runtime call counters, the
+// test_emu_streams.cpp - the emulator's streams in deferred mode, its runtime call counters, the
 // launch log per stream and launch fault injection (emu/simt_streams.h).
 //
 // Properties: (1) in deferred mode a launch, an async copy and a host function on a created

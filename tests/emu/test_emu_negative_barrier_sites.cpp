@@ -1,4 +1,4 @@
-// emu_negative_barrier_sites.cpp - threads waiting at two different __syncthreads calls fail
+// test_emu_negative_barrier_sites.cpp - threads waiting at two different __syncthreads calls fail
 // the launch (on the GPU that is undefined behaviour: the barrier counts arrivals, so the two
 // halves would pass each other), naming both call sites; the same kernel with one barrier for
 // all threads succeeds, in every thread order.
@@ -39,7 +39,7 @@ int main() {
     CHECK_MSG(cudaGetLastError() == cudaErrorLaunchFailure, "two call sites not reported");
     const std::string msg = simt::last_error_message();
     CHECK_MSG(msg.find("__syncthreads at different call sites") != std::string::npos &&
-                  msg.find("emu_negative_barrier_sites.cpp:") != std::string::npos,
+                  msg.find("test_emu_negative_barrier_sites.cpp:") != std::string::npos,
               "msg: %s", msg.c_str());
     DILATTN_LAUNCH(two_sites_kernel, dim3(2), dim3(32), 0, nullptr)(out.data(), 0);
     CHECK_MSG(emu_test::launched_ok("two_sites_kernel without defect"), "control");

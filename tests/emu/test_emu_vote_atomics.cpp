@@ -1,4 +1,4 @@
-// emu_vote_atomics.cpp - __ballot_sync/__any_sync/__all_sync and the atomics in the emulator.
+// test_emu_vote_atomics.cpp - __ballot_sync/__any_sync/__all_sync and the atomics in the emulator.
 //
 // Property: votes over a 96-thread block (a partial-mask vote among the even lanes included)
 // and __syncthreads_count/_and/_or equal the host's bit patterns and counts; atomicAdd (int, unsigned, float with exact small integers),

@@ -1,4 +1,4 @@
-// emu_ldmatrix.cpp - ldmatrix m8n8 x1/x2/x4, plain and .trans (cuda/ldmatrix.cuh) in the
+// test_emu_ldmatrix.cpp - ldmatrix m8n8 x1/x2/x4, plain and .trans (cuda/ldmatrix.cuh) in the
 // emulator: the PTX ISA's address and fragment layout (emu/simt_ldmatrix.h).
 //
 // A 16x16 tile of distinct 16-bit values (element (r, c) = 256 + 16 r + c) sits in shared memory

@@ -1,4 +1,4 @@
-// emu_threads.cpp - launches from several OS threads at once are independent and correct.
+// test_emu_threads.cpp - launches from several OS threads at once are independent and correct.
 //
 // Property: 4 OS threads each run 20 launches of a block reduction (shuffles + barrier) on their
 // own data while a 5th thread launches a kernel with a divergent __syncthreads; every reduction

@@ -1,4 +1,4 @@
-// emu_mma.cpp - mma.sync m16n8k16 (f16, bf16) and m16n8k8 (tf32) and cvt.rna.tf32.f32
+// test_emu_mma.cpp - mma.sync m16n8k16 (f16, bf16) and m16n8k8 (tf32) and cvt.rna.tf32.f32
 // (cuda/mma_sync.cuh) in the emulator: the PTX ISA fragment layouts (emu/simt_mma.h).
 //
 // Properties: (1) a kernel that builds its fragments from row-major A (16x16), B (16x8) and C

@@ -1,5 +1,5 @@
 /*
- * version_test.c - the header's DILATTN_VERSION equals the library's dilattn_version()
+ * test_version.c - the header's DILATTN_VERSION equals the library's dilattn_version()
  * (a header/library mismatch is detectable), and the build info names the version.
  */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-"""dilattn.py - a small ctypes binding of the dilattn C ABI (lib/dilattn.h), numpy only, that
+"""dilattn_ctypes.py - a small ctypes binding of the dilattn C ABI (lib/dilattn.h), numpy only, that
 runs from a source checkout without pip install.
 
 What it does: loads libdilattn (env DILATTN_LIB, else the newest build*/lib/libdilattn.so next to
@@ -7,15 +7,19 @@ runs forward / backward (SPEC 2-3 and 6). Every failing call raises DilattnError
 status name and dilattn_last_error(). bf16 has no numpy dtype: pass uint16 arrays holding bf16
 bits with dtype="bf16" (to_bf16 / from_bf16 convert, round to nearest even).
 
-    import numpy as np, dilattn
-    o, lse = dilattn.forward(q, k, v, segments=[4, 8], dilations=[1, 2], head_mode="mod")
-    dq, dk, dv = dilattn.backward(q, k, v, o, lse, d_o, segments=[4, 8], dilations=[1, 2])
+    import numpy as np, dilattn_ctypes
+    o, lse = dilattn_ctypes.forward(q, k, v, segments=[4, 8], dilations=[1, 2], heads_mode="mod")
+    dq, dk, dv = dilattn_ctypes.backward(q, k, v, o, lse, d_o, segments=[4, 8], dilations=[1, 2])
+
+Its name is not the Python package's (python/dilattn, `pip install .`), so the two never shadow
+each other; its keywords are the package's (segments, dilations, heads_mode, causal, scale,
+backend).
 
 The ABI's declarations (enums, structs, function signatures) are not repeated here: they are the
 Python package's python/dilattn/_abi.py, loaded by its path (it needs nothing but the standard
 library), so a change of the C ABI is made, and checked against the headers, in one file.
 
-Used by tests/python/ (checked there against an independent numpy implementation of SPEC.md)
+Used by tests/python/ (checked there against an independent numpy implementation of docs/spec.md, tests/common/spec_numpy.py)
 and by examples/python/example.py.
 """
 import ctypes
@@ -123,7 +127,7 @@ class Plan:
     """A dilattn plan: dense (no segments) or dilated attention, on one backend."""
 
     def __init__(self, B, Nq, Nk, H, Hkv, D, dtype="f32", segments=None, dilations=None,
-                 head_mode="mod", causal=False, scale=None, backend="ref"):
+                 heads_mode="mod", causal=False, scale=None, backend="ref"):
         L = lib()
         self._plan = ctypes.c_void_p()
         desc = ctypes.c_void_p()
@@ -133,7 +137,7 @@ class Plan:
                 n = len(segments)
                 w = (ctypes.c_int64 * max(n, 1))(*segments)
                 r = (ctypes.c_int64 * max(n, 1))(*dilations)
-                _check(L.dilattn_desc_set_dilated(desc, n, w, r, HEAD_MODES[head_mode]))
+                _check(L.dilattn_desc_set_dilated(desc, n, w, r, HEAD_MODES[heads_mode]))
             _check(L.dilattn_desc_set_causal(desc, 1 if causal else 0))
             if scale is not None:
                 _check(L.dilattn_desc_set_scale(desc, float(scale)))
@@ -171,7 +175,7 @@ def _plan_for(q, k, dtype, **config):
 
 def forward(q, k, v, dtype=None, lse_dtype=None, **config):
     """O [B, Nq, H, D] (q's dtype) and LSE [B, H, Nq] (lse_dtype: f32 or f64; default f64 on
-    the ref backend, else f32). config: segments, dilations, head_mode, causal, scale, backend."""
+    the ref backend, else f32). config: segments, dilations, heads_mode, causal, scale, backend."""
     if lse_dtype is None:
         lse_dtype = np.float64 if config.get("backend", "ref") == "ref" else np.float32
     plan = _plan_for(q, k, dtype, **config)

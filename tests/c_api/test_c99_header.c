@@ -1,5 +1,5 @@
 /*
- * c99_header_test.c - dilattn.h is plain C99 (compiled with -std=c99 -Wall -Wextra -pedantic
+ * test_c99_header.c - dilattn.h is plain C99 (compiled with -std=c99 -Wall -Wextra -pedantic
  * -Werror), and a tiny dense forward through the C API gives the hand-computed value.
  *
  * D = 1, scale 1, Nq = 1, Nk = 2, q = 1, k = (0, ln 3), v = (10, 20):

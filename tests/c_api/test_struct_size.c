@@ -1,5 +1,5 @@
 /*
- * struct_size_test.c - the versioned structs of the ABI (dilattn_tensor, dilattn_shape,
+ * test_struct_size.c - the versioned structs of the ABI (dilattn_tensor, dilattn_shape,
  * dilattn_bsr_view) are refused with INVALID_VALUE naming the argument when struct_size is not
  * the size the library was built with, before anything is written; a correct one runs.
  */

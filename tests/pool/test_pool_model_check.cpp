@@ -1,4 +1,4 @@
-// pool_model_check.cpp - a randomized trace of a million pool operations checked against a
+// test_pool_model_check.cpp - a randomized trace of a million pool operations checked against a
 // simple reference model.
 //
 // The model is a sorted map of live blocks (start -> requested bytes). It knows nothing of the

@@ -1,5 +1,5 @@
 /*
- * pool_header_alone.c - dilattn_pool.h compiles when it is the first and only header included,
+ * test_pool_header_alone.c - dilattn_pool.h compiles when it is the first and only header included,
  * and a host pool made through it hands out a 256-byte aligned block.
  */
 #include "dilattn_pool.h"

@@ -1,4 +1,4 @@
-// pool_abuse.cpp - every kind of pool abuse gets its own status and leaves the pool as it was
+// test_pool_abuse.cpp - every kind of pool abuse gets its own status and leaves the pool as it was
 // (dilattn_pool.h): double free, foreign pointer, interior pointer, size 0, a size
 // over the arena, exhaustion, use after destroy, bad handles and bad arguments. After each, the
 // statistics are bytewise unchanged and an allocation still succeeds.

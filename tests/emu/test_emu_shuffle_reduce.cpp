@@ -1,4 +1,4 @@
-// emu_shuffle_reduce.cpp - warp shuffles, dynamic shared memory and multi-dim grids in the emulator.
+// test_emu_shuffle_reduce.cpp - warp shuffles, dynamic shared memory and multi-dim grids in the emulator.
 //
 // Property: a block sum (__shfl_xor_sync within warps, partials through dynamic shared memory,
 // __shfl_down_sync across them), a width-16 inclusive scan (__shfl_up_sync), broadcasts

@@ -1,4 +1,4 @@
-// pool_workspace.cpp - plans take their workspace from a pool (lib/dispatch.cpp):
+// test_pool_workspace.cpp - plans take their workspace from a pool (lib/dispatch.cpp):
 // the description's pool when set, else the default pool of the device, and give it back when
 // the call ends. Checks: the pool's peak is the workspace block and nothing stays in use; the
 // result equals a run with a caller workspace bit for bit; a too-small caller pool fails with

@@ -1,4 +1,4 @@
-// pool_basics.cpp - the pool's contract on small hand-checked cases (dilattn_pool.h):
+// test_pool_basics.cpp - the pool's contract on small hand-checked cases (dilattn_pool.h):
 // statistics exact to the byte on a worked example, buddy splitting and coalescing, alignment,
 // a pool over caller memory (alignment and size rules), options validation, the growth policy
 // (max_arenas, a request larger than the arena), reset, and the CUDA constructor's status.

@@ -1,4 +1,4 @@
-// pool_threads.cpp - four threads allocate and free on one pool at once (thread-safe).
+// test_pool_threads.cpp - four threads allocate and free on one pool at once (thread-safe).
 //
 // Each thread fills every block it gets with its own pattern and checks the pattern is intact
 // before it frees the block, so two threads ever given overlapping blocks fail the test (and the

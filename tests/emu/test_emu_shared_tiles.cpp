@@ -1,4 +1,4 @@
-// emu_shared_tiles.cpp - dynamic shared memory tiles, 2-D blocks and __syncthreads in the emulator.
+// test_emu_shared_tiles.cpp - dynamic shared memory tiles, 2-D blocks and __syncthreads in the emulator.
 //
 // Property: a tiled matrix transpose (32x8 blocks staging a 32x32 tile through dynamic shared
 // memory) of a 70x45 float matrix over a 3x2 grid equals the host transpose exactly, and is

@@ -1,4 +1,4 @@
-// emu_async_copy.cpp - asynchronous 16-byte copies (cuda/async_copy.cuh) in the emulator: data
+// test_emu_async_copy.cpp - asynchronous 16-byte copies (cuda/async_copy.cuh) in the emulator: data
 // is visible only after the matching wait (emu/simt_async_copy.h).
 //
 // Each of 32 threads copies 16 bytes (4 floats) of a source into shared memory, then every

@@ -1,5 +1,5 @@
 /*
- * mask_header_alone.c - dilattn_mask.h compiles when it is the first and only header included,
+ * test_mask_header_alone.c - dilattn_mask.h compiles when it is the first and only header included,
  * and its builders work through it: a local window mask of 4 x 4 blocks has 3 + 2 + ... entries.
  */
 #include "dilattn_mask.h"

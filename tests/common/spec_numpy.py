@@ -1,0 +1,182 @@
+"""spec_numpy.py - docs/spec.md sections 2 (dense, causal bottom-right), 3 (dilated: three head
+modes, multiset union of branches), 4 (block-sparse) and 6 (backward) as a literal numpy
+transcription in f64, written from the spec's text (not from the C++ code). Every Python test
+(tests/cli, tests/python, tests/ring, tests/sparse, tests/packages/python) checks the library
+against this one module.
+
+Algorithm. allowed_keys(i, h, ...) builds A(i) of one query row as an explicit list of key
+indices with repeats (a key two dilated branches hold appears twice: the multiset of SPEC 3).
+key_counts turns those lists into counts[h, i, j], how many times key j occurs in A(i), and
+attention_numpy runs one softmax per row over the multiset, each occurrence adding its own term:
+    LSE_i = log sum_j counts_ij exp(S_ij),  O_i = sum_j counts_ij exp(S_ij - LSE_i) v_j,
+and SPEC 6's backward with P_ij = counts_ij exp(S_ij - LSE_i). The C++ reference instead runs one
+softmax per branch and combines them by LSE; the two routes reach the same numbers.
+"""
+import math
+
+import numpy as np
+
+# ---------------------------------------------------------------- index rules (SPEC 2-4)
+
+
+def head_offset(heads_mode, h, branch, r, H):
+    """o_b(h) of SPEC 3 for head h in branch `branch` of dilation r."""
+    if heads_mode == "mod":
+        return h % r
+    if heads_mode == "block":
+        return h // -(-H // r)          # floor(h / ceil(H / r))
+    return branch % r                   # groups: head of group g uses branch g, offset g mod r_g
+
+
+def head_group(h, H, m):
+    """groups mode: m contiguous groups, group g holding floor(H/m) heads plus one if g < H mod m."""
+    first = 0
+    for g in range(m):
+        size = H // m + (1 if g < H % m else 0)
+        if first <= h < first + size:
+            return g
+        first += size
+    raise AssertionError("head outside every group")
+
+
+def allowed_keys(i, h, Nq, Nk, H, segments=None, dilations=None, heads_mode="mod", causal=False,
+                 mask=None):
+    """A(i) for query row i of head h, a list with repeats.
+
+    Dense without segments and mask; dilated with segments/dilations (SPEC 3); block-sparse with
+    mask = (bq, bk, rows), rows[h][ib] the key blocks row block ib lists (one list of rows for all
+    heads when len(rows) == 1) (SPEC 4). Causal keeps j <= i + (Nk - Nq) everywhere (SPEC 2)."""
+    last = i + (Nk - Nq) if causal else Nk - 1
+    if mask is not None:
+        bq, bk, rows = mask
+        head_rows = rows[h if len(rows) > 1 else 0]
+        keys = [j for jb in head_rows[i // bq] for j in range(jb * bk, min((jb + 1) * bk, Nk))]
+        return [j for j in keys if j <= last]
+    if segments is None:
+        return list(range(0, min(Nk, last + 1)))
+    assert Nq == Nk, "dilated attention needs Nq == Nk"
+    N = Nq
+    keys = []
+    m = len(segments)
+    for branch, (w, r) in enumerate(zip(segments, dilations)):
+        if heads_mode == "groups" and head_group(h, H, m) != branch:
+            continue
+        w = min(w, N)                                        # a segment longer than N is clipped
+        s0 = (i // w) * w
+        s1 = min(s0 + w, N)                                  # the last segment may be partial
+        o = head_offset(heads_mode, h, branch, r, H)
+        if (i - s0) % r != o:                                # row i not selected by this branch
+            continue
+        keys += [j for j in range(s0, s1) if (j - s0) % r == o and j <= last]
+    return keys
+
+
+def key_counts(Nq, Nk, H, **config):
+    """counts[h, i, j]: how many times key j occurs in A(i) of head h (config: allowed_keys')."""
+    counts = np.zeros((H, Nq, Nk), dtype=np.int64)
+    for h in range(H):
+        for i in range(Nq):
+            np.add.at(counts[h, i], allowed_keys(i, h, Nq, Nk, H, **config), 1)
+    return counts
+
+
+def dense_counts(Nq, Nk, H, causal):
+    return key_counts(Nq, Nk, H, causal=causal)
+
+
+def dilated_counts(N, H, branches, heads_mode, causal):
+    segments, dilations = zip(*branches)
+    return key_counts(N, N, H, segments=list(segments), dilations=list(dilations),
+                      heads_mode=heads_mode, causal=causal)
+
+
+def bsr_rows(H, Nq, bq, row_ptr, col_idx, head_ptr=None):
+    """rows[h][ib] (the key blocks of row block ib) from BSR arrays, one mask or one per head."""
+    I = -(-Nq // bq)
+    masks = 1 if head_ptr is None else H
+    rows = []
+    for mh in range(masks):
+        rp = row_ptr[mh * (I + 1):(mh + 1) * (I + 1)]
+        ci = col_idx if head_ptr is None else col_idx[head_ptr[mh]:head_ptr[mh + 1]]
+        rows.append([list(ci[rp[ib]:rp[ib + 1]]) for ib in range(I)])
+    return rows
+
+
+def bsr_counts(Nq, Nk, H, bq, bk, row_ptr, col_idx, head_ptr, causal):
+    rows = bsr_rows(H, Nq, bq, row_ptr, col_idx, head_ptr)
+    return key_counts(Nq, Nk, H, mask=(bq, bk, rows), causal=causal)
+
+
+# ---------------------------------------------------------------- attention (SPEC 2, 6)
+
+
+def attention_numpy(q, k, v, counts, scale=None, d_o=None):
+    """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j].
+    Returns O [B, Nq, H, D], LSE [B, H, Nq] and, with d_o, dQ, dK, dV. A row with no key gets
+    O = 0 and LSE = -inf; GQA: query head h reads kv head h // (H // Hkv)."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    B, Nq, H, D = q.shape
+    Hkv = k.shape[2]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    o = np.zeros_like(q)
+    lse = np.full((B, H, Nq), -np.inf)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for b in range(B):
+        for h in range(H):
+            hk = h // (H // Hkv)
+            c = counts[h]
+            s = scale * q[b, :, h] @ k[b, :, hk].T
+            smax = np.where(c > 0, s, -np.inf).max(axis=1, keepdims=True)
+            smax = np.where(np.isfinite(smax), smax, 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                total = np.where(c > 0, c * np.exp(s - smax), 0.0).sum(axis=1)
+            rows = total > 0
+            lse[b, h, rows] = np.log(total[rows]) + smax[rows, 0]
+            p = np.zeros_like(s)
+            p[rows] = np.where(c[rows] > 0, c[rows] * np.exp(s[rows] - lse[b, h, rows][:, None]), 0.0)
+            o[b, :, h] = p @ v[b, :, hk]
+            if d_o is not None:
+                g = np.asarray(d_o[b, :, h], dtype=np.float64)
+                dv[b, :, hk] += p.T @ g
+                d_i = (g * o[b, :, h]).sum(axis=1)
+                ds = p * (g @ v[b, :, hk].T - d_i[:, None])
+                dq[b, :, h] = scale * ds @ k[b, :, hk]
+                dk[b, :, hk] += scale * ds.T @ q[b, :, h]
+    return (o, lse) if d_o is None else (o, lse, dq, dk, dv)
+
+
+def _counts_of(q, k, config):
+    Nq, H = q.shape[1], q.shape[2]
+    return key_counts(Nq, k.shape[1], H, **config)
+
+
+def forward(q, k, v, scale=None, **config):
+    """O [B, Nq, H, D] and LSE [B, H, Nq] in f64. config: allowed_keys' keywords."""
+    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale)
+
+
+def backward(q, k, v, d_o, scale=None, **config):
+    """dQ, dK, dV in f64 by SPEC 6, from a fresh forward of the same inputs."""
+    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, d_o=d_o)[2:]
+
+
+# ---------------------------------------------------------------- comparison (SPEC 8)
+
+
+def within(x, ref, atol, rtol):
+    """SPEC 8: |x - ref| <= atol + rtol |ref| elementwise; equal infinities pass."""
+    x, ref = np.asarray(x, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    same_inf = np.isinf(ref) & (x == ref)
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(x - ref) <= atol + rtol * np.abs(ref)
+    return bool(np.all(ok | same_inf))
+
+
+def assert_close(got, want, atol, rtol):
+    assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
+    assert within(got, want, atol, rtol), \
+        f"max abs err {np.nanmax(np.abs(np.asarray(got, dtype=np.float64) - want))}"
+
+
+SPEC8_F32 = dict(atol=1e-5, rtol=1e-4)  # SPEC 8: an f32 backend (cpu) against the f64 reference
+F32_TOL = dict(atol=1e-6, rtol=1e-5)  # ref computes in f64; only the f32 output rounding differs
