@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_references.py - every file path and spec citation the repository's prose names exists.
 
-Reads every tracked file (git ls-files; without git, a walk that skips build folders) and reports
+Reads every file git tracks or would track (git ls-files --cached --others --exclude-standard;
+without git, a walk that skips build folders) and reports
 each dangling reference as `file:line: what`, exiting 1 if there is any, 0 otherwise:
 
 (a) paths. In comments (C/C++/CUDA and Rust `//` and `/* */`, Python `#` comments and docstrings,
@@ -18,8 +19,10 @@ each dangling reference as `file:line: what`, exiting 1 if there is any, 0 other
     text file, name a section that docs/spec.md has as a heading `## N.` (or `### N.M`).
 (c) the spec's name. The specification is docs/spec.md; any other spelling of its file name in
     upper case (see SPEC_FILE_WRONG_NAME) is reported.
+(d) README sections. `README "<title>"` (also `README, "<title>"`, `README ("<title>")` and
+    `emu/README.md, "<title>"`), in any text file, names a heading of that README.
 
-Needs Python 3 only (no build, no third-party module); it runs in well under a second.
+Needs Python 3 only (no build, no third-party module); about a second of CPU time.
 Usage: check_references.py [--root DIR]
 """
 
@@ -76,11 +79,13 @@ SPEC_CITATION = re.compile(
 TOKEN = re.compile(r"[^\s`'\"()\[\],;|]+")
 MD_LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 LINE_SUFFIX = re.compile(r"(?::\d+)+$")
+README_SECTION = re.compile(r"((?:[\w.-]+/)*README(?:\.md)?),?\s*\(?\"([^\"<]+)\"")
 
 
 def tracked_files(root):
     try:
-        out = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True,
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], check=True,
                              capture_output=True).stdout.decode("utf-8", "replace")
         names = [n for n in out.split("\0") if n]
         if names:
@@ -107,38 +112,20 @@ def read_text(path):
         return None
 
 
+C_LEXEME = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^\\'\n])'",
+                      re.DOTALL)
+
+
 def mask_c_like(text):
-    """The text with everything but `//` and `/* */` comments blanked (newlines kept)."""
-    out = []
-    i, n = 0, len(text)
-    char_literal = re.compile(r"'(?:\\.|[^\\'\n])'")
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(text[i:j])
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(text[i:j])
-            i = j
-        elif c == '"':
-            j = i + 1
-            while j < n and text[j] != '"' and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif c == "'":
-            m = char_literal.match(text, i)   # a Rust lifetime ('a) is not a char literal
-            j = m.end() if m else i + 1
-            out.append(" " * (j - i))
-            i = j
-        else:
-            out.append(c if c == "\n" else " ")
-            i += 1
+    """The text with everything but `//` and `/* */` comments blanked (line breaks kept). String
+    and character literals are skipped whole; a Rust lifetime ('a) is not a character literal."""
+    out, pos = [], 0
+    for m in C_LEXEME.finditer(text):
+        out.append("\n" * text.count("\n", pos, m.start()))
+        lexeme = m.group(0)
+        out.append(lexeme if lexeme[0] == "/" else "\n" * lexeme.count("\n"))
+        pos = m.end()
+    out.append("\n" * text.count("\n", pos))
     return "".join(out)
 
 
@@ -234,7 +221,9 @@ class Checker:
                 self.dirs.add("/".join(parts[:k]))
         self.basenames = {f.rsplit("/", 1)[-1] for f in self.files}
         self.problems = []
+        self.reported = set()
         self.sections = self.spec_sections()
+        self.headings = {}   # markdown file -> its headings, read when first cited
 
     def exists(self, rel):
         rel = os.path.normpath(rel).replace(os.sep, "/")
@@ -242,7 +231,7 @@ class Checker:
 
     def exists_from(self, name, rel):
         """rel exists from the root or from a folder above the file naming it (a Rust crate's
-        comments name tests/header.rs relative to the crate)."""
+        comments name its test files relative to the crate: rust/dilattn-sys/tests/header.rs)."""
         folder = os.path.dirname(name)
         while True:
             if self.exists(os.path.join(folder, rel) if folder else rel):
@@ -250,6 +239,11 @@ class Checker:
             if not folder:
                 return False
             folder = os.path.dirname(folder)
+
+    def markdown_headings(self, rel):
+        path = os.path.join(self.root, rel)
+        text = read_text(path) if os.path.isfile(path) else None
+        return {l.lstrip("#").strip().lower() for l in (text or "").split("\n") if l.startswith("#")}
 
     def spec_sections(self):
         path = os.path.join(self.root, "docs", "spec.md")
@@ -265,7 +259,13 @@ class Checker:
                 sections.add((int(m.group(1)), int(m.group(2))))
         return sections
 
-    def report(self, name, line_no, what):
+    def report(self, name, line_no, what, key=None):
+        """One report per file, line and missing path (a markdown link's text and target
+        often name the same path)."""
+        if key is not None:
+            if (name, line_no, key) in self.reported:
+                return
+            self.reported.add((name, line_no, key))
         self.problems.append(f"{name}:{line_no}: {what}")
 
     def check_path_token(self, name, line_no, tok):
@@ -287,7 +287,7 @@ class Checker:
             if "." not in last[-1] and not rel.endswith("/") and len(last) == 2 \
                     and self.exists_from(name, last[0]):
                 return   # an extension-less name in an existing folder: a build target
-            self.report(name, line_no, f"path '{rel}' does not exist")
+            self.report(name, line_no, f"path '{rel}' does not exist", os.path.normpath(rel))
             return
         stem, ext = os.path.splitext(tok)
         if ext not in SOURCE_EXTENSIONS or not re.fullmatch(r"[\w.+-]*\w", stem):
@@ -307,7 +307,7 @@ class Checker:
         if rel.split(os.sep, 1)[0] == "build":
             return
         if rel.startswith("..") or not self.exists(rel):
-            self.report(name, line_no, f"link target '{target}' does not exist")
+            self.report(name, line_no, f"link target '{target}' does not exist", rel)
 
     def check_spec_citations(self, name, line_no, line):
         for m in SPEC_CITATION.finditer(line):
@@ -337,6 +337,13 @@ class Checker:
                                      "docs/spec.md")
             if "SPEC" in line or "spec.md" in line:
                 self.check_spec_citations(name, i, line)
+            if "README" in line:
+                for m in README_SECTION.finditer(line):
+                    readme = m.group(1) if m.group(1).endswith(".md") else m.group(1) + ".md"
+                    if readme not in self.headings:
+                        self.headings[readme] = self.markdown_headings(readme)
+                    if m.group(2).strip().lower() not in self.headings[readme]:
+                        self.report(name, i, f"{readme} has no section \"{m.group(2)}\"")
         prose = prose_of(name, text)
         if prose is None:
             return
