@@ -15,8 +15,9 @@ each dangling reference as `file:line: what`, exiting 1 if there is any, 0 other
     Skipped: glob-like or placeholder tokens (`*`, `<`, `{`, `$`, a one-letter or all-capitals
     stem such as x.json or KERNEL.cu), build outputs (`build/...`), and an extension-less name
     in an existing folder (a build target such as bench/cpu/cpu_bench).
-(b) spec citations. `SPEC N`, `SPEC N.M`, `docs/spec.md §N` and `docs/spec.md section N`, in any
-    text file, name a section that docs/spec.md has as a heading `## N.` (or `### N.M`).
+(b) spec citations. `SPEC N`, `SPEC N.M`, `SPEC N-M`, `docs/spec.md §N`, `docs/spec.md section N`
+    and `[docs/spec.md](...) sections N, M and K`, in any text file, name sections that
+    docs/spec.md has as headings `## N.` (or `### N.M`).
 (c) the spec's name. The specification is docs/spec.md; any other spelling of its file name in
     upper case (see SPEC_FILE_WRONG_NAME) is reported.
 (d) README sections. `README "<title>"` (also `README, "<title>"`, `README ("<title>")` and
@@ -73,9 +74,13 @@ C_LIKE = {".h", ".hpp", ".c", ".cc", ".cpp", ".cu", ".cuh", ".rs"}
 HASH_COMMENT = {".build", ".options", ".sh", ".toml", ".jl", ".cfg", ".txt_comment"}
 SKIP_DIRS = {".git", "build", "target", "__pycache__", ".venv", "node_modules"}
 
+# "SPEC N", "SPEC N.M", "SPEC N-M"; "docs/spec.md §N", "docs/spec.md section N",
+# "[docs/spec.md](docs/spec.md) sections N, M and K" (each number checked).
 SPEC_CITATION = re.compile(
-    r"\bSPEC (\d+)(?:\.(\d+))?(?:\s*(?:-|\.\.|–)\s*(\d+))?"
-    r"|docs/spec\.md\s*(?:§\s*|section\s+)(\d+)(?:\.(\d+))?")
+    r"\bSPEC (?P<spec>\d+(?:\.\d+)?(?:\s*(?:-|\.\.|–)\s*\d+(?:\.\d+)?)?)"
+    r"|spec\.md(?:\]\([^)\s]*\))?\)?\s*(?:§\s*|sections?\s+)"
+    r"(?P<doc>\d+(?:\.\d+)?(?:\s*(?:,|-|–|\band\b|\bor\b)\s*\d+(?:\.\d+)?)*)")
+SECTION_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?")
 TOKEN = re.compile(r"[^\s`'\"()\[\],;|]+")
 MD_LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 LINE_SUFFIX = re.compile(r"(?::\d+)+$")
@@ -311,12 +316,8 @@ class Checker:
 
     def check_spec_citations(self, name, line_no, line):
         for m in SPEC_CITATION.finditer(line):
-            if m.group(1):
-                cited = [(int(m.group(1)), int(m.group(2)) if m.group(2) else None)]
-                if m.group(3):
-                    cited.append((int(m.group(3)), None))
-            else:
-                cited = [(int(m.group(4)), int(m.group(5)) if m.group(5) else None)]
+            numbers = m.group("spec") or m.group("doc")
+            cited = [(int(a), int(b) if b else None) for a, b in SECTION_NUMBER.findall(numbers)]
             for sec in cited:
                 label = f"{sec[0]}" if sec[1] is None else f"{sec[0]}.{sec[1]}"
                 if self.sections is None:
