@@ -24,7 +24,7 @@
 // D_i = <dO_i, O_i> is formed per query tile. Scale is applied once when dQ and dK are stored.
 // A causally masked pair is left out of every product (P and dS zeroed, dQ summed over each
 // row's allowed keys), so a NaN in a K or V row reaches only the rows that meet it, as in the
-// reference (README "Decisions"); a NaN LSE (a NaN row) makes that row's terms NaN.
+// reference (SPEC 13); a NaN LSE (a NaN row) makes that row's terms NaN.
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
 // checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the

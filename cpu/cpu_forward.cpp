@@ -16,7 +16,7 @@
 // A row selected by several branches keeps one running state across them: one softmax over the
 // union of their keys is exactly SPEC 3's LSE combination. At the end O * finalize_o_factor and
 // finalize_lse; a row no key reached gets O = 0, LSE = -inf (SPEC 2); a NaN score makes the row
-// NaN (README "Decisions").
+// NaN (SPEC 13).
 // Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
 // tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
 #include "cpu_isa_target.h"  // first: see there
@@ -38,7 +38,7 @@ namespace {
 // score; that score's probability is NaN all the same, so the tile's sum is NaN, and m is then
 // set to NaN, as max_nan would have made it. From there the row is NaN as the rules say: l is
 // NaN, O meets the NaN probability (its key is never masked: masking writes -inf over it),
-// and later tiles see m = NaN (README "Decisions"; tests/cpu/test_cpu_nan_inputs.cpp).
+// and later tiles see m = NaN (SPEC 13; tests/cpu/test_cpu_nan_inputs.cpp).
 // Pair weights (cpu_pair_weights.h) multiply each probability after the exponent: kWeights
 // 0 = none, 1 = one weight for the tile, 2 = a weight per pair.
 template <bool kPostIsOne, int kWeights>

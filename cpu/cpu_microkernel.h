@@ -74,7 +74,7 @@ inline vfloat madd(vfloat a, vfloat b, vfloat c) {
 }
 
 // Lane-wise max that keeps a NaN from either side, as softmax_rules.h's max_nan does: a NaN
-// score must reach the row's running max (README "Decisions"), where a plain compare or
+// score must reach the row's running max (SPEC 13), where a plain compare or
 // max instruction would drop it.
 inline vfloat vmax(vfloat a, vfloat b) {
   const vint take_b = (b > a) | (b != b);

@@ -70,8 +70,8 @@ inline int64_t block_rows(const Problem& p) {
 //     twice, seven products, but B x H x blocks items and a workspace independent of N.
 // One pass needs enough (b, g) items to keep the threads busy (an item is a whole kv head; it
 // cannot be split without partial sums of dK and dV) and bounded accumulators. Per CPU-second
-// it does about 1.4x the two passes' GFLOP/s (bench/results/torch_sdpa_compare.epyc-2core-
-// avx512.bwd.txt, 2 threads, against the .bwd.before run of the same sitting), so with k < t
+// it does about 1.4x the two passes' GFLOP/s (measured with bench/cpu/torch_sdpa_compare.py, 2
+// threads, both schedules in one sitting; docs/decisions.md, "CPU backend"), so with k < t
 // items on t threads its wall time is about 1 / (1.4 k) against 1 / t: it wins for k > 0.7 t.
 // kOnePassMinItems = 8 keeps it ahead on machines up to 11 threads; with more threads and
 // 8 <= B x Hkv < 0.7 x threads it still uses less CPU time but more wall time than the two
@@ -171,7 +171,7 @@ inline bool tile_skipped(const Problem& p, const KeyProgression& q, int64_t q0, 
 // allowed[t] = how many of the tile's keys row t sees (a prefix: keys ascend). Returns true when
 // some row sees fewer than kcount: such a tile is multiplied row by row over its allowed keys
 // (accumulate_allowed), because a masked key's V or K must not enter a row even as 0 * x,
-// which is NaN for x = NaN or inf (README "Decisions").
+// which is NaN for x = NaN or inf (SPEC 13).
 inline bool mask_tile(float* S, int64_t lds, const KeyProgression& q, int64_t q0, int64_t rows,
                       const KeyProgression& k, int64_t k0, int64_t kcount, int64_t width,
                       const Problem& p, int64_t* allowed) {

@@ -23,7 +23,7 @@
 //     dk_acc[key] += dK, dv_acc[key] += dV.
 // The scale of dQ and dK (SPEC 6) is applied once, when the accumulators are stored.
 //
-// NaN (README "Decisions"): a pair a row does not see is left out (P = dS = 0, and the SIMT
+// NaN (SPEC 13): a pair a row does not see is left out (P = dS = 0, and the SIMT
 // products skip it), so a NaN K or V row reaches only the rows that see it; a NaN row (LSE NaN)
 // makes its own terms NaN. An empty row (LSE = -inf) has lse_s = +inf: P = 0, never NaN.
 //

@@ -28,7 +28,7 @@
 // Shared memory rows are padded by 8 elements (16 bytes): each 8x8 matrix an ldmatrix reads,
 // 8 rows of 16 bytes, then falls in 32 distinct banks (row stride = 4 banks mod 32;
 // tests/kernels/test_smem_banks.cpp). The work per chunk is counted by bench/gpu/sass_model.py
-// (modelled, bench/results/sass_model.ldsm.txt). NaN (README "Decisions"): a NaN V in a masked
+// (modelled, bench/results/sass_model.sm80-sm90.txt). NaN (SPEC 13): a NaN V in a masked
 // key of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
 // WMMA forward did the same).
 //

@@ -1,6 +1,6 @@
 // simt_mma.h - the PTX warp-level matrix multiplies mma.sync.aligned.m16n8k16.row.col.f32.
 // {f16,bf16} and mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (with cvt.rna.tf32.f32) for
-// the emulator, with the PTX ISA's register fragment layouts (emu/README.md, "mma.sync").
+// the emulator, with the PTX ISA's register fragment layouts (emu/README.md, "How it works": mma.sync).
 //
 // Part of the SIMT emulator (emu/README.md). cuda/mma_sync.cuh calls simt::mma_m16n8k16 where
 // nvcc would emit the PTX instruction. Unlike WMMA, whose layout is unspecified, mma.sync's is

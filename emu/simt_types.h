@@ -3,7 +3,7 @@
 // Part of the SIMT emulator (emu/README.md). The CUDA headers' own host paths give
 // __half, __nv_bfloat16, their conversions, dim3/uint3 and the runtime's enums (cudaError_t,
 // cudaMemcpyKind, cudaDeviceProp): we include them and add the execution-space qualifiers, which
-// are empty on the host. No runtime function is *defined* here (see simt_host.h for why).
+// are empty on the host. No runtime function is *defined* here (see simt_runtime.h for why).
 // Checked by tests/emu/test_emu_half_convert.cpp and by every emulator test that compiles.
 #ifndef DILATTN_SIMT_TYPES_H
 #define DILATTN_SIMT_TYPES_H

@@ -2,7 +2,7 @@
  * dilattn.h - the C ABI of dilattn: dense, dilated (LongNet) and block-sparse attention,
  * forward and backward, on a CPU reference, a fast CPU backend and CUDA kernels.
  *
- * What every backend computes is defined in SPEC.md (summarised in README.md, "Semantics").
+ * What every backend computes is defined in docs/spec.md (summarised in README.md).
  * This header compiles as C99 (tests/c_api/test_c99_header.c proves it) and no C++ type crosses it.
  *
  * Usage, in six calls:

@@ -46,7 +46,7 @@ DILATTN_API dilattn_status dilattn_mask_get(dilattn_mask mask, dilattn_bsr_view*
 
 /* ---------------------------------------------------------------- pattern builders */
 /* Builds the mask a pattern string describes, for Nq x Nk with blocks bq x bk; the grammar
- * (README, "Block-sparse patterns") is a '+'-separated union of terms such as
+ * (SPEC 4.4; docs/cli.md, "Block-sparse patterns") is a '+'-separated union of terms such as
  * "local:2+sink:1+strided:4+random:0.05:seed=7". Terms: local:W, causal_local:W, sink:G,
  * strided:S, random:P[:seed=N], hier:PRESET or hier:S/W/C[,S/W/C...], dense; ':causal' after
  * any term keeps only causally allowed pairs. Each term is the builder below of the same

@@ -11,7 +11,7 @@
 // in range (a block's first row, a clipped window) rather than clamped after it is formed.
 //
 // Checked by tests/sparse/test_sparse_masks.cpp (hand-computed masks) and
-// tests/sparse/test_sparse.py (every builder against a brute-force definition, random against an
+// tests/sparse/test_sparse_masks.py (every builder against a brute-force definition, random against an
 // independent splitmix64).
 #include <algorithm>
 #include <cmath>

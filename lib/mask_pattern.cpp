@@ -1,7 +1,7 @@
 // mask_pattern.cpp - the block-sparse pattern grammar (SPEC 4): a string such as
 // "local:2+sink:1+strided:4+random:0.05:seed=7" to the union of the masks its terms build.
 //
-// Grammar (README, "Block-sparse patterns"):
+// Grammar (SPEC 4.4; docs/cli.md, "Block-sparse patterns"):
 //   pattern := term ('+' term)*
 //   term    := name (':' field)*       fields are positional values, then options
 //   local:W  causal_local:W  sink:G  strided:S  random:P[:seed=N]  dense
@@ -10,7 +10,7 @@
 // Each term calls its builder (mask_builders.cpp); the results are joined by dilattn_mask_union.
 // A bad term returns DILATTN_ERROR_INVALID_VALUE naming the term and what is wrong with it.
 //
-// Checked by tests/sparse/test_sparse_masks.cpp and tests/sparse/test_sparse.py.
+// Checked by tests/sparse/test_sparse_masks.cpp and tests/sparse/test_sparse_masks.py.
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>

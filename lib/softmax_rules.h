@@ -14,7 +14,7 @@
 // applied after the max subtraction, so scale * <q, k> never overflows f32 where the f64
 // reference is finite.
 //
-// NaN and infinity (README "Decisions"): a NaN in any score of a row makes its m, l and so its
+// NaN and infinity (SPEC 13): a NaN in any score of a row makes its m, l and so its
 // O and LSE NaN (max_nan never drops a NaN as fmax does). A row is empty only when it met no
 // key: m stays -inf, and then O = 0 and LSE = -inf (SPEC 2); a sum cannot underflow to 0
 // because the largest term is 2^0 = 1.

@@ -18,7 +18,7 @@
 // answer ncclInProgress first) until the timeout; past it, or on an NCCL error, the
 // communicator is aborted (ncclCommAbort, so no kernel waits for ever on a missing peer) and
 // this end is broken: every later call returns DILATTN_ERROR_COMM.
-// Compiled and linked by the CUDA build; run by tests/ring/test_ring_nccl.cpp on a machine with
+// Compiled and linked by the CUDA build; run by tests/ring/test_ring_cuda.cpp on a machine with
 // a GPU.
 #include <cuda_runtime.h>
 #include <nccl.h>

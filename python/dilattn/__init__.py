@@ -1,5 +1,5 @@
 """dilattn - dense, dilated (LongNet) and block-sparse attention, forward and backward, from
-the dilattn C library (SPEC.md defines what it computes).
+the dilattn C library (docs/spec.md defines what it computes).
 
 numpy:   o, lse = dilattn.forward(q, k, v, segments=[8, 16], dilations=[1, 2])
          dq, dk, dv = dilattn.backward(q, k, v, o, lse, do, segments=[8, 16], dilations=[1, 2])

@@ -3,7 +3,7 @@ lib/dilattn_pool.h, lib/dilattn_ring.h) the package uses, in one place: enums, s
 loading the library. It imports nothing but the standard library, so examples/python loads this
 file by path from a source checkout (no pip install) instead of declaring the ABI again.
 
-A change of the C ABI is a change of this file only (tests/packages/test_abi.py compares the
+A change of the C ABI is a change of this file only (tests/packages/python/test_abi.py compares the
 declarations below with the header, so a forgotten change fails there).
 
 The shared library is the one meson-python installed next to this file; DILATTN_LIB (a path)

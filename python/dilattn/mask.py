@@ -107,7 +107,7 @@ def from_bsr(row_ptr, col_idx, seqlen_q, block_q, *, head_ptr=None, seqlen_k=Non
 
 def pattern(spec, seqlen_q, block_q, *, seqlen_k=None, block_k=None):
     """The mask a pattern string describes: a '+'-separated union of terms such as
-    "local:2+sink:1+strided:4+random:0.05:seed=7" (README, "Block-sparse patterns")."""
+    "local:2+sink:1+strided:4+random:0.05:seed=7" (SPEC 4.4; docs/cli.md, "Block-sparse patterns")."""
     if not isinstance(spec, str):
         raise error_for("DILATTN_ERROR_INVALID_VALUE", f"pattern={spec!r}: expected a string")
     return _build(_abi.lib().dilattn_mask_from_pattern, spec.encode(),

@@ -17,7 +17,7 @@ one: pip install . -Csetup-args=-Dcuda=enabled.
 
 DilatedAttention and MultiheadDilatedAttention take the constructor and forward arguments of
 fkodom's dilated-attention-pytorch, with heads_mode="groups" (its head split), and compute
-exact softmax attention; README ("Drop-in for dilated-attention-pytorch") states how the
+exact softmax attention; docs/bindings.md ("PyTorch") states how the
 outputs differ from that package's (SPEC 9).
 """
 import contextlib

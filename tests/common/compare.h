@@ -1,6 +1,6 @@
 // compare.h - a path's output against the reference's, elementwise, as SPEC 8 says:
 // |x - ref| <= atol + rtol |ref| with the tolerances of spec_tolerance.h. Where the reference is
-// NaN the path must be NaN too, and only there (README "Decisions": a NaN score makes its row
+// NaN the path must be NaN too, and only there (SPEC 13: a NaN score makes its row
 // NaN in every backend); infinities (the -inf LSE of an empty row, SPEC 2) must match exactly.
 //
 //   CHECK_CLOSE(what, got, want, tol)         tensors or value vectors: one check, the first

@@ -6,7 +6,7 @@
 //   - the subnormal edge [-126.5, -125.5]: within one subnormal step (2^-149) of 2^x, plus the
 //     same relative bound;
 //   - exactly 1 at 0, exactly 0 below -126.5 and at -inf (masked scores contribute nothing,
-//     SPEC 2), NaN for NaN (a NaN score keeps its row NaN, README "Decisions"), 2^127 exactly
+//     SPEC 2), NaN for NaN (a NaN score keeps its row NaN, SPEC 13), 2^127 exactly
 //     for x >= 127 (the clamp, never reached by the softmax, whose arguments are <= 0).
 // Internal: includes cpu_isa.h for the per-ISA tables.
 #include <cmath>

@@ -6,7 +6,7 @@
 // The same split at +-100 (past score_scale's fold limit) is checked forward and backward.
 // Backward at +-1e38 is not checked: P = exp(S - LSE) needs S - LSE of the best key to be
 // exactly 0, and f32 scores differ from the LSE by an ulp, which |scale| log2(e) turns into
-// P = 0 or inf (README "Decisions"). Cases: dense, causal, dilated, block-sparse, both signs.
+// P = 0 or inf (SPEC 13). Cases: dense, causal, dilated, block-sparse, both signs.
 #include <cmath>
 #include <cstdio>
 

@@ -1,5 +1,5 @@
 // test_cpu_nan_inputs.cpp - property: a NaN in one key's K (or V) makes exactly the rows that
-// meet that key NaN, in the cpu backend as in the f64 reference (README "Decisions"; SPEC 2's
+// meet that key NaN, in the cpu backend as in the f64 reference (SPEC 13; SPEC 2's
 // empty-row rule is about the index rules, never about values). Forward: O and LSE NaN exactly
 // where the reference's are, SPEC 8 elsewhere. Backward (from the reference's O and LSE, SPEC 6):
 // dQ, dK, dV NaN exactly where the reference's are, SPEC 8 elsewhere. Cases: dense, causal

@@ -1,6 +1,6 @@
 // test_backward_nonfinite_kernels.cpp - the SIMT backward kernels (SPEC 6, run by the SIMT
 // emulator as backend emu) with one NaN element in one K or Q row, against the f64 reference
-// backward (backend ref). The rule (lib/softmax_rules.h, README "Decisions"): a NaN in a row's
+// backward (backend ref). The rule (lib/softmax_rules.h, SPEC 13): a NaN in a row's
 // scores makes that row's forward NaN, so its LSE is NaN and every gradient term of that row is
 // NaN (dQ_i, and dK_j, dV_j of every key j it sees); a row that does not see the NaN key keeps
 // finite gradients, and so does a key no NaN row sees. The gradients must be NaN exactly where

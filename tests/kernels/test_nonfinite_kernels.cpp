@@ -1,6 +1,6 @@
 // test_nonfinite_kernels.cpp - the CUDA forward kernels (run by the SIMT emulator as backend
 // emu) on inputs where a softmax that hides NaN or overflows f32 gives a wrong answer, against
-// the f64 reference (backend ref). The rules (lib/softmax_rules.h, README "Decisions"):
+// the f64 reference (backend ref). The rules (lib/softmax_rules.h, SPEC 13):
 //   - a NaN anywhere in a row's scores makes that row's O and LSE NaN, in every backend;
 //   - a row is empty (O = 0, LSE = -inf, SPEC 2) only when the index rules give it no key,
 //     never because its sum underflowed;

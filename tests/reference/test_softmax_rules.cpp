@@ -1,6 +1,6 @@
 // test_softmax_rules.cpp - lib/softmax_rules.h against hand-computed values: the LSE merge of
 // SPEC 3/5, the online update and finalize of SPEC 2 (base-2 domain), the empty-row rule
-// (m = -inf: O = 0, LSE = -inf) and NaN propagation (README "Decisions": a NaN score makes its
+// (m = -inf: O = 0, LSE = -inf) and NaN propagation (SPEC 13: a NaN score makes its
 // row NaN; nothing here may drop it as fmax does), and where score_scale puts the scale.
 #include <cmath>
 

@@ -1,5 +1,5 @@
 //! Safe Rust API of dilattn: dense, dilated (LongNet) and block-sparse attention, forward and
-//! backward, on the library's CPU reference, its fast CPU backend or its CUDA kernels. SPEC.md
+//! backward, on the library's CPU reference, its fast CPU backend or its CUDA kernels. docs/spec.md
 //! defines what every backend computes.
 //!
 //! ```no_run

@@ -36,7 +36,7 @@ def import_torch():
 
 
 # ---------------------------------------------------------------- cases
-# (name, sizes (B, Nq, Nk, H, Hkv, D), options). The same list is in rust/dilattn/tests/cases.rs.
+# (name, sizes (B, Nq, Nk, H, Hkv, D), options). The same list is in rust/dilattn/tests/common/mod.rs.
 CASES = [
     ("dense_gqa", (2, 7, 9, 4, 2, 5), dict()),
     ("dense_causal_bottom_right", (2, 7, 9, 4, 2, 5), dict(causal=True)),
