@@ -13,9 +13,8 @@ int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_
 Without one (stream=None) it is dilattn_forward / dilattn_backward.
 """
 import ctypes as C
-import numbers
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import check, error_for
 
 
@@ -25,15 +24,7 @@ class Options:
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
                  scale=None, mask=None, backend="auto", pool=None):
         def as_list(name, value):
-            if value is None:
-                return None
-            if isinstance(value, numbers.Integral):
-                value = [value]
-            try:
-                return [int(x) for x in value]
-            except (TypeError, ValueError):
-                raise error_for("DILATTN_ERROR_INVALID_VALUE",
-                                f"{name}={value!r}: expected a sequence of integers") from None
+            return None if value is None else _cints.int64_list(value, name)
 
         self.segments = as_list("segments", segments)
         self.dilations = as_list("dilations", dilations)
@@ -76,6 +67,9 @@ class Options:
         self.pool = pool
 
 
+_SIZE_NAMES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")
+
+
 class Plan:
     """A dilattn plan: options, sizes (B, Nq, Nk, H, Hkv, D), a dtype name and a backend
     (options.backend unless backend names another: dilattn.torch asks for "cuda" for CUDA
@@ -84,7 +78,7 @@ class Plan:
     def __init__(self, options, sizes, dtype, backend=None):
         L = _abi.lib()
         self.options = options
-        self.sizes = tuple(int(s) for s in sizes)
+        self.sizes = tuple(_cints.int64(s, name) for s, name in zip(sizes, _SIZE_NAMES))
         self.dtype = dtype
         self._plan = C.c_void_p()
         desc = C.c_void_p()
@@ -94,7 +88,7 @@ class Plan:
                 n = len(options.segments)
                 w = (C.c_int64 * max(n, 1))(*options.segments)
                 r = (C.c_int64 * max(n, 1))(*options.dilations)
-                check(L.dilattn_desc_set_dilated(desc, n, w, r,
+                check(L.dilattn_desc_set_dilated(desc, _cints.int32(n, "len(segments)"), w, r,
                                                  _abi.HEAD_MODES[options.heads_mode]))
             if options.mask is not None:
                 check(L.dilattn_desc_set_block_sparse(desc, options.mask._handle))

@@ -17,7 +17,7 @@ minimum block), blocks are 256-aligned, a fixed pool refuses a request over its 
 import ctypes as C
 from dataclasses import dataclass
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import check, error_for
 
 _DEVICES = {"cpu": _abi.DEVICE_CPU, "cuda": _abi.DEVICE_CUDA}
@@ -43,7 +43,8 @@ class Pool:
     """A memory pool of arena_bytes (a power of two >= min_block_bytes) on the host
     (device="cpu") or on CUDA device device_index (device="cuda", cudaMalloc). growth="grow"
     adds an arena when one is full, at most max_arenas of them (0: no limit); "fixed" keeps one.
-    Thread-safe (one mutex per pool in the library)."""
+    Thread-safe (one mutex per pool in the library).
+    Sizes and counts are integers (not floats or bools) within their C types (_cints.py)."""
 
     def __init__(self, arena_bytes, *, min_block_bytes=None, growth="fixed", max_arenas=0,
                  device="cpu", device_index=0):
@@ -55,13 +56,13 @@ class Pool:
                             f"device={device!r}: expected one of {sorted(_DEVICES)}")
         L = _abi.lib()
         options = _abi.PoolOptions()
-        check(L.dilattn_pool_options_init(C.byref(options), _size("arena_bytes", arena_bytes)))
+        check(L.dilattn_pool_options_init(C.byref(options), _cints.size_t(arena_bytes, "arena_bytes")))
         if min_block_bytes is not None:  # else the header's default, 256
-            options.min_block_bytes = _size("min_block_bytes", min_block_bytes)
+            options.min_block_bytes = _cints.size_t(min_block_bytes, "min_block_bytes")
         options.growth = _abi.POOL_GROWTH[growth]
-        options.max_arenas = int(max_arenas)
+        options.max_arenas = _cints.int32(max_arenas, "max_arenas")
         self.device = device
-        self.device_index = int(device_index)
+        self.device_index = _cints.int32(device_index, "device_index")
         self._pool = C.c_void_p()
         if device == "cpu":
             check(L.dilattn_pool_create_host(C.byref(self._pool), C.byref(options)))
@@ -113,13 +114,14 @@ class Pool:
         """The address (an int) of a block of at least nbytes, 256-aligned, on the pool's
         device; give it back with free(address)."""
         ptr = C.c_void_p()
-        check(_abi.lib().dilattn_pool_alloc(self.handle(), _size("nbytes", nbytes),
+        check(_abi.lib().dilattn_pool_alloc(self.handle(), _cints.size_t(nbytes, "nbytes"),
                                             C.byref(ptr)))
         return ptr.value
 
     def free(self, address):
         """Returns a block from alloc(); a double free or a foreign or interior pointer raises
         (POOL_DOUBLE_FREE, POOL_FOREIGN_POINTER, POOL_INTERIOR_POINTER) and changes nothing."""
+        address = _cints.address(address, "address")
         check(_abi.lib().dilattn_pool_free(self.handle(), address))
 
     def reset(self):
@@ -131,13 +133,3 @@ class Pool:
         where = "cpu" if self.device == "cpu" else f"cuda:{self.device_index}"
         return f"dilattn.Pool({where}, {'closed' if self.closed else 'open'})"
 
-
-def _size(name, value):
-    try:
-        value = int(value)
-    except (TypeError, ValueError):
-        raise error_for("DILATTN_ERROR_INVALID_VALUE",
-                        f"{name}={value!r}: expected a number of bytes") from None
-    if value < 0:
-        raise error_for("DILATTN_ERROR_INVALID_VALUE", f"{name}={value}: must be >= 0")
-    return value

@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import check, error_for
 from ._numpy import as_array, dtype_name, view, _NUMPY_DTYPES
 from ._plan import Options, Plan
@@ -50,13 +50,16 @@ class Comm:
     def threads(num_ranks, timeout_ms=DEFAULT_TIMEOUT_MS):
         """num_ranks ends of one in-process communicator, rank p first; each is used from its
         own thread. A rank that does not arrive within timeout_ms fails the others."""
-        handles = (C.c_void_p * max(int(num_ranks), 1))()
-        check(_abi.lib().dilattn_comm_create_threads(int(num_ranks), int(timeout_ms), handles))
+        num_ranks = _cints.int32(num_ranks, "num_ranks")
+        timeout_ms = _cints.int32(timeout_ms, "timeout_ms")
+        handles = (C.c_void_p * max(num_ranks, 1))()
+        check(_abi.lib().dilattn_comm_create_threads(num_ranks, timeout_ms, handles))
         return [Comm(C.c_void_p(h)) for h in handles[:num_ranks]]
 
     @staticmethod
     def mpi(comm=None, timeout_ms=DEFAULT_TIMEOUT_MS):
         """This process's end over an mpi4py communicator (default MPI.COMM_WORLD). Collective."""
+        timeout_ms = _cints.int32(timeout_ms, "timeout_ms")
         try:
             from mpi4py import MPI
         except ImportError as e:
@@ -65,7 +68,7 @@ class Comm:
         comm = MPI.COMM_WORLD if comm is None else comm
         handle = C.c_void_p()
         check(_abi.lib().dilattn_comm_create_mpi(C.c_void_p(MPI._addressof(comm)),
-                                                 int(timeout_ms), C.byref(handle)))
+                                                 timeout_ms, C.byref(handle)))
         return Comm(handle)
 
     def handle(self):
@@ -94,14 +97,17 @@ class Comm:
 def shard_rows(seqlen, num_ranks, rank, split="contiguous"):
     """The rows of the full sequence rank `rank` holds, in shard order (an int64 array)."""
     first, count = (C.c_int64 * 2)(), (C.c_int64 * 2)()
-    check(_abi.lib().dilattn_ring_shard_rows(int(seqlen), int(num_ranks), int(rank),
-                                             _split(split), first, count))
+    check(_abi.lib().dilattn_ring_shard_rows(_cints.int64(seqlen, "seqlen"),
+                                             _cints.int32(num_ranks, "num_ranks"),
+                                             _cints.int32(rank, "rank"), _split(split), first,
+                                             count))
     return np.concatenate([np.arange(first[r], first[r] + count[r], dtype=np.int64)
                            for r in range(2)])
 
 
 def _plan(options, seqlen, q, k):
     B, _, H, D = q.shape
+    seqlen = _cints.int64(seqlen, "seqlen")
     return Plan(options, (B, seqlen, seqlen, H, k.shape[2], D), dtype_name("q", q))
 
 
@@ -161,6 +167,7 @@ def run_threads(num_ranks, fn, timeout_ms=DEFAULT_TIMEOUT_MS):
     """Runs fn(comm) for every rank of a new threads communicator, each on its own Python
     thread, and returns the P results in rank order; raises RingError when any rank raised."""
     comms = Comm.threads(num_ranks, timeout_ms)
+    num_ranks = len(comms)
     results, errors = [None] * num_ranks, [None] * num_ranks
 
     def rank_main(r):
