@@ -9,6 +9,8 @@ PyTorch: dilattn.torch.attention(q, k, v, ...), dilattn.torch.DilatedAttention,
 ring:    dilattn.ring.run_threads(P, lambda comm: dilattn.ring.ring_forward(comm, ...)) (SPEC 5)
 pools:   with dilattn.Pool(1 << 20) as pool: dilattn.forward(q, k, v, pool=pool); pool.stats()
 errors:  dilattn.Error and its subclasses, with .status, .status_name and .message
+threads: a Pool, a plan and a ring.Comm may be used from several threads; close() waits for
+         the calls in flight on other threads, and later calls raise
 integers: sizes, counts, seeds and addresses are Python or numpy integers within their C type,
          never wrapped: a value outside it raises IntegerRangeError (an OverflowError); a float,
          a string or a bool (not an integer here) NotAnIntegerError (a TypeError)
