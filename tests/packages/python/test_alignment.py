@@ -83,6 +83,15 @@ def test_misaligned_strided_view_is_copied_too(check_aligned):
     check_aligned()
 
 
+def test_misaligned_big_endian_input_is_copied_once_to_native_aligned(check_aligned):
+    q, k, v, _ = inputs((1, 12, 12, 2, 2, 4), seed=25)
+    o, lse = dilattn.forward(q, k, v, backend="ref")
+    big_endian = misaligned(q.astype(">f8"), 3)
+    got_o, got_lse = dilattn.forward(big_endian, k, v, backend="ref")
+    assert np.array_equal(got_o, o) and np.array_equal(got_lse, lse)
+    check_aligned()
+
+
 def test_misaligned_ring_shards_and_topk_inputs(check_aligned):
     q, k, v, _ = inputs((1, 12, 12, 2, 2, 4), seed=23)
     want = mask.topk(q, k, 4, 1).to_dense()

@@ -71,6 +71,36 @@ def test_closing_a_pool_waits_for_the_forward_using_it(watch):
     assert info.value.status_name == "DILATTN_ERROR_POOL_DESTROYED"
 
 
+def test_closing_a_pool_waits_for_the_backward_and_refuses_calls_meanwhile(watch):
+    # While close() waits for the backward, the pool counts as closed: a new call is refused at
+    # once (it neither waits nor reaches the library).
+    q, k, v, do = inputs(BIG, seed=5, dtype=np.float32)
+    o, lse = dilattn.forward(q, k, v, backend="cpu")
+    want = dilattn.backward(q, k, v, o, lse, do, backend="cpu")
+    pool = dilattn.Pool(1 << 26)
+    refused = []
+
+    def close_while_calling():
+        closer, _ = _in_thread(pool.close)
+        while not pool.closed:
+            closer.join(0.001)
+        for call in (pool.stats, lambda: dilattn.forward(q, k, v, backend="cpu", pool=pool)):
+            with pytest.raises(dilattn.InvalidArgumentError) as info:
+                call()
+            refused.append(info.value.status_name)
+        closer.join(120)
+
+    watched = watch("dilattn_backward")
+    outcome, call_had_returned = _close_during(
+        watched, close_while_calling,
+        lambda: dilattn.backward(q, k, v, o, lse, do, backend="cpu", pool=pool))
+    assert call_had_returned
+    assert refused == ["DILATTN_ERROR_POOL_DESTROYED"] * 2
+    assert "error" not in outcome, outcome.get("error")
+    for g, w in zip(outcome["result"], want):
+        assert np.array_equal(g, w)
+
+
 def test_closing_a_plan_waits_for_its_forward(watch):
     q, k, v, _ = inputs(BIG, seed=2, dtype=np.float32)
     want, _ = dilattn.forward(q, k, v, backend="cpu")
@@ -107,6 +137,26 @@ def test_closing_a_comm_waits_for_the_ring_call_waiting_on_it(watch):
     comms[1].close()
     with pytest.raises(dilattn.InvalidArgumentError, match="Comm was closed"):
         comms[0].peak_bytes()
+
+
+def test_a_closed_comm_is_refused_by_ring_calls():
+    q, k, v, _ = inputs((1, 8, 8, 2, 2, 4), seed=6)
+    (comm,) = ring.Comm.threads(1)
+    comm.close()
+    with pytest.raises(dilattn.InvalidArgumentError, match="Comm was closed"):
+        ring.ring_forward(comm, q, k, v, seqlen=8, backend="ref")
+    with pytest.raises(dilattn.InvalidArgumentError, match="Comm was closed"):
+        comm.handle()
+
+
+def test_closing_from_inside_its_own_call_is_refused_not_a_deadlock():
+    pool = dilattn.Pool(4096)
+    with pool._use():
+        with pytest.raises(dilattn.InvalidArgumentError, match="would wait for itself"):
+            pool.close()
+        assert not pool.closed
+    pool.close()
+    assert pool.closed
 
 
 def test_two_closes_during_a_call_both_wait(watch):

@@ -159,6 +159,15 @@ def test_numpy_integers_are_integers():
     assert m.to_dense().tolist() == [[[True, False], [False, True]]]
 
 
+def test_a_wrapped_address_does_not_free_the_block_it_wraps_to():
+    with dilattn.Pool(4096) as pool:
+        address = pool.alloc(256)
+        _raises(OverflowError, "address", pool.free, address + 2**64)
+        assert pool.stats().live_blocks == 1
+        pool.free(address)
+        assert pool.stats().live_blocks == 0
+
+
 def test_in_range_values_reach_the_library_unchanged():
     # The largest values that fit go through to the library, which answers for them.
     with pytest.raises(dilattn.Error) as info:
