@@ -33,10 +33,12 @@ class OwnedHandle:
         """True once close() has begun: no new call may use the handle."""
         return self._state != "open"
 
-    def check_open(self):
-        """Raises the closed error when the handle is closed or closing."""
+    def handle(self):
+        """The handle without holding it, for a check (a library call uses use()); the closed
+        error once close() has begun."""
         if self._state != "open":
             raise self._closed_error()
+        return self._handle
 
     @contextlib.contextmanager
     def use(self):

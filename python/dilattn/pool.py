@@ -88,8 +88,7 @@ class Pool:
         owned = getattr(self, "_owned", None)
         if owned is None:
             raise _closed_error()
-        owned.check_open()
-        return owned._handle
+        return owned.handle()
 
     def _use(self):
         """A with-block holding the handle for library calls (_owned_handle.py)."""
@@ -116,7 +115,11 @@ class Pool:
         self.close()
 
     def __del__(self):
-        self.close()
+        # No check(): an exception from __del__ would only be printed. Nothing can be using a
+        # pool nobody references, so this does not wait.
+        owned = getattr(self, "_owned", None)
+        if owned is not None:
+            owned.close()
 
     # ------------------------------------------------------------ use
     def stats(self):

@@ -81,8 +81,7 @@ class Comm:
         owned = getattr(self, "_owned", None)
         if owned is None:
             raise _closed_error()
-        owned.check_open()
-        return owned._handle
+        return owned.handle()
 
     def _use(self):
         """A with-block holding the handle for library calls; close() waits for it."""
