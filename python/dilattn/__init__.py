@@ -9,19 +9,25 @@ PyTorch: dilattn.torch.attention(q, k, v, ...), dilattn.torch.DilatedAttention,
 ring:    dilattn.ring.run_threads(P, lambda comm: dilattn.ring.ring_forward(comm, ...)) (SPEC 5)
 pools:   with dilattn.Pool(1 << 20) as pool: dilattn.forward(q, k, v, pool=pool); pool.stats()
 errors:  dilattn.Error and its subclasses, with .status, .status_name and .message
+threads: a Pool, a plan and a ring.Comm may be used from several threads; close() waits for
+         the calls in flight on other threads, and later calls raise
+integers: sizes, counts, seeds and addresses are Python or numpy integers within their C type,
+         never wrapped: a value outside it raises IntegerRangeError (an OverflowError); a float,
+         a string or a bool (not an integer here) NotAnIntegerError (a TypeError)
 build:   python -m dilattn info
 """
 from . import mask, ring
 from ._abi import library_path
-from ._errors import (DeviceError, Error, InternalError, InvalidArgumentError, OutOfMemoryError,
-                      UnsupportedError)
+from ._errors import (DeviceError, Error, IntegerRangeError, InternalError,
+                      InvalidArgumentError, NotAnIntegerError, OutOfMemoryError, UnsupportedError)
 from ._info import __version__, backend_available, build_info, info, library_version
 from ._numpy import backward, forward
 from .pool import Pool, PoolStats
 
 __all__ = ["forward", "backward", "mask", "ring", "Pool", "PoolStats", "Error", "InvalidArgumentError",
-           "UnsupportedError", "DeviceError", "OutOfMemoryError", "InternalError", "backend_available",
-           "build_info", "info", "library_path", "library_version", "__version__"]
+           "IntegerRangeError", "NotAnIntegerError", "UnsupportedError", "DeviceError",
+           "OutOfMemoryError", "InternalError", "backend_available", "build_info", "info",
+           "library_path", "library_version", "__version__"]
 
 
 def __getattr__(name):

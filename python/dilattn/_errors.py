@@ -5,6 +5,8 @@ The subclasses group statuses by what a caller does about them, and also derive 
 built-in exception a Python user would catch (bad input is a ValueError, and so on):
 
     InvalidArgumentError (ValueError)         bad input: shapes, dtypes, segments, masks, values
+      IntegerRangeError  (+ OverflowError)     an integer outside its C type (_cints.py)
+      NotAnIntegerError  (+ TypeError)         a float, bool or string where an integer belongs
     UnsupportedError     (NotImplementedError) the backend cannot take this input, or a feature
                                                the bindings do not offer (e.g. dropout)
     DeviceError          (RuntimeError)        a device or backend this build or machine lacks
@@ -31,6 +33,16 @@ class Error(Exception):
 
 class InvalidArgumentError(Error, ValueError):
     pass
+
+
+class IntegerRangeError(InvalidArgumentError, OverflowError):
+    """An integer argument outside the range of the C type it is passed as (it is never
+    wrapped); status DILATTN_ERROR_INVALID_VALUE."""
+
+
+class NotAnIntegerError(InvalidArgumentError, TypeError):
+    """A float, bool, string or other non-integer where an integer argument belongs; status
+    DILATTN_ERROR_INVALID_VALUE."""
 
 
 class UnsupportedError(Error, NotImplementedError):

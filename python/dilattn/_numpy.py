@@ -1,9 +1,11 @@
 """_numpy.py - the numpy front end: dilattn.forward and dilattn.backward on numpy arrays.
 
 Arrays are passed to the library as views, without copies, whenever the C ABI can describe
-them (SPEC 1: strides in whole elements, >= 0, native byte order): slices, transposes and
-broadcasts (stride 0) included. Anything else (negative strides, byte strides that are not a
-multiple of the item size, non-native byte order) is copied to a contiguous array first.
+them (SPEC 1: strides in whole elements, >= 0, native byte order, the data pointer a multiple
+of the element size): slices, transposes and broadcasts (stride 0) included. Anything else
+(negative strides, byte strides that are not a multiple of the item size, non-native byte
+order, an array at an odd offset into a buffer, e.g. np.frombuffer(buf, np.float32, offset=1))
+is copied to a new, aligned, contiguous array first, which the library refuses otherwise.
 
 dtypes: float32, float64 and float16; bf16 has no numpy dtype (use dilattn.torch). The
 outputs are new C-contiguous arrays: O, dQ in q's dtype, dK, dV in k's and v's; LSE is
@@ -31,7 +33,8 @@ def dtype_name(name, array):
 
 def _viewable(array):
     """True when the C ABI can describe the array as it is (SPEC 1)."""
-    return array.dtype.isnative and all(s >= 0 and s % array.itemsize == 0 for s in array.strides)
+    return (array.dtype.isnative and array.ctypes.data % array.itemsize == 0
+            and all(s >= 0 and s % array.itemsize == 0 for s in array.strides))
 
 
 def as_array(name, x):
@@ -43,7 +46,8 @@ def as_array(name, x):
                         "(q, o: [B, N, H, D]; k, v: [B, N, Hkv, D]; lse: [B, H, N, 1])")
     dtype_name(name, array)
     if not _viewable(array):
-        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+        # A new array: ascontiguousarray would hand back a contiguous misaligned one as it is.
+        array = np.array(array, dtype=array.dtype.newbyteorder("="), order="C", copy=True)
     return array
 
 

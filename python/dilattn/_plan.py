@@ -12,11 +12,12 @@ A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaS
 int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
 Without one (stream=None) it is dilattn_forward / dilattn_backward.
 """
+import contextlib
 import ctypes as C
-import numbers
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import check, error_for
+from ._owned_handle import OwnedHandle
 
 
 class Options:
@@ -25,15 +26,7 @@ class Options:
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
                  scale=None, mask=None, backend="auto", pool=None):
         def as_list(name, value):
-            if value is None:
-                return None
-            if isinstance(value, numbers.Integral):
-                value = [value]
-            try:
-                return [int(x) for x in value]
-            except (TypeError, ValueError):
-                raise error_for("DILATTN_ERROR_INVALID_VALUE",
-                                f"{name}={value!r}: expected a sequence of integers") from None
+            return None if value is None else _cints.int64_list(value, name)
 
         self.segments = as_list("segments", segments)
         self.dilations = as_list("dilations", dilations)
@@ -76,17 +69,21 @@ class Options:
         self.pool = pool
 
 
+_SIZE_NAMES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")
+
+
 class Plan:
     """A dilattn plan: options, sizes (B, Nq, Nk, H, Hkv, D), a dtype name and a backend
     (options.backend unless backend names another: dilattn.torch asks for "cuda" for CUDA
-    tensors). Immutable; may be used from several threads at once (dilattn.h)."""
+    tensors). Immutable; may be used from several threads at once (dilattn.h), and closed from
+    one while the others' calls run: close() waits for them (_owned_handle.py)."""
 
     def __init__(self, options, sizes, dtype, backend=None):
         L = _abi.lib()
         self.options = options
-        self.sizes = tuple(int(s) for s in sizes)
+        self.sizes = tuple(_cints.int64(s, name) for s, name in zip(sizes, _SIZE_NAMES))
         self.dtype = dtype
-        self._plan = C.c_void_p()
+        handle = C.c_void_p()
         desc = C.c_void_p()
         check(L.dilattn_desc_create(C.byref(desc)))
         try:
@@ -94,33 +91,45 @@ class Plan:
                 n = len(options.segments)
                 w = (C.c_int64 * max(n, 1))(*options.segments)
                 r = (C.c_int64 * max(n, 1))(*options.dilations)
-                check(L.dilattn_desc_set_dilated(desc, n, w, r,
+                check(L.dilattn_desc_set_dilated(desc, _cints.int32(n, "len(segments)"), w, r,
                                                  _abi.HEAD_MODES[options.heads_mode]))
             if options.mask is not None:
                 check(L.dilattn_desc_set_block_sparse(desc, options.mask._handle))
             check(L.dilattn_desc_set_causal(desc, 1 if options.causal else 0))
             if options.scale is not None:
                 check(L.dilattn_desc_set_scale(desc, options.scale))
-            if options.pool is not None:
-                check(L.dilattn_desc_set_pool(desc, options.pool.handle()))
-            shape = _abi.shape(*self.sizes)
-            check(L.dilattn_plan_create(C.byref(self._plan), desc, C.byref(shape),
-                                        _abi.DTYPES[dtype],
-                                        _abi.BACKENDS[backend or options.backend]))
+            with contextlib.ExitStack() as uses:
+                if options.pool is not None:
+                    check(L.dilattn_desc_set_pool(desc, uses.enter_context(options.pool._use())))
+                shape = _abi.shape(*self.sizes)
+                check(L.dilattn_plan_create(C.byref(handle), desc, C.byref(shape),
+                                            _abi.DTYPES[dtype],
+                                            _abi.BACKENDS[backend or options.backend]))
         finally:
             L.dilattn_desc_destroy(desc)
+        self._owned = OwnedHandle(handle, L.dilattn_plan_destroy, _closed_error)
         chosen = C.c_int()
-        check(L.dilattn_plan_backend(self._plan, C.byref(chosen)))
+        with self._use() as plan:
+            check(L.dilattn_plan_backend(plan, C.byref(chosen)))
         self.backend = _abi.BACKEND_NAMES[chosen.value]
 
     def lse_dtype(self):
         """SPEC 1: LSE is f64 in the reference, f32 elsewhere."""
         return "f64" if self.backend == "ref" else "f32"
 
+    def _use(self):
+        """A with-block holding the plan handle for library calls; close() waits for it."""
+        owned = getattr(self, "_owned", None)
+        if owned is None:
+            raise _closed_error()
+        return owned.use()
+
     def close(self):
-        if self._plan:
-            _abi.lib().dilattn_plan_destroy(self._plan)
-            self._plan = C.c_void_p()
+        """Destroys the plan once no call on another thread uses it; later calls raise.
+        Safe on a plan whose __init__ failed."""
+        owned = getattr(self, "_owned", None)
+        if owned is not None:
+            owned.close()
 
     def __del__(self):
         self.close()
@@ -128,32 +137,47 @@ class Plan:
     def workspace_bytes(self):
         """(forward, backward) bytes of workspace the plan takes from its pool per call."""
         forward, backward = C.c_size_t(), C.c_size_t()
-        check(_abi.lib().dilattn_plan_workspace_size(self._plan, C.byref(forward),
-                                                     C.byref(backward)))
+        with self._use() as plan:
+            check(_abi.lib().dilattn_plan_workspace_size(plan, C.byref(forward),
+                                                         C.byref(backward)))
         return forward.value, backward.value
 
-    def _check_pool(self):
-        # The library's own check of a destroyed pool is best effort (dilattn_pool.h: a new pool
-        # may reuse the address); the Python object knows for sure.
-        if self.options.pool is not None:
-            self.options.pool.handle()
+    def _uses(self):
+        """The with-blocks a call holds: the plan's and its pool's (the library's own check of
+        a destroyed pool is best effort, dilattn_pool.h; the Python object knows for sure and
+        keeps the pool alive until the call returns)."""
+        uses = contextlib.ExitStack()
+        try:
+            if self.options.pool is not None:
+                uses.enter_context(self.options.pool._use())
+            plan = uses.enter_context(self._use())
+        except BaseException:
+            uses.close()
+            raise
+        return uses, plan
 
     def forward(self, q, k, v, o, lse, stream=None):
         """Views (dilattn_tensor) in, results written into the views o and lse; on the CUDA
         stream `stream` when it is not None."""
-        self._check_pool()
         views = [C.byref(t) for t in (q, k, v, o, lse)]
         L = _abi.lib()
-        if stream is None:
-            check(L.dilattn_forward(self._plan, *views, None, 0))
-        else:
-            check(L.dilattn_forward_on_stream(self._plan, stream, *views, None, 0))
+        uses, plan = self._uses()
+        with uses:
+            if stream is None:
+                check(L.dilattn_forward(plan, *views, None, 0))
+            else:
+                check(L.dilattn_forward_on_stream(plan, stream, *views, None, 0))
 
     def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, stream=None):
-        self._check_pool()
         views = [C.byref(t) for t in (q, k, v, o, lse, d_o, dq, dk, dv)]
         L = _abi.lib()
-        if stream is None:
-            check(L.dilattn_backward(self._plan, *views, None, 0))
-        else:
-            check(L.dilattn_backward_on_stream(self._plan, stream, *views, None, 0))
+        uses, plan = self._uses()
+        with uses:
+            if stream is None:
+                check(L.dilattn_backward(plan, *views, None, 0))
+            else:
+                check(L.dilattn_backward_on_stream(plan, stream, *views, None, 0))
+
+
+def _closed_error():
+    return error_for("DILATTN_ERROR_INVALID_VALUE", "the plan was closed")

@@ -13,7 +13,7 @@ import ctypes as C
 
 import numpy as np
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import check, error_for
 
 
@@ -83,22 +83,24 @@ def _build(fn, *args):
 
 
 def _sizes(seqlen_q, block_q, seqlen_k, block_k):
-    return (seqlen_q, seqlen_q if seqlen_k is None else seqlen_k,
-            block_q, block_q if block_k is None else block_k)
+    """(seqlen_q, seqlen_k, block_q, block_k) as checked int64_t values (_cints.py)."""
+    seqlen_q, block_q = _cints.int64(seqlen_q, "seqlen_q"), _cints.int64(block_q, "block_q")
+    return (seqlen_q, seqlen_q if seqlen_k is None else _cints.int64(seqlen_k, "seqlen_k"),
+            block_q, block_q if block_k is None else _cints.int64(block_k, "block_k"))
 
 
 def from_bsr(row_ptr, col_idx, seqlen_q, block_q, *, head_ptr=None, seqlen_k=None,
              block_k=None):
     """A mask from BSR arrays (any integer dtype; copied and validated). A bad mask raises
-    dilattn.InvalidArgumentError (DILATTN_ERROR_BAD_MASK) naming the first bad entry."""
-    arrays = [np.ascontiguousarray(row_ptr, dtype=np.int64),
-              np.ascontiguousarray(col_idx, dtype=np.int64)]
+    dilattn.InvalidArgumentError (DILATTN_ERROR_BAD_MASK) naming the first bad entry; entries
+    that do not fit int64_t, floats and bools are refused before (_cints.int64_array)."""
+    nq, nk, bq, bk = _sizes(seqlen_q, block_q, seqlen_k, block_k)
+    arrays = [_cints.int64_array(row_ptr, "row_ptr"), _cints.int64_array(col_idx, "col_idx")]
     arrays[1] = np.concatenate([arrays[1], [0]])  # a valid pointer even when nnz is 0
     num_heads = 1
     if head_ptr is not None:
-        arrays.append(np.ascontiguousarray(head_ptr, dtype=np.int64))
+        arrays.append(_cints.int64_array(head_ptr, "head_ptr"))
         num_heads = len(arrays[2]) - 1
-    nq, nk, bq, bk = _sizes(seqlen_q, block_q, seqlen_k, block_k)
     view = _abi.BsrView(C.sizeof(_abi.BsrView), nq, nk, bq, bk, num_heads, _abi.INDEX_INT64,
                         arrays[0].ctypes.data, arrays[1].ctypes.data,
                         arrays[2].ctypes.data if head_ptr is not None else None)
@@ -117,19 +119,20 @@ def pattern(spec, seqlen_q, block_q, *, seqlen_k=None, block_k=None):
 def local(seqlen_q, block_q, window_blocks, *, causal=False, seqlen_k=None, block_k=None):
     """The diagonal block and window_blocks blocks on each side (only before it when causal)."""
     return _build(_abi.lib().dilattn_mask_local, *_sizes(seqlen_q, block_q, seqlen_k, block_k),
-                  window_blocks, int(causal))
+                  _cints.int64(window_blocks, "window_blocks"), int(bool(causal)))
 
 
 def sink(seqlen_q, block_q, global_blocks, *, causal=False, seqlen_k=None, block_k=None):
     """Every row sees the first global_blocks key blocks, which see every key block."""
     return _build(_abi.lib().dilattn_mask_sink, *_sizes(seqlen_q, block_q, seqlen_k, block_k),
-                  global_blocks, int(causal))
+                  _cints.int64(global_blocks, "global_blocks"), int(bool(causal)))
 
 
 def strided(seqlen_q, block_q, stride, *, causal=False, seqlen_k=None, block_k=None):
     """The diagonal and every stride-th key block from it, both ways."""
     return _build(_abi.lib().dilattn_mask_strided,
-                  *_sizes(seqlen_q, block_q, seqlen_k, block_k), stride, int(causal))
+                  *_sizes(seqlen_q, block_q, seqlen_k, block_k), _cints.int64(stride, "stride"),
+                  int(bool(causal)))
 
 
 def random(seqlen_q, block_q, density, *, seed=0, num_heads=1, causal=False, seqlen_k=None,
@@ -137,7 +140,8 @@ def random(seqlen_q, block_q, density, *, seed=0, num_heads=1, causal=False, seq
     """Each block pair kept with probability density, drawn by seeded splitmix64: the same
     mask on every platform."""
     return _build(_abi.lib().dilattn_mask_random, *_sizes(seqlen_q, block_q, seqlen_k, block_k),
-                  num_heads, float(density), int(seed), int(causal))
+                  _cints.int64(num_heads, "num_heads"), float(density),
+                  _cints.uint64(seed, "seed"), int(bool(causal)))
 
 
 def union(*masks):
@@ -146,25 +150,30 @@ def union(*masks):
         raise error_for("DILATTN_ERROR_INVALID_VALUE",
                         f"union({masks!r}): expected one or more dilattn.mask.Mask")
     handles = (C.c_void_p * len(masks))(*[m._handle.value for m in masks])
-    return _build(_abi.lib().dilattn_mask_union, handles, len(masks))
+    return _build(_abi.lib().dilattn_mask_union, handles, _cints.int32(len(masks), "len(masks)"))
 
 
 def hierarchical(seqlen_q, block_q, levels, *, causal=False, seqlen_k=None, block_k=None):
     """levels: (stride, window, block_size) triples in tokens, window -1 = every key."""
-    levels = [tuple(int(x) for x in level) for level in levels]
+    levels = [tuple(_cints.int64(x, f"levels[{i}][{c}]") for c, x in enumerate(level))
+              for i, level in enumerate(levels)]
     if any(len(level) != 3 for level in levels):
         raise error_for("DILATTN_ERROR_INVALID_VALUE",
                         f"levels={levels!r}: expected (stride, window, block_size) triples")
     n = len(levels)
     cols = [(C.c_int64 * max(n, 1))(*[level[c] for level in levels]) for c in range(3)]
     return _build(_abi.lib().dilattn_mask_hierarchical,
-                  *_sizes(seqlen_q, block_q, seqlen_k, block_k), n, *cols, int(causal))
+                  *_sizes(seqlen_q, block_q, seqlen_k, block_k), _cints.int32(n, "len(levels)"),
+                  *cols, int(bool(causal)))
 
 
 def topk(q, k, block_q, k_keep, *, causal=False, block_k=None):
     """Content-adaptive: per head and row block the k_keep key blocks of highest mean-pooled
     q . k score, plus the diagonal. q [B, Nq, H, D], k [B, Nk, Hkv, D] numpy arrays."""
     from ._numpy import as_array, view
+    block_q = _cints.int64(block_q, "block_q")
+    block_k = block_q if block_k is None else _cints.int64(block_k, "block_k")
+    k_keep = _cints.int64(k_keep, "k_keep")
     q, k = as_array("q", q), as_array("k", k)
     return _build(_abi.lib().dilattn_mask_topk, C.byref(view("q", q)), C.byref(view("k", k)),
-                  block_q, block_q if block_k is None else block_k, k_keep, int(causal))
+                  block_q, block_k, k_keep, int(bool(causal)))

@@ -17,8 +17,9 @@ minimum block), blocks are 256-aligned, a fixed pool refuses a request over its 
 import ctypes as C
 from dataclasses import dataclass
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import check, error_for
+from ._owned_handle import OwnedHandle
 
 _DEVICES = {"cpu": _abi.DEVICE_CPU, "cuda": _abi.DEVICE_CUDA}
 
@@ -43,7 +44,8 @@ class Pool:
     """A memory pool of arena_bytes (a power of two >= min_block_bytes) on the host
     (device="cpu") or on CUDA device device_index (device="cuda", cudaMalloc). growth="grow"
     adds an arena when one is full, at most max_arenas of them (0: no limit); "fixed" keeps one.
-    Thread-safe (one mutex per pool in the library)."""
+    Thread-safe (one mutex per pool in the library); close() waits for calls in flight.
+    Sizes and counts are integers (not floats or bools) within their C types (_cints.py)."""
 
     def __init__(self, arena_bytes, *, min_block_bytes=None, growth="fixed", max_arenas=0,
                  device="cpu", device_index=0):
@@ -53,39 +55,57 @@ class Pool:
         if device not in _DEVICES:
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
                             f"device={device!r}: expected one of {sorted(_DEVICES)}")
+        arena_bytes = _cints.size_t(arena_bytes, "arena_bytes")
+        if min_block_bytes is not None:  # else the header's default, 256
+            min_block_bytes = _cints.size_t(min_block_bytes, "min_block_bytes")
+        max_arenas = _cints.int32(max_arenas, "max_arenas")
+        self.device = device
+        self.device_index = _cints.int32(device_index, "device_index")
         L = _abi.lib()
         options = _abi.PoolOptions()
-        check(L.dilattn_pool_options_init(C.byref(options), _size("arena_bytes", arena_bytes)))
-        if min_block_bytes is not None:  # else the header's default, 256
-            options.min_block_bytes = _size("min_block_bytes", min_block_bytes)
+        check(L.dilattn_pool_options_init(C.byref(options), arena_bytes))
+        if min_block_bytes is not None:
+            options.min_block_bytes = min_block_bytes
         options.growth = _abi.POOL_GROWTH[growth]
-        options.max_arenas = int(max_arenas)
-        self.device = device
-        self.device_index = int(device_index)
-        self._pool = C.c_void_p()
+        options.max_arenas = max_arenas
+        handle = C.c_void_p()
         if device == "cpu":
-            check(L.dilattn_pool_create_host(C.byref(self._pool), C.byref(options)))
+            check(L.dilattn_pool_create_host(C.byref(handle), C.byref(options)))
         else:
-            check(L.dilattn_pool_create_cuda(C.byref(self._pool), self.device_index,
+            check(L.dilattn_pool_create_cuda(C.byref(handle), self.device_index,
                                              C.byref(options)))
+        self._owned = OwnedHandle(handle, L.dilattn_pool_destroy, _closed_error)
 
     # ------------------------------------------------------------ lifetime
     @property
     def closed(self):
-        return not self._pool
+        owned = getattr(self, "_owned", None)
+        return owned is None or owned.closed
 
     def handle(self):
-        """The dilattn_pool handle; POOL_DESTROYED once the pool is closed."""
-        if not self._pool:
-            raise error_for("DILATTN_ERROR_POOL_DESTROYED",
-                            "the pool was closed (its with-block ended or close() was called)")
-        return self._pool
+        """The dilattn_pool handle; POOL_DESTROYED once the pool is closed. For a library call
+        use _use() instead, which keeps close() waiting until the call has returned."""
+        owned = getattr(self, "_owned", None)
+        if owned is None:
+            raise _closed_error()
+        return owned.handle()
+
+    def _use(self):
+        """A with-block holding the handle for library calls (_owned_handle.py)."""
+        owned = getattr(self, "_owned", None)
+        if owned is None:
+            raise _closed_error()
+        return owned.use()
 
     def close(self):
-        """Destroys the pool and frees its arenas; a closed pool stays closed."""
-        if self._pool:
-            pool, self._pool = self._pool, C.c_void_p()
-            check(_abi.lib().dilattn_pool_destroy(pool))
+        """Destroys the pool and frees its arenas; a closed pool stays closed. A forward,
+        backward or other call using the pool on another thread is waited for: close() returns
+        after it (calls begun after close() raise POOL_DESTROYED)."""
+        owned = getattr(self, "_owned", None)
+        if owned is not None:
+            status = owned.close()
+            if status is not None:
+                check(status)
 
     def __enter__(self):
         self.handle()
@@ -95,15 +115,18 @@ class Pool:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_pool", None):
-            _abi.lib().dilattn_pool_destroy(self._pool)
-            self._pool = C.c_void_p()
+        # No check(): an exception from __del__ would only be printed. Nothing can be using a
+        # pool nobody references, so this does not wait.
+        owned = getattr(self, "_owned", None)
+        if owned is not None:
+            owned.close()
 
     # ------------------------------------------------------------ use
     def stats(self):
         raw = _abi.PoolStats()
         raw.struct_size = C.sizeof(_abi.PoolStats)
-        check(_abi.lib().dilattn_pool_get_stats(self.handle(), C.byref(raw)))
+        with self._use() as handle:
+            check(_abi.lib().dilattn_pool_get_stats(handle, C.byref(raw)))
         return PoolStats(raw.num_arenas, raw.arena_bytes_total, raw.bytes_in_use,
                          raw.bytes_requested, raw.internal_fragmentation, raw.peak_bytes_in_use,
                          raw.live_blocks, raw.largest_free_block,
@@ -112,32 +135,30 @@ class Pool:
     def alloc(self, nbytes):
         """The address (an int) of a block of at least nbytes, 256-aligned, on the pool's
         device; give it back with free(address)."""
+        nbytes = _cints.size_t(nbytes, "nbytes")
         ptr = C.c_void_p()
-        check(_abi.lib().dilattn_pool_alloc(self.handle(), _size("nbytes", nbytes),
-                                            C.byref(ptr)))
+        with self._use() as handle:
+            check(_abi.lib().dilattn_pool_alloc(handle, nbytes, C.byref(ptr)))
         return ptr.value
 
     def free(self, address):
         """Returns a block from alloc(); a double free or a foreign or interior pointer raises
         (POOL_DOUBLE_FREE, POOL_FOREIGN_POINTER, POOL_INTERIOR_POINTER) and changes nothing."""
-        check(_abi.lib().dilattn_pool_free(self.handle(), address))
+        address = _cints.address(address, "address")
+        with self._use() as handle:
+            check(_abi.lib().dilattn_pool_free(handle, address))
 
     def reset(self):
         """Frees every block at once and zeroes the peak; addresses handed out before are
         invalid afterwards. Not while a forward or backward is using the pool."""
-        check(_abi.lib().dilattn_pool_reset(self.handle()))
+        with self._use() as handle:
+            check(_abi.lib().dilattn_pool_reset(handle))
 
     def __repr__(self):
         where = "cpu" if self.device == "cpu" else f"cuda:{self.device_index}"
         return f"dilattn.Pool({where}, {'closed' if self.closed else 'open'})"
 
 
-def _size(name, value):
-    try:
-        value = int(value)
-    except (TypeError, ValueError):
-        raise error_for("DILATTN_ERROR_INVALID_VALUE",
-                        f"{name}={value!r}: expected a number of bytes") from None
-    if value < 0:
-        raise error_for("DILATTN_ERROR_INVALID_VALUE", f"{name}={value}: must be >= 0")
-    return value
+def _closed_error():
+    return error_for("DILATTN_ERROR_POOL_DESTROYED",
+                     "the pool was closed (its with-block ended or close() was called)")

@@ -21,9 +21,10 @@ import threading
 
 import numpy as np
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import check, error_for
 from ._numpy import as_array, dtype_name, view, _NUMPY_DTYPES
+from ._owned_handle import OwnedHandle
 from ._plan import Options, Plan
 
 DEFAULT_TIMEOUT_MS = 60000
@@ -38,25 +39,32 @@ def _split(split):
 
 class Comm:
     """One rank's end of a communicator (dilattn_comm). close() it (or use `with`) when every
-    rank is done; not while a ring call of any of its ranks runs."""
+    rank is done; a ring call of this end running on another thread is waited for (close()
+    returns after it; a rank waiting for a peer that never comes gives up after the timeout).
+    An end that is no longer referenced is closed when it is collected."""
 
     def __init__(self, handle):
-        self._handle = handle
+        L = _abi.lib()
+        self._owned = OwnedHandle(handle, L.dilattn_comm_destroy, _closed_error)
         rank, size = C.c_int32(), C.c_int32()
-        check(_abi.lib().dilattn_comm_rank(handle, C.byref(rank), C.byref(size)))
+        with self._use() as comm:
+            check(L.dilattn_comm_rank(comm, C.byref(rank), C.byref(size)))
         self.rank, self.size = rank.value, size.value
 
     @staticmethod
     def threads(num_ranks, timeout_ms=DEFAULT_TIMEOUT_MS):
         """num_ranks ends of one in-process communicator, rank p first; each is used from its
         own thread. A rank that does not arrive within timeout_ms fails the others."""
-        handles = (C.c_void_p * max(int(num_ranks), 1))()
-        check(_abi.lib().dilattn_comm_create_threads(int(num_ranks), int(timeout_ms), handles))
+        num_ranks = _cints.int32(num_ranks, "num_ranks")
+        timeout_ms = _cints.int32(timeout_ms, "timeout_ms")
+        handles = (C.c_void_p * max(num_ranks, 1))()
+        check(_abi.lib().dilattn_comm_create_threads(num_ranks, timeout_ms, handles))
         return [Comm(C.c_void_p(h)) for h in handles[:num_ranks]]
 
     @staticmethod
     def mpi(comm=None, timeout_ms=DEFAULT_TIMEOUT_MS):
         """This process's end over an mpi4py communicator (default MPI.COMM_WORLD). Collective."""
+        timeout_ms = _cints.int32(timeout_ms, "timeout_ms")
         try:
             from mpi4py import MPI
         except ImportError as e:
@@ -65,24 +73,37 @@ class Comm:
         comm = MPI.COMM_WORLD if comm is None else comm
         handle = C.c_void_p()
         check(_abi.lib().dilattn_comm_create_mpi(C.c_void_p(MPI._addressof(comm)),
-                                                 int(timeout_ms), C.byref(handle)))
+                                                 timeout_ms, C.byref(handle)))
         return Comm(handle)
 
     def handle(self):
-        if not self._handle:
-            raise error_for("DILATTN_ERROR_INVALID_VALUE", "comm: this Comm was closed")
-        return self._handle
+        """The dilattn_comm handle (raises once closed); a library call uses _use()."""
+        owned = getattr(self, "_owned", None)
+        if owned is None:
+            raise _closed_error()
+        return owned.handle()
+
+    def _use(self):
+        """A with-block holding the handle for library calls; close() waits for it."""
+        owned = getattr(self, "_owned", None)
+        if owned is None:
+            raise _closed_error()
+        return owned.use()
 
     def peak_bytes(self):
         """The most bytes the ring held at once on this rank in its last call."""
         n = C.c_size_t()
-        check(_abi.lib().dilattn_comm_peak_bytes(self.handle(), C.byref(n)))
+        with self._use() as comm:
+            check(_abi.lib().dilattn_comm_peak_bytes(comm, C.byref(n)))
         return n.value
 
     def close(self):
-        if self._handle:
-            _abi.lib().dilattn_comm_destroy(self._handle)
-            self._handle = None
+        owned = getattr(self, "_owned", None)
+        if owned is not None:
+            owned.close()
+
+    def __del__(self):
+        self.close()
 
     def __enter__(self):
         return self
@@ -91,17 +112,24 @@ class Comm:
         self.close()
 
 
+def _closed_error():
+    return error_for("DILATTN_ERROR_INVALID_VALUE", "comm: this Comm was closed")
+
+
 def shard_rows(seqlen, num_ranks, rank, split="contiguous"):
     """The rows of the full sequence rank `rank` holds, in shard order (an int64 array)."""
     first, count = (C.c_int64 * 2)(), (C.c_int64 * 2)()
-    check(_abi.lib().dilattn_ring_shard_rows(int(seqlen), int(num_ranks), int(rank),
-                                             _split(split), first, count))
+    check(_abi.lib().dilattn_ring_shard_rows(_cints.int64(seqlen, "seqlen"),
+                                             _cints.int32(num_ranks, "num_ranks"),
+                                             _cints.int32(rank, "rank"), _split(split), first,
+                                             count))
     return np.concatenate([np.arange(first[r], first[r] + count[r], dtype=np.int64)
                            for r in range(2)])
 
 
 def _plan(options, seqlen, q, k):
     B, _, H, D = q.shape
+    seqlen = _cints.int64(seqlen, "seqlen")
     return Plan(options, (B, seqlen, seqlen, H, k.shape[2], D), dtype_name("q", q))
 
 
@@ -118,8 +146,9 @@ def ring_forward(comm, q, k, v, *, seqlen, split="contiguous", segments=None, di
         o = np.empty(q.shape, dtype=q.dtype)
         lse = np.empty((B, H, rows, 1), dtype=_NUMPY_DTYPES[plan.lse_dtype()])
         views = [view(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse))]
-        check(_abi.lib().dilattn_ring_forward(plan._plan, comm.handle(), _split(split),
-                                              *[C.byref(t) for t in views]))
+        with plan._use() as plan_handle, comm._use() as comm_handle:
+            check(_abi.lib().dilattn_ring_forward(plan_handle, comm_handle, _split(split),
+                                                  *[C.byref(t) for t in views]))
     finally:
         plan.close()
     return o, lse[..., 0]
@@ -140,8 +169,9 @@ def ring_backward(comm, q, k, v, o, lse, do, *, seqlen, split="contiguous", segm
         dq, dk, dv = (np.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
         views = [view(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
                                          ("do", do), ("dq", dq), ("dk", dk), ("dv", dv))]
-        check(_abi.lib().dilattn_ring_backward(plan._plan, comm.handle(), _split(split),
-                                               *[C.byref(t) for t in views]))
+        with plan._use() as plan_handle, comm._use() as comm_handle:
+            check(_abi.lib().dilattn_ring_backward(plan_handle, comm_handle, _split(split),
+                                                   *[C.byref(t) for t in views]))
     finally:
         plan.close()
     return dq, dk, dv
@@ -161,6 +191,7 @@ def run_threads(num_ranks, fn, timeout_ms=DEFAULT_TIMEOUT_MS):
     """Runs fn(comm) for every rank of a new threads communicator, each on its own Python
     thread, and returns the P results in rank order; raises RingError when any rank raised."""
     comms = Comm.threads(num_ranks, timeout_ms)
+    num_ranks = len(comms)
     results, errors = [None] * num_ranks, [None] * num_ranks
 
     def rank_main(r):

@@ -4,7 +4,9 @@
 
 attention() is a torch.autograd.Function: the forward saves O and LSE, the backward calls the
 library's backward (SPEC 6). Tensors are passed as views (torch strides are in elements and
-never negative, as the C ABI wants), in float32, float64, float16 or bfloat16.
+never negative, as the C ABI wants), in float32, float64, float16 or bfloat16. A tensor whose
+data pointer is not a multiple of its element size (torch.frombuffer at an odd offset), which
+the library refuses (SPEC 1), is cloned to an aligned one first.
 
 Devices: q, k, v (and the incoming gradient) must be on one device, else DeviceError naming
 two of them. CPU tensors run on options.backend. CUDA tensors run on the library's cuda
@@ -68,6 +70,14 @@ def _view(name, t, device):
     return _abi.tensor(t.data_ptr(), _dtype_name(name, t), tuple(t.shape), t.stride())
 
 
+def _aligned(t):
+    """t, or an aligned copy of it when its data pointer is not a multiple of its element size
+    (the library refuses those, SPEC 1)."""
+    if t.data_ptr() % t.element_size() == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 # ---------------------------------------------------------------- devices
 def _one_device(named):
     """The device of the (name, tensor) pairs, all checked first; DEVICE_MISMATCH names the
@@ -124,6 +134,7 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, options):
         device = _one_device([("q", q), ("k", k), ("v", v)])
         backend = _plan_backend(device, options)
+        q, k, v = _aligned(q), _aligned(k), _aligned(v)
         B, Nq, H, D = q.shape
         with _on_device(device):
             plan = Plan(options, (B, Nq, k.shape[1], H, k.shape[2], D), _dtype_name("q", q),
@@ -148,7 +159,7 @@ class _Attention(torch.autograd.Function):
             d_o = torch.zeros_like(o)
         # o and lse are the forward's, made on q's device; autograd may hand d_o elsewhere.
         device = _one_device([("q", q), ("k", k), ("v", v), ("grad of o", d_o)])
-        d_o = d_o.to(o.dtype)
+        d_o = _aligned(d_o.to(o.dtype))
         with _on_device(device):
             dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
             named = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("grad of o", d_o),

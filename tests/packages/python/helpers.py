@@ -96,3 +96,37 @@ def block_sparse_numpy(q, k, v, blocks, bq, bk, causal=False, scale=None):
             o[:, i, h] = np.einsum("bj,bjd->bd", np.exp(s - l[:, None]), v[:, keys, g])
             lse[:, h, i] = l
     return o, lse
+
+
+# ---------------------------------------------------------------- the library boundary
+class WatchedLibrary:
+    """The loaded library (dilattn._abi.lib()) with the functions in `names` watched: `entered`
+    is set when a call of one begins, `returned` once it has returned, and `calls` holds
+    (name, arguments) of each. Install it with monkeypatch.setattr(_abi, "_lib", ...)."""
+
+    def __init__(self, library, names):
+        import threading
+        self._library, self._names = library, set(names)
+        self.entered, self.returned = threading.Event(), threading.Event()
+        self.calls = []
+
+    def __getattr__(self, attr):
+        fn = getattr(self._library, attr)
+        if attr not in self._names:
+            return fn
+
+        def watched(*args):
+            self.calls.append((attr, args))
+            self.entered.set()
+            try:
+                return fn(*args)
+            finally:
+                self.returned.set()
+        return watched
+
+
+def watch_library(monkeypatch, *names):
+    from dilattn import _abi
+    watched = WatchedLibrary(_abi.lib(), names)
+    monkeypatch.setattr(_abi, "_lib", watched)
+    return watched
