@@ -1,0 +1,92 @@
+// dropout_rng.h - the keep decision of attention dropout (SPEC 11): Philox4x32-10 and the map
+// from a score (b, h, i, j) to its counter, in one place.
+//
+// Every backend draws the same bits for the same score, whatever its tiling, thread count,
+// instruction set or ring split, because the decision is a pure function of
+// (seed, offset, b, h, i, j) computed here: the forward draws it, the backward draws it again.
+// Philox4x32-10 is Salmon et al.'s counter-based generator (the one in Random123 and cuRAND):
+// ten rounds of two 32x32->64-bit multiplies, a xor with the key, and a Weyl step of the key.
+// Plain integer arithmetic, callable from host and device code.
+//
+// Checked by tests/reference/test_dropout_rng.cpp (the published known answers of Philox4x32-10,
+// the counter map, the threshold at its edges, the fraction kept).
+#ifndef DILATTN_DROPOUT_RNG_H
+#define DILATTN_DROPOUT_RNG_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define DILATTN_RNG_HD __host__ __device__ __forceinline__
+#else
+#define DILATTN_RNG_HD inline
+#endif
+
+namespace dilattn {
+
+struct Philox4x32 {
+  uint32_t w[4];
+};
+
+// The round multipliers and the key's Weyl increments (the golden ratio and sqrt(3) - 1, as
+// 32-bit fractions) of Philox4x32 (SPEC 11.1).
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
+
+DILATTN_RNG_HD Philox4x32 philox4x32_round(Philox4x32 c, uint32_t k0, uint32_t k1) {
+  const uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c.w[0];
+  const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c.w[2];
+  const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+  const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+  return Philox4x32{{hi1 ^ c.w[1] ^ k0, lo1, hi0 ^ c.w[3] ^ k1, lo0}};
+}
+
+// Philox4x32 with `rounds` rounds (10 for dropout; 7 is tested only against its known answer).
+DILATTN_RNG_HD Philox4x32 philox4x32(Philox4x32 counter, uint32_t k0, uint32_t k1,
+                                     int rounds = 10) {
+  for (int r = 0; r < rounds; ++r) {
+    counter = philox4x32_round(counter, k0, k1);
+    k0 += kPhiloxW0;  // unsigned: wraps mod 2^32, as the generator defines
+    k1 += kPhiloxW1;
+  }
+  return counter;
+}
+
+// The smallest draw u that keeps a score: ceil(p * 2^32), for p in [0, 1). p * 2^32 is exact in
+// f64 (a power-of-two scale), so this is exact too; the result is at most 2^32.
+DILATTN_RNG_HD uint64_t dropout_threshold(double p) {
+  const double scaled = p * 4294967296.0;
+  uint64_t t = static_cast<uint64_t>(scaled);  // floor, scaled >= 0
+  if (static_cast<double>(t) < scaled) ++t;
+  return t;
+}
+
+// The four draws of one generator call: keys j = 4 * key_quad .. 4 * key_quad + 3 of row i of
+// query head h of batch element b (SPEC 11.1). The caller has checked the bounds there (every
+// counter word fits 32 bits).
+DILATTN_RNG_HD Philox4x32 dropout_draws(uint64_t seed, uint64_t offset, int64_t b, int64_t h,
+                                        int64_t H, int64_t i, int64_t key_quad) {
+  const Philox4x32 counter{{static_cast<uint32_t>(key_quad), static_cast<uint32_t>(i),
+                            static_cast<uint32_t>(b * H + h), static_cast<uint32_t>(offset)}};
+  return philox4x32(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+// keep_ij of SPEC 11 for one score: draw word j mod 4 of its key quad's call. Fast paths draw a
+// whole quad at once with dropout_draws and compare each word with dropout_threshold.
+DILATTN_RNG_HD bool dropout_keep(uint64_t seed, uint64_t offset, int64_t b, int64_t h, int64_t H,
+                                 int64_t i, int64_t j, uint64_t threshold) {
+  const Philox4x32 u = dropout_draws(seed, offset, b, h, H, i, j / 4);
+  return u.w[j % 4] >= threshold;
+}
+
+// Whether a problem's scores fit the counter words (SPEC 11.1): Nq <= 2^32, ceil(Nk / 4) <= 2^32,
+// B * H <= 2^32, offset < 2^32. Sizes are >= 1.
+DILATTN_RNG_HD bool dropout_counter_fits(int64_t B, int64_t H, int64_t Nq, int64_t Nk,
+                                         uint64_t offset) {
+  const int64_t two32 = int64_t{1} << 32;
+  return Nq <= two32 && Nk / 4 + (Nk % 4 != 0) <= two32 && B <= two32 / H &&
+         offset < static_cast<uint64_t>(two32);
+}
+
+}  // namespace dilattn
+
+#endif  // DILATTN_DROPOUT_RNG_H
