@@ -99,8 +99,8 @@ DILATTN_API dilattn_status dilattn_mask_from_pattern(dilattn_mask* mask, const c
  *              kbar[g][jb]. score(h, ib, jb) = <qbar[h][ib], kbar[h / (H/Hkv)][jb]> in f64.
  *              Row ib keeps the k_keep best-scoring candidate blocks (ties: lower jb first),
  *              candidates being all jb (causally allowed ones when causal), plus diag(ib)
- *              (its causally allowed blocks when causal). k_keep >= 0. A NaN score ranks
-              below every number. */
+ *              (its causally allowed blocks when causal). k_keep >= 0. A NaN score counts
+ *              as -inf: it ranks below every finite score and ties with -inf (lower jb first). */
 DILATTN_API dilattn_status dilattn_mask_local(dilattn_mask* mask, int64_t seqlen_q,
                                               int64_t seqlen_k, int64_t block_q,
                                               int64_t block_k, int64_t window_blocks,

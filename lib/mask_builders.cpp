@@ -213,10 +213,15 @@ extern "C" dilattn_status dilattn_mask_random(dilattn_mask* mask, int64_t seqlen
   if (!(density >= 0.0 && density <= 1.0))  // also rejects NaN
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'density' = %g: must be in [0, 1]",
                      density);
-  if (num_heads < 1 || num_heads > (int64_t{1} << 34) / (g.I * g.J))
-    return set_error(DILATTN_ERROR_INVALID_VALUE,
-                     "argument 'num_heads' = %lld: must be >= 1 and num_heads * I * J <= 2^34",
+  if (num_heads < 1)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'num_heads' = %lld: must be >= 1",
                      LL(num_heads));
+  // The same bound on the work as every builder's I * J <= 2^34, counted over the heads.
+  if (num_heads > (int64_t{1} << 34) / (g.I * g.J))
+    return set_error(DILATTN_ERROR_SIZE_OVERFLOW,
+                     "argument 'num_heads' = %lld: num_heads * I * J exceeds 2^34 block pairs "
+                     "(I = %lld, J = %lld)",
+                     LL(num_heads), LL(g.I), LL(g.J));
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(num_heads * g.I));
   for (int64_t h = 0; h < num_heads; ++h)
     for (int64_t ib = 0; ib < g.I; ++ib)

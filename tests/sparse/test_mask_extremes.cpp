@@ -233,8 +233,8 @@ void random_builder(const Geo& g, int64_t Nq, int64_t Nk, int64_t bq, int64_t bk
         dilattn_mask m = nullptr;
         const dilattn_status s = dilattn_mask_random(&m, Nq, Nk, bq, bk, heads, density, seed, 1);
         if (g.too_large()) { check(s, m, g, heads, true, nullptr); continue; }
-        if (heads == kMax) {  // num_heads * I * J > 2^34: INVALID_VALUE, naming num_heads
-          CHECK_MSG(s == DILATTN_ERROR_INVALID_VALUE &&
+        if (heads == kMax) {  // num_heads * I * J > 2^34: SIZE_OVERFLOW, naming num_heads
+          CHECK_MSG(s == DILATTN_ERROR_SIZE_OVERFLOW &&
                         std::strstr(dilattn_last_error(), "num_heads") != nullptr,
                     "num_heads = MAX not refused: %s", dilattn_last_error());
           continue;
