@@ -79,19 +79,35 @@ void release_finished_blocks() {
 // The caller's workspace, or a block of the plan's pool (problem.pool, else the default pool
 // of the backend's device: pool_internal.h) for this call, given back when the call's work is
 // done (at once for CPU backends). A host workspace the default pool cannot serve falls back
-// to malloc, so a plan never fails because a default pool is small. Checked by
-// tests/pool/test_pool_workspace.cpp.
+// to malloc, so a plan never fails because a default pool is small. A backend always receives a
+// workspace that starts on a dilattn::kWorkspaceAlignment boundary (SPEC 14.6): device backends carve
+// it into f64 and 16-byte-copied regions, and a caller's pointer may be anywhere. The plan's
+// sizes include the dilattn::kWorkspaceAlignment - 1 bytes that may be skipped (plan.cpp).
+// Checked by tests/pool/test_pool_workspace.cpp and tests/errors/test_workspace_argument.cpp.
+void* align_up(void* ptr) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+  return reinterpret_cast<void*>((address + dilattn::kWorkspaceAlignment - 1) / dilattn::kWorkspaceAlignment *
+                                 dilattn::kWorkspaceAlignment);
+}
+
 class Workspace {
  public:
   dilattn_status acquire(const dilattn::Problem& p, dilattn_device_type device,
                          int32_t device_index, void* given, size_t given_bytes, size_t needed) {
     if (needed == 0) return DILATTN_SUCCESS;
     if (given != nullptr) {
-      if (given_bytes < needed)
+      // The backend starts at the caller's first 256-byte boundary, so the bytes before it
+      // do not count.
+      void* start = align_up(given);
+      const size_t skipped = static_cast<size_t>(static_cast<char*>(start) - static_cast<char*>(given));
+      const size_t backend_bytes = needed - (dilattn::kWorkspaceAlignment - 1);
+      if (given_bytes < backend_bytes || given_bytes - backend_bytes < skipped)
         return set_error(DILATTN_ERROR_WORKSPACE_TOO_SMALL,
-                         "argument 'workspace_bytes' = %zu: the plan needs %zu", given_bytes,
-                         needed);
-      ptr_ = given;
+                         "argument 'workspace_bytes' = %zu: the plan needs %zu "
+                         "(dilattn_plan_workspace_size), or %zu from the workspace's first "
+                         "256-byte boundary, which is %zu bytes after its start",
+                         given_bytes, needed, backend_bytes, skipped);
+      ptr_ = start;
       return DILATTN_SUCCESS;
     }
     dilattn_status s;
@@ -125,11 +141,11 @@ class Workspace {
       if (device == DILATTN_DEVICE_CUDA) return s;
       dilattn::clear_error();  // the host fallback below replaces the pool's failure
     }
-    owned_.reset(std::malloc(needed));
+    owned_.reset(std::malloc(needed));  // with the plan's slack for the alignment below
     if (!owned_)
       return set_error(DILATTN_ERROR_OUT_OF_MEMORY, "workspace of %zu bytes: allocation failed",
                        needed);
-    ptr_ = owned_.get();
+    ptr_ = align_up(owned_.get());
     return DILATTN_SUCCESS;
   }
   void* get() const { return ptr_; }

@@ -8,6 +8,7 @@
 #include "abi_enum.h"
 #include "errors.h"
 #include "handles.h"
+#include "pool_internal.h"
 
 using dilattn::set_error;
 
@@ -141,6 +142,10 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   made->problem = std::move(p);
   made->backend = chosen;
   made->workspace = chosen->workspace_bytes(made->problem);
+  // A backend's workspace starts on a 256-byte boundary (SPEC 14.6); a caller's may start
+  // anywhere, so the size a call takes covers the bytes skipped before that boundary.
+  for (size_t* bytes : {&made->workspace.forward, &made->workspace.backward})
+    if (*bytes != 0) *bytes += dilattn::kWorkspaceAlignment - 1;
   *plan = made;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END

@@ -26,6 +26,8 @@ dilattn_status default_pool(dilattn_device_type device, int32_t device_index, di
 // Arena sizes of the default pools.
 constexpr size_t kDefaultHostArenaBytes = size_t{16} << 20;
 constexpr size_t kDefaultCudaArenaBytes = size_t{256} << 20;
+// Every workspace a backend receives starts on this boundary (SPEC 14.6; dispatch.cpp).
+constexpr size_t kWorkspaceAlignment = 256;
 
 }  // namespace dilattn
 
