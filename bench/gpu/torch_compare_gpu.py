@@ -29,7 +29,6 @@ prints "no GPU: nothing run" and exits 0.
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -226,11 +225,12 @@ def _rows_for(label, kind, pairs, D, dl, tw):
             for d in ("forward", "backward")]
 
 
-def run_gpu(args):
+def run_gpu(args, save):
+    """Every row; save(rows) after each group, so a run stopped by its time limit keeps what it
+    measured."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    import dilattn
     import dilattn.torch as dt
     import dilattn.mask as dmask
 
@@ -266,6 +266,7 @@ def run_gpu(args):
                     tw["sdpa_" + name] = _measure(torch, call, pairs, D, args)
                 del tq
                 rows += _rows_for(f"{kind} D={D} B={B} N={N} H={H}", kind, pairs, D, dl, tw)
+                save(rows)
 
     if "dilated" in args.only:
         B, H, D = 1, 16, 64
@@ -279,6 +280,7 @@ def run_gpu(args):
                 torch, lambda g: (_torch_dilated(torch, *qkv), qkv), pairs, D, args)}
             del qkv
             rows += _rows_for(f"dilated D={D} B={B} N={N} H={H}", "dilated", pairs, D, dl, tw)
+            save(rows)
 
     if "sparse" in args.only:
         B, N, H, D = 1, 16384, 16, 64
@@ -315,6 +317,7 @@ def run_gpu(args):
             del tq
             rows += _rows_for(f"sparse {int(density * 100)}% D={D} B={B} N={N} H={H}",
                               "sparse", pairs, D, dl, tw)
+            save(rows)
     return rows
 
 
@@ -400,14 +403,18 @@ def main(argv=None):
         return 0
     props = torch.cuda.get_device_properties(0)
     t0 = time.time()
-    rows = run_gpu(args)
-    result = {"device": props.name, "torch": torch.__version__,
-              "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-              "flop_formula": FLOP_FORMULA, "timing": f"median of {args.iters} CUDA-event-timed "
-              f"calls after {args.warmup} warm-up calls; backward = (forward+backward) - forward",
-              "dtype": "f16", "seconds": round(time.time() - t0, 1), "rows": rows}
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+
+    def save(rows, complete=False):
+        result = {"device": props.name, "torch": torch.__version__,
+                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                  "flop_formula": FLOP_FORMULA, "timing": f"median of {args.iters} "
+                  f"CUDA-event-timed calls after {args.warmup} warm-up calls; backward = "
+                  "(forward+backward) - forward", "dtype": "f16", "complete": complete,
+                  "seconds": round(time.time() - t0, 1), "rows": rows}
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    rows = run_gpu(args, save)
+    save(rows, complete=True)
     print(f"{props.name}, torch {torch.__version__}; TFLOP/s: {FLOP_FORMULA}")
     for direction in ("forward", "backward"):
         print("\n".join(summary_lines(rows, direction)))

@@ -16,10 +16,16 @@
 // blocks of two chunks and causally empty spans; K and V rows that are not 16-byte aligned
 // (element loads instead of cp.async). SIMT's largest head dims (shared memory above the 48 KiB
 // default) end each SIMT list; the backward adds an odd head dim.
+// DILATTN_TEST_CASES=KIND[,KIND...] keeps only the cases of those kinds (the name after the
+// last '/', e.g. "dense": each kernel x dtype once), for slow runs such as compute-sanitizer
+// (bench/gpu/first_light.sh); unset, every case runs. A filter that keeps nothing fails the
+// test (check.h: no check ran).
 #ifndef DILATTN_TESTS_KERNEL_CASES_H
 #define DILATTN_TESTS_KERNEL_CASES_H
 
 #include <cstdint>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,6 +34,23 @@
 namespace kcase {
 
 enum class Direction { forward, backward };
+
+// The cases whose kind DILATTN_TEST_CASES lists (all of them when it is unset or empty).
+inline std::vector<harness::AttentionCase> only_kinds_asked_for(
+    std::vector<harness::AttentionCase> cases) {
+  const char* list = std::getenv("DILATTN_TEST_CASES");
+  if (list == nullptr || list[0] == '\0') return cases;
+  std::vector<std::string> kinds;
+  std::stringstream in(list);
+  for (std::string kind; std::getline(in, kind, ',');) kinds.push_back(kind);
+  std::vector<harness::AttentionCase> kept;
+  for (const harness::AttentionCase& c : cases) {
+    const std::string kind = c.name.substr(c.name.rfind('/') + 1);
+    for (const std::string& k : kinds)
+      if (k == kind) kept.push_back(c);
+  }
+  return kept;
+}
 
 inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
                                                         const std::string& kernel) {
@@ -135,7 +158,7 @@ inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
       out.push_back(c);
     }
   }
-  return out;
+  return only_kinds_asked_for(out);
 }
 
 }  // namespace kcase
