@@ -204,12 +204,14 @@ step_sanitizer() {
   if ! command -v compute-sanitizer >/dev/null 2>&1; then
     record sanitizer fail 0 "compute-sanitizer absent"; return
   fi
-  # The four tools at once, each over the reduced list.
+  # The four tools at once, each over the reduced list, all within the step's budget.
+  local deadline=$((SECONDS + $(budget_of sanitizer) - 5))
   for tool in $SANITIZER_TOOLS; do
     (
       fails=0
       for r in $SANITIZER_RUNS; do
-        DILATTN_TEST_BACKEND=cuda DILATTN_TEST_CASES=dense timeout -k 5 "$(budget_of sanitizer)" \
+        DILATTN_TEST_BACKEND=cuda DILATTN_TEST_CASES=dense \
+          timeout -k 5 $((deadline - SECONDS > 1 ? deadline - SECONDS : 1)) \
           compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 10 \
           "$build/tests/kernels/${r%%:*}" "${r#*:}" >"$work/san_$tool.${r//:/_}.log" 2>&1 ||
           fails=$((fails + 1))
@@ -281,10 +283,16 @@ step_timing
 step_ncu
 
 t0=$SECONDS
-python3 - "$steps_jsonl" "$out/steps.json" <<'EOF'
+# The device, driver and commit the results were made with (bench/results files name them).
+python3 - "$steps_jsonl" "$out/steps.json" \
+  "$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | head -n1)" \
+  "$(git -C "$repo" describe --always --dirty 2>/dev/null || echo "unknown (no git metadata)")" \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'EOF'
 import json, sys
 steps = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-json.dump({"steps": steps}, open(sys.argv[2], "w"), indent=1)
+name, driver, cap = ([x.strip() for x in sys.argv[3].split(",")] + ["?", "?", "?"])[:3]
+json.dump({"device": name, "driver": driver, "compute_capability": cap, "commit": sys.argv[4],
+           "date": sys.argv[5], "steps": steps}, open(sys.argv[2], "w"), indent=1)
 EOF
 python3 "$repo/bench/gpu/first_light_report.py" summary "$out" $(( $(date +%s) - t_start )) \
   $((SECONDS - t0)) >"$out/summary.txt" 2>>"$out/timing.log"

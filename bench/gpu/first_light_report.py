@@ -94,8 +94,10 @@ def ncu_lines(ncu):
     return out
 
 
-def summary(steps, torch_compare, ncu, total_s, summary_s):
-    lines = [f"dilattn GPU first light: {torch_compare.get('device', 'device ?')}, "
+def summary(steps, torch_compare, ncu, total_s, summary_s, made_with=None):
+    m = made_with or {}
+    lines = [f"dilattn GPU first light: {m.get('device', torch_compare.get('device', '?'))}, "
+             f"driver {m.get('driver', '?')}, commit {m.get('commit', '?')}, "
              f"torch {torch_compare.get('torch', '?')}, {total_s} s in all"]
     order = ["build", "kernels", "ring_py", "sanitizer", "timing", "ncu"]
     for s in sorted(steps, key=lambda s: order.index(s["step"]) if s["step"] in order else 99):
@@ -141,10 +143,11 @@ def main(argv):
         return 0 if len(got) == 2 else 1
     if len(argv) == 4 and argv[0] == "summary":
         out_dir, total_s, summary_s = argv[1], int(argv[2]), int(argv[3])
-        steps = _load(os.path.join(out_dir, "steps.json"), {}).get("steps", [])
-        sys.stdout.write(summary(steps, _load(os.path.join(out_dir, "torch_compare.json"), {}),
+        record = _load(os.path.join(out_dir, "steps.json"), {})
+        sys.stdout.write(summary(record.get("steps", []),
+                                 _load(os.path.join(out_dir, "torch_compare.json"), {}),
                                  _load(os.path.join(out_dir, "ncu.json"), {}), total_s,
-                                 summary_s))
+                                 summary_s, record))
         return 0
     sys.stderr.write(__doc__)
     return 2
