@@ -123,7 +123,9 @@ cap=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')"
 fi
-if [[ -z $cap ]]; then
+# A compute capability is digits ("90" from "9.0"); anything else ("No devices were found") is
+# no GPU.
+if [[ ! $cap =~ ^[0-9]+$ ]]; then
   echo "no GPU: nothing run"
   exit 0
 fi
@@ -163,19 +165,20 @@ step_build() {
 
 # ---------------------------------------------------------------- 2 kernels
 step_kernels() {
-  local t0=$SECONDS failed=0 ran=0 r name arg log="$work/kernels.log"
+  local t0=$SECONDS failed=0 ran=0 r name arg log="$work/kernels.log" failed_names=""
   local deadline=$((SECONDS + $(budget_of kernels)))
   for r in $KERNEL_RUNS; do
     name="${r%%:*}"; arg="${r#*:}"; ran=$((ran + 1))
     echo "-- DILATTN_TEST_BACKEND=cuda $name $arg" >>"$log"
     # shellcheck disable=SC2086  # an empty argument is no argument
     DILATTN_TEST_BACKEND=cuda timeout -k 5 $((deadline - SECONDS > 1 ? deadline - SECONDS : 1)) \
-      "$build/tests/kernels/$name" $arg >>"$log" 2>&1 || { failed=$((failed + 1)); echo "-- FAILED" >>"$log"; }
+      "$build/tests/kernels/$name" $arg >>"$log" 2>&1 ||
+      { failed=$((failed + 1)); failed_names="$failed_names ${name#test_} $arg"; echo "-- FAILED" >>"$log"; }
   done
   local emu_only=""
   for name in $EMU_ONLY; do emu_only="$emu_only $name"; done
   record kernels "$([[ $failed -eq 0 ]] && echo pass || echo fail)" $((SECONDS - t0)) \
-    "$((ran - failed))/$ran binaries passed; emu-only, not run:$emu_only"
+    "$((ran - failed))/$ran runs passed${failed_names:+ (failed:$failed_names)}; emu-only, not run:$emu_only"
 }
 
 # ---------------------------------------------------------------- 3 ring and Python
