@@ -102,7 +102,7 @@ def summary(steps, torch_compare, ncu, total_s, summary_s, made_with=None):
     order = ["build", "kernels", "ring_py", "sanitizer", "timing", "ncu"]
     for s in sorted(steps, key=lambda s: order.index(s["step"]) if s["step"] in order else 99):
         lines.append(f"  {s['step']:<10} {s['status'].upper():<4} {s['seconds']:>4} s "
-                     f"(budget {s['budget_s']}) {s['detail'][:80]}")
+                     f"(budget {s['budget_s']}) {s['detail'][:110]}")
     lines.append(f"  {'summary':<10} {'PASS':<4} {summary_s:>4} s")
     rows = torch_compare.get("rows", [])
     if rows:
