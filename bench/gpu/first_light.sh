@@ -34,7 +34,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${DILATTN_FIRST_LIGHT_BUILD:-$repo/build-first-light}"
 
 # name:budget_s, in run order.
-STEPS="build:180 kernels:100 ring_py:100 sanitizer:100 timing:140 ncu:40 summary:5"
+STEPS="build:120 kernels:100 ring_py:100 sanitizer:100 timing:200 ncu:40 summary:5"
 
 # The kernel test runs of step 2: binary (tests/kernels/) and argument.
 KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
