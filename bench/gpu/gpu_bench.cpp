@@ -1,10 +1,13 @@
-// gpu_bench.cpp - the cuda backend's forward on a GPU: dense, causal, dilated and
-// block-sparse attention in f16, bf16 and f32, timed with cudaEvents around dilattn_forward.
+// gpu_bench.cpp - the cuda backend's forward and backward on a GPU: dense, causal, dilated and
+// block-sparse attention in f16, bf16 and f32, timed with cudaEvents around dilattn_forward and
+// dilattn_backward.
 //
-// TFLOP/s by FlashAttention's formula: 4 * B * H * Nq * Nk * D for dense, halved for causal;
-// for dilated and block-sparse, 4 * D * (the score terms the plan computes, from
+// TFLOP/s by FlashAttention's formula: forward 4 * B * H * Nq * Nk * D for dense, halved for
+// causal; for dilated and block-sparse, 4 * D * (the score terms the plan computes, from
 // dilattn_plan_score_count: the same index rules the kernels use; useful FLOPs, not the FLOPs of
-// the dense problem). Median of --iters timed calls after 2 warm-up calls.
+// the dense problem); backward 2.5 times the forward's. Median of --iters timed calls after 2
+// warm-up calls. --only KIND and --dtype T keep the rows of one kind / dtype (Nsight Compute
+// runs one kernel that way: bench/gpu/first_light.sh).
 // Without a GPU (no CUDA device, or the cuda backend unavailable) it prints "no GPU" and exits 0.
 // Prints a table for people and writes JSON (--json FILE, default gpu_bench.json) for scripts;
 // both name the GPU. Usage: bench_gpu [--json FILE] [--iters N] [--quick]
@@ -35,12 +38,18 @@ struct BenchCase {
 struct Result {
   BenchCase c;
   double ms = 0, tflops = 0, useful_flops = 0;
+  double bwd_ms = 0, bwd_tflops = 0;  // 0 with --no-backward
   std::string status;
 };
 
 size_t element_bytes(dilattn_dtype t) { return t == DILATTN_F32 ? 4 : 2; }
 
-Result run_case(const BenchCase& c, int iters) {
+float median(std::vector<float> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+Result run_case(const BenchCase& c, int iters, bool backward) {
   Result r;
   r.c = c;
   dilattn_desc desc = nullptr;
@@ -70,10 +79,18 @@ Result run_case(const BenchCase& c, int iters) {
   const size_t n = static_cast<size_t>(c.B * c.N * c.H * c.D);
   const size_t bytes = n * element_bytes(c.dtype);
   void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr;
+  void *d_o = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
   cudaMalloc(&q, bytes);
   cudaMalloc(&k, bytes);
   cudaMalloc(&v, bytes);
   cudaMalloc(&o, bytes);
+  if (backward) {
+    cudaMalloc(&d_o, bytes);
+    cudaMalloc(&dq, bytes);
+    cudaMalloc(&dk, bytes);
+    cudaMalloc(&dv, bytes);
+    cudaMemset(d_o, 0x3c, bytes);
+  }
   cudaMalloc(&lse, static_cast<size_t>(c.B * c.H * c.N) * sizeof(float));
   cudaMemset(q, 0x3c, bytes);  // small finite values in every dtype
   cudaMemset(k, 0x3c, bytes);
@@ -84,6 +101,7 @@ Result run_case(const BenchCase& c, int iters) {
     return t;
   };
   const dilattn_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+  const dilattn_tensor tdo = view(d_o), tdq = view(dq), tdk = view(dk), tdv = view(dv);
   dilattn_tensor tl = dilattn_tensor_contiguous(lse, DILATTN_F32, c.B, c.H, c.N, 1);
   tl.device = DILATTN_DEVICE_CUDA;
 
@@ -100,11 +118,21 @@ Result run_case(const BenchCase& c, int iters) {
     cudaEventElapsedTime(&ms, start, stop);
     if (it >= 2) times.push_back(ms);
   }
+  const bool forward_ok = s == DILATTN_SUCCESS;
+  std::vector<float> bwd_times;
+  for (int it = 0; backward && it < iters + 2 && s == DILATTN_SUCCESS; ++it) {
+    cudaEventRecord(start);
+    s = dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (it >= 2) bwd_times.push_back(ms);
+  }
   if (s != DILATTN_SUCCESS) {
-    r.status = std::string("forward: ") + dilattn_last_error();
+    r.status = std::string(forward_ok ? "backward: " : "forward: ") + dilattn_last_error();
   } else {
-    std::sort(times.begin(), times.end());
-    r.ms = times[times.size() / 2];
+    r.ms = median(times);
     // Dense: FlashAttention's formula exactly (N^2, halved for causal); else the score terms
     // the plan computes (dilattn_plan_score_count, summed over batches and heads).
     double pairs = 0;
@@ -118,6 +146,10 @@ Result run_case(const BenchCase& c, int iters) {
     }
     r.useful_flops = 4.0 * static_cast<double>(c.D) * pairs;
     r.tflops = r.useful_flops / (r.ms * 1e-3) / 1e12;
+    if (backward) {
+      r.bwd_ms = median(bwd_times);
+      r.bwd_tflops = 2.5 * r.useful_flops / (r.bwd_ms * 1e-3) / 1e12;
+    }
     r.status = "ok";
   }
   cudaEventDestroy(start);
@@ -127,9 +159,14 @@ Result run_case(const BenchCase& c, int iters) {
   cudaFree(v);
   cudaFree(o);
   cudaFree(lse);
+  for (void* p : {d_o, dq, dk, dv}) cudaFree(p);
   dilattn_plan_destroy(plan);
   if (mask) dilattn_mask_destroy(mask);
   return r;
+}
+
+const char* dtype_text(dilattn_dtype t) {
+  return t == DILATTN_F16 ? "f16" : t == DILATTN_BF16 ? "bf16" : "f32";
 }
 
 const char* kind_name(dilattn_kind k) {
@@ -141,13 +178,19 @@ const char* kind_name(dilattn_kind k) {
 int main(int argc, char** argv) {
   std::string json_path = "gpu_bench.json";
   int iters = 10;
-  bool quick = false;
+  bool quick = false, backward = true;
+  std::string only, only_dtype;
   for (int a = 1; a < argc; ++a) {
     if (!std::strcmp(argv[a], "--json") && a + 1 < argc) json_path = argv[++a];
     else if (!std::strcmp(argv[a], "--iters") && a + 1 < argc) iters = std::max(1, std::atoi(argv[++a]));
     else if (!std::strcmp(argv[a], "--quick")) quick = true;
+    else if (!std::strcmp(argv[a], "--no-backward")) backward = false;
+    else if (!std::strcmp(argv[a], "--only") && a + 1 < argc) only = argv[++a];
+    else if (!std::strcmp(argv[a], "--dtype") && a + 1 < argc) only_dtype = argv[++a];
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--iters N] [--quick]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--json FILE] [--iters N] [--quick] [--no-backward] "
+                   "[--only dense|causal|dilated|sparse] [--dtype f16|bf16|f32]\n", argv[0]);
       return 2;
     }
   }
@@ -177,17 +220,27 @@ int main(int argc, char** argv) {
                        "local:2+sink:1"});
     }
 
-  std::vector<Result> results;
-  std::printf("dilattn GPU forward benchmark on %s (cudaEvent median of %d)\n", gpu.c_str(), iters);
-  std::printf("%-8s %-5s %3s %6s %3s %4s %-6s %10s %8s  %s\n", "kind", "dtype", "B", "N", "H", "D",
-              "causal", "ms", "TFLOP/s", "status");
+  // --only / --dtype: keep the rows asked for.
+  std::vector<BenchCase> kept;
   for (const BenchCase& c : cases) {
-    Result r = run_case(c, iters);
-    const char* dt = c.dtype == DILATTN_F16 ? "f16" : c.dtype == DILATTN_BF16 ? "bf16" : "f32";
-    std::printf("%-8s %-5s %3lld %6lld %3lld %4lld %-6s %10.3f %8.2f  %s\n", kind_name(c.kind), dt,
-                static_cast<long long>(c.B), static_cast<long long>(c.N),
-                static_cast<long long>(c.H), static_cast<long long>(c.D), c.causal ? "yes" : "no",
-                r.ms, r.tflops, r.status.c_str());
+    const std::string kind = c.kind == DILATTN_KIND_DENSE ? (c.causal ? "causal" : "dense")
+                                                          : kind_name(c.kind);
+    if ((only.empty() || only == kind) && (only_dtype.empty() || only_dtype == dtype_text(c.dtype)))
+      kept.push_back(c);
+  }
+  cases = kept;
+  std::vector<Result> results;
+  std::printf("dilattn GPU forward and backward benchmark on %s (cudaEvent median of %d)\n",
+              gpu.c_str(), iters);
+  std::printf("%-8s %-5s %3s %6s %3s %4s %-6s %10s %8s %10s %8s  %s\n", "kind", "dtype", "B", "N",
+              "H", "D", "causal", "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s", "status");
+  for (const BenchCase& c : cases) {
+    Result r = run_case(c, iters, backward);
+    std::printf("%-8s %-5s %3lld %6lld %3lld %4lld %-6s %10.3f %8.2f %10.3f %8.2f  %s\n",
+                kind_name(c.kind), dtype_text(c.dtype), static_cast<long long>(c.B),
+                static_cast<long long>(c.N), static_cast<long long>(c.H),
+                static_cast<long long>(c.D), c.causal ? "yes" : "no", r.ms, r.tflops, r.bwd_ms,
+                r.bwd_tflops, r.status.c_str());
     results.push_back(r);
   }
   FILE* f = std::fopen(json_path.c_str(), "w");
@@ -201,11 +254,12 @@ int main(int argc, char** argv) {
     std::fprintf(f,
                  "    {\"kind\": \"%s\", \"dtype\": %d, \"B\": %lld, \"N\": %lld, \"H\": %lld, "
                  "\"D\": %lld, \"causal\": %s, \"ms\": %.6f, \"useful_flops\": %.6g, "
-                 "\"tflops\": %.4f, \"status\": \"%s\"}%s\n",
+                 "\"tflops\": %.4f, \"backward_ms\": %.6f, \"backward_tflops\": %.4f, "
+                 "\"status\": \"%s\"}%s\n",
                  kind_name(r.c.kind), static_cast<int>(r.c.dtype), static_cast<long long>(r.c.B),
                  static_cast<long long>(r.c.N), static_cast<long long>(r.c.H),
                  static_cast<long long>(r.c.D), r.c.causal ? "true" : "false", r.ms,
-                 r.useful_flops, r.tflops, r.status == "ok" ? "ok" : "error",
+                 r.useful_flops, r.tflops, r.bwd_ms, r.bwd_tflops, r.status == "ok" ? "ok" : "error",
                  n + 1 < results.size() ? "," : "");
   }
   std::fprintf(f, "  ]\n}\n");

@@ -1,8 +1,12 @@
 // kernel_case.h - the kernel tests' layer over the common harness (tests/common/): an
-// AttentionCase run on backend emu (the CUDA backend's kernels in the SIMT emulator) under the
-// emulator's ascending, descending and shuffled thread orders, which must agree bit for bit (a
-// race, or a sum whose order depends on the thread order, shows as a difference). Cases,
-// inputs, runs and checks are the harness's; only the thread orders are added here. The
+// AttentionCase run on the CUDA backend's kernels, on the backend DILATTN_TEST_BACKEND names
+// (tests/common/test_backend.h), each run repeated and the repeats compared bit for bit:
+//   emu:  the SIMT emulator, in its ascending, descending and shuffled thread orders (a race, or
+//         a sum whose order depends on the thread order, shows as a difference);
+//   cuda: the GPU, twice: once with the plain call, once on a stream of the test's own
+//         (gpu_run.h), so the second run also checks the on-stream path (SPEC 6's determinism
+//         on hardware).
+// Cases, inputs, runs and checks are the harness's; only the repeats are added here. The
 // callers hold a harness::CaseScope, so a failed check names the case.
 #ifndef DILATTN_TESTS_KERNEL_CASE_H
 #define DILATTN_TESTS_KERNEL_CASE_H
@@ -15,6 +19,8 @@
 #include "../common/check.h"
 #include "../common/compare.h"
 #include "../common/fill.h"
+#include "../common/test_backend.h"
+#include "gpu_run.h"
 #include "simt.h"
 
 namespace kcase {
@@ -78,38 +84,61 @@ void in_thread_orders(Run run) {
   }
 }
 
-// The case's forward on emu in the three thread orders; returns the ascending run and checks
-// that the other two give the same O and LSE bits.
-inline harness::Forward run_emu_in_thread_orders(const harness::AttentionCase& c,
-                                                 const harness::Inputs& in) {
+// The case's forward on `backend`: emu in the three thread orders, cuda twice (plain call,
+// then the test's own stream).
+inline harness::Forward run_forward_on(const harness::AttentionCase& c, const harness::Inputs& in,
+                                       dilattn_backend backend, int repeat) {
+  if (backend == DILATTN_BACKEND_CUDA) return kgpu::run_forward(c, in, repeat == 1);
+  return harness::run_forward(c, in, backend);
+}
+
+// The repeats of a case on `backend`: the three thread orders on emu, two runs on cuda.
+template <class Run>
+void repeated(dilattn_backend backend, Run run) {
+  if (backend == DILATTN_BACKEND_CUDA) {
+    run(0);
+    run(1);
+  } else {
+    in_thread_orders([&] { run(0); });
+  }
+}
+
+// The case's forward repeated on `backend`; returns the first run and checks that the others
+// give the same O and LSE bits.
+inline harness::Forward run_forward_repeated(const harness::AttentionCase& c,
+                                             const harness::Inputs& in, dilattn_backend backend) {
   std::vector<harness::Forward> runs;
-  in_thread_orders([&] { runs.push_back(harness::run_forward(c, in, DILATTN_BACKEND_EMU)); });
+  repeated(backend, [&](int r) { runs.push_back(run_forward_on(c, in, backend, r)); });
   const std::vector<unsigned char> first = bytes_of({&runs[0].o, &runs[0].lse});
   for (size_t r = 1; r < runs.size(); ++r)
     CHECK_MSG(bytes_of({&runs[r].o, &runs[r].lse}) == first,
-              "thread order %zu gives other O/LSE bits than the ascending one", r);
+              "%s run %zu gives other O/LSE bits than the first", dilattn_backend_name(backend),
+              r);
   return runs[0];
 }
 
 // The case's forward and then its backward on `backend` from that forward's own O and LSE (as
-// a training step would).
+// a training step would); on cuda, repeat 1 runs both on the test's own stream.
 inline harness::Gradients run_forward_backward(const harness::AttentionCase& c,
                                                const harness::Inputs& in,
-                                               dilattn_backend backend) {
-  const harness::Forward fwd = harness::run_forward(c, in, backend);
+                                               dilattn_backend backend, int repeat = 0) {
+  const harness::Forward fwd = run_forward_on(c, in, backend, repeat);
+  if (backend == DILATTN_BACKEND_CUDA) return kgpu::run_backward(c, in, fwd, repeat == 1);
   return harness::run_backward(c, in, fwd, backend);
 }
 
-// run_forward_backward on emu in the three thread orders; returns the ascending run and checks
-// that the other two give the same dQ, dK, dV bits (SPEC 6's determinism).
-inline harness::Gradients run_backward_in_thread_orders(const harness::AttentionCase& c,
-                                                        const harness::Inputs& in) {
+// run_forward_backward repeated on `backend`; returns the first run and checks that the others
+// give the same dQ, dK, dV bits (SPEC 6's determinism).
+inline harness::Gradients run_backward_repeated(const harness::AttentionCase& c,
+                                                const harness::Inputs& in,
+                                                dilattn_backend backend) {
   std::vector<harness::Gradients> runs;
-  in_thread_orders([&] { runs.push_back(run_forward_backward(c, in, DILATTN_BACKEND_EMU)); });
+  repeated(backend, [&](int r) { runs.push_back(run_forward_backward(c, in, backend, r)); });
   const std::vector<unsigned char> first = bytes_of({&runs[0].dq, &runs[0].dk, &runs[0].dv});
   for (size_t r = 1; r < runs.size(); ++r)
     CHECK_MSG(bytes_of({&runs[r].dq, &runs[r].dk, &runs[r].dv}) == first,
-              "thread order %zu gives other gradient bits than the ascending one", r);
+              "%s run %zu gives other gradient bits than the first", dilattn_backend_name(backend),
+              r);
   return runs[0];
 }
 

@@ -1,6 +1,7 @@
-// test_backward_nonfinite_kernels.cpp - the SIMT backward kernels (SPEC 6, run by the SIMT
-// emulator as backend emu) with one NaN element in one K or Q row, against the f64 reference
-// backward (backend ref). The rule (lib/softmax_rules.h, SPEC 13): a NaN in a row's
+// test_backward_nonfinite_kernels.cpp - the SIMT backward kernels (SPEC 6, on the backend
+// DILATTN_TEST_BACKEND names: emu, the SIMT emulator, by default; cuda on a GPU) with one NaN
+// element in one K or Q row, against the f64 reference backward (backend ref). The rule
+// (lib/softmax_rules.h, SPEC 13): a NaN in a row's
 // scores makes that row's forward NaN, so its LSE is NaN and every gradient term of that row is
 // NaN (dQ_i, and dK_j, dV_j of every key j it sees); a row that does not see the NaN key keeps
 // finite gradients, and so does a key no NaN row sees. The gradients must be NaN exactly where
@@ -9,8 +10,9 @@
 // Cases: dense causal with the NaN key in a later key chunk than the first (rows before it
 // must stay finite: the dQ pass leaves out pairs a row does not see, never 0 * NaN), dense
 // causal with a NaN query row (keys after it must keep finite dK: the dK/dV pass leaves the
-// pairs out too), dilated with three branches, block-sparse with a local band. Every case runs under ascending,
-// descending and shuffled thread order, which must agree bit for bit.
+// pairs out too), dilated with three branches, block-sparse with a local band. Every case is
+// repeated (kernel_case.h: emu in three thread orders, cuda twice, the second on a stream of its
+// own), and the repeats must agree bit for bit.
 // Only SIMT: the WMMA kernels multiply whole tiles, so a NaN K, Q or dO row reaches the rows of
 // its tile that do not see it as 0 * NaN (cuda/backward_wmma.cu says so).
 #include <cmath>
@@ -61,7 +63,7 @@ std::vector<NanCase> cases() {
   return out;
 }
 
-void run_case(const NanCase& n) {
+void run_case(const NanCase& n, dilattn_backend backend) {
   const Case& c = n.c;
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
@@ -72,12 +74,12 @@ void run_case(const NanCase& n) {
     in.q.set(0, n.nan_query, 0, 1, NAN);
   const harness::Gradients ref =
       kcase::run_forward_backward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
-  const harness::Gradients emu = kcase::run_backward_in_thread_orders(c, in);
+  const harness::Gradients got = kcase::run_backward_repeated(c, in, backend);
   // NaN exactly where the reference's gradients are NaN, SPEC 8 elsewhere (compare.h).
   const spec8::Tolerance tol = spec8::of(c.dtype);
-  CHECK_CLOSE("dQ", emu.dq, ref.dq, tol);
-  CHECK_CLOSE("dK", emu.dk, ref.dk, tol);
-  CHECK_CLOSE("dV", emu.dv, ref.dv, tol);
+  CHECK_CLOSE("dQ", got.dq, ref.dq, tol);
+  CHECK_CLOSE("dK", got.dk, ref.dk, tol);
+  CHECK_CLOSE("dV", got.dv, ref.dv, tol);
   // The case must check what it is about: NaN gradients next to finite ones.
   int64_t nans = 0, finite = 0;
   for (const harness::Tensor* g : {&ref.dq, &ref.dk, &ref.dv}) {
@@ -94,6 +96,9 @@ void run_case(const NanCase& n) {
 }  // namespace
 
 int main() {
-  for (const NanCase& n : cases()) run_case(n);
-  return harness::finish("kernels_backward_nonfinite_simt");
+  dilattn_backend backend = DILATTN_BACKEND_EMU;
+  if (!harness::test_backend_from_env(&backend)) return 1;
+  for (const NanCase& n : cases()) run_case(n, backend);
+  return harness::finish(
+      (std::string("kernels_backward_nonfinite_simt on ") + dilattn_backend_name(backend)).c_str());
 }

@@ -1,6 +1,7 @@
-// test_nonfinite_kernels.cpp - the CUDA forward kernels (run by the SIMT emulator as backend
-// emu) on inputs where a softmax that hides NaN or overflows f32 gives a wrong answer, against
-// the f64 reference (backend ref). The rules (lib/softmax_rules.h, SPEC 13):
+// test_nonfinite_kernels.cpp - the CUDA forward kernels (on the backend DILATTN_TEST_BACKEND
+// names: emu, the SIMT emulator, by default; cuda on a GPU) on inputs where a softmax that
+// hides NaN or overflows f32 gives a wrong answer, against the f64 reference (backend ref).
+// The rules (lib/softmax_rules.h, SPEC 13):
 //   - a NaN anywhere in a row's scores makes that row's O and LSE NaN, in every backend;
 //   - a row is empty (O = 0, LSE = -inf, SPEC 2) only when the index rules give it no key,
 //     never because its sum underflowed;
@@ -19,8 +20,8 @@
 //   scale_* scale = +1e38 and -1e38, dense and causal: scale * <q, k> overflows f32 although
 //           the reference is finite; O within SPEC 8, LSE (f32) within a relative bound of the
 //           reference rounded to f32 (+-inf where the reference lies outside f32's range).
-// Every case runs in the emulator's ascending, descending and shuffled thread orders, which
-// must agree bit for bit.
+// Every case is repeated (kernel_case.h: emu in three thread orders, cuda twice, the second on a
+// stream of its own), and the repeats must agree bit for bit.
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -97,7 +98,7 @@ std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
   return out;
 }
 
-void run_case(const NonfiniteCase& n) {
+void run_case(const NonfiniteCase& n, dilattn_backend backend) {
   const Case& c = n.c;
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
@@ -105,10 +106,10 @@ void run_case(const NonfiniteCase& n) {
   if (n.nan.j >= 0) in.k.set(0, n.nan.j, n.nan.kv_head, 1, n.nan.value);
   const harness::Forward ref =
       harness::run_forward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
-  const harness::Forward emu = kcase::run_emu_in_thread_orders(c, in);
+  const harness::Forward got = kcase::run_forward_repeated(c, in, backend);
 
   // NaN exactly where the reference's O is NaN, SPEC 8 elsewhere (compare.h).
-  CHECK_CLOSE("O", emu.o, ref.o, spec8::of(c.dtype));
+  CHECK_CLOSE("O", got.o, ref.o, spec8::of(c.dtype));
   std::vector<double> ref_lse = ref.lse.values();
   spec8::Tolerance lse_tol = spec8::lse();
   if (c.scale != 0) {
@@ -119,7 +120,7 @@ void run_case(const NonfiniteCase& n) {
     for (double& x : ref_lse) x = static_cast<float>(x);
     lse_tol.rtol = 1e-4;
   }
-  CHECK_CLOSE("LSE", emu.lse.values(), ref_lse, lse_tol);
+  CHECK_CLOSE("LSE", got.lse.values(), ref_lse, lse_tol);
   // The case must check what it is about: NaN rows next to finite ones, or (scale) no NaN.
   const int64_t lse_nans = harness::nan_count(ref.lse), o_nans = harness::nan_count(ref.o);
   int64_t finite = 0;
@@ -143,6 +144,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
     return 2;
   }
-  for (const NonfiniteCase& n : cases_for(argv[1])) run_case(n);
-  return harness::finish((std::string("kernels_nonfinite_") + argv[1]).c_str());
+  dilattn_backend backend = DILATTN_BACKEND_EMU;
+  if (!harness::test_backend_from_env(&backend)) return 1;
+  for (const NonfiniteCase& n : cases_for(argv[1])) run_case(n, backend);
+  return harness::finish(
+      (std::string("kernels_nonfinite_") + argv[1] + " on " +
+       dilattn_backend_name(backend)).c_str());
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../common/check.h"
+#include "../common/test_backend.h"
 #include "forward_mma.cu"
 #include "forward_mma_tf32.cu"
 #include "forward_simt.cu"
@@ -115,6 +116,11 @@ void check_tf32_fragments() {
 }  // namespace
 
 int main() {
+  // On cuda this test says it is emu-only and is not counted as run (test_backend.h).
+  if (!harness::runs_only_on_emu(
+          "kernels_smem_banks",
+          "the shared-memory bank model of the emulated tile layouts"))
+    return harness::kExitSkip;
   check_simt_key_column();
   check_mma_fragments<__half, 64>("f16");
   check_mma_fragments<__half, 128>("f16");

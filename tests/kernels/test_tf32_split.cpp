@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_backend.h"
 #include "forward_mma_tf32.cu"
 #include "kernel_case.h"
 #include "kernel_choice.h"
@@ -115,6 +116,11 @@ void check_case(Case c) {
 }  // namespace
 
 int main() {
+  // On cuda this test says it is emu-only and is not counted as run (test_backend.h).
+  if (!harness::runs_only_on_emu(
+          "kernels_tf32_split",
+          "forward_mma_tf32.cu launched directly in the emulator with plain TF32"))
+    return harness::kExitSkip;
   Case dense;
   dense.name = "tf32_split/dense";
   dense.B = 2; dense.Nq = dense.Nk = 100; dense.H = dense.Hkv = 2;

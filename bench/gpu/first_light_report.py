@@ -1,0 +1,157 @@
+"""first_light_report.py - the reports of bench/gpu/first_light.sh.
+
+  first_light_report.py ncu NCU_CSV SASS_MODEL_JSON OUT_JSON
+      Nsight Compute's raw CSV (ncu --csv --page raw) of the tensor-core forward, one row per
+      launch, reduced to the last launch per head dim, beside sass_model.py's prediction for the
+      same kernel (f16, the device's arch): tensor-pipe utilisation, achieved occupancy, DRAM
+      throughput, L2 hit rate, duration.
+  first_light_report.py summary OUT_DIR TOTAL_S SUMMARY_S
+      summary.txt on stdout, one screen: pass/fail and seconds per step (steps.json), the speed
+      table with ratios to PyTorch's best backend per row (torch_compare.json), the ncu figures.
+
+Pure Python; tested on the CPU by test_first_light_report.py.
+"""
+import csv
+import io
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_compare_gpu  # noqa: E402  (summary_lines: one table format for both)
+
+METRICS = {
+    "tensor_pipe_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "dram_throughput_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l2_hit_rate_pct": "lts__t_sector_hit_rate.pct",
+    "duration_ns": "gpu__time_duration.sum",
+}
+
+
+def _number(text):
+    try:
+        return float(str(text).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text):
+    """{D: {metric: value}} from ncu's raw CSV: the header row starts with "ID", a units row
+    follows; the program's own output and ==PROF== lines around it are skipped. D comes from
+    the demangled name (forward_mma_kernel<__half, 64>), else from the launch order (the
+    benchmark runs D = 64 first)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return {}
+    rows = list(csv.DictReader(io.StringIO("\n".join(
+        line for line in lines[start:] if line.startswith('"')))))
+    launches = [r for r in rows if str(r.get("ID", "")).isdigit()]
+    by_d = {}
+    for n, r in enumerate(launches):
+        m = re.search(r"forward_mma_kernel<[^,>]*,\s*(\d+)", r.get("Kernel Name", ""))
+        d = int(m.group(1)) if m else (64 if n < len(launches) / 2 else 128)
+        by_d[d] = {k: _number(r.get(v)) for k, v in METRICS.items()}  # the last launch wins
+        by_d[d]["kernel"] = r.get("Kernel Name", "")
+    return by_d
+
+
+def model_for(sass_json, D, arch):
+    """sass_model.py's row for forward_mma_kernel, f16, head dim D, on arch (e.g. "sm_90")."""
+    for r in sass_json.get("results", []):
+        if ("forward_mma_kernel" in r.get("kernel", "") and r.get("dtype") == "f16"
+                and r.get("D") == D and r.get("arch") == arch):
+            return {"estimate_pct_of_f16_peak": round(100 * r["estimate"], 1)
+                    if r.get("estimate") is not None else None,
+                    "bound_by": r.get("bound_by"),
+                    "fraction_of_dense_f16_peak": r.get("fraction_of_dense_f16_peak"),
+                    "error": r.get("error")}
+    return None
+
+
+def ncu_report(csv_text, sass_json, arch):
+    measured = parse_ncu_csv(csv_text)
+    return {"kernel": "forward_mma_kernel, f16, dense (bench_gpu --quick: B=1, N=2048, H=16)",
+            "metrics": METRICS, "arch": arch,
+            "by_head_dim": {str(d): {"measured": measured.get(d), "model": model_for(
+                sass_json, d, arch)} for d in (64, 128)}}
+
+
+def ncu_lines(ncu):
+    out = ["ncu, forward_mma_kernel f16 (measured | sass_model.py)"]
+    for d, r in sorted(ncu.get("by_head_dim", {}).items(), key=lambda kv: int(kv[0])):
+        m, p = r.get("measured") or {}, r.get("model") or {}
+
+        def f(key):
+            v = m.get(key)
+            return "n/a" if v is None else f"{v:.0f}%"
+        out.append(f"  D={d}: tensor pipe {f('tensor_pipe_pct')} | model "
+                   f"{p.get('estimate_pct_of_f16_peak', 'n/a')}% ({p.get('bound_by', '?')}), "
+                   f"occupancy {f('achieved_occupancy_pct')}, DRAM {f('dram_throughput_pct')}, "
+                   f"L2 hit {f('l2_hit_rate_pct')}")
+    return out
+
+
+def summary(steps, torch_compare, ncu, total_s, summary_s, made_with=None):
+    m = made_with or {}
+    lines = [f"dilattn GPU first light: {m.get('device', torch_compare.get('device', '?'))}, "
+             f"driver {m.get('driver', '?')}, commit {m.get('commit', '?')}, "
+             f"torch {torch_compare.get('torch', '?')}, {total_s} s in all"]
+    order = ["build", "kernels", "ring_py", "sanitizer", "timing", "ncu"]
+    for s in sorted(steps, key=lambda s: order.index(s["step"]) if s["step"] in order else 99):
+        lines.append(f"  {s['step']:<10} {s['status'].upper():<4} {s['seconds']:>4} s "
+                     f"(budget {s['budget_s']}) {s['detail'][:110]}")
+    lines.append(f"  {'summary':<10} {'PASS':<4} {summary_s:>4} s")
+    rows = torch_compare.get("rows", [])
+    if rows:
+        lines.append(f"TFLOP/s: {torch_compare.get('flop_formula', '')[:120]}")
+        lines.append("ratio = PyTorch's best ms / dilattn ms (above 1: dilattn faster)")
+        for direction in ("forward", "backward"):
+            lines += torch_compare_gpu.summary_lines(rows, direction)
+    else:
+        lines.append("no speed table (torch_compare.json missing or empty)")
+    if ncu:
+        lines += ncu_lines(ncu)
+    return "\n".join(lines) + "\n"
+
+
+def _load(path, default):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def main(argv):
+    if len(argv) == 4 and argv[0] == "ncu":
+        csv_path, sass_path, out_path = argv[1:]
+        try:
+            with open(csv_path) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        sass = _load(sass_path, {})
+        arch = next((r.get("arch") for r in sass.get("results", [])), "?")
+        report = ncu_report(text, sass, arch)
+        with open(out_path, "w") as f:
+            json.dump(report, f, indent=1)
+        got = [d for d, r in report["by_head_dim"].items() if r["measured"]]
+        print(f"ncu: metrics for D = {', '.join(got) or 'none'}")
+        return 0 if len(got) == 2 else 1
+    if len(argv) == 4 and argv[0] == "summary":
+        out_dir, total_s, summary_s = argv[1], int(argv[2]), int(argv[3])
+        record = _load(os.path.join(out_dir, "steps.json"), {})
+        sys.stdout.write(summary(record.get("steps", []),
+                                 _load(os.path.join(out_dir, "torch_compare.json"), {}),
+                                 _load(os.path.join(out_dir, "ncu.json"), {}), total_s,
+                                 summary_s, record))
+        return 0
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,66 @@
+"""first_light_report.py on the CPU: Nsight Compute's raw CSV parsed per head dim, the model's
+row found beside it, and summary.txt's content from step records and a speed table."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import first_light_report as fl  # noqa: E402
+
+HEADER = ('"ID","Process ID","Kernel Name","' + '","'.join(fl.METRICS.values()) + '"')
+UNITS = '"","","","%","%","%","%","nsecond"'
+
+
+def launch(i, d, tensor):
+    return (f'"{i}","7","void dilattn::cuda::forward_mma_kernel<__half, {d}>(ForwardParams)",'
+            f'"{tensor}","45.5","12.25","80.1","1,234"')
+
+
+CSV = "\n".join(["==PROF== Connected to process 7", "no GPU table line", HEADER, UNITS,
+                 launch(0, 64, 10), launch(1, 64, 55.5), launch(2, 128, 61)])
+
+SASS = {"results": [
+    {"kernel": "void dilattn::cuda::forward_mma_kernel<__half, 64>(ForwardParams)",
+     "arch": "sm_90", "dtype": "f16", "D": 64, "estimate": 0.5, "bound_by": "tensor",
+     "fraction_of_dense_f16_peak": {"tensor": 0.5}},
+    {"kernel": "void dilattn::cuda::forward_mma_kernel<__half, 64>(ForwardParams)",
+     "arch": "sm_80", "dtype": "f16", "D": 64, "estimate": 0.9, "bound_by": "issue"}]}
+
+
+def test_parse_ncu_csv_keeps_the_last_launch_per_head_dim():
+    got = fl.parse_ncu_csv(CSV)
+    assert sorted(got) == [64, 128]
+    assert got[64]["tensor_pipe_pct"] == 55.5
+    assert got[128]["tensor_pipe_pct"] == 61
+    assert got[64]["duration_ns"] == 1234.0
+    assert got[64]["l2_hit_rate_pct"] == 80.1
+
+
+def test_parse_ncu_csv_without_template_names_uses_launch_order():
+    text = CSV.replace("<__half, 64>", "").replace("<__half, 128>", "")
+    got = fl.parse_ncu_csv(text)
+    assert sorted(got) == [64, 128]
+    assert got[128]["tensor_pipe_pct"] == 61
+
+
+def test_parse_ncu_csv_without_a_table_is_empty():
+    assert fl.parse_ncu_csv("==PROF== No kernels were profiled.") == {}
+
+
+def test_model_for_picks_the_arch_dtype_and_head_dim():
+    assert fl.model_for(SASS, 64, "sm_90")["estimate_pct_of_f16_peak"] == 50.0
+    assert fl.model_for(SASS, 128, "sm_90") is None
+
+
+def test_summary_has_each_step_and_the_ratio():
+    steps = [{"step": "build", "status": "pass", "seconds": 80, "budget_s": 180, "detail": "sm_90"},
+             {"step": "kernels", "status": "fail", "seconds": 20, "budget_s": 100, "detail": "9/10"}]
+    tc = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11", "flop_formula": "4*D*pairs",
+          "rows": [{"label": "dense D=64", "direction": "forward",
+                    "dilattn": {"status": "ok", "ms": 1.0, "tflops": 300.0},
+                    "torch": {"sdpa_flash": {"status": "ok", "ms": 0.5}}}]}
+    ncu = fl.ncu_report(CSV, SASS, "sm_90")
+    text = fl.summary(steps, tc, ncu, 400, 1)
+    assert "build      PASS   80 s" in text and "kernels    FAIL   20 s" in text
+    assert "0.50" in text.split("dense D=64")[1].splitlines()[0]
+    assert "D=64: tensor pipe 56% | model 50.0% (tensor)" in text
+    assert len(text.splitlines()) < 50

@@ -1,0 +1,166 @@
+// kernel_cases.h - the one case table of the forward and backward kernel tests
+// (test_forward_kernels.cpp, test_backward_kernels.cpp): every kind a kernel must get right,
+// each row with the forward tests' shape and the backward tests' (smaller, since the f64
+// reference backward is the slow part), and the rows only one direction runs.
+//
+// Kernels: forward simt | mma (f16, bf16) | mma_tf32 (f32, 3xTF32); backward simt | wmma
+// (f16, bf16). Kinds: dense, causal with Nq < Nk and Nq > Nk (rows with no key: O = 0,
+// LSE = -inf, no gradient), GQA with strided views, dilated in each head mode (mod, block,
+// groups) with partial and clipped segments, causal dilated, block-sparse with one mask and per
+// head, an empty BSR row, bq != bk, causal. Head dims alternate between two per dtype: the
+// tensor-core kernels take 64 and 128; SIMT runs dims they do not take.
+// Forward only, the tensor-core forward kernels' own edges: a second, partial query tile
+// (BR = 128 rows at D = 64, 64 at D = 128) and a partial last key chunk (64 keys; mma_tf32 at
+// D = 128: 32); causal GQA over several chunks; one dilated branch with r > 1 (rows the offset
+// does not select are written by the kernel as empty, no workspace); block-sparse with key
+// blocks of two chunks and causally empty spans; K and V rows that are not 16-byte aligned
+// (element loads instead of cp.async). SIMT's largest head dims (shared memory above the 48 KiB
+// default) end each SIMT list; the backward adds an odd head dim.
+// DILATTN_TEST_CASES=KIND[,KIND...] keeps only the cases of those kinds (the name after the
+// last '/', e.g. "dense": each kernel x dtype once), for slow runs such as compute-sanitizer
+// (bench/gpu/first_light.sh); unset, every case runs. A filter that keeps nothing fails the
+// test (check.h: no check ran).
+#ifndef DILATTN_TESTS_KERNEL_CASES_H
+#define DILATTN_TESTS_KERNEL_CASES_H
+
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernel_case.h"
+
+namespace kcase {
+
+enum class Direction { forward, backward };
+
+// The cases whose kind DILATTN_TEST_CASES lists (all of them when it is unset or empty).
+inline std::vector<harness::AttentionCase> only_kinds_asked_for(
+    std::vector<harness::AttentionCase> cases) {
+  const char* list = std::getenv("DILATTN_TEST_CASES");
+  if (list == nullptr || list[0] == '\0') return cases;
+  std::vector<std::string> kinds;
+  std::stringstream in(list);
+  for (std::string kind; std::getline(in, kind, ',');) kinds.push_back(kind);
+  std::vector<harness::AttentionCase> kept;
+  for (const harness::AttentionCase& c : cases) {
+    const std::string kind = c.name.substr(c.name.rfind('/') + 1);
+    for (const std::string& k : kinds)
+      if (k == kind) kept.push_back(c);
+  }
+  return kept;
+}
+
+inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
+                                                        const std::string& kernel) {
+  using Case = harness::AttentionCase;
+  const bool bwd = direction == Direction::backward;
+  // The forward's value, or the backward's.
+  auto pick = [bwd](int64_t forward, int64_t backward) { return bwd ? backward : forward; };
+  const bool tensor_core = kernel == "mma" || kernel == "mma_tf32" || kernel == "wmma";
+  const std::vector<dilattn_dtype> dtypes =
+      (kernel == "mma" || kernel == "wmma") ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
+      : kernel == "mma_tf32"                ? std::vector<dilattn_dtype>{DILATTN_F32}
+      : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
+  std::vector<Case> out;
+  for (dilattn_dtype t : dtypes) {
+    // Forward SIMT: 40 and 8. Backward SIMT: f16/bf16 at 24 and 8 (dims WMMA does not take),
+    // f32 at 64 and 8.
+    const int64_t dims[2] = {tensor_core ? 64 : bwd ? (t == DILATTN_F32 ? 64 : 24) : 40,
+                             tensor_core ? 128 : 8};
+    int variant = 0;
+    auto base = [&](const char* name) {
+      Case c;
+      c.name = kernel + "/" + dilattn::dtype_name(t) + "/" + name;
+      c.dtype = t;
+      c.D = dims[variant++ % 2];
+      return c;
+    };
+    Case c = base("dense");
+    c.B = 2; c.Nq = c.Nk = pick(33, 21); c.H = c.Hkv = pick(2, 1);
+    out.push_back(c);
+    c = base("causal_nq_lt_nk");
+    c.Nq = pick(20, 13); c.Nk = pick(37, 22); c.H = c.Hkv = pick(2, 1); c.causal = true;
+    out.push_back(c);
+    c = base("causal_nq_gt_nk_empty_rows");
+    c.Nq = pick(37, 22); c.Nk = pick(20, 13); c.causal = true;
+    out.push_back(c);
+    c = base("gqa_causal_strided");
+    c.Nq = c.Nk = pick(29, 19); c.H = 4; c.Hkv = 2; c.causal = true;
+    c.input_layout = c.output_layout = {false, 8};
+    out.push_back(c);
+    c = base(bwd ? "dilated_mod_partial_gqa" : "dilated_mod_partial");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = pick(50, 27); c.H = 4; c.Hkv = 2;
+    c.segments = bwd ? std::vector<int64_t>{8, 16} : std::vector<int64_t>{8, 16, 32};
+    c.dilations = bwd ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 2, 4};
+    c.head_mode = DILATTN_HEADS_MOD;
+    out.push_back(c);
+    c = base("dilated_block");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = pick(50, 27); c.H = c.Hkv = pick(4, 2);
+    c.segments = bwd ? std::vector<int64_t>{8, 16} : std::vector<int64_t>{8, 16, 32};
+    c.dilations = bwd ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 2, 4};
+    c.head_mode = DILATTN_HEADS_BLOCK;
+    out.push_back(c);
+    c = base("dilated_groups");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = pick(50, 27); c.H = 3; c.Hkv = 3;
+    c.segments = {8, 16, 32}; c.dilations = {1, 2, 4}; c.head_mode = DILATTN_HEADS_GROUPS;
+    out.push_back(c);
+    c = base("dilated_causal_clipped_segment");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = pick(45, 23); c.H = 2; c.Hkv = 1;
+    c.causal = true;
+    c.segments = {pick(16, 8), 64}; c.dilations = {2, pick(4, 3)};
+    c.head_mode = DILATTN_HEADS_MOD;
+    out.push_back(c);
+    c = base("sparse_local_sink_empty_row");
+    c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = pick(70, 40); c.H = 2; c.Hkv = 1;
+    c.mask.bq = c.mask.bk = pick(16, 8);
+    local_sink_mask(c, 2, 0);
+    out.push_back(c);
+    c = base(bwd ? "sparse_per_head_bq16_bk8_causal" : "sparse_per_head_bq32_bk16_causal");
+    c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = pick(70, 40); c.H = 2; c.Hkv = 2;
+    c.causal = true;
+    c.mask.bq = pick(32, 16); c.mask.bk = pick(16, 8); c.mask.heads = 2;
+    local_sink_mask(c, -1, pick(16, 8));
+    out.push_back(c);
+    if (bwd || !tensor_core) continue;
+    c = base("partial_query_tile_and_key_chunk");
+    c.Nq = 150; c.Nk = 150; c.H = c.Hkv = 1;
+    c.D = t == DILATTN_BF16 ? 128 : 64;
+    out.push_back(c);
+    c = base("gqa_causal_several_chunks");
+    c.Nq = 70; c.Nk = 140; c.H = 4; c.Hkv = 2; c.causal = true;
+    out.push_back(c);
+    c = base("dilated_one_branch_gaps");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 100; c.H = 3; c.Hkv = 1;
+    c.segments = {40}; c.dilations = {3}; c.head_mode = DILATTN_HEADS_MOD;
+    out.push_back(c);
+    c = base("dilated_two_branches_causal");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 150; c.H = 2; c.Hkv = 2; c.causal = true;
+    c.segments = {100, 150}; c.dilations = {1, 2}; c.head_mode = DILATTN_HEADS_BLOCK;
+    out.push_back(c);
+    c = base("sparse_two_chunk_blocks_causal");
+    c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 300; c.H = 2; c.Hkv = 1; c.causal = true;
+    c.mask.bq = 64; c.mask.bk = 128;
+    local_sink_mask(c, 1, 0);
+    out.push_back(c);
+    c = base("unaligned_rows_element_loads");
+    c.Nq = 40; c.Nk = 90; c.H = c.Hkv = 2; c.causal = true;
+    c.input_layout = {false, 4};  // rows of D + 4 elements: not 16-byte multiples
+    c.output_layout = {true, 2};
+    out.push_back(c);
+  }
+  if (!tensor_core) {  // odd and largest head dims (shared memory above 48 KiB: opt-in)
+    for (int64_t D : bwd ? std::vector<int64_t>{5, 128} : std::vector<int64_t>{192, 256}) {
+      Case c;
+      c.name = "simt/f32/dense_causal_d" + std::to_string(D);
+      c.D = D; c.Nq = c.Nk = pick(20, 12); c.causal = true;
+      out.push_back(c);
+    }
+  }
+  return only_kinds_asked_for(out);
+}
+
+}  // namespace kcase
+
+#endif  // DILATTN_TESTS_KERNEL_CASES_H
