@@ -276,3 +276,12 @@ class MultiheadDilatedAttention(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return self.out_proj(x), None
+
+
+# The seed package's module family and factories (seed_modules.py, factory.py), imported last:
+# they build on the modules above.
+from .seed_modules import (  # noqa: E402
+    BlockSparseRingDilatedAttention, BlockSparseRingMultiheadDilatedAttention,
+    ImprovedDilatedAttention, ImprovedMultiheadDilatedAttention, RingDilatedAttention,
+    RingMultiheadDilatedAttention, SparsePatternConfig)
+from .factory import create_dilated_attention, create_multihead_dilated_attention  # noqa: E402
