@@ -49,9 +49,10 @@ def _refuse_torch(name, x):
     without autograd or its device: the caller means dilattn.torch.attention."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} is a torch.Tensor: dilattn.forward, dilattn.backward and "
-                        "dilattn.mask.topk take numpy arrays; use dilattn.torch.attention(q, k, "
-                        "v, ...) for torch tensors (autograd, CUDA), or pass t.numpy()")
+        raise TypeError(f"{name} is a torch.Tensor: dilattn's numpy functions (dilattn.forward, "
+                        "dilattn.backward, dilattn.mask.topk, dilattn.ring) take numpy arrays; "
+                        "use dilattn.torch.attention(q, k, v, ...) for torch tensors (autograd, "
+                        "CUDA), or pass t.numpy()")
 
 
 def same_dtype(named):
