@@ -5,7 +5,11 @@ numpy:   o, lse = dilattn.forward(q, k, v, segments=[8, 16], dilations=[1, 2])
          dq, dk, dv = dilattn.backward(q, k, v, o, lse, do, segments=[8, 16], dilations=[1, 2])
 masks:   dilattn.forward(q, k, v, mask=dilattn.mask.pattern("local:2+sink:1", n, 64))
 PyTorch: dilattn.torch.attention(q, k, v, ...), dilattn.torch.DilatedAttention,
-         dilattn.torch.MultiheadDilatedAttention (torch is optional: import dilattn.torch)
+         dilattn.torch.MultiheadDilatedAttention (torch is optional: import dilattn.torch);
+         the DarcStar package's family: dilattn.torch.create_multihead_dilated_attention("auto",
+         ...), ImprovedDilatedAttention, RingDilatedAttention, BlockSparseRingDilatedAttention, ...
+numpy vs torch: dilattn.forward/backward take numpy arrays (a torch tensor is a TypeError naming
+         dilattn.torch.attention); the package is typed (py.typed)
 ring:    dilattn.ring.run_threads(P, lambda comm: dilattn.ring.ring_forward(comm, ...)) (SPEC 5)
 pools:   with dilattn.Pool(1 << 20) as pool: dilattn.forward(q, k, v, pool=pool); pool.stats()
 errors:  dilattn.Error and its subclasses, with .status, .status_name and .message

@@ -181,7 +181,7 @@ SIGNATURES = {
 
 
 # ---------------------------------------------------------------- loading
-def library_path():
+def library_path() -> str:
     """DILATTN_LIB if set, else the shared library installed inside this package."""
     path = os.environ.get("DILATTN_LIB")
     if path:

@@ -2,7 +2,7 @@
 from . import _abi
 
 
-def library_version():
+def library_version() -> str:
     """The C library's version as "major.minor.patch" (dilattn_version())."""
     v = _abi.lib().dilattn_version()
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
@@ -19,7 +19,7 @@ def _package_version():
 __version__ = _package_version()
 
 
-def backend_available(name):
+def backend_available(name: str) -> bool:
     """True when the backend ("ref", "cpu", "cuda", "emu") is built and can run here."""
     if name not in _abi.BACKENDS:
         from ._errors import error_for
@@ -28,12 +28,12 @@ def backend_available(name):
     return bool(_abi.lib().dilattn_backend_available(_abi.BACKENDS[name]))
 
 
-def build_info():
+def build_info() -> str:
     """The library's dilattn_build_info(): one line per fact."""
     return _abi.lib().dilattn_build_info().decode()
 
 
-def info():
+def info() -> str:
     """A report of the package, the library it loaded and the backends that run here."""
     lines = [f"dilattn (Python) {__version__}",
              f"library: {_abi.library_path()} (version {library_version()})"]

@@ -9,8 +9,15 @@ is copied to a new, aligned, contiguous array first, which the library refuses o
 
 dtypes: float32, float64 and float16; bf16 has no numpy dtype (use dilattn.torch). The
 outputs are new C-contiguous arrays: O, dQ in q's dtype, dK, dV in k's and v's; LSE is
-[B, H, Nq], float64 from the ref backend and float32 from the others (SPEC 1).
+[B, H, Nq], float64 from the ref backend and float32 from the others (SPEC 1). q, k, v (and o,
+do) must share one dtype; a mismatch is named in those terms ("k is float32 but q is float64").
+
+torch tensors are refused with a TypeError naming dilattn.torch.attention, the function for them:
+converted here they would come back as numpy arrays, without autograd and off their device.
 """
+import sys
+from typing import Any, Optional, Sequence, Tuple
+
 import numpy as np
 
 from . import _abi
@@ -37,8 +44,33 @@ def _viewable(array):
             and all(s >= 0 and s % array.itemsize == 0 for s in array.strides))
 
 
+def _refuse_torch(name, x):
+    """A torch tensor would be converted to numpy and the results handed back as numpy arrays,
+    without autograd or its device: the caller means dilattn.torch.attention."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} is a torch.Tensor: dilattn's numpy functions (dilattn.forward, "
+                        "dilattn.backward, dilattn.mask.topk, dilattn.ring) take numpy arrays; "
+                        "use dilattn.torch.attention(q, k, v, ...) for torch tensors (autograd, "
+                        "CUDA), or pass t.numpy()")
+
+
+def same_dtype(named):
+    """Raises DILATTN_ERROR_DTYPE_MISMATCH naming the first of the (name, dtype name) pairs
+    whose dtype differs from the first's, in the caller's terms (SPEC 1: the inputs and outputs
+    of one call have one dtype)."""
+    first_name, first = named[0]
+    for name, dtype in named[1:]:
+        if dtype != first:
+            names = ", ".join(n for n, _ in named)
+            raise error_for("DILATTN_ERROR_DTYPE_MISMATCH",
+                            f"{name} is {dtype} but {first_name} is {first}: {names} must have "
+                            "one dtype (a list or Python floats become float64)")
+
+
 def as_array(name, x):
     """x as a 4-d numpy array the library can view: the same memory when possible."""
+    _refuse_torch(name, x)
     array = np.asarray(x)
     if array.ndim != 4:
         raise error_for("DILATTN_ERROR_SHAPE_MISMATCH",
@@ -64,12 +96,19 @@ def _sizes(q, k):
 
 def _lse4(lse):
     """LSE as the library's [B, H, Nq, 1] view of a [B, H, Nq] (or already 4-d) array."""
+    _refuse_torch("lse", lse)
     lse = np.asarray(lse)
     return lse[..., None] if lse.ndim == 3 else lse
 
 
-def forward(q, k, v, *, segments=None, dilations=None, heads_mode="mod", causal=False,
-            scale=None, mask=None, backend="auto", pool=None):
+def _dtype_names(named):
+    return [(name, str(array.dtype.newbyteorder("="))) for name, array in named]
+
+
+def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
+            dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
+            causal: bool = False, scale: Optional[float] = None, mask: Any = None,
+            backend: str = "auto", pool: Any = None) -> Tuple[np.ndarray, np.ndarray]:
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
@@ -78,6 +117,7 @@ def forward(q, k, v, *, segments=None, dilations=None, heads_mode="mod", causal=
     pool: a dilattn.Pool (host) for the workspace. Raises dilattn.Error (a subclass per kind of failure) with the library's message."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
+    same_dtype(_dtype_names((("q", q), ("k", k), ("v", v))))
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
     try:
         B, Nq, H, _ = q.shape
@@ -89,13 +129,18 @@ def forward(q, k, v, *, segments=None, dilations=None, heads_mode="mod", causal=
     return o, lse[..., 0]
 
 
-def backward(q, k, v, o, lse, do, *, segments=None, dilations=None, heads_mode="mod",
-             causal=False, scale=None, mask=None, backend="auto", pool=None):
+def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
+             segments: Optional[Sequence[int]] = None,
+             dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
+             causal: bool = False, scale: Optional[float] = None, mask: Any = None,
+             backend: str = "auto",
+             pool: Any = None) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
     the output gradient do (SPEC 6). Deterministic: the same inputs give the same bits."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
     q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                                    ("do", do)))
+    same_dtype(_dtype_names((("q", q), ("k", k), ("v", v), ("o", o), ("do", do))))
     lse = as_array("lse", _lse4(lse))
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
     try:

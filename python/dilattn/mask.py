@@ -10,6 +10,7 @@ windows and strides in blocks. seqlen_k and block_k default to seqlen_q and bloc
     o, lse = dilattn.forward(q, k, v, mask=m, causal=True)
 """
 import ctypes as C
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -46,7 +47,7 @@ class Mask:
         check(_abi.lib().dilattn_mask_get(self._handle, C.byref(view), C.byref(nnz)))
         return view, nnz.value
 
-    def to_bsr(self):
+    def to_bsr(self) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
         """(row_ptr, col_idx, head_ptr) as int64 numpy copies, in the layout of
         dilattn_mask.h; head_ptr is None for a one-head mask."""
         view, nnz = self._view()
@@ -62,7 +63,7 @@ class Mask:
         head_ptr = None if view.num_heads == 1 else copy(view.head_ptr, view.num_heads + 1)
         return row_ptr, col_idx, head_ptr
 
-    def to_dense(self):
+    def to_dense(self) -> np.ndarray:
         """A bool array [num_heads, I, J]: True where key block j is listed for row block i."""
         row_ptr, col_idx, head_ptr = self.to_bsr()
         I = -(-self.seqlen_q // self.block_q)
@@ -89,8 +90,8 @@ def _sizes(seqlen_q, block_q, seqlen_k, block_k):
             block_q, block_q if block_k is None else _cints.int64(block_k, "block_k"))
 
 
-def from_bsr(row_ptr, col_idx, seqlen_q, block_q, *, head_ptr=None, seqlen_k=None,
-             block_k=None):
+def from_bsr(row_ptr: Any, col_idx: Any, seqlen_q: int, block_q: int, *, head_ptr: Any = None,
+             seqlen_k: Optional[int] = None, block_k: Optional[int] = None) -> Mask:
     """A mask from BSR arrays (any integer dtype; copied and validated). A bad mask raises
     dilattn.InvalidArgumentError (DILATTN_ERROR_BAD_MASK) naming the first bad entry; entries
     that do not fit int64_t, floats and bools are refused before (_cints.int64_array)."""
@@ -107,7 +108,8 @@ def from_bsr(row_ptr, col_idx, seqlen_q, block_q, *, head_ptr=None, seqlen_k=Non
     return _build(_abi.lib().dilattn_mask_create, C.byref(view))
 
 
-def pattern(spec, seqlen_q, block_q, *, seqlen_k=None, block_k=None):
+def pattern(spec: str, seqlen_q: int, block_q: int, *, seqlen_k: Optional[int] = None,
+            block_k: Optional[int] = None) -> Mask:
     """The mask a pattern string describes: a '+'-separated union of terms such as
     "local:2+sink:1+strided:4+random:0.05:seed=7" (SPEC 4.4; docs/cli.md, "Block-sparse patterns")."""
     if not isinstance(spec, str):
@@ -116,27 +118,31 @@ def pattern(spec, seqlen_q, block_q, *, seqlen_k=None, block_k=None):
                   *_sizes(seqlen_q, block_q, seqlen_k, block_k))
 
 
-def local(seqlen_q, block_q, window_blocks, *, causal=False, seqlen_k=None, block_k=None):
+def local(seqlen_q: int, block_q: int, window_blocks: int, *, causal: bool = False,
+          seqlen_k: Optional[int] = None, block_k: Optional[int] = None) -> Mask:
     """The diagonal block and window_blocks blocks on each side (only before it when causal)."""
     return _build(_abi.lib().dilattn_mask_local, *_sizes(seqlen_q, block_q, seqlen_k, block_k),
                   _cints.int64(window_blocks, "window_blocks"), int(bool(causal)))
 
 
-def sink(seqlen_q, block_q, global_blocks, *, causal=False, seqlen_k=None, block_k=None):
+def sink(seqlen_q: int, block_q: int, global_blocks: int, *, causal: bool = False,
+         seqlen_k: Optional[int] = None, block_k: Optional[int] = None) -> Mask:
     """Every row sees the first global_blocks key blocks, which see every key block."""
     return _build(_abi.lib().dilattn_mask_sink, *_sizes(seqlen_q, block_q, seqlen_k, block_k),
                   _cints.int64(global_blocks, "global_blocks"), int(bool(causal)))
 
 
-def strided(seqlen_q, block_q, stride, *, causal=False, seqlen_k=None, block_k=None):
+def strided(seqlen_q: int, block_q: int, stride: int, *, causal: bool = False,
+            seqlen_k: Optional[int] = None, block_k: Optional[int] = None) -> Mask:
     """The diagonal and every stride-th key block from it, both ways."""
     return _build(_abi.lib().dilattn_mask_strided,
                   *_sizes(seqlen_q, block_q, seqlen_k, block_k), _cints.int64(stride, "stride"),
                   int(bool(causal)))
 
 
-def random(seqlen_q, block_q, density, *, seed=0, num_heads=1, causal=False, seqlen_k=None,
-           block_k=None):
+def random(seqlen_q: int, block_q: int, density: float, *, seed: int = 0, num_heads: int = 1,
+           causal: bool = False, seqlen_k: Optional[int] = None,
+           block_k: Optional[int] = None) -> Mask:
     """Each block pair kept with probability density, drawn by seeded splitmix64: the same
     mask on every platform."""
     return _build(_abi.lib().dilattn_mask_random, *_sizes(seqlen_q, block_q, seqlen_k, block_k),
@@ -144,7 +150,7 @@ def random(seqlen_q, block_q, density, *, seed=0, num_heads=1, causal=False, seq
                   _cints.uint64(seed, "seed"), int(bool(causal)))
 
 
-def union(*masks):
+def union(*masks: Mask) -> Mask:
     """Per (head, row block) the union of the masks' key blocks."""
     if not masks or not all(isinstance(m, Mask) for m in masks):
         raise error_for("DILATTN_ERROR_INVALID_VALUE",
@@ -153,7 +159,9 @@ def union(*masks):
     return _build(_abi.lib().dilattn_mask_union, handles, _cints.int32(len(masks), "len(masks)"))
 
 
-def hierarchical(seqlen_q, block_q, levels, *, causal=False, seqlen_k=None, block_k=None):
+def hierarchical(seqlen_q: int, block_q: int, levels: Sequence[Sequence[int]], *,
+                 causal: bool = False, seqlen_k: Optional[int] = None,
+                 block_k: Optional[int] = None) -> Mask:
     """levels: (stride, window, block_size) triples in tokens, window -1 = every key."""
     levels = [tuple(_cints.int64(x, f"levels[{i}][{c}]") for c, x in enumerate(level))
               for i, level in enumerate(levels)]
@@ -167,7 +175,8 @@ def hierarchical(seqlen_q, block_q, levels, *, causal=False, seqlen_k=None, bloc
                   *cols, int(bool(causal)))
 
 
-def topk(q, k, block_q, k_keep, *, causal=False, block_k=None):
+def topk(q: Any, k: Any, block_q: int, k_keep: int, *, causal: bool = False,
+         block_k: Optional[int] = None) -> Mask:
     """Content-adaptive: per head and row block the k_keep key blocks of highest mean-pooled
     q . k score, plus the diagonal. q [B, Nq, H, D], k [B, Nk, Hkv, D] numpy arrays."""
     from ._numpy import as_array, view

@@ -16,6 +16,7 @@ minimum block), blocks are 256-aligned, a fixed pool refuses a request over its 
 """
 import ctypes as C
 from dataclasses import dataclass
+from typing import Optional
 
 from . import _abi, _cints
 from ._errors import check, error_for
@@ -47,8 +48,9 @@ class Pool:
     Thread-safe (one mutex per pool in the library); close() waits for calls in flight.
     Sizes and counts are integers (not floats or bools) within their C types (_cints.py)."""
 
-    def __init__(self, arena_bytes, *, min_block_bytes=None, growth="fixed", max_arenas=0,
-                 device="cpu", device_index=0):
+    def __init__(self, arena_bytes: int, *, min_block_bytes: Optional[int] = None,
+                 growth: str = "fixed", max_arenas: int = 0, device: str = "cpu",
+                 device_index: int = 0) -> None:
         if growth not in _abi.POOL_GROWTH:
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
                             f"growth={growth!r}: expected one of {sorted(_abi.POOL_GROWTH)}")
@@ -78,11 +80,11 @@ class Pool:
 
     # ------------------------------------------------------------ lifetime
     @property
-    def closed(self):
+    def closed(self) -> bool:
         owned = getattr(self, "_owned", None)
         return owned is None or owned.closed
 
-    def handle(self):
+    def handle(self) -> int:
         """The dilattn_pool handle; POOL_DESTROYED once the pool is closed. For a library call
         use _use() instead, which keeps close() waiting until the call has returned."""
         owned = getattr(self, "_owned", None)
@@ -97,7 +99,7 @@ class Pool:
             raise _closed_error()
         return owned.use()
 
-    def close(self):
+    def close(self) -> None:
         """Destroys the pool and frees its arenas; a closed pool stays closed. A forward,
         backward or other call using the pool on another thread is waited for: close() returns
         after it (calls begun after close() raise POOL_DESTROYED)."""
@@ -122,7 +124,7 @@ class Pool:
             owned.close()
 
     # ------------------------------------------------------------ use
-    def stats(self):
+    def stats(self) -> "PoolStats":
         raw = _abi.PoolStats()
         raw.struct_size = C.sizeof(_abi.PoolStats)
         with self._use() as handle:
@@ -132,7 +134,7 @@ class Pool:
                          raw.live_blocks, raw.largest_free_block,
                          {1 << k: n for k, n in enumerate(raw.free_blocks) if n})
 
-    def alloc(self, nbytes):
+    def alloc(self, nbytes: int) -> int:
         """The address (an int) of a block of at least nbytes, 256-aligned, on the pool's
         device; give it back with free(address)."""
         nbytes = _cints.size_t(nbytes, "nbytes")
@@ -141,14 +143,14 @@ class Pool:
             check(_abi.lib().dilattn_pool_alloc(handle, nbytes, C.byref(ptr)))
         return ptr.value
 
-    def free(self, address):
+    def free(self, address: int) -> None:
         """Returns a block from alloc(); a double free or a foreign or interior pointer raises
         (POOL_DOUBLE_FREE, POOL_FOREIGN_POINTER, POOL_INTERIOR_POINTER) and changes nothing."""
         address = _cints.address(address, "address")
         with self._use() as handle:
             check(_abi.lib().dilattn_pool_free(handle, address))
 
-    def reset(self):
+    def reset(self) -> None:
         """Frees every block at once and zeroes the peak; addresses handed out before are
         invalid afterwards. Not while a forward or backward is using the pool."""
         with self._use() as handle:

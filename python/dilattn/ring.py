@@ -18,6 +18,7 @@ Tested by tests/packages/python/test_ring.py against the numpy SPEC implementati
 """
 import ctypes as C
 import threading
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class Comm:
         self.rank, self.size = rank.value, size.value
 
     @staticmethod
-    def threads(num_ranks, timeout_ms=DEFAULT_TIMEOUT_MS):
+    def threads(num_ranks: int, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> List["Comm"]:
         """num_ranks ends of one in-process communicator, rank p first; each is used from its
         own thread. A rank that does not arrive within timeout_ms fails the others."""
         num_ranks = _cints.int32(num_ranks, "num_ranks")
@@ -62,7 +63,7 @@ class Comm:
         return [Comm(C.c_void_p(h)) for h in handles[:num_ranks]]
 
     @staticmethod
-    def mpi(comm=None, timeout_ms=DEFAULT_TIMEOUT_MS):
+    def mpi(comm: Any = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> "Comm":
         """This process's end over an mpi4py communicator (default MPI.COMM_WORLD). Collective."""
         timeout_ms = _cints.int32(timeout_ms, "timeout_ms")
         try:
@@ -76,7 +77,7 @@ class Comm:
                                                  timeout_ms, C.byref(handle)))
         return Comm(handle)
 
-    def handle(self):
+    def handle(self) -> int:
         """The dilattn_comm handle (raises once closed); a library call uses _use()."""
         owned = getattr(self, "_owned", None)
         if owned is None:
@@ -90,14 +91,14 @@ class Comm:
             raise _closed_error()
         return owned.use()
 
-    def peak_bytes(self):
+    def peak_bytes(self) -> int:
         """The most bytes the ring held at once on this rank in its last call."""
         n = C.c_size_t()
         with self._use() as comm:
             check(_abi.lib().dilattn_comm_peak_bytes(comm, C.byref(n)))
         return n.value
 
-    def close(self):
+    def close(self) -> None:
         owned = getattr(self, "_owned", None)
         if owned is not None:
             owned.close()
@@ -116,7 +117,7 @@ def _closed_error():
     return error_for("DILATTN_ERROR_INVALID_VALUE", "comm: this Comm was closed")
 
 
-def shard_rows(seqlen, num_ranks, rank, split="contiguous"):
+def shard_rows(seqlen: int, num_ranks: int, rank: int, split: str = "contiguous") -> np.ndarray:
     """The rows of the full sequence rank `rank` holds, in shard order (an int64 array)."""
     first, count = (C.c_int64 * 2)(), (C.c_int64 * 2)()
     check(_abi.lib().dilattn_ring_shard_rows(_cints.int64(seqlen, "seqlen"),
@@ -133,8 +134,11 @@ def _plan(options, seqlen, q, k):
     return Plan(options, (B, seqlen, seqlen, H, k.shape[2], D), dtype_name("q", q))
 
 
-def ring_forward(comm, q, k, v, *, seqlen, split="contiguous", segments=None, dilations=None,
-                 heads_mode="mod", causal=False, scale=None, mask=None, backend="cpu"):
+def ring_forward(comm: "Comm", q: Any, k: Any, v: Any, *, seqlen: int, split: str = "contiguous",
+                 segments: Optional[Sequence[int]] = None,
+                 dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
+                 causal: bool = False, scale: Optional[float] = None, mask: Any = None,
+                 backend: str = "cpu") -> Tuple[np.ndarray, np.ndarray]:
     """This rank's (o, lse) for its shards q [B, rows, H, D], k, v [B, rows, Hkv, D] of a
     sequence of seqlen rows (dilattn.forward's options describe the full problem). o has q's
     dtype, lse is [B, H, rows]. Collective."""
@@ -154,9 +158,12 @@ def ring_forward(comm, q, k, v, *, seqlen, split="contiguous", segments=None, di
     return o, lse[..., 0]
 
 
-def ring_backward(comm, q, k, v, o, lse, do, *, seqlen, split="contiguous", segments=None,
-                  dilations=None, heads_mode="mod", causal=False, scale=None, mask=None,
-                  backend="cpu"):
+def ring_backward(comm: "Comm", q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
+                  seqlen: int, split: str = "contiguous",
+                  segments: Optional[Sequence[int]] = None,
+                  dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
+                  causal: bool = False, scale: Optional[float] = None, mask: Any = None,
+                  backend: str = "cpu") -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """This rank's (dq, dk, dv) from its shards of q, k, v, of the forward's o and lse
     ([B, H, rows]) and of do (SPEC 6). Bitwise the same on every run. Collective."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, None)
@@ -187,7 +194,8 @@ class RingError(Exception):
                          f"first: {first}")
 
 
-def run_threads(num_ranks, fn, timeout_ms=DEFAULT_TIMEOUT_MS):
+def run_threads(num_ranks: int, fn: Callable[["Comm"], Any],
+                timeout_ms: int = DEFAULT_TIMEOUT_MS) -> List[Any]:
     """Runs fn(comm) for every rank of a new threads communicator, each on its own Python
     thread, and returns the P results in rank order; raises RingError when any rank raised."""
     comms = Comm.threads(num_ranks, timeout_ms)

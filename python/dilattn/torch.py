@@ -3,7 +3,8 @@
     o = dilattn.torch.attention(q, k, v, segments=[8, 16], dilations=[1, 2], causal=True)
 
 attention() is a torch.autograd.Function: the forward saves O and LSE, the backward calls the
-library's backward (SPEC 6). Tensors are passed as views (torch strides are in elements and
+library's backward (SPEC 6). The library has first derivatives only: a double backward (the
+gradient of a gradient) raises NotImplementedError saying so. Tensors are passed as views (torch strides are in elements and
 never negative, as the C ABI wants), in float32, float64, float16 or bfloat16. A tensor whose
 data pointer is not a multiple of its element size (torch.frombuffer at an odd offset), which
 the library refuses (SPEC 1), is cloned to an aligned one first.
@@ -23,14 +24,15 @@ exact softmax attention; docs/bindings.md ("PyTorch") states how the
 outputs differ from that package's (SPEC 9).
 """
 import contextlib
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from . import _abi
 from ._errors import error_for
 from ._info import backend_available, build_info
+from ._numpy import same_dtype
 from ._plan import Options, Plan
 
 _DTYPE_NAMES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
@@ -133,6 +135,8 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, options):
         device = _one_device([("q", q), ("k", k), ("v", v)])
+        same_dtype([(name, str(t.dtype).replace("torch.", "")) for name, t in
+                    (("q", q), ("k", k), ("v", v))])
         backend = _plan_backend(device, options)
         q, k, v = _aligned(q), _aligned(k), _aligned(v)
         B, Nq, H, D = q.shape
@@ -152,11 +156,21 @@ class _Attention(torch.autograd.Function):
         return o, lse3
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, d_o, _d_lse):
         q, k, v, o, lse = ctx.saved_tensors
         if d_o is None:
             d_o = torch.zeros_like(o)
+        # The gradients come from _AttentionBackward, so that differentiating them again (a
+        # double backward) reaches its backward, which says that it is not implemented.
+        dq, dk, dv = _AttentionBackward.apply(q, k, v, o, lse, d_o, ctx.plan)
+        return dq, dk, dv, None
+
+
+class _AttentionBackward(torch.autograd.Function):
+    """dQ, dK, dV = the library's backward (SPEC 6) of the forward that made o and lse."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, o, lse, d_o, plan):
         # o and lse are the forward's, made on q's device; autograd may hand d_o elsewhere.
         device = _one_device([("q", q), ("k", k), ("v", v), ("grad of o", d_o)])
         d_o = _aligned(d_o.to(o.dtype))
@@ -164,13 +178,24 @@ class _Attention(torch.autograd.Function):
             dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
             named = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("grad of o", d_o),
                      ("dq", dq), ("dk", dk), ("dv", dv))
-            ctx.plan.backward(*(_view(name, t, device) for name, t in named),
-                              stream=_stream(device))
-        return dq, dk, dv, None
+            plan.backward(*(_view(name, t, device) for name, t in named),
+                          stream=_stream(device))
+        return dq, dk, dv
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            "dilattn.torch.attention: double backward (the gradient of a gradient, e.g. "
+            "torch.autograd.grad(..., create_graph=True) then backward, or gradgradcheck) is "
+            "not implemented; the library computes first derivatives only (SPEC 6)")
 
 
-def attention(q, k, v, *, segments=None, dilations=None, heads_mode="mod", causal=False,
-              scale=None, mask=None, backend="auto", pool=None, return_lse=False):
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+              segments: Optional[Sequence[int]] = None,
+              dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
+              causal: bool = False, scale: Optional[float] = None, mask: Any = None,
+              backend: str = "auto", pool: Any = None, return_lse: bool = False
+              ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Differentiable attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4, 6),
     on the tensors' device (CPU or CUDA, see the module's text).
 
@@ -198,8 +223,9 @@ class DilatedAttention(nn.Module):
     that package) chooses a kernel there and is ignored here. heads_mode and backend are
     dilattn's additions."""
 
-    def __init__(self, segment_lengths, dilation_rates, softmax_scale=None,
-                 attention_dropout=0.0, op=None, *, heads_mode="groups", backend="auto"):
+    def __init__(self, segment_lengths: Sequence[int], dilation_rates: Sequence[int],
+                 softmax_scale: Optional[float] = None, attention_dropout: float = 0.0,
+                 op: Any = None, *, heads_mode: str = "groups", backend: str = "auto") -> None:
         super().__init__()
         if len(segment_lengths) != len(dilation_rates):
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
@@ -215,7 +241,8 @@ class DilatedAttention(nn.Module):
         self.backend = backend
         Options(self.segment_lengths, self.dilation_rates, heads_mode, backend=backend)
 
-    def forward(self, query, key, value, is_causal=False):
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                is_causal: bool = False) -> torch.Tensor:
         return attention(query, key, value, segments=self.segment_lengths,
                          dilations=self.dilation_rates, heads_mode=self.heads_mode,
                          causal=is_causal, scale=self.softmax_scale, backend=self.backend)
@@ -229,9 +256,11 @@ class MultiheadDilatedAttention(nn.Module):
     forward(query, key, value, is_causal=False) returns (out, None) as that package does.
     dropout must be 0."""
 
-    def __init__(self, embed_dim, num_heads, dilation_rates, segment_lengths, dropout=0.0,
-                 bias=True, layer_norm=True, layer_norm_eps=1e-5, gamma_init=1.0, device=None,
-                 dtype=None, op=None, *, heads_mode="groups", backend="auto"):
+    def __init__(self, embed_dim: int, num_heads: int, dilation_rates: Sequence[int],
+                 segment_lengths: Sequence[int], dropout: float = 0.0, bias: bool = True,
+                 layer_norm: bool = True, layer_norm_eps: float = 1e-5, gamma_init: float = 1.0,
+                 device: Any = None, dtype: Optional[torch.dtype] = None, op: Any = None, *,
+                 heads_mode: str = "groups", backend: str = "auto") -> None:
         super().__init__()
         if embed_dim % num_heads != 0:
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
@@ -262,7 +291,8 @@ class MultiheadDilatedAttention(nn.Module):
             if proj.bias is not None:
                 nn.init.constant_(proj.bias, 0)
 
-    def forward(self, query, key, value, is_causal=False):
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                is_causal: bool = False) -> Tuple[torch.Tensor, None]:
         B, N, E = query.shape
         H = self.num_heads
 
@@ -276,3 +306,12 @@ class MultiheadDilatedAttention(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return self.out_proj(x), None
+
+
+# The seed package's module family and factories (seed_modules.py, factory.py), imported last:
+# they build on the modules above.
+from .seed_modules import (  # noqa: E402
+    BlockSparseRingDilatedAttention, BlockSparseRingMultiheadDilatedAttention,
+    ImprovedDilatedAttention, ImprovedMultiheadDilatedAttention, RingDilatedAttention,
+    RingMultiheadDilatedAttention, SparsePatternConfig)
+from .factory import create_dilated_attention, create_multihead_dilated_attention  # noqa: E402

@@ -37,4 +37,9 @@ echo "== pip install $repo"
 # Run from an empty directory so `import dilattn` can only find the installed package.
 cd "$work"
 "$venv_python" -m dilattn info
+# The `dilattn` console script pip installed (pyproject.toml, [project.scripts]) runs the
+# package's commands.
+echo "== $work/venv/bin/dilattn --help"
+"$work/venv/bin/dilattn" --help
+"$work/venv/bin/dilattn" info >/dev/null
 "$venv_python" -m pytest -p no:cacheprovider -q -rs "$repo/tests/packages/python"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # run_rust_tests.sh BUILD_DIR - runs `cargo test --offline` of the Rust crates (rust/: dilattn-sys
 # and dilattn) against the libdilattn of a meson build directory (BUILD_DIR/lib), and prints
-# cargo's test summaries. No external crates are used, so nothing is downloaded.
+# cargo's test summaries; then `cargo run` of a crate that depends on them
+# (tests/packages/rust_dependent) with no library given, which dilattn-sys then builds itself.
+# No external crates are used, so nothing is downloaded.
 # Without cargo it says so and exits 0: whether that is acceptable is the caller's decision.
 set -euo pipefail
 
@@ -44,5 +46,29 @@ grep -E "^(running|test result)|^warning" "$log" || true
 if [[ $status -ne 0 ]]; then
   echo "== cargo test failed (exit $status); the end of its output:" >&2
   tail -n 60 "$log" >&2
+  exit $status
+fi
+
+# A crate that depends on `dilattn` as a user's crate does, run with no DILATTN_LIB_DIR and no
+# pkg-config entry: dilattn-sys must build the library from this repository's sources (its
+# `bundled` feature) and link it statically, so the binary needs no libdilattn.so. The bundled
+# library is not the sanitized one, so this runs in the plain build only.
+if [[ "$symbols" != *__asan_init* ]]; then
+  dependent="$repo/tests/packages/rust_dependent"
+  dep_target="$CARGO_TARGET_DIR/dependent"
+  dep_log="$CARGO_TARGET_DIR/cargo-run-dependent.log"
+  echo "== cargo run --offline (tests/packages/rust_dependent: no DILATTN_LIB_DIR, bundled library)"
+  (cd "$dependent" && env -u DILATTN_LIB_DIR -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/nonexistent \
+     CARGO_TARGET_DIR="$dep_target" cargo run --release --offline) >"$dep_log" 2>&1 || status=$?
+  grep -E "^(dilattn |ok$)|bundled" "$dep_log" || true
+  if [[ $status -ne 0 ]]; then
+    echo "== the dependent crate failed (exit $status); the end of its output:" >&2
+    tail -n 60 "$dep_log" >&2
+    exit $status
+  fi
+  if ldd "$dep_target/release/dilattn-dependent" | grep -q libdilattn; then
+    echo "FAIL: the dependent crate's binary links a shared libdilattn, not the bundled one" >&2
+    exit 1
+  fi
 fi
 exit $status
