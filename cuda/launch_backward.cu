@@ -10,7 +10,7 @@
 //   backward, in the order it calls them:
 //     check_backward_views    as the forward's check_views, for the nine tensors;
 //     choose_backward_kernels WMMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
-//                             (kernel_for, as the forward), shared memory checked and granted;
+//                             (backward_kernel_for), shared memory checked and granted;
 //     prepare_backward_workspace  from the plan's pool (backward_workspace_layout): the mask
 //                             copied over, D_i = <dO_i, O_i> and lse_s = lse_in_score_domain(LSE)
 //                             per row (the pre-pass), dQ, dK, dV accumulators = 0;
@@ -133,7 +133,7 @@ BackwardKernels simt_backward(int64_t D) {
                                                    backward_dkdv_simt_kernel<T>, D);
 }
 template <class T>
-BackwardKernels wmma_backward(int64_t D) {  // kernel_for picks WMMA for D = 64 and 128 only
+BackwardKernels wmma_backward(int64_t D) {  // backward_kernel_for picks WMMA for D = 64, 128 only
   return D == 64 ? backward_kernels<WmmaBackwardProducts<T, 64>>(
                        backward_dq_wmma_kernel<T, 64>, backward_dkdv_wmma_kernel<T, 64>, 64)
                  : backward_kernels<WmmaBackwardProducts<T, 128>>(
@@ -141,7 +141,7 @@ BackwardKernels wmma_backward(int64_t D) {  // kernel_for picks WMMA for D = 64 
 }
 
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
-  const bool wmma = kernel_for(p.dtype, p.D, cc_major) == KernelChoice::wmma;
+  const bool wmma = backward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::wmma;
   switch (p.dtype) {
     case DILATTN_F16: return wmma ? wmma_backward<__half>(p.D) : simt_backward<__half>(p.D);
     case DILATTN_BF16:
