@@ -32,12 +32,13 @@
 // key of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
 // WMMA forward did the same).
 //
-// Launched by cuda/launch.cu; checked by tests/kernels/test_forward_kernels.cpp and
-// tests/kernels/test_nonfinite_kernels.cpp (emulator, three thread orders, against the
-// reference) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+// Launched by cuda/launch.cu through mma_forward (kernels.h). Checked by
+// tests/kernels/test_forward_kernels.cpp and tests/kernels/test_nonfinite_kernels.cpp (emulator,
+// three thread orders, against the reference) and tests/kernels/check_ptxas_spills.py (nvcc, no
+// spills).
 #include "async_copy.cuh"
 #include "forward_outputs.cuh"
-#include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "kernels.h"
 #include "ldmatrix.cuh"
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
@@ -253,6 +254,21 @@ template __global__ void forward_mma_kernel<__half, 64>(ForwardParams);
 template __global__ void forward_mma_kernel<__half, 128>(ForwardParams);
 template __global__ void forward_mma_kernel<__nv_bfloat16, 64>(ForwardParams);
 template __global__ void forward_mma_kernel<__nv_bfloat16, 128>(ForwardParams);
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <class T, int D>
+ForwardKernel mma_forward_of() {
+  return ForwardKernel{forward_mma_kernel<T, D>, mma_smem_bytes<T, D>(), MmaTile<T, D>::kBr,
+                       MmaTile<T, D>::kThreads};
+}
+
+template <class T>
+ForwardKernel mma_forward(int64_t D) {  // forward_kernel_for picks MMA for D = 64 and 128 only
+  return D == 64 ? mma_forward_of<T, 64>() : mma_forward_of<T, 128>();
+}
+
+template ForwardKernel mma_forward<__half>(int64_t);
+template ForwardKernel mma_forward<__nv_bfloat16>(int64_t);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

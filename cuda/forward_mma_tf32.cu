@@ -28,13 +28,13 @@
 //     P's A fragment is the lane's own C registers {c0, c2, c1, c3}, and V's B fragment reads
 //     rows 2t and 2t + 1 to match. No shuffles.
 //
-// Launched by cuda/launch.cu (kernel_choice.h: f32, D 64 or 128, sm_80+); checked by
-// tests/kernels/test_forward_kernels.cpp and test_nonfinite_kernels.cpp (emulator, three
-// thread orders, against the reference), test_tf32_split.cpp (the split is needed) and
-// tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+// Launched by cuda/launch.cu through tf32_forward (kernels.h; kernel_choice.h: f32, D 64 or
+// 128, sm_80+). Checked by tests/kernels/test_forward_kernels.cpp and test_nonfinite_kernels.cpp
+// (emulator, three thread orders, against the reference), test_tf32_split.cpp (the split is
+// needed) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
 #include "async_copy.cuh"
 #include "forward_outputs.cuh"
-#include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "kernels.h"
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
 #include "mma_tile_smem.cuh"
@@ -264,6 +264,18 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
 
 template __global__ void forward_mma_tf32_kernel<64, 3>(ForwardParams);
 template __global__ void forward_mma_tf32_kernel<128, 3>(ForwardParams);
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <int D>
+ForwardKernel tf32_forward_of() {
+  return ForwardKernel{forward_mma_tf32_kernel<D, 3>, tf32_smem_bytes<D>(), Tf32Tile<D>::kBr,
+                       Tf32Tile<D>::kThreads};
+}
+
+// forward_kernel_for picks MMA_TF32 for D = 64 and 128 only.
+ForwardKernel tf32_forward(int64_t D) {
+  return D == 64 ? tf32_forward_of<64>() : tf32_forward_of<128>();
+}
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn
