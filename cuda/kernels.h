@@ -47,7 +47,7 @@ using BackwardKernelFn = void (*)(BackwardParams);
 // The two kernels of a backward: the dQ pass and the dK/dV pass.
 struct BackwardKernels {
   BackwardKernelFn dq, dkdv;
-  size_t dq_smem, dkdv_smem;  // dynamic shared memory per block, bytes
+  size_t dq_smem, dkdv_smem;   // dynamic shared memory per block, bytes
   int block_rows, block_keys;  // query rows and keys per chunk
   int threads;                 // per block
 };

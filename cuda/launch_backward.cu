@@ -281,8 +281,8 @@ dilattn_status launch_backward_kernel(BackwardKernelFn fn, int64_t tiles, int64_
   return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, what);
 }
 
-// dQ: query tiles of block_rows rows as the forward's (prepare_launch), one launch per branch; each
-// launch covers disjoint rows and adds them to dq_acc.
+// dQ: query tiles of block_rows rows as the forward's (prepare_launch), one launch per branch;
+// each launch covers disjoint rows and adds them to dq_acc.
 dilattn_status run_dq_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                            cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
@@ -310,8 +310,8 @@ int64_t prepare_key_launch(const Problem& p, int tile_keys, int64_t launch, Back
   return segment_count(p.Nk, clipped_segment(bp->ix.w, p.Nk)) * bp->key_tiles_per_group;
 }
 
-// dK, dV: key tiles of block_keys keys, one launch per (branch, query head of a kv head), in that
-// order; the launches of one branch's heads add to the same rows one after another.
+// dK, dV: key tiles of block_keys keys, one launch per (branch, query head of a kv head), in
+// that order; the launches of one branch's heads add to the same rows one after another.
 dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                              cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
