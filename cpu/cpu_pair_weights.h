@@ -46,10 +46,10 @@ struct PairWeights {
 struct BranchView {
   int64_t wc, r, o;
 };
-inline BranchView branch_view(const Problem& p, int64_t h, int64_t b) {
-  const Branch& br = p.branches[static_cast<size_t>(b)];
-  return BranchView{clipped_segment(br.w, p.Nq), br.r,
-                    head_offset(p.head_mode, h, b, br.r, p.H)};
+inline BranchView branch_view(const Problem& p, int64_t h, int64_t branch_index) {
+  const Branch& branch = p.branches[static_cast<size_t>(branch_index)];
+  return BranchView{clipped_segment(branch.w, p.Nq), branch.r,
+                    head_offset(p.head_mode, h, branch_index, branch.r, p.H)};
 }
 
 enum class Holds { none, all, some };

@@ -57,7 +57,7 @@ inline int64_t block_rows(const Problem& p) {
   }
   int64_t r_max = 1;
   if (p.kind == DILATTN_KIND_DILATED)
-    for (const Branch& br : p.branches) r_max = max_i64(r_max, br.r);
+    for (const Branch& branch : p.branches) r_max = max_i64(r_max, branch.r);
   return kBaseBlockRows * min_i64(r_max, kMaxBlockRows / kBaseBlockRows);
 }
 
@@ -103,11 +103,11 @@ void for_each_piece(const Problem& p, int64_t h, int64_t lo, int64_t hi, bool qu
   }
   if (p.kind == DILATTN_KIND_DILATED) {  // Nq == Nk == N
     const int64_t N = p.Nq, m = p.num_branches();
-    for (int64_t br = 0; br < m; ++br) {
-      if (!head_uses_branch(p.head_mode, h, br, p.H, m)) continue;
-      const Branch& branch = p.branches[static_cast<size_t>(br)];
+    for (int64_t branch_index = 0; branch_index < m; ++branch_index) {
+      if (!head_uses_branch(p.head_mode, h, branch_index, p.H, m)) continue;
+      const Branch& branch = p.branches[static_cast<size_t>(branch_index)];
       const int64_t wc = clipped_segment(branch.w, N), r = branch.r;
-      const int64_t o = head_offset(p.head_mode, h, br, r, p.H);
+      const int64_t o = head_offset(p.head_mode, h, branch_index, r, p.H);
       for (int64_t s0 = segment_start(lo, wc); s0 < hi; s0 += wc) {
         const int64_t s1 = segment_end(s0, wc, N);
         Piece piece;
@@ -115,7 +115,7 @@ void for_each_piece(const Problem& p, int64_t h, int64_t lo, int64_t hi, bool qu
         if (piece.own.count == 0) continue;
         // Rows meet the selected rows of their own segment, the same set for queries and keys.
         piece.other = dilated_keys(piece.own.first, N, branch.w, r, o, false);
-        piece.branch = br;
+        piece.branch = branch_index;
         f(piece);
       }
     }

@@ -13,11 +13,11 @@ void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup
     }
     case DILATTN_KIND_DILATED: {  // SPEC 3: one group per branch that selects row i
       const int64_t m = p.num_branches();
-      for (int64_t b = 0; b < m; ++b) {
-        if (!head_uses_branch(p.head_mode, h, b, p.H, m)) continue;
-        const Branch& br = p.branches[static_cast<size_t>(b)];
-        const int64_t o = head_offset(p.head_mode, h, b, br.r, p.H);
-        const KeyProgression kp = dilated_keys(i, p.Nq, br.w, br.r, o, p.causal);
+      for (int64_t branch_index = 0; branch_index < m; ++branch_index) {
+        if (!head_uses_branch(p.head_mode, h, branch_index, p.H, m)) continue;
+        const Branch& branch = p.branches[static_cast<size_t>(branch_index)];
+        const int64_t o = head_offset(p.head_mode, h, branch_index, branch.r, p.H);
+        const KeyProgression kp = dilated_keys(i, p.Nq, branch.w, branch.r, o, p.causal);
         if (kp.count > 0) groups->push_back({kp});
       }
       return;

@@ -15,9 +15,11 @@
 // BC = 16 keeps the dK/dV pass's tiles (K, V, dK, dV: [BC][D] f32 each) within the 163 KiB of
 // an sm_80 block at D = 256.
 //
-// Launched by cuda/launch_backward.cu; checked by tests/kernels/test_backward_kernels.cpp
-// (emulator, against the reference) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+// Launched by cuda/launch_backward.cu through simt_backward (kernels.h). Checked by
+// tests/kernels/test_backward_kernels.cpp (emulator, against the reference) and
+// tests/kernels/check_ptxas_spills.py (nvcc, no spills).
 #include "backward_tile_loop.cuh"
+#include "kernels.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -90,6 +92,23 @@ template __global__ void backward_dq_simt_kernel<__nv_bfloat16>(BackwardParams);
 template __global__ void backward_dkdv_simt_kernel<float>(BackwardParams);
 template __global__ void backward_dkdv_simt_kernel<__half>(BackwardParams);
 template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16>(BackwardParams);
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <class T>
+BackwardKernels simt_backward(int64_t D) {
+  using Products = SimtBackwardProducts<T>;
+  return BackwardKernels{backward_dq_simt_kernel<T>,
+                         backward_dkdv_simt_kernel<T>,
+                         backward_smem_bytes<Products>(D, false),
+                         backward_smem_bytes<Products>(D, true),
+                         Products::kBr,
+                         Products::kBc,
+                         Products::kThreads};
+}
+
+template BackwardKernels simt_backward<float>(int64_t);
+template BackwardKernels simt_backward<__half>(int64_t);
+template BackwardKernels simt_backward<__nv_bfloat16>(int64_t);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -43,7 +43,7 @@
 #define DILATTN_BACKWARD_TILE_LOOP_CUH
 
 #include "backward_tile.cuh"
-#include "forward_tile_loop.cuh"  // SmemCarver
+#include "smem_carver.cuh"
 #include "softmax_rules.h"
 
 namespace dilattn {

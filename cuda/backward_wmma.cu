@@ -17,9 +17,11 @@
 // but the tensor-core product still multiplies it: a NaN in a Q, K or dO row the pair's other
 // side does not see can reach it here as 0 * NaN (the SIMT kernels skip such pairs).
 //
-// Launched by cuda/launch_backward.cu; checked by tests/kernels/test_backward_kernels.cpp
-// (emulator, against the reference) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+// Launched by cuda/launch_backward.cu through wmma_backward (kernels.h). Checked by
+// tests/kernels/test_backward_kernels.cpp (emulator, against the reference) and
+// tests/kernels/check_ptxas_spills.py (nvcc, no spills).
 #include "backward_tile_loop.cuh"
+#include "kernels.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -132,6 +134,27 @@ template __global__ void backward_dkdv_wmma_kernel<__half, 64>(BackwardParams);
 template __global__ void backward_dkdv_wmma_kernel<__half, 128>(BackwardParams);
 template __global__ void backward_dkdv_wmma_kernel<__nv_bfloat16, 64>(BackwardParams);
 template __global__ void backward_dkdv_wmma_kernel<__nv_bfloat16, 128>(BackwardParams);
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <class T, int D>
+BackwardKernels wmma_backward_of() {
+  using Products = WmmaBackwardProducts<T, D>;
+  return BackwardKernels{backward_dq_wmma_kernel<T, D>,
+                         backward_dkdv_wmma_kernel<T, D>,
+                         backward_smem_bytes<Products>(D, false),
+                         backward_smem_bytes<Products>(D, true),
+                         Products::kBr,
+                         Products::kBc,
+                         Products::kThreads};
+}
+
+template <class T>
+BackwardKernels wmma_backward(int64_t D) {  // backward_kernel_for picks WMMA for D = 64, 128 only
+  return D == 64 ? wmma_backward_of<T, 64>() : wmma_backward_of<T, 128>();
+}
+
+template BackwardKernels wmma_backward<__half>(int64_t);
+template BackwardKernels wmma_backward<__nv_bfloat16>(int64_t);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

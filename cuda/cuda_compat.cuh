@@ -35,8 +35,8 @@
 #include "simt.h"
 #endif
 
-// The namespace the launcher and its kernels live in: cuda under nvcc, emu when
-// cuda/launch_emu.cpp includes cuda/launch.cu for the host compiler.
+// The namespace the launchers and the kernels live in: cuda under nvcc, emu when a file is
+// built for the host compiler (cuda/meson.build's emu_<file>.cpp, from cuda/emu_unit.cpp.in).
 #ifndef DILATTN_BACKEND_NS
 #define DILATTN_BACKEND_NS cuda
 #endif

@@ -1,6 +1,7 @@
 // emu_backend_stub.cpp - the emu backend in a build without the SIMT emulator (option
 // emulator=false, or no emu/simt.h, or no cuda_fp16.h for the f16/bf16 types): every call
-// answers DILATTN_ERROR_BACKEND_NOT_BUILT. Otherwise cuda/launch_emu.cpp replaces it.
+// answers DILATTN_ERROR_BACKEND_NOT_BUILT. Otherwise the emu build of cuda/ (cuda/meson.build,
+// emu_unit.cpp.in) replaces it.
 #include "backend.h"
 #include "errors.h"
 

@@ -8,12 +8,13 @@
 //      (forward_outputs.cuh). Q through shared memory into registers, as mma A fragments
 //      (ldmatrix, cuda/ldmatrix.cuh), for the whole tile.
 //   2. For each chunk of each key span (read_span: one span, or one per listed BSR block),
-//      double-buffered: the next chunk's K and V rows are copied 16 bytes at a time with
-//      cp.async (cuda/async_copy.cuh) while this one is computed; one __syncthreads a chunk.
+//      double-buffered (the loop is mma_chunk_loop.cuh, shared with forward_mma_tf32.cu): the
+//      next chunk's K and V rows are copied 16 bytes at a time with cp.async
+//      (cuda/async_copy.cuh, issue_chunk) while this one is computed; one __syncthreads a chunk.
 //      Rows are gathered by the index rules (first + step * c: dilation is a row stride), so
 //      cp.async serves every kind; a view whose D is not contiguous or whose rows are not 16-byte
 //      aligned is loaded element by element instead (kv_vec16 = 0).
-//   3. Per warp, in registers: S = Q K^T (mma; K's B fragments by ldmatrix), scaled by
+//   3. Per warp, in registers (warp_chunk): S = Q K^T (mma; K's B fragments by ldmatrix), scaled by
 //      score_scale's pre and masked per row (-inf past the row's keys in the chunk, min(chunk
 //      end, count - c0), computed once per chunk: the causal cut and the span's end, by
 //      selection so a NaN key masked out stays out); online softmax
@@ -28,17 +29,18 @@
 // Shared memory rows are padded by 8 elements (16 bytes): each 8x8 matrix an ldmatrix reads,
 // 8 rows of 16 bytes, then falls in 32 distinct banks (row stride = 4 banks mod 32;
 // tests/kernels/test_smem_banks.cpp). The work per chunk is counted by bench/gpu/sass_model.py
-// (modelled, bench/results/sass_model.sm80-sm90.txt). NaN (SPEC 13): a NaN V in a masked
-// key of a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention (the retired
-// WMMA forward did the same).
+// (modelled, bench/results/sass_model.sm80-sm90.txt). NaN (SPEC 13): a NaN V in a masked key of
+// a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention.
 //
-// Launched by cuda/launch.cu; checked by tests/kernels/test_forward_kernels.cpp and
-// tests/kernels/test_nonfinite_kernels.cpp (emulator, three thread orders, against the
-// reference) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+// Launched by cuda/launch.cu through mma_forward (kernels.h). Checked by
+// tests/kernels/test_forward_kernels.cpp and tests/kernels/test_nonfinite_kernels.cpp (emulator,
+// three thread orders, against the reference) and tests/kernels/check_ptxas_spills.py (nvcc, no
+// spills).
 #include "async_copy.cuh"
 #include "forward_outputs.cuh"
-#include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "kernels.h"
 #include "ldmatrix.cuh"
+#include "mma_chunk_loop.cuh"
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
 #include "mma_tile_smem.cuh"
@@ -156,7 +158,7 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
 template <class T, int D>
 __global__ void forward_mma_kernel(ForwardParams p) {
   using Tile = MmaTile<T, D>;
-  constexpr int BR = Tile::kBr, BC = Tile::kBc, S = Tile::kStride;
+  constexpr int BR = Tile::kBr, S = Tile::kStride;
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   SmemCarver carver{smem};
   Tile tl;
@@ -190,59 +192,17 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   mma_rows::RowState<D> st;
   mma_rows::start(st);
 
-  // 2-3. The chunks, double-buffered. Span descriptors rotate through 3 slots: thread 0 fills
-  // the next span's slot during a chunk while other threads may still read the previous
-  // span's (the chunk before), never the one before that.
+  // 2-3. The chunks (mma_chunk_loop.cuh).
   const T* kb = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
-  int64_t span = 0, c0 = 0;
-  int buf = 0;
-  if (num_spans > 0 && tl.span[2] > 0) {
-    issue_chunk<T, D>(p, kb, vb, tl.span[0], tl.span[1], 0, min_i64(BC, tl.span[2]), tl.k(0),
-                      tl.v(0));
-  }
-  async_copy_commit();
-  int slot = 0;  // span % kSpanSlots
-  while (span < num_spans) {
-    const int64_t* info = tl.span + 3 * slot;
-    const int64_t most = info[2];
-    // The next chunk: the rest of this span, else the next span's first (spans may be empty).
-    int64_t next_span = span, next_c0 = c0 + BC;
-    int next_slot = slot;
-    if (next_c0 >= most) {
-      next_span = span + 1;
-      next_c0 = 0;
-      next_slot = slot + 1 == Tile::kSpanSlots ? 0 : slot + 1;
-    }
-    if (tid == 0 && next_span != span && next_span < num_spans)
-      read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
-                tl.span + 3 * next_slot);
-    async_copy_wait<0>();
-    __syncthreads();  // this chunk's K, V and the next span's descriptor visible to all
-    // buf holds this chunk (if the span has one); the next goes to the other buffer, whose
-    // chunk (or, for chunk 1, Q) every thread finished with before the barrier above.
-    const bool has_chunk = c0 < most;
-    const int next_buf = has_chunk ? buf ^ 1 : buf;
-    const int64_t* next_info = tl.span + 3 * next_slot;
-    if (next_span < num_spans && next_c0 < next_info[2])
-      issue_chunk<T, D>(p, kb, vb, next_info[0], next_info[1], next_c0,
-                        min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
-    async_copy_commit();
-    if (has_chunk) {
-      // Each row's keys in this chunk: the first min(cn, count - c0) (the causal cut and the
-      // span's end). A warp none of whose rows has one skips the chunk.
-      const int64_t cn = min_i64(BC, most - c0);
-      const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
-      const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
-      if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
-        warp_chunk<T, D>(p, qf, tl.k(buf), tl.v(buf), frag_k, frag_a, keys0, keys1, st);
-    }
-    buf = next_buf;
-    span = next_span;
-    c0 = next_c0;
-    slot = next_slot;
-  }
-  async_copy_wait<0>();
+  mma_chunk_loop(
+      p, tl, h, tile, num_spans, r0, r1,
+      [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
+        issue_chunk<T, D>(p, kb, vb, first, step, c0, cn, k, v);
+      },
+      [&](const T* k, const T* v, int keys0, int keys1) {
+        warp_chunk<T, D>(p, qf, k, v, frag_k, frag_a, keys0, keys1, st);
+      });
 
   // 4. Finish the lane's two rows.
   mma_rows::finish_row<T, D>(p, b, h, tl.rows[r0], 0, st);
@@ -253,6 +213,21 @@ template __global__ void forward_mma_kernel<__half, 64>(ForwardParams);
 template __global__ void forward_mma_kernel<__half, 128>(ForwardParams);
 template __global__ void forward_mma_kernel<__nv_bfloat16, 64>(ForwardParams);
 template __global__ void forward_mma_kernel<__nv_bfloat16, 128>(ForwardParams);
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <class T, int D>
+ForwardKernel mma_forward_of() {
+  return ForwardKernel{forward_mma_kernel<T, D>, mma_smem_bytes<T, D>(), MmaTile<T, D>::kBr,
+                       MmaTile<T, D>::kThreads};
+}
+
+template <class T>
+ForwardKernel mma_forward(int64_t D) {  // forward_kernel_for picks MMA for D = 64 and 128 only
+  return D == 64 ? mma_forward_of<T, 64>() : mma_forward_of<T, 128>();
+}
+
+template ForwardKernel mma_forward<__half>(int64_t);
+template ForwardKernel mma_forward<__nv_bfloat16>(int64_t);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -13,8 +13,9 @@
 //
 // The structure is forward_mma.cu's (read its header): one block per (query tile, batch,
 // head), one warp per 16 query rows, Q in registers (f32, split per chunk), K and V chunks
-// double-buffered by cp.async, the online softmax base 2 (cuda/mma_rows.cuh), one branch
-// writes O and LSE directly, several merge into the workspace. What differs:
+// double-buffered by cp.async in the same chunk loop (cuda/mma_chunk_loop.cuh), the online
+// softmax base 2 (cuda/mma_rows.cuh), one branch writes O and LSE directly, several merge into
+// the workspace. What differs (issue_tf32_chunk, tf32_warp_chunk):
 //   - Tiles. f32 rows are twice f16's bytes. D = 64: 8 warps, BR = 128 rows, BC = 64 keys;
 //     D = 128: 4 warps, BR = 64, BC = 32 keys a chunk. Shared memory (two chunks of K and V,
 //     Q staged through the second): 72 KiB (73,856 bytes) and 68 KiB (69,760 bytes) a block,
@@ -28,13 +29,14 @@
 //     P's A fragment is the lane's own C registers {c0, c2, c1, c3}, and V's B fragment reads
 //     rows 2t and 2t + 1 to match. No shuffles.
 //
-// Launched by cuda/launch.cu (kernel_choice.h: f32, D 64 or 128, sm_80+); checked by
-// tests/kernels/test_forward_kernels.cpp and test_nonfinite_kernels.cpp (emulator, three
-// thread orders, against the reference), test_tf32_split.cpp (the split is needed) and
-// tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+// Launched by cuda/launch.cu through tf32_forward (kernels.h; kernel_choice.h: f32, D 64 or
+// 128, sm_80+). Checked by tests/kernels/test_forward_kernels.cpp and test_nonfinite_kernels.cpp
+// (emulator, three thread orders, against the reference), test_tf32_split.cpp (the split is
+// needed) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
 #include "async_copy.cuh"
 #include "forward_outputs.cuh"
-#include "forward_tile_loop.cuh"  // SmemCarver, read_span's callers' conventions
+#include "kernels.h"
+#include "mma_chunk_loop.cuh"
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
 #include "mma_tile_smem.cuh"
@@ -173,7 +175,7 @@ template <int D, int kProducts>
 __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   static_assert(kProducts == 3 || kProducts == 1, "3xTF32, or plain TF32 for the test");
   using Tile = Tf32Tile<D>;
-  constexpr int BR = Tile::kBr, BC = Tile::kBc, S = Tile::kStride;
+  constexpr int BR = Tile::kBr, S = Tile::kStride;
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   SmemCarver carver{smem};
   Tile tl;
@@ -212,50 +214,17 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   mma_rows::RowState<D> st;
   mma_rows::start(st);
 
-  // 2-3. The chunks, double-buffered, span descriptors in 3 slots: forward_mma.cu's loop.
+  // 2-3. The chunks (mma_chunk_loop.cuh).
   const float* kb = static_cast<const float*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
   const float* vb = static_cast<const float*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
-  int64_t span = 0, c0 = 0;
-  int buf = 0;
-  if (num_spans > 0 && tl.span[2] > 0)
-    issue_tf32_chunk<D>(p, kb, vb, tl.span[0], tl.span[1], 0, min_i64(BC, tl.span[2]), tl.k(0),
-                        tl.v(0));
-  async_copy_commit();
-  while (span < num_spans) {
-    const int slot = static_cast<int>(span % Tile::kSpanSlots);
-    const int64_t most = tl.span[3 * slot + 2];
-    // The next chunk: the rest of this span, else the next span's first (spans may be empty).
-    int64_t next_span = span, next_c0 = c0 + BC;
-    if (next_c0 >= most) {
-      next_span = span + 1;
-      next_c0 = 0;
-    }
-    const int next_slot = static_cast<int>(next_span % Tile::kSpanSlots);
-    if (tid == 0 && next_span != span && next_span < num_spans)
-      read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
-                tl.span + 3 * next_slot);
-    async_copy_wait<0>();
-    __syncthreads();  // this chunk's K, V and the next span's descriptor visible to all
-    const bool has_chunk = c0 < most;
-    const int next_buf = has_chunk ? buf ^ 1 : buf;
-    const int64_t* next_info = tl.span + 3 * next_slot;
-    if (next_span < num_spans && next_c0 < next_info[2])
-      issue_tf32_chunk<D>(p, kb, vb, next_info[0], next_info[1], next_c0,
-                          min_i64(BC, next_info[2] - next_c0), tl.k(next_buf), tl.v(next_buf));
-    async_copy_commit();
-    if (has_chunk) {
-      // Each row's keys in this chunk; a warp none of whose rows has one skips the chunk.
-      const int64_t cn = min_i64(BC, most - c0);
-      const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
-      const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
-      if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
-        tf32_warp_chunk<D, kProducts>(p, qf, tl.k(buf), tl.v(buf), keys0, keys1, st);
-    }
-    buf = next_buf;
-    span = next_span;
-    c0 = next_c0;
-  }
-  async_copy_wait<0>();
+  mma_chunk_loop(
+      p, tl, h, tile, num_spans, r0, r1,
+      [&](int64_t first, int64_t step, int64_t c0, int64_t cn, float* k, float* v) {
+        issue_tf32_chunk<D>(p, kb, vb, first, step, c0, cn, k, v);
+      },
+      [&](const float* k, const float* v, int keys0, int keys1) {
+        tf32_warp_chunk<D, kProducts>(p, qf, k, v, keys0, keys1, st);
+      });
 
   // 4. Finish the lane's two rows.
   mma_rows::finish_row<float, D>(p, b, h, tl.rows[r0], 0, st);
@@ -264,6 +233,18 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
 
 template __global__ void forward_mma_tf32_kernel<64, 3>(ForwardParams);
 template __global__ void forward_mma_tf32_kernel<128, 3>(ForwardParams);
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <int D>
+ForwardKernel tf32_forward_of() {
+  return ForwardKernel{forward_mma_tf32_kernel<D, 3>, tf32_smem_bytes<D>(), Tf32Tile<D>::kBr,
+                       Tf32Tile<D>::kThreads};
+}
+
+// forward_kernel_for picks MMA_TF32 for D = 64 and 128 only.
+ForwardKernel tf32_forward(int64_t D) {
+  return D == 64 ? tf32_forward_of<64>() : tf32_forward_of<128>();
+}
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -13,10 +13,11 @@
 //                        see must not reach it as 0 * NaN).
 // 128 threads (4 warps); every output element is summed by one thread in a fixed order.
 //
-// Launched by cuda/launch.cu; checked by tests/kernels/test_forward_kernels.cpp and
-// tests/kernels/test_nonfinite_kernels.cpp (emulator, against the reference) and
-// tests/kernels/check_ptxas_spills.py (nvcc, no spills).
+// Launched by cuda/launch.cu through simt_forward (kernels.h). Checked by
+// tests/kernels/test_forward_kernels.cpp and tests/kernels/test_nonfinite_kernels.cpp (emulator,
+// against the reference) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
 #include "forward_tile_loop.cuh"
+#include "kernels.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -74,6 +75,18 @@ __global__ void forward_simt_kernel(ForwardParams p) {
 template __global__ void forward_simt_kernel<float>(ForwardParams);
 template __global__ void forward_simt_kernel<__half>(ForwardParams);
 template __global__ void forward_simt_kernel<__nv_bfloat16>(ForwardParams);
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <class T>
+ForwardKernel simt_forward(int64_t D) {
+  using Products = SimtProducts<T>;
+  return ForwardKernel{forward_simt_kernel<T>, tile_smem_bytes<Products>(D), Products::kBr,
+                       Products::kThreads};
+}
+
+template ForwardKernel simt_forward<float>(int64_t);
+template ForwardKernel simt_forward<__half>(int64_t);
+template ForwardKernel simt_forward<__nv_bfloat16>(int64_t);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -39,31 +39,13 @@
 
 #include "attention_tile.cuh"
 #include "forward_outputs.cuh"
+#include "smem_carver.cuh"
 #include "softmax_rules.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
 // ---------------------------------------------------------------- shared memory
-// A bump allocator over the block's dynamic shared memory, 128-byte aligned pieces (WMMA needs
-// 32-byte aligned tiles). With a null base it only counts: the launcher's size query. Under
-// the emulator each piece is followed by DILATTN_SMEM_GUARD_BYTES guard bytes (cuda_compat.cuh)
-// that catch a tile written past its end; under nvcc there are none.
-struct SmemCarver {
-  unsigned char* base;
-  size_t used = 0;
-  template <class X>
-  __host__ __device__ __forceinline__ X* take(size_t count) {
-    X* piece = base != nullptr ? reinterpret_cast<X*>(base + used) : nullptr;
-    used += (count * sizeof(X) + 127) & ~static_cast<size_t>(127);
-    if (DILATTN_SMEM_GUARD_BYTES > 0) {
-      if (base != nullptr) DILATTN_SMEM_GUARD(base + used, DILATTN_SMEM_GUARD_BYTES);
-      used += DILATTN_SMEM_GUARD_BYTES;
-    }
-    return piece;
-  }
-};
-
 // The tiles the loop itself uses. E: the Q, K, V element type (Products::Elem).
 template <class E>
 struct TileMemory {

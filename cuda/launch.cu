@@ -1,10 +1,12 @@
-// launch.cu - the CUDA backend's launcher (SPEC 1-4 forward; the backward, SPEC 6, is
-// launch_backward.cu, included below): picks a kernel, checks the
-// views, runs one launch per branch into an (O, LSE) workspace, converts to the outputs.
+// launch.cu - the CUDA backend's forward launcher (SPEC 1-4) and its entry points: picks a
+// kernel, checks the views, runs one launch per branch into an (O, LSE) workspace, converts to
+// the outputs. The backward is launch_backward.cu, the ring's element work ring_ops.cu, what
+// they share launch_shared.h; the kernels are reached through kernels.h.
 //
-// Built twice: by nvcc as dilattn::cuda (kernels on a GPU), and by the host compiler through
-// cuda/launch_emu.cpp as dilattn::emu (the same kernels, run by the SIMT emulator in emu/; its
-// device memory is host memory, so this file treats pointers alike in both builds).
+// Built twice, as every file of the backend (cuda/meson.build): by nvcc as dilattn::cuda
+// (kernels on a GPU), and by the host compiler as dilattn::emu (the same kernels, run by the
+// SIMT emulator in emu/; its device memory is host memory, so this file treats pointers alike
+// in both builds).
 //
 //   can_run             a device with a kernel image for it (device_info); f64 is CPU only;
 //                       head dim <= kMaxHeadDim; B * H fits grid.y.
@@ -13,8 +15,9 @@
 //   forward             in the order it calls them, every launch on the caller's stream:
 //     check_views       data pointers aligned to their element, no output dimension of stride 0
 //                       that would make two rows write one address (SPEC 1);
-//     device_info       the device's compute capability and shared memory, asked once per
-//                       device and process (no cudaGetDeviceProperties per call);
+//     begin_call        the tensors' GPU made current; its compute capability and shared
+//                       memory asked once per device and process (device_info, launch_shared.h:
+//                       no cudaGetDeviceProperties per call);
 //     choose_kernel     MMA for f16/bf16 and MMA_TF32 (3xTF32) for f32, with D in {64, 128}
 //                       on sm_80+, else SIMT (forward_kernel_for), its shared memory within
 //                       the device's limit;
@@ -37,19 +40,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "backend.h"
 #include "dtype_convert.h"
 #include "errors.h"
-#include "forward_mma.cu"
-#include "forward_mma_tf32.cu"
-#include "forward_simt.cu"  // the kernels: one translation unit, so no device linking
 #include "kernel_choice.h"
+#include "kernels.h"
+#include "launch_shared.h"
+#include "softmax_rules.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -97,54 +96,8 @@ __global__ void finalize_lse_kernel(const double* lse_acc, void* lse, int32_t ls
 // ================================================================ launcher
 namespace {
 
-#ifdef __CUDACC__
-constexpr const char* kBackendName = "cuda";
-#ifndef DILATTN_SM_ARCHS
-#define DILATTN_SM_ARCHS "?"
-#endif
-constexpr const char* kBuiltArchs = DILATTN_SM_ARCHS;  // meson option sm_archs
-#else
-constexpr const char* kBackendName = "emu";
-constexpr const char* kBuiltArchs = "80,90";  // what the emulated binary holds (emu/README.md)
-#endif
-
-constexpr int kElementwiseThreads = 256;
-
-// A CUDA failure as a status; under the emulator, with its own explanation (barrier
-// divergence, out-of-bounds shared access, ...).
-dilattn_status cuda_failure(cudaError_t e, const char* what) {
-#ifdef __CUDACC__
-  return set_error(DILATTN_ERROR_CUDA, "backend 'cuda': %s: %s", what, cudaGetErrorString(e));
-#else
-  return set_error(DILATTN_ERROR_CUDA, "backend 'emu': %s: %s (%s)", what, cudaGetErrorString(e),
-                   simt::last_error_message());
-#endif
-}
-
-unsigned elementwise_blocks(int64_t n) {
-  const int64_t blocks = ceil_div(n, kElementwiseThreads);
-  return static_cast<unsigned>(min_i64(max_i64(blocks, 1), 4096));
-}
-
 // ---------------------------------------------------------------- check_views
-// SPEC 1: a backend that cannot take a view says so before touching memory.
-dilattn_status check_view(const dilattn_tensor* t, const char* name, bool written) {
-  const size_t element = dtype_size(t->dtype);
-  if (reinterpret_cast<uintptr_t>(t->data) % element != 0)
-    return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "backend '%s': argument '%s': data pointer %p is not aligned to its %zu-byte "
-                     "elements",
-                     kBackendName, name, t->data, element);
-  if (written)
-    for (int dim = 0; dim < 4; ++dim)
-      if (t->shape[dim] > 1 && t->strides[dim] == 0)
-        return set_error(DILATTN_ERROR_UNSUPPORTED,
-                         "backend '%s': argument '%s': stride 0 on dimension %d of extent %lld "
-                         "makes rows share memory",
-                         kBackendName, name, dim, static_cast<long long>(t->shape[dim]));
-  return DILATTN_SUCCESS;
-}
-
+// SPEC 1 (check_view, launch_shared.h) for the five views, all on one GPU.
 dilattn_status check_views(const ForwardArgs& a) {
   const struct {
     const dilattn_tensor* view;
@@ -168,272 +121,23 @@ dilattn_status check_views(const ForwardArgs& a) {
   return DILATTN_SUCCESS;
 }
 
-#ifdef __CUDACC__
-// Makes the tensors' GPU current for the launches and restores the caller's on the way out.
-class DeviceGuard {
- public:
-  DeviceGuard() = default;
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  cudaError_t select(int device) {
-    cudaError_t e = cudaGetDevice(&previous_);
-    if (e != cudaSuccess || previous_ == device) return e;
-    e = cudaSetDevice(device);
-    changed_ = e == cudaSuccess;
-    return e;
-  }
-  ~DeviceGuard() {
-    if (changed_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
-#endif
-
-using KernelFn = void (*)(ForwardParams);
-
-// ---------------------------------------------------------------- device_info
-// What the launcher needs of a device, asked once per device and process (a call must not
-// query properties: cudaGetDeviceProperties is slow): its compute capability, its shared memory
-// per block, and whether this binary has a kernel image for it (a build for sm_80 and sm_90 has
-// none for sm_75, where every launch would fail; SPEC 1: refuse before touching memory).
-struct DeviceInfo {
-  bool usable = false;
-  std::string why_not;  // when not usable: "no kernel image for it (...)"
-  int major = 0, minor = 0;
-  size_t smem_limit = 0;
-  std::mutex granted_mutex;
-  // Dynamic shared memory limits raised so far, per kernel (any kernel's type, forward or
-  // backward, as a plain function pointer).
-  std::vector<std::pair<void (*)(), size_t>> granted;
-};
-
-void query_device(int device, DeviceInfo* info) {
-  cudaDeviceProp props;
-  std::memset(&props, 0, sizeof(props));
-  cudaError_t e = cudaGetDeviceProperties(&props, device);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    info->why_not = std::string("cudaGetDeviceProperties failed: ") + cudaGetErrorString(e);
-    return;
-  }
-  info->major = props.major;
-  info->minor = props.minor;
-  info->smem_limit = props.sharedMemPerBlockOptin > props.sharedMemPerBlock
-                         ? props.sharedMemPerBlockOptin
-                         : props.sharedMemPerBlock;
-  // Asks the runtime for the kernel's code on the current device (which is `device`).
-  cudaFuncAttributes attr;
-  e = cudaFuncGetAttributes(&attr, forward_simt_kernel<float>);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    info->why_not = e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction
-                        ? std::string("no kernel image for it (kernels built for sm ") +
-                              kBuiltArchs + ")"
-                        : std::string("cudaFuncGetAttributes failed: ") + cudaGetErrorString(e);
-    return;
-  }
-  info->usable = true;
-}
-
-// The current device's facts (device must be the current device); thread-safe.
-DeviceInfo& device_info(int device) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<DeviceInfo>> infos;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<DeviceInfo>& info = infos[device];
-  if (!info) {
-    info.reset(new DeviceInfo);
-    query_device(device, info.get());
-  }
-  return *info;
-}
-
-dilattn_status check_device(int device, DeviceInfo** info) {
-  *info = &device_info(device);
-  if ((*info)->usable) return DILATTN_SUCCESS;
-  return set_error(DILATTN_ERROR_DEVICE_NOT_BUILT, "backend '%s': device %d (sm_%d%d): %s",
-                   kBackendName, device, (*info)->major, (*info)->minor,
-                   (*info)->why_not.c_str());
-}
-
-// ---------------------------------------------------------------- the start of every call
-// The device a call runs on (the tensors', made current until the call returns), its cached
-// facts, and the caller's stream. A capture that would outlive a pool workspace is refused
-// before anything is enqueued (check_capture, below).
-struct CallDevice {
-  int device = 0;
-  DeviceInfo* info = nullptr;
-  cudaStream_t stream = nullptr;
-#ifdef __CUDACC__
-  DeviceGuard guard;  // restores the caller's current device
-#endif
-};
-
-dilattn_status check_capture(cudaStream_t stream, const StreamArgs& run);
-
-dilattn_status begin_call(const dilattn_tensor& q, const StreamArgs& run, CallDevice* call) {
-  call->stream = static_cast<cudaStream_t>(run.stream);
-#ifdef __CUDACC__
-  const cudaError_t e = call->guard.select(q.device_index);
-  if (e != cudaSuccess) return cuda_failure(e, "cudaSetDevice");
-  call->device = q.device_index;
-#else
-  (void)q;
-  call->device = 0;  // the emulator's one device
-#endif
-  const dilattn_status st = check_device(call->device, &call->info);
-  return st != DILATTN_SUCCESS ? st : check_capture(call->stream, run);
-}
-
-// ---------------------------------------------------------------- the plan's device state
-// A block-sparse plan's mask (BsrMask: row_ptr, col_idx, head_ptr as int64) in device memory,
-// copied once per device: at plan time to the current device, on first use to another. Freed
-// with the plan. Thread-safe: a plan runs from several threads at once.
-class LaunchPlanState : public PlanState {
- public:
-  ~LaunchPlanState() override {
-    for (const Copy& c : copies_) {
-#ifdef __CUDACC__
-      DeviceGuard guard;
-      guard.select(c.device);
-#endif
-      cudaFree(c.base);
-    }
-    cudaGetLastError();
-  }
-  // The device arrays on `device` (the current device), copied there if not yet.
-  dilattn_status mask_on(int device, const BsrMask& m, const int64_t* arrays[3]) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const Copy& c : copies_)
-      if (c.device == device) {
-        for (int n = 0; n < 3; ++n) arrays[n] = c.arrays[n];
-        return DILATTN_SUCCESS;
-      }
-    const std::vector<int64_t>* host[3] = {&m.row_ptr, &m.col_idx, &m.head_ptr};
-    size_t offset[3], total = 0;
-    for (int n = 0; n < 3; ++n) {
-      offset[n] = total;
-      total += (host[n]->size() * sizeof(int64_t) + 255) / 256 * 256;
-    }
-    Copy c;
-    c.device = device;
-    cudaError_t e = cudaMalloc(&c.base, total);
-    if (e != cudaSuccess) return cuda_failure(e, "cudaMalloc of the mask");
-    for (int n = 0; n < 3; ++n) {
-      unsigned char* at = static_cast<unsigned char*>(c.base) + offset[n];
-      c.arrays[n] = reinterpret_cast<const int64_t*>(at);
-      const size_t bytes = host[n]->size() * sizeof(int64_t);
-      if (bytes > 0 &&
-          (e = cudaMemcpy(at, host[n]->data(), bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
-        cudaFree(c.base);
-        return cuda_failure(e, "cudaMemcpy of the mask");
-      }
-    }
-    copies_.push_back(c);
-    for (int n = 0; n < 3; ++n) arrays[n] = c.arrays[n];
-    return DILATTN_SUCCESS;
-  }
-
- private:
-  struct Copy {
-    int device = 0;
-    void* base = nullptr;
-    const int64_t* arrays[3] = {nullptr, nullptr, nullptr};
-  };
-  std::mutex mutex_;
-  std::vector<Copy> copies_;  // one per device used, usually one
-};
-
-// A capturing stream replays the call's work later, on a workspace a pool block would no
-// longer own (dispatch gives it back after the call): the caller must pass one.
-dilattn_status check_capture(cudaStream_t stream, const StreamArgs& run) {
-  if (!run.workspace_from_pool) return DILATTN_SUCCESS;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    cudaGetLastError();
-    return DILATTN_SUCCESS;  // nothing known to capture
-  }
-  if (status == cudaStreamCaptureStatusNone) return DILATTN_SUCCESS;
-  return set_error(DILATTN_ERROR_INVALID_VALUE,
-                   "argument 'workspace' = NULL: the stream is capturing a CUDA graph, whose "
-                   "replays would use a pool block given back after this call; pass a "
-                   "workspace of dilattn_plan_workspace_size bytes");
-}
-
 // ---------------------------------------------------------------- choose_kernel
-
-struct ChosenKernel {
-  KernelFn fn;
-  size_t smem;  // dynamic shared memory per block
-  int br;       // query rows per tile
-  int threads;  // per block
-};
-
-template <class Products>
-ChosenKernel chosen(KernelFn fn, int64_t D) {
-  return ChosenKernel{fn, tile_smem_bytes<Products>(D), Products::kBr, Products::kThreads};
-}
-template <class T>
-ChosenKernel simt_kernel(int64_t D) {
-  return chosen<SimtProducts<T>>(forward_simt_kernel<T>, D);
-}
-template <class T, int D>
-ChosenKernel mma_kernel_of() {
-  return ChosenKernel{forward_mma_kernel<T, D>, mma_smem_bytes<T, D>(), MmaTile<T, D>::kBr,
-                      MmaTile<T, D>::kThreads};
-}
-template <class T>
-ChosenKernel mma_kernel(int64_t D) {  // forward_kernel_for picks MMA for D = 64 and 128 only
-  return D == 64 ? mma_kernel_of<T, 64>() : mma_kernel_of<T, 128>();
-}
-
-template <int D>
-ChosenKernel tf32_kernel_of() {
-  return ChosenKernel{forward_mma_tf32_kernel<D, 3>, tf32_smem_bytes<D>(), Tf32Tile<D>::kBr,
-                      Tf32Tile<D>::kThreads};
-}
-
-ChosenKernel pick_kernel(const Problem& p, int cc_major) {
+// forward_kernel_for's choice, from the kernel files (kernels.h).
+ForwardKernel pick_kernel(const Problem& p, int cc_major) {
   const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
-    case DILATTN_F16: return mma ? mma_kernel<__half>(p.D) : simt_kernel<__half>(p.D);
+    case DILATTN_F16: return mma ? mma_forward<__half>(p.D) : simt_forward<__half>(p.D);
     case DILATTN_BF16:
-      return mma ? mma_kernel<__nv_bfloat16>(p.D) : simt_kernel<__nv_bfloat16>(p.D);
+      return mma ? mma_forward<__nv_bfloat16>(p.D) : simt_forward<__nv_bfloat16>(p.D);
     default:  // f32: 3xTF32 on tensor cores for D = 64 and 128 (forward_mma_tf32.cu)
-      if (choice != KernelChoice::mma_tf32) return simt_kernel<float>(p.D);
-      return p.D == 64 ? tf32_kernel_of<64>() : tf32_kernel_of<128>();
+      return choice == KernelChoice::mma_tf32 ? tf32_forward(p.D) : simt_forward<float>(p.D);
   }
-}
-
-// Above 48 KiB a kernel must opt in to more dynamic shared memory. Its limit is raised once per
-// device to the largest size asked so far (device.granted), not per call. Used by the forward
-// (choose_kernel) and the backward (launch_backward.cu).
-template <class Kernel>
-dilattn_status grant_shared_memory(DeviceInfo& device, Kernel fn, size_t smem) {
-  if (smem <= 48 * 1024) return DILATTN_SUCCESS;
-  const auto key = reinterpret_cast<void (*)()>(fn);
-  std::lock_guard<std::mutex> lock(device.granted_mutex);
-  std::pair<void (*)(), size_t>* grant = nullptr;
-  for (auto& g : device.granted)
-    if (g.first == key) grant = &g;
-  if (grant != nullptr && grant->second >= smem) return DILATTN_SUCCESS;
-  const cudaError_t e =
-      cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return cuda_failure(e, "cudaFuncSetAttribute");
-  if (grant != nullptr)
-    grant->second = smem;
-  else
-    device.granted.emplace_back(key, smem);
-  return DILATTN_SUCCESS;
 }
 
 // The kernel for this problem on the device, its shared memory checked and granted (a kernel's
 // limit is raised once per device to the largest size asked so far, not per call).
-dilattn_status choose_kernel(const Problem& p, DeviceInfo& device, ChosenKernel* kernel) {
+dilattn_status choose_kernel(const Problem& p, DeviceInfo& device, ForwardKernel* kernel) {
   *kernel = pick_kernel(p, device.major);
   if (kernel->smem > device.smem_limit)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
@@ -471,12 +175,6 @@ WorkspaceLayout workspace_layout(const Problem& p) {
   return l;
 }
 
-struct Workspace {
-  float* o_acc;
-  double* lse_acc;
-  const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
-};
-
 // Carves a.workspace, finds the plan's device copy of the block-sparse mask, and starts the
 // accumulators at "no key yet": O = 0, LSE = -inf.
 dilattn_status prepare_workspace(const Problem& p, const ForwardArgs& a, int device,
@@ -503,52 +201,6 @@ dilattn_status prepare_workspace(const Problem& p, const ForwardArgs& a, int dev
 }
 
 // ---------------------------------------------------------------- launch_branches
-// What every launch of this forward shares.
-ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Workspace& ws) {
-  ForwardParams fp;
-  std::memset(&fp, 0, sizeof(fp));
-  fp.q = a.q->data;
-  fp.k = a.k->data;
-  fp.v = a.v->data;
-  for (int dim = 0; dim < 4; ++dim) {
-    fp.q_stride[dim] = a.q->strides[dim];
-    fp.k_stride[dim] = a.k->strides[dim];
-    fp.v_stride[dim] = a.v->strides[dim];
-  }
-  fp.o_acc = ws.o_acc;
-  fp.lse_acc = ws.lse_acc;
-  // 16-byte copies of K and V rows (forward_mma.cu): D contiguous, every row 16-byte aligned.
-  auto rows_of_16_bytes = [](const dilattn_tensor* t) {
-    const int64_t per16 = static_cast<int64_t>(16 / dtype_size(t->dtype));
-    return t->strides[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0 &&
-           t->strides[0] % per16 == 0 && t->strides[1] % per16 == 0 &&
-           t->strides[2] % per16 == 0;
-  };
-  fp.kv_vec16 = rows_of_16_bytes(a.k) && rows_of_16_bytes(a.v) ? 1 : 0;
-  fp.B = p.B;
-  fp.Nq = p.Nq;
-  fp.Nk = p.Nk;
-  fp.H = p.H;
-  fp.Hkv = p.Hkv;
-  fp.D = p.D;
-  const ScoreScale scale = score_scale(p.scale);
-  fp.score_pre = scale.pre;
-  fp.score_post = scale.post;
-  fp.causal = p.causal ? 1 : 0;
-  fp.num_branches = p.num_branches();
-  fp.head_mode = p.head_mode;
-  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
-    fp.row_ptr = ws.mask[0];
-    fp.col_idx = ws.mask[1];
-    fp.head_ptr = ws.mask[2];
-    fp.mask_heads = p.mask->num_heads;
-    fp.bq = p.mask->bq;
-    fp.bk = p.mask->bk;
-    fp.I = p.mask->I;
-  }
-  return fp;
-}
-
 // One branch: the kernels write the caller's O and LSE (forward_outputs.cuh). Not for the
 // backward, which shares shared_params but has no O to write.
 ForwardParams with_direct_outputs(const Problem& p, const ForwardArgs& a, ForwardParams fp) {
@@ -563,34 +215,13 @@ ForwardParams with_direct_outputs(const Problem& p, const ForwardArgs& a, Forwar
   return fp;
 }
 
-// Sets launch `launch`'s kind and branch in fp; returns its number of query tiles (grid.x).
-int64_t prepare_launch(const Problem& p, int br, int64_t launch, ForwardParams* fp) {
-  if (p.kind == DILATTN_KIND_DENSE) {
-    fp->kind = kKindDense;
-    return ceil_div(p.Nq, br);
-  }
-  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
-    fp->kind = kKindSparse;
-    fp->tiles_per_group = ceil_div(fp->bq, br);
-    return fp->I * fp->tiles_per_group;
-  }
-  fp->kind = kKindDilated;
-  fp->branch = launch;
-  fp->w = p.branches[static_cast<size_t>(launch)].w;
-  fp->r = p.branches[static_cast<size_t>(launch)].r;
-  const int64_t wc = clipped_segment(fp->w, p.Nq);
-  // The most rows a segment selects is ceil(wc / r) (offset 0).
-  fp->tiles_per_group = ceil_div(ceil_div(wc, fp->r), br);
-  return segment_count(p.Nq, wc) * fp->tiles_per_group;
-}
-
 // One launch per dilated branch, one for dense and block-sparse; each covers disjoint rows
 // and merges them into the workspace.
-dilattn_status launch_branches(const Problem& p, const ChosenKernel& kernel, cudaStream_t stream,
+dilattn_status launch_branches(const Problem& p, const ForwardKernel& kernel, cudaStream_t stream,
                                ForwardParams fp) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
   for (int64_t launch = 0; launch < launches; ++launch) {
-    const int64_t tiles = prepare_launch(p, kernel.br, launch, &fp);
+    const int64_t tiles = prepare_launch(p, kernel.block_rows, launch, &fp);
     if (tiles > 0x7fffffff)
       return set_error(DILATTN_ERROR_UNSUPPORTED, "backend '%s': %lld query tiles exceed the grid",
                        kBackendName, static_cast<long long>(tiles));
@@ -678,7 +309,7 @@ dilattn_status can_run(const Problem& p) {
   return DILATTN_SUCCESS;
 }
 
-// The backward's workspace (launch_backward.cu, included at the end of this file).
+// The backward's workspace (launch_backward.cu).
 size_t backward_workspace_bytes(const Problem& p);
 
 WorkspaceBytes workspace_bytes(const Problem& p) {
@@ -705,7 +336,7 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   dilattn_status st = check_views(a);
   if (st != DILATTN_SUCCESS) return st;
   CallDevice call;
-  ChosenKernel kernel;
+  ForwardKernel kernel;
   Workspace ws;
   if ((st = begin_call(*a.q, a.run, &call)) != DILATTN_SUCCESS) return st;
   if ((st = choose_kernel(p, *call.info, &kernel)) != DILATTN_SUCCESS) return st;
@@ -757,9 +388,3 @@ std::string device_report() {
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn
-
-// The backward launcher and its kernels (SPEC 6): backward() and backward_workspace_bytes.
-#include "launch_backward.cu"
-
-// The ring's element work on this backend's device (SPEC 5): make_ring_ops.
-#include "ring_ops.cu"

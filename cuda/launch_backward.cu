@@ -2,15 +2,16 @@
 // the kernels, runs the pre-pass, the dQ pass and the dK/dV pass into f32 accumulators, and
 // stores the gradients.
 //
-// Included by cuda/launch.cu (so built the same two ways: nvcc into dilattn::cuda, the host
-// compiler with the SIMT emulator into dilattn::emu) and uses its helpers (cuda_failure,
-// check_view, elementwise_blocks, prepare_launch, DeviceGuard, the cached device facts
-// DeviceInfo, the plan's device mask LaunchPlanState, check_capture).
+// Built the same two ways as the forward launcher (cuda/meson.build): nvcc into dilattn::cuda,
+// the host compiler with the SIMT emulator into dilattn::emu. Uses the launchers' shared
+// helpers (launch_shared.h: cuda_failure, check_view, elementwise_blocks, begin_call with the
+// cached device facts, the plan's device mask LaunchPlanState, shared_params and
+// prepare_launch) and reaches the kernels through kernels.h.
 //
 //   backward, in the order it calls them:
 //     check_backward_views    as the forward's check_views, for the nine tensors;
 //     choose_backward_kernels WMMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
-//                             (kernel_for, as the forward), shared memory checked and granted;
+//                             (backward_kernel_for), shared memory checked and granted;
 //     prepare_backward_workspace  from the plan's pool (backward_workspace_layout): the mask
 //                             copied over, D_i = <dO_i, O_i> and lse_s = lse_in_score_domain(LSE)
 //                             per row (the pre-pass), dQ, dK, dV accumulators = 0;
@@ -22,8 +23,15 @@
 //
 // Checked by tests/kernels/test_backward_kernels.cpp (every kernel x dtype x kind, emulator,
 // three thread orders) and tests/kernels/test_cli_backend_emu.py (`dilattn backward`).
-#include "backward_simt.cu"  // the kernels: one translation unit, so no device linking
-#include "backward_wmma.cu"
+#include <cstdint>
+#include <cstring>
+
+#include "backend.h"
+#include "errors.h"
+#include "kernel_choice.h"
+#include "kernels.h"
+#include "launch_shared.h"
+#include "softmax_rules.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -108,40 +116,9 @@ dilattn_status check_backward_views(const BackwardArgs& a) {
 }
 
 // ---------------------------------------------------------------- choose_backward_kernels
-using BackwardKernelFn = void (*)(BackwardParams);
-
-struct BackwardKernels {
-  BackwardKernelFn dq, dkdv;
-  size_t dq_smem, dkdv_smem;  // dynamic shared memory per block
-  int br, bc;                 // query rows and keys per chunk
-  int threads;                // per block
-};
-
-template <class Products>
-BackwardKernels backward_kernels(BackwardKernelFn dq, BackwardKernelFn dkdv, int64_t D) {
-  return BackwardKernels{dq,
-                         dkdv,
-                         backward_smem_bytes<Products>(D, false),
-                         backward_smem_bytes<Products>(D, true),
-                         Products::kBr,
-                         Products::kBc,
-                         Products::kThreads};
-}
-template <class T>
-BackwardKernels simt_backward(int64_t D) {
-  return backward_kernels<SimtBackwardProducts<T>>(backward_dq_simt_kernel<T>,
-                                                   backward_dkdv_simt_kernel<T>, D);
-}
-template <class T>
-BackwardKernels wmma_backward(int64_t D) {  // kernel_for picks WMMA for D = 64 and 128 only
-  return D == 64 ? backward_kernels<WmmaBackwardProducts<T, 64>>(
-                       backward_dq_wmma_kernel<T, 64>, backward_dkdv_wmma_kernel<T, 64>, 64)
-                 : backward_kernels<WmmaBackwardProducts<T, 128>>(
-                       backward_dq_wmma_kernel<T, 128>, backward_dkdv_wmma_kernel<T, 128>, 128);
-}
-
+// backward_kernel_for's choice, from the kernel files (kernels.h).
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
-  const bool wmma = kernel_for(p.dtype, p.D, cc_major) == KernelChoice::wmma;
+  const bool wmma = backward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::wmma;
   switch (p.dtype) {
     case DILATTN_F16: return wmma ? wmma_backward<__half>(p.D) : simt_backward<__half>(p.D);
     case DILATTN_BF16:
@@ -151,7 +128,7 @@ BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
 }
 
 // The kernel's shared memory checked against the device, then granted once per device
-// (grant_shared_memory, launch.cu).
+// (grant_shared_memory, launch_shared.h).
 dilattn_status grant_smem(DeviceInfo& device, BackwardKernelFn fn, size_t smem, int64_t D) {
   if (smem > device.smem_limit)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
@@ -304,13 +281,13 @@ dilattn_status launch_backward_kernel(BackwardKernelFn fn, int64_t tiles, int64_
   return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, what);
 }
 
-// dQ: query tiles of BR rows as the forward's (prepare_launch), one launch per branch; each
-// launch covers disjoint rows and adds them to dq_acc.
+// dQ: query tiles of block_rows rows as the forward's (prepare_launch), one launch per branch;
+// each launch covers disjoint rows and adds them to dq_acc.
 dilattn_status run_dq_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                            cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
   for (int64_t launch = 0; launch < launches; ++launch) {
-    const int64_t tiles = prepare_launch(p, k.br, launch, &bp.ix);
+    const int64_t tiles = prepare_launch(p, k.block_rows, launch, &bp.ix);
     const dilattn_status st =
         launch_backward_kernel(k.dq, tiles, p.B * p.H, k, k.dq_smem, bp, stream,
                                "backward dQ kernel");
@@ -319,12 +296,13 @@ dilattn_status run_dq_pass(const Problem& p, const BackwardKernels& k, BackwardP
   return DILATTN_SUCCESS;
 }
 
-// The number of key tiles of BC keys (grid.x) of launch `launch`; sets key_tiles_per_group.
-int64_t prepare_key_launch(const Problem& p, int bc, int64_t launch, BackwardParams* bp) {
-  prepare_launch(p, bc, launch, &bp->ix);  // kind and branch; dilated: per-segment tile count
-  if (p.kind == DILATTN_KIND_DENSE) return ceil_div(p.Nk, bc);
+// The number of key tiles of tile_keys keys (grid.x) of launch `launch`; sets
+// key_tiles_per_group.
+int64_t prepare_key_launch(const Problem& p, int tile_keys, int64_t launch, BackwardParams* bp) {
+  prepare_launch(p, tile_keys, launch, &bp->ix);  // kind, branch; dilated: tiles per segment
+  if (p.kind == DILATTN_KIND_DENSE) return ceil_div(p.Nk, tile_keys);
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
-    bp->key_tiles_per_group = ceil_div(bp->ix.bk, bc);
+    bp->key_tiles_per_group = ceil_div(bp->ix.bk, tile_keys);
     return ceil_div(p.Nk, bp->ix.bk) * bp->key_tiles_per_group;
   }
   // Dilated (Nq == Nk): a segment's selected keys are its selected rows.
@@ -332,13 +310,13 @@ int64_t prepare_key_launch(const Problem& p, int bc, int64_t launch, BackwardPar
   return segment_count(p.Nk, clipped_segment(bp->ix.w, p.Nk)) * bp->key_tiles_per_group;
 }
 
-// dK, dV: key tiles of BC keys, one launch per (branch, query head of a kv head), in that
-// order; the launches of one branch's heads add to the same rows one after another.
+// dK, dV: key tiles of block_keys keys, one launch per (branch, query head of a kv head), in
+// that order; the launches of one branch's heads add to the same rows one after another.
 dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                              cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
   for (int64_t launch = 0; launch < launches; ++launch) {
-    const int64_t tiles = prepare_key_launch(p, k.bc, launch, &bp);
+    const int64_t tiles = prepare_key_launch(p, k.block_keys, launch, &bp);
     for (int64_t hg = 0; hg < p.H / p.Hkv; ++hg) {
       bp.head_in_group = hg;
       const dilattn_status st = launch_backward_kernel(

@@ -6,7 +6,7 @@
 #ifndef DILATTN_MMA_TILE_SMEM_CUH
 #define DILATTN_MMA_TILE_SMEM_CUH
 
-#include "forward_tile_loop.cuh"  // SmemCarver
+#include "smem_carver.cuh"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {

@@ -3,10 +3,10 @@
 // another rank needs (a map of their offsets uploaded per call) and SPEC 5's merge of a
 // partial (O_b, LSE_b) into the running (O, LSE), as small kernels queued on one stream.
 //
-// Included by cuda/launch.cu, so built the same two ways as the launcher: by nvcc into
-// dilattn::cuda (device memory, the caller's GPU) and by the host compiler with the SIMT
-// emulator into dilattn::emu (the emulator's device memory is host memory), so CI runs the
-// emu backend's ring through these kernels. Uses the launcher's helpers (cuda_failure,
+// Built the same two ways as the launchers (cuda/meson.build): by nvcc into dilattn::cuda
+// (device memory, the caller's GPU) and by the host compiler with the SIMT emulator into
+// dilattn::emu (the emulator's device memory is host memory), so CI runs the emu backend's ring
+// through these kernels. Uses the launchers' shared helpers (launch_shared.h: cuda_failure,
 // elementwise_blocks, DeviceGuard, kBackendName).
 //
 // The arithmetic is the host loops' (lib/ring/ring_tensor_ops.h): each element read as f64,
@@ -20,7 +20,10 @@
 #include <deque>
 #include <vector>
 
+#include "dtype_convert.h"
+#include "launch_shared.h"
 #include "ring_ops.h"
+#include "softmax_rules.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {

@@ -319,7 +319,7 @@ inline void fail_launch_after(int64_t launches) {
   type* name = reinterpret_cast<type*>(::simt::detail::dynamic_shared())
 
 // Guard bytes after every tile a kernel carves out of its dynamic shared memory
-// (cuda/forward_tile_loop.cuh's SmemCarver): filled when carved, checked at every barrier.
+// (SmemCarver, cuda/smem_carver.cuh): filled when carved, checked at every barrier.
 #define DILATTN_SMEM_GUARD_BYTES 128
 #define DILATTN_SMEM_GUARD(ptr, bytes) ::simt::detail::guard_shared(ptr, bytes)
 

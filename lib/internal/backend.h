@@ -119,9 +119,10 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);
 const char* isa_name();
 }  // namespace cpu
 
-// The CUDA backend: one launcher source (cuda/launch.cu) built twice, by nvcc into namespace
-// cuda (kernels on a GPU) and by the host compiler with the SIMT emulator into namespace emu
-// (the same kernels executed on the CPU). A build without one gets its stub (cuda/cuda_backend_stub.cpp, cuda/emu_backend_stub.cpp).
+// The CUDA backend: the launchers (cuda/launch.cu, cuda/launch_backward.cu) and their kernel
+// files, each built twice, by nvcc into namespace cuda (kernels on a GPU) and by the host
+// compiler with the SIMT emulator into namespace emu (the same kernels executed on the CPU).
+// A build without one gets its stub (cuda/cuda_backend_stub.cpp, cuda/emu_backend_stub.cpp).
 // device_report: the "GPU present" line of dilattn_build_info, e.g. "yes (sm_75), no kernel
 // image for it: cuda not used".
 namespace cuda {

@@ -1,5 +1,5 @@
 // test_emu_negative_smem_overrun.cpp - a tile written one element past its end, into the next tile
-// carved by the kernels' own carver (cuda/forward_tile_loop.cuh's SmemCarver), fails the launch
+// carved by the kernels' own carver (SmemCarver, cuda/smem_carver.cuh), fails the launch
 // at the next __syncthreads ("shared-memory overrun"), also when the tile fills its 128-byte
 // rounding exactly (so the element lands in the next tile, where ASan sees nothing); within
 // bounds the same kernel succeeds and the tiles hold what was written.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "emu_test_util.h"
-#include "forward_tile_loop.cuh"
+#include "smem_carver.cuh"
 
 namespace {
 

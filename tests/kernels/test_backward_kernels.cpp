@@ -8,7 +8,7 @@
 // in three thread orders, cuda twice, the second on a stream of its own); the gradients must be
 // bitwise identical (no race, no order-dependent sum: SPEC 6's determinism), and the first
 // within SPEC 8 of the reference.
-// kernel_for (cuda/kernel_choice.h) must name the kernel this run is about for every case.
+// backward_kernel_for (cuda/kernel_choice.h) must name the kernel this run is about for every case.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -26,7 +26,7 @@ void run_case(const Case& c, const std::string& kernel, dilattn_backend backend)
   const int64_t failed_before = harness::failures();
   const dilattn::KernelChoice expected =
       kernel == "wmma" ? dilattn::KernelChoice::wmma : dilattn::KernelChoice::simt;
-  const dilattn::KernelChoice chosen = dilattn::kernel_for(c.dtype, c.D, 8);  // emulator: sm_80
+  const dilattn::KernelChoice chosen = dilattn::backward_kernel_for(c.dtype, c.D, 8);  // sm_80
   if (!CHECK_MSG(chosen == expected, "D = %lld runs %s, not %s", static_cast<long long>(c.D),
                  dilattn::kernel_name(chosen), kernel.c_str()))
     return;

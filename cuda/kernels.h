@@ -1,0 +1,65 @@
+// kernels.h - the kernels as the launchers (launch.cu, launch_backward.cu) see them: for each
+// kernel file, a function that returns its kernel for an input dtype and head dim together
+// with what a launch needs to know of its tile (dynamic shared memory, rows per block, threads).
+//
+// Each function is defined, and explicitly instantiated for the dtypes the launchers use, in
+// the kernel's own file, so every kernel file is a translation unit of its own and the
+// launchers never see a kernel's body. The pointer a function returns is the kernel's host
+// stub, which its own translation unit registers with the CUDA runtime: launching through it
+// from the launchers needs no device linking (-rdc). Under the emulator it is the kernel
+// itself, a host function.
+//
+// Which kernel a problem gets is kernel_choice.h's rule (forward_kernel_for,
+// backward_kernel_for); the launchers call the function it names.
+#ifndef DILATTN_KERNELS_H
+#define DILATTN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backward_tile.cuh"  // BackwardParams, ForwardParams
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+
+// ---------------------------------------------------------------- forward (SPEC 2-4)
+using ForwardKernelFn = void (*)(ForwardParams);
+
+struct ForwardKernel {
+  ForwardKernelFn fn;
+  size_t smem;     // dynamic shared memory per block, bytes
+  int block_rows;  // query rows per block (one query tile)
+  int threads;     // per block
+};
+
+// forward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim.
+template <class T>
+ForwardKernel simt_forward(int64_t D);
+// forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
+template <class T>
+ForwardKernel mma_forward(int64_t D);
+// forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128.
+ForwardKernel tf32_forward(int64_t D);
+
+// ---------------------------------------------------------------- backward (SPEC 6)
+using BackwardKernelFn = void (*)(BackwardParams);
+
+// The two kernels of a backward: the dQ pass and the dK/dV pass.
+struct BackwardKernels {
+  BackwardKernelFn dq, dkdv;
+  size_t dq_smem, dkdv_smem;   // dynamic shared memory per block, bytes
+  int block_rows, block_keys;  // query rows and keys per chunk
+  int threads;                 // per block
+};
+
+// backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim.
+template <class T>
+BackwardKernels simt_backward(int64_t D);
+// backward_wmma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
+template <class T>
+BackwardKernels wmma_backward(int64_t D);
+
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn
+
+#endif  // DILATTN_KERNELS_H

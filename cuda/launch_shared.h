@@ -1,0 +1,182 @@
+// launch_shared.h - what the CUDA backend's launchers share: the forward (launch.cu), the
+// backward (launch_backward.cu) and the ring's element work (ring_ops.cu). Defined in
+// launch_shared.cu.
+//
+// Every file that includes it is built twice, like the kernels: by nvcc into dilattn::cuda and
+// by the host compiler with the SIMT emulator into dilattn::emu (cuda/meson.build), so both
+// builds have their own copy of everything here (and of the device facts cached below).
+//
+//   cuda_failure, elementwise_blocks   a CUDA error as a status; a grid for an element-wise
+//                                      kernel of kElementwiseThreads threads a block;
+//   check_view                         a view the kernels cannot take, refused (SPEC 1);
+//   DeviceGuard (nvcc only)            the tensors' GPU made current for a call;
+//   DeviceInfo, device_info            a device's facts, asked once per device and process;
+//   begin_call                         the start of every forward and backward call: the
+//                                      device, its facts, the caller's stream;
+//   LaunchPlanState                    a block-sparse plan's mask in device memory;
+//   grant_shared_memory                a kernel's dynamic shared memory limit raised, once per
+//                                      device;
+//   shared_params, prepare_launch      the index part of every forward and backward launch.
+#ifndef DILATTN_LAUNCH_SHARED_H
+#define DILATTN_LAUNCH_SHARED_H
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention_tile.cuh"  // ForwardParams; cuda_compat.cuh
+#include "backend.h"
+#include "errors.h"
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+
+#ifdef __CUDACC__
+constexpr const char* kBackendName = "cuda";
+#else
+constexpr const char* kBackendName = "emu";
+#endif
+
+constexpr int kElementwiseThreads = 256;
+
+// A CUDA failure as a status; under the emulator, with its own explanation (barrier
+// divergence, out-of-bounds shared access, ...).
+dilattn_status cuda_failure(cudaError_t e, const char* what);
+
+// Blocks for an element-wise kernel over n elements (grid-stride loops: at most 4096 blocks).
+unsigned elementwise_blocks(int64_t n);
+
+// SPEC 1: a backend that cannot take a view says so before touching memory: data aligned to
+// its element, and for a written view no dimension of stride 0 that makes two rows one address.
+dilattn_status check_view(const dilattn_tensor* t, const char* name, bool written);
+
+#ifdef __CUDACC__
+// Makes the tensors' GPU current for the launches and restores the caller's on the way out.
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  cudaError_t select(int device) {
+    cudaError_t e = cudaGetDevice(&previous_);
+    if (e != cudaSuccess || previous_ == device) return e;
+    e = cudaSetDevice(device);
+    changed_ = e == cudaSuccess;
+    return e;
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+#endif
+
+// ---------------------------------------------------------------- device facts
+// What the launchers need of a device, asked once per device and process (a call must not
+// query properties: cudaGetDeviceProperties is slow): its compute capability, its shared memory
+// per block, and whether this binary has a kernel image for it (a build for sm_80 and sm_90 has
+// none for sm_75, where every launch would fail; SPEC 1: refuse before touching memory).
+struct DeviceInfo {
+  bool usable = false;
+  std::string why_not;  // when not usable: "no kernel image for it (...)"
+  int major = 0, minor = 0;
+  size_t smem_limit = 0;
+  std::mutex granted_mutex;
+  // Dynamic shared memory limits raised so far, per kernel (any kernel's type, forward or
+  // backward, as a plain function pointer).
+  std::vector<std::pair<void (*)(), size_t>> granted;
+};
+
+// The device's facts (device must be the current device); thread-safe.
+DeviceInfo& device_info(int device);
+
+// The device's facts in *info; DILATTN_ERROR_DEVICE_NOT_BUILT when this binary cannot run on it.
+dilattn_status check_device(int device, DeviceInfo** info);
+
+// ---------------------------------------------------------------- the start of every call
+// The device a call runs on (the tensors', made current until the call returns), its cached
+// facts, and the caller's stream.
+struct CallDevice {
+  int device = 0;
+  DeviceInfo* info = nullptr;
+  cudaStream_t stream = nullptr;
+#ifdef __CUDACC__
+  DeviceGuard guard;  // restores the caller's current device
+#endif
+};
+
+// Fills *call for tensors on q's device. A capturing stream with a pool workspace is refused
+// before anything is enqueued: its replays would use a block given back after the call.
+dilattn_status begin_call(const dilattn_tensor& q, const StreamArgs& run, CallDevice* call);
+
+// ---------------------------------------------------------------- the plan's device state
+// A block-sparse plan's mask (BsrMask: row_ptr, col_idx, head_ptr as int64) in device memory,
+// copied once per device: at plan time to the current device, on first use to another. Freed
+// with the plan. Thread-safe: a plan runs from several threads at once.
+class LaunchPlanState : public PlanState {
+ public:
+  ~LaunchPlanState() override;
+  // The device arrays on `device` (the current device), copied there if not yet.
+  dilattn_status mask_on(int device, const BsrMask& m, const int64_t* arrays[3]);
+
+ private:
+  struct Copy {
+    int device = 0;
+    void* base = nullptr;
+    const int64_t* arrays[3] = {nullptr, nullptr, nullptr};
+  };
+  std::mutex mutex_;
+  std::vector<Copy> copies_;  // one per device used, usually one
+};
+
+// ---------------------------------------------------------------- shared memory
+// Above 48 KiB a kernel must opt in to more dynamic shared memory. Its limit is raised once per
+// device to the largest size asked so far (device.granted), not per call. Used by the forward
+// and the backward.
+template <class Kernel>
+dilattn_status grant_shared_memory(DeviceInfo& device, Kernel fn, size_t smem) {
+  if (smem <= 48 * 1024) return DILATTN_SUCCESS;
+  const auto key = reinterpret_cast<void (*)()>(fn);
+  std::lock_guard<std::mutex> lock(device.granted_mutex);
+  std::pair<void (*)(), size_t>* grant = nullptr;
+  for (auto& g : device.granted)
+    if (g.first == key) grant = &g;
+  if (grant != nullptr && grant->second >= smem) return DILATTN_SUCCESS;
+  const cudaError_t e =
+      cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return cuda_failure(e, "cudaFuncSetAttribute");
+  if (grant != nullptr)
+    grant->second = smem;
+  else
+    device.granted.emplace_back(key, smem);
+  return DILATTN_SUCCESS;
+}
+
+// ---------------------------------------------------------------- launch parameters
+// The forward's device workspace pieces (launch.cu, workspace_layout) and the plan's device
+// mask, as shared_params reads them.
+struct Workspace {
+  float* o_acc;
+  double* lse_acc;
+  const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
+};
+
+// What every launch of a forward shares (and the backward's index part, with no forward
+// workspace): the views, the problem's sizes, the scale, the kind's parameters.
+ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Workspace& ws);
+
+// Sets launch `launch`'s kind and branch in fp; returns its number of tiles (grid.x) of
+// tile_rows rows (the forward's and the dQ pass's query tiles) or keys (the dK/dV pass: the
+// dilated tile count per segment).
+int64_t prepare_launch(const Problem& p, int tile_rows, int64_t launch, ForwardParams* fp);
+
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn
+
+#endif  // DILATTN_LAUNCH_SHARED_H
