@@ -278,6 +278,16 @@ bool full_tensors_on_gpu(const PlanHandle& plan, const RingOptions& ring) {
   return plan_backend(plan) == DILATTN_BACKEND_CUDA && !ring.any();
 }
 
+// Ring attention gives rank p rows [p*N/P, (p+1)*N/P) of Q, K and V alike (SPEC 5), so K and V
+// need Q's row count; refused here, before any rank's rows are copied (shard_copy.h copies
+// every operand's rows by the same Rows).
+void check_ring_rows(const Settings& s, const Operands& o) {
+  if (!s.ring.any() || o.Nk == o.Nq) return;
+  fail_input(std::string("flag ") + (s.ring.mpi ? "--ring mpi" : "--ring-threads") +
+             ": ring attention needs K and V with Q's row count (SPEC 5); " + s.k_path + " has " +
+             std::to_string(o.Nk) + " rows, " + s.q_path + " has " + std::to_string(o.Nq));
+}
+
 // The mask file of --mask, read on rank 0 (under --ring mpi it reaches the other ranks in
 // share_operands).
 void load_mask_file(const Settings& s, const Operands& o, MaskHandle* mask) {
@@ -389,6 +399,7 @@ int cmd_forward(int argc, char** argv, int first) {
     out_file = outputs.reserve("out", f.required("out"));
     if (want_lse) lse_file = outputs.reserve("lse", f.required("lse"));
     o = read_operands(s);
+    check_ring_rows(s, o);
     load_mask_file(s, o, &mask);
   });
   share_operands(world, s, &o, &mask);
@@ -433,6 +444,7 @@ int cmd_backward(int argc, char** argv, int first) {
     dk_file = outputs.reserve("dk", f.required("dk"));
     dv_file = outputs.reserve("dv", f.required("dv"));
     o = read_operands(s);
+    check_ring_rows(s, o);
     load_mask_file(s, o, &mask);
     d_o = read_operand(do_path, "do", &o.q);
     require_shape(d_o, do_path, o.q.shape, "dO must have Q's shape");

@@ -120,3 +120,35 @@ def test_ring_mpi_outside_mpirun(tmp_path):
     run("forward", *qkv_flags(paths), "--out", out, "--ring", "mpi", "--backend", "ref", expect=0)
     run("forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--backend", "ref", expect=0)
     assert np.load(out).tobytes() == np.load(tmp_path / "o.npy").tobytes()
+
+
+# Ring attention holds rows [p*N/P, (p+1)*N/P) of Q, K and V on rank p (SPEC 5): one N for all
+# three. Dense cross-attention (K, V shorter or longer than Q) is valid without a ring and must
+# be refused before any rank's rows are copied: exit 2 naming both lengths, nothing written.
+# (20000, 1): each rank copying K's rows with Q's count read far past K (a crash, not a message).
+@pytest.mark.parametrize("Nq,Nk", [(40, 5), (40, 41), (20000, 1)])
+@pytest.mark.parametrize("command", ["forward", "backward"])
+def test_ring_threads_refuse_kv_rows_unlike_q(tmp_path, Nq, Nk, command):
+    _, paths = make_inputs(tmp_path, B=1, Nq=Nq, Nk=Nk, H=2, D=8)
+    names = ("o", "lse") if command == "forward" else ("dq", "dk", "dv")
+    outs = {n: tmp_path / f"{n}_out.npy" for n in names}
+    flags = ["--out", outs["o"], "--lse", outs["lse"]] if command == "forward" else \
+        ["--do", paths["do"], "--dq", outs["dq"], "--dk", outs["dk"], "--dv", outs["dv"]]
+    before = sorted(os.listdir(tmp_path))
+    p = run(command, *qkv_flags(paths), *flags, "--ring-threads", "2", "--backend", "ref")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert "--ring-threads" in p.stderr and str(Nq) in p.stderr and str(Nk) in p.stderr, p.stderr
+    assert str(paths["k"]) in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == before  # no output, no stray temporary
+
+
+def test_ring_threads_refuse_v_rows_unlike_k(tmp_path):
+    _, paths = make_inputs(tmp_path, B=1, Nq=40, H=2, D=8)
+    np.save(paths["v"], np.zeros((1, 4, 2, 8), np.float32))
+    before = sorted(os.listdir(tmp_path))
+    p = run("forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--ring-threads", "3",
+            "--ring-split", "zigzag")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert str(paths["v"]) in p.stderr and "K's shape" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == before
