@@ -18,9 +18,6 @@ namespace dilattn_cli {
 
 namespace {
 
-// Every wait inside one process ends long before this unless a rank is stuck.
-constexpr int32_t kRingTimeoutMs = 600000;
-
 // One rank's shards: its rows of every input, and its rows of every output to fill.
 struct RankShards {
   std::vector<std::unique_ptr<Shard>> inputs, outputs;
@@ -108,7 +105,7 @@ void run_ranks(const RingOptions& ring, ShardPlace place, int64_t seqlen, const 
       shards[r].outputs.push_back(std::make_unique<Shard>(*t.full, rows, t.lse, false, place));
   }
   std::vector<dilattn_comm> comms(static_cast<size_t>(ring.ranks), nullptr);
-  check_status(dilattn_comm_create_threads(ring.ranks, kRingTimeoutMs, comms.data()), "--ring-threads");
+  check_status(dilattn_comm_create_threads(ring.ranks, ring.timeout_ms, comms.data()), "--ring-threads");
   std::vector<dilattn_status> status(comms.size(), DILATTN_SUCCESS);
   std::vector<std::string> message(comms.size());
   std::string not_started;  // why a rank's thread could not start; empty when all did
