@@ -7,6 +7,9 @@ tool's device copies (upload, ring on the emu backend, download), equal within S
 single-device emu run and to the reference; `--ring mpi`
 outside mpirun is one rank (MPI singleton) equal to the single-device run, or, in a build
 without MPI, refused (exit 3). tests/ring/mpi/test_cli_ring_mpi.py runs it under mpirun.
+K or V with another row count than Q exits 2 before any rank's rows are copied; a ring thread
+that cannot start (an address-space limit) exits 3 with one line and no file, and the cpu
+backend's pool under the same limit gives its usual result.
 Run by meson (suite 'ring') with DILATTN_CLI set to the executable.
 """
 import os

@@ -10,7 +10,12 @@ per MPI process; rank 0 reads the inputs, scatters the rows, gathers and writes 
   * rank 1 alone running out of memory before the ring (ulimit -d on that rank only) stops
     every rank at once: exit 3 (out of memory), rank 0 prints rank 1's message once, no
     output, and mpirun returns long before the ring's 600 s timeout;
-  * the flags are checked (exit 2).
+  * the flags are checked (exit 2);
+  * ranks launched with other commands or flags (MPMD: another backend, split, subcommand,
+    output, no --ring mpi at all) stop at the first step: exit 2, one line naming the rank and
+    the flag, no file; a rank that joins MPI and never answers ends the job after
+    --ring-timeout (exit 3) instead of a hang; K shorter than Q exits 2 before any shard;
+    one query row on 3 and 4 ranks equals the single device bitwise.
 Run by meson (suite 'ring', tests/ring/mpi/meson.build) with DILATTN_CLI and DILATTN_MPIRUN set.
 """
 import os
