@@ -198,3 +198,18 @@ def test_cpu_pool_threads_that_cannot_start_leave_fewer_workers(tmp_path):
             memory_limit=THREAD_LIMIT_BYTES, timeout=60)
     assert p.returncode == 0, p.stderr
     assert np.load(got).tobytes() == np.load(want).tobytes()
+
+
+@pytest.mark.parametrize("split", ["contiguous", "zigzag"])
+def test_ring_threads_one_row_on_many_ranks(tmp_path, split):
+    # Nq = 1 on 7 ranks: six hold no rows (an empty shard, never a NULL pointer); the result is
+    # the single device's, bitwise (the same cpu kernels over the same row), with a short
+    # --ring-timeout that the ranks never come near.
+    _, paths = make_inputs(tmp_path, B=2, Nq=1, H=2, D=4, seed=11)
+    want = forward(tmp_path, paths, "single", "--backend", "cpu", "--causal")
+    want_grads = backward(tmp_path, paths, "single", "--backend", "cpu", "--causal")
+    ring = ["--ring-threads", "7", "--ring-split", split, "--ring-timeout", "5"]
+    got = forward(tmp_path, paths, "ring", "--backend", "cpu", "--causal", *ring)
+    got_grads = backward(tmp_path, paths, "ring", "--backend", "cpu", "--causal", *ring)
+    for g, w in zip([*got, *got_grads], [*want, *want_grads]):
+        assert g.tobytes() == w.tobytes()
