@@ -19,9 +19,32 @@ enum ExitCode : int {
   kExitRuntime = 3,         // backend or runtime failure: BACKEND_NOT_BUILT, DEVICE_NOT_BUILT, ...
 };
 
+// `text` with every control byte (below 0x20, and 0x7f) written as \xHH: a NUL would end the
+// message main() prints as a C string, a newline would split its one line. Bytes from 0x80 on
+// (UTF-8 in paths) stay as they are.
+inline std::string printable(const std::string& text) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+      continue;
+    }
+    out += "\\x";
+    out += hex[u >> 4];
+    out += hex[u & 0xf];
+  }
+  return out;
+}
+
+// Its message is printable() as given: file contents (a member name, a .npy descr) and paths
+// reach it unfiltered.
 class CliError : public std::runtime_error {
  public:
-  CliError(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  CliError(int code, const std::string& message)
+      : std::runtime_error(printable(message)), code_(code) {}
   int code() const { return code_; }
 
  private:

@@ -11,6 +11,7 @@
 // LSE is written <f8 when the plan runs on ref (its f64 LSE), else <f4 (SPEC 1).
 // Checked by tests/cli/test_cli_forward_backward.py against a numpy implementation of SPEC 2-4
 // and 6, and by test_cli_outputs.py (output rules).
+#include <cstdlib>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -38,7 +39,8 @@ const FlagSpec kCommonFlags[] = {
     {"q", true}, {"k", true}, {"v", true}, {"segments", true}, {"dilations", true},
     {"heads-mode", true}, {"causal", false}, {"scale", true}, {"backend", true},
     {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
-    {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true}};
+    {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true},
+    {"ring-timeout", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -118,6 +120,14 @@ Settings parse_settings(const Flags& f) {
     if (f.has("ring-threads")) fail_input("flags --ring and --ring-threads exclude each other");
     s.ring.mpi = true;
   }
+  if (f.has("ring-timeout")) {
+    if (!s.ring.any()) fail_input("flag --ring-timeout needs --ring-threads or --ring mpi");
+    const int64_t seconds = f.get_int("ring-timeout", 0, 1);
+    if (seconds > kMaxRingTimeoutSeconds)
+      fail_input("flag --ring-timeout: " + std::to_string(seconds) + " is above " +
+                 std::to_string(kMaxRingTimeoutSeconds) + " seconds");
+    s.ring.timeout_ms = static_cast<int32_t>(seconds * 1000);
+  }
   if (f.has("ring-split")) {
     if (!s.ring.any()) fail_input("flag --ring-split needs --ring-threads or --ring mpi");
     const std::string split = f.get("ring-split", "");
@@ -126,6 +136,22 @@ Settings parse_settings(const Flags& f) {
       fail_input("flag --ring-split: '" + split + "' is not one of contiguous, zigzag");
   }
   return s;
+}
+
+// A process that mpirun (Open MPI: OMPI_COMM_WORLD_SIZE; MPICH's hydra: PMI_SIZE) started as
+// one of several, without --ring mpi, would run the whole command alone while the ranks that
+// have the flag wait for it in MPI_Init, which has no timeout: refused, so that mpirun stops the
+// job. (A launch where every rank has --ring mpi agrees on the rest in MpiWorld.)
+void check_launch(const Settings& s) {
+  if (s.ring.mpi) return;
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* size = std::getenv(var);
+    int64_t n = 0;
+    if (size != nullptr && parse_int(size, &n) && n > 1)
+      fail_input("flag --ring mpi is missing, and this process is one of " + std::to_string(n) +
+                 " that an MPI launcher started (" + var + "=" + size + "); every rank of "
+                 "--ring mpi needs the same command and flags");
+  }
 }
 
 // ---------------------------------------------------------------- inputs
@@ -278,6 +304,16 @@ bool full_tensors_on_gpu(const PlanHandle& plan, const RingOptions& ring) {
   return plan_backend(plan) == DILATTN_BACKEND_CUDA && !ring.any();
 }
 
+// Ring attention gives rank p rows [p*N/P, (p+1)*N/P) of Q, K and V alike (SPEC 5), so K and V
+// need Q's row count; refused here, before any rank's rows are copied (shard_copy.h copies
+// every operand's rows by the same Rows).
+void check_ring_rows(const Settings& s, const Operands& o) {
+  if (!s.ring.any() || o.Nk == o.Nq) return;
+  fail_input(std::string("flag ") + (s.ring.mpi ? "--ring mpi" : "--ring-threads") +
+             ": ring attention needs K and V with Q's row count (SPEC 5); " + s.k_path + " has " +
+             std::to_string(o.Nk) + " rows, " + s.q_path + " has " + std::to_string(o.Nq));
+}
+
 // The mask file of --mask, read on rank 0 (under --ring mpi it reaches the other ranks in
 // share_operands).
 void load_mask_file(const Settings& s, const Operands& o, MaskHandle* mask) {
@@ -378,7 +414,9 @@ int cmd_forward(int argc, char** argv, int first) {
   const Flags f(argc, argv, first,
                 with_common({{"out", true}, {"lse", true}}), 0);
   const Settings s = parse_settings(f);
-  const MpiWorld world(s.ring.mpi);  // --ring mpi: files on rank 0 only (ring_mpi.h)
+  check_launch(s);
+  const MpiWorld world("forward", s.ring);  // --ring mpi: files on rank 0 only (ring_mpi.h)
+  world.agree_on_command(f.values());
   OutputFiles outputs;
   const bool want_lse = f.has("lse");
   size_t out_file = 0, lse_file = 0;
@@ -389,6 +427,7 @@ int cmd_forward(int argc, char** argv, int first) {
     out_file = outputs.reserve("out", f.required("out"));
     if (want_lse) lse_file = outputs.reserve("lse", f.required("lse"));
     o = read_operands(s);
+    check_ring_rows(s, o);
     load_mask_file(s, o, &mask);
   });
   share_operands(world, s, &o, &mask);
@@ -418,7 +457,9 @@ int cmd_backward(int argc, char** argv, int first) {
   if (f.has("o") != f.has("lse"))
     fail_input(std::string("flag --") + (f.has("o") ? "o" : "lse") + " needs --" +
                (f.has("o") ? "lse" : "o") + " (give both, or neither to recompute them)");
-  const MpiWorld world(s.ring.mpi);  // --ring mpi: files on rank 0 only (ring_mpi.h)
+  check_launch(s);
+  const MpiWorld world("backward", s.ring);  // --ring mpi: files on rank 0 only (ring_mpi.h)
+  world.agree_on_command(f.values());
   OutputFiles outputs;
   size_t dq_file = 0, dk_file = 0, dv_file = 0;
   Operands o;
@@ -433,6 +474,7 @@ int cmd_backward(int argc, char** argv, int first) {
     dk_file = outputs.reserve("dk", f.required("dk"));
     dv_file = outputs.reserve("dv", f.required("dv"));
     o = read_operands(s);
+    check_ring_rows(s, o);
     load_mask_file(s, o, &mask);
     d_o = read_operand(do_path, "do", &o.q);
     require_shape(d_o, do_path, o.q.shape, "dO must have Q's shape");

@@ -3,7 +3,8 @@
 // One pass over argv: a word starting with "--" must be an allowed flag; a valued flag takes the
 // text after '=' or the next word (which must not itself be a flag); everything else is
 // positional. Numbers go through strtoll/strtod with the whole text consumed, so "12x", "" and
-// "1e999" are rejected with the flag's name. Checked by tests/cli/test_cli_flags.py.
+// "1e999" are rejected with the flag's name (a subnormal such as "1e-310" is accepted).
+// Checked by tests/cli/test_cli_flags.py.
 #include "flags.h"
 
 #include <cerrno>
@@ -86,7 +87,10 @@ double Flags::get_double(const std::string& name, double fallback, bool non_nega
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v))
+  // ERANGE with a finite result is an underflow: a subnormal (or zero) is a finite number
+  // like any other; an overflow comes back infinite and is refused with NaN and infinities.
+  const bool range_ok = errno == 0 || (errno == ERANGE && std::isfinite(v));
+  if (!range_ok || end != text.c_str() + text.size() || !std::isfinite(v))
     fail_input("flag --" + name + ": '" + text + "' is not a finite number");
   if (non_negative && v < 0) fail_input("flag --" + name + ": " + text + " must be >= 0");
   return v;

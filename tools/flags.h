@@ -44,6 +44,8 @@ class Flags {
   std::vector<int64_t> get_int_list(const std::string& name) const;
 
   const std::vector<std::string>& positional() const { return positional_; }
+  // Every flag given, by name, with its value as written ("" for a boolean flag).
+  const std::map<std::string, std::string>& values() const { return values_; }
 
  private:
   std::map<std::string, std::string> values_;  // boolean flags map to ""

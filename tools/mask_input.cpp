@@ -35,10 +35,8 @@ std::vector<int64_t> index_array(const std::map<std::string, NpyArray>& arrays,
 
 void load_mask_npz(const std::string& path, int64_t seqlen_q, int64_t seqlen_k, int64_t block_q,
                    int64_t block_k, MaskHandle* mask) {
-  const std::map<std::string, NpyArray> arrays = read_npz_file(path);
-  for (const auto& kv : arrays)
-    if (kv.first != "row_ptr" && kv.first != "col_idx" && kv.first != "head_ptr")
-      fail_input(path + ": unexpected array '" + kv.first + "' (allowed: row_ptr, col_idx, head_ptr)");
+  const std::map<std::string, NpyArray> arrays =
+      read_npz_file(path, {"row_ptr", "col_idx", "head_ptr"});
   const std::vector<int64_t> row_ptr = index_array(arrays, path, "row_ptr");
   const std::vector<int64_t> col_idx = index_array(arrays, path, "col_idx");
   std::vector<int64_t> head_ptr;

@@ -17,7 +17,11 @@
 namespace dilattn_cli {
 
 // Members by name without the ".npy" suffix ("row_ptr"), as np.load(...)[name] names them.
-std::map<std::string, NpyArray> read_npz_file(const std::string& path);
+// A member not in `allowed`, a name twice, members that overlap or whose local header
+// disagrees with the central directory: a CliError (exit 2) naming the file and the member,
+// before any member's bytes are read.
+std::map<std::string, NpyArray> read_npz_file(const std::string& path,
+                                              const std::vector<std::string>& allowed);
 // The bytes of a .npz archive holding `arrays` (member "name.npy" for each).
 std::vector<unsigned char> serialize_npz(const std::map<std::string, NpyArray>& arrays);
 

@@ -36,9 +36,13 @@ constexpr size_t kSlotPath = 4096;  // PATH_MAX on Linux; a longer temporary pat
 char g_temp_path[kSlots][kSlotPath];
 volatile sig_atomic_t g_temp_live[kSlots];
 
-extern "C" void remove_temporaries_and_die(int sig) {
+void unlink_live_temporaries() {
   for (int i = 0; i < kSlots; ++i)
     if (g_temp_live[i]) unlink(g_temp_path[i]);
+}
+
+extern "C" void remove_temporaries_and_die(int sig) {
+  unlink_live_temporaries();
   // SA_RESETHAND restored the default action; the signal is blocked until we return, then kills.
   raise(sig);
 }
@@ -137,6 +141,8 @@ int check_target(const std::string& flag, const std::string& path) {
 }
 
 }  // namespace
+
+void remove_temporaries_now() { unlink_live_temporaries(); }
 
 OutputFiles::~OutputFiles() {
   for (Entry& e : entries_) {

@@ -69,6 +69,10 @@ class OutputFiles {
   std::vector<Entry> entries_;
 };
 
+// Removes every temporary of every OutputFiles now, for a process that must end at once without
+// unwinding (ring_mpi.cpp, a rank past its timeout); uses only unlink(), as the signal handler.
+void remove_temporaries_now();
+
 }  // namespace dilattn_cli
 
 #endif  // DILATTN_TOOLS_OUTPUT_FILES_H

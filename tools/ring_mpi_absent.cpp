@@ -5,12 +5,14 @@
 
 namespace dilattn_cli {
 
-MpiWorld::MpiWorld(bool wanted) {
-  if (wanted)
+MpiWorld::MpiWorld(const char* command, const RingOptions& ring)
+    : command_(command), timeout_ms_(ring.timeout_ms) {
+  if (ring.mpi)
     throw CliError(kExitRuntime, "flag --ring mpi: this dilattn was built without MPI (meson "
                                  "option mpi); use --ring-threads P");
 }
 MpiWorld::~MpiWorld() = default;
+void MpiWorld::agree_on_command(const std::map<std::string, std::string>&) const {}
 void MpiWorld::together(const std::function<void()>& step) const { step(); }
 void MpiWorld::on_root(const std::function<void()>& step) const { step(); }
 void MpiWorld::share_header(NpyArray*) const {}

@@ -2,8 +2,12 @@
 // shards out.
 #include "ring_run.h"
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -14,9 +18,6 @@ namespace dilattn_cli {
 
 namespace {
 
-// Every wait inside one process ends long before this unless a rank is stuck.
-constexpr int32_t kRingTimeoutMs = 600000;
-
 // One rank's shards: its rows of every input, and its rows of every output to fill.
 struct RankShards {
   std::vector<std::unique_ptr<Shard>> inputs, outputs;
@@ -24,12 +25,71 @@ struct RankShards {
   const dilattn_tensor* out(size_t i) const { return outputs[i]->view(); }
 };
 
+// One thread per rank, each held until every rank's thread started: a rank may enter the ring
+// only when every other rank will, else it would wait for a missing rank until the ring's
+// timeout. The destructor lets them go (or not, see release) and joins every one, so no path out
+// of run_ranks, an exception included, leaves a joinable std::thread (std::terminate).
+class RankThreads {
+ public:
+  RankThreads() = default;
+  RankThreads(const RankThreads&) = delete;
+  RankThreads& operator=(const RankThreads&) = delete;
+  ~RankThreads() {
+    release(false);  // no effect after an earlier release
+    for (std::thread& t : threads_) t.join();
+  }
+  void reserve(int32_t n) { threads_.reserve(static_cast<size_t>(n)); }
+  // Starts a thread that runs body once released with go; false (error() says why) when the
+  // thread could not start, e.g. past a process or address-space limit.
+  template <class Body>
+  bool start(Body body) {
+    try {
+      threads_.emplace_back([this, body] {
+        try {
+          if (wait()) body();
+        } catch (const std::bad_alloc&) {
+          // body's status is set before its message is copied; the message alone is lost
+        }
+      });
+      return true;
+    } catch (const std::system_error& e) {
+      error_ = e.what();
+      return false;
+    }
+  }
+  const std::string& error() const { return error_; }
+  // Lets every thread run its body (go) or return at once (!go); the first call counts.
+  void release(bool go) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (released_) return;
+      released_ = true;
+      go_ = go;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  bool wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return released_; });
+    return go_;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false, go_ = false;
+  std::string error_;  // what() of the std::system_error
+  std::vector<std::thread> threads_;
+};
+
 // Makes every rank's shards here, then runs call(comm, shards) on one thread per rank, then
 // copies every rank's output rows into the full outputs. The shards come first so that a rank
 // failing to make them (out of memory, a CUDA error) stops the command before any rank enters
-// the ring, where the others would wait for it until the timeout. A failed call throws for the
-// first failure, preferring a rank's own error over the DILATTN_ERROR_COMM of the ranks that saw
-// it fail; no output is touched then.
+// the ring, where the others would wait for it until the timeout; for the same reason no rank
+// calls the ring until every rank's thread started (RankThreads), and a thread that cannot
+// start (a process or address-space limit) stops the command, exit 3, once every started
+// thread returned. A failed call throws for the first failure, preferring a rank's own error
+// over the DILATTN_ERROR_COMM of the ranks that saw it fail; no output is touched then.
 template <class Call>
 void run_ranks(const RingOptions& ring, ShardPlace place, int64_t seqlen, const char* what,
                std::initializer_list<Operand> inputs, std::initializer_list<Operand> outputs,
@@ -45,16 +105,35 @@ void run_ranks(const RingOptions& ring, ShardPlace place, int64_t seqlen, const 
       shards[r].outputs.push_back(std::make_unique<Shard>(*t.full, rows, t.lse, false, place));
   }
   std::vector<dilattn_comm> comms(static_cast<size_t>(ring.ranks), nullptr);
-  check_status(dilattn_comm_create_threads(ring.ranks, kRingTimeoutMs, comms.data()), "--ring-threads");
+  check_status(dilattn_comm_create_threads(ring.ranks, ring.timeout_ms, comms.data()), "--ring-threads");
   std::vector<dilattn_status> status(comms.size(), DILATTN_SUCCESS);
   std::vector<std::string> message(comms.size());
-  std::vector<std::thread> threads;
-  for (int32_t r = 0; r < ring.ranks; ++r)
-    threads.emplace_back([&, r] {
-      status[r] = call(comms[r], shards[r]);
-      message[r] = dilattn_last_error();
-    });
-  for (std::thread& t : threads) t.join();
+  std::string not_started;  // why a rank's thread could not start; empty when all did
+  {
+    RankThreads threads;
+    try {
+      threads.reserve(ring.ranks);
+      for (int32_t r = 0; r < ring.ranks; ++r) {
+        const bool started = threads.start([&, r] {
+          status[r] = call(comms[r], shards[r]);
+          message[r] = dilattn_last_error();
+        });
+        if (!started) {
+          not_started = "could not start the thread of ring rank " + std::to_string(r) + " of " +
+                        std::to_string(ring.ranks) + ": " + threads.error();
+          break;
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      not_started = "out of memory starting the ring's threads";
+    }
+    threads.release(not_started.empty());  // and every started thread is joined
+  }
+  if (!not_started.empty()) {
+    for (dilattn_comm c : comms) dilattn_comm_destroy(c);
+    throw CliError(kExitRuntime, "flag --ring-threads " + std::to_string(ring.ranks) + ": " +
+                                     not_started + " (a process or memory limit?)");
+  }
   for (dilattn_comm c : comms) dilattn_comm_destroy(c);
   int32_t worst = -1;
   for (int32_t r = 0; r < ring.ranks; ++r)

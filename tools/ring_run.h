@@ -17,7 +17,13 @@ struct RingOptions {
   bool mpi = false;   // --ring mpi: one rank per MPI process (ring_mpi.h)
   bool any() const { return ranks > 0 || mpi; }
   dilattn_ring_split split = DILATTN_RING_CONTIGUOUS;
+  // --ring-timeout S: how long a rank waits for another (the communicator's timeout, and
+  // under --ring mpi every step where the ranks meet, ring_mpi.h).
+  int32_t timeout_ms = 600000;
 };
+
+// The largest --ring-timeout whose milliseconds fit the communicator's int32_t.
+constexpr int64_t kMaxRingTimeoutSeconds = 2147483;
 
 // Every tensor is a contiguous host array of the full sequence; LSE is [B, H, N, 1]. `place`
 // is where the plan's backend reads the shards (shard_place).

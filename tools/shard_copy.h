@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "cli_error.h"
 #include "device_memory.h"
 #include "dilattn_ring.h"
 
@@ -64,6 +66,15 @@ class Shard {
   Shard(const dilattn_tensor& full, const Rows& rows, bool lse, bool copy_in,
         ShardPlace place = ShardPlace::host)
       : full_(full), rows_(rows), axis_(lse ? 2 : 1) {
+    // The command checks the operands' row counts first (cmd_attention.cpp); this keeps a copy
+    // from ever reading or writing outside `full`.
+    for (int r = 0; r < 2; ++r)
+      if (rows.first[r] < 0 || rows.count[r] < 0 || rows.first[r] > full.shape[axis_] ||
+          rows.count[r] > full.shape[axis_] - rows.first[r])
+        throw CliError(kExitRuntime, "internal error: a ring shard's rows [" +
+                                         std::to_string(rows.first[r]) + ", +" +
+                                         std::to_string(rows.count[r]) + ") exceed the tensor's " +
+                                         std::to_string(full.shape[axis_]));
     view_ = full;
     view_.shape[axis_] = rows.total();
     view_ = dilattn_tensor_contiguous(nullptr, full.dtype, view_.shape[0], view_.shape[1],

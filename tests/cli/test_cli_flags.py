@@ -61,3 +61,30 @@ def test_help_as_a_flag_value_is_a_value(tmp_path, inputs):
 def test_help_where_a_flag_goes_prints_usage(args):
     p = run(*args, expect=0)
     assert p.stdout.startswith("usage: dilattn")
+
+
+# A number flag is refused only when it is not a number or not finite: strtod reports ERANGE
+# for subnormals too (1e-310), which are finite numbers like any other.
+@pytest.mark.parametrize("text", ["1e-310", "4.9e-324", "-2.5e-320"])
+def test_subnormal_scale_is_a_finite_number(tmp_path, text):
+    arrs, paths = make_inputs(tmp_path)
+    run(*forward_args(tmp_path, paths, "--scale", text), expect=0)
+    # A scale this small makes every score 0: each row of O is the mean of V's rows.
+    want = arrs["v"].astype(np.float64).mean(axis=1, keepdims=True)
+    got = np.load(tmp_path / "o.npy").astype(np.float64)
+    assert np.allclose(got, np.broadcast_to(want, got.shape), atol=1e-6, rtol=1e-5)
+
+
+def test_subnormal_tolerances_are_finite_numbers(tmp_path, inputs):
+    _, paths = inputs
+    p = run("compare", paths["q"], paths["q"], "--rtol", "1e-320", "--atol", "1e-310", expect=0)
+    assert "rtol=9.99989e-321" in p.stdout and "atol=1e-310" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("text", ["1e999", "-1e400", "nan", "-inf", "infinity"])
+def test_non_finite_numbers_are_refused(tmp_path, text):
+    _, paths = make_inputs(tmp_path)
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, f"--scale={text}"),
+                     f"flag --scale: '{text}' is not a finite number")
+    expect_bad_input(tmp_path, ["compare", paths["q"], paths["q"], f"--atol={text}"],
+                     f"flag --atol: '{text}' is not a finite number")

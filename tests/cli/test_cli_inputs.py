@@ -261,3 +261,139 @@ def test_npz_with_a_member_twice_is_rejected(tmp_path, inputs):
     expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", tmp_path / "m.npz",
                                             "--block-size", "4"),
                      "m.npz", "member 'row_ptr' appears twice")
+
+
+# ---------------------------------------------------------------- hostile .npz archives
+# A zip archive is a central directory of entries, each pointing at a local header and its data.
+# Nothing forces the entries to point at distinct members: a small file can name one member many
+# times (a zip bomb by repetition), or name members whose local headers say something else. The
+# tool checks the names in the central directory against the arrays it wants first, refuses a
+# name twice and members that overlap or disagree with their local header, so the work is bounded
+# by the file's size: exit 2 at once, naming the file and the member.
+
+def stored_member(name, payload, crc=None):
+    """A local header and data, zip method 0, with the CRC (or the given crc) and sizes."""
+    import zlib
+    crc = zlib.crc32(payload) if crc is None else crc
+    head = (b"PK\x03\x04" + (20).to_bytes(2, "little") + bytes(4) + bytes(4) +
+            crc.to_bytes(4, "little") + len(payload).to_bytes(4, "little") * 2 +
+            len(name).to_bytes(2, "little") + bytes(2) + name)
+    return head + payload, crc
+
+
+def crafted_npz(path, members, entries):
+    """members: [(local name, payload)] written in order; entries: [(central name, member index)]
+    for the central directory, each pointing at that member's local header."""
+    body, located = b"", []
+    for name, payload in members:
+        blob, crc = stored_member(name, payload)
+        located.append((len(body), crc, len(payload)))
+        body += blob
+    npz_from_parts(path, body, [(name, *located[m]) for name, m in entries])
+
+
+def npz_from_parts(path, body, entries):
+    """The members' bytes `body`, then a central directory of entries (name, local header
+    offset, crc, size), then the end record."""
+    central = bytearray()
+    for name, offset, crc, size in entries:
+        central += (b"PK\x01\x02" + (20).to_bytes(2, "little") * 2 + bytes(4) + bytes(4) +
+                    crc.to_bytes(4, "little") + size.to_bytes(4, "little") * 2 +
+                    len(name).to_bytes(2, "little") + bytes(2) + bytes(2) + bytes(2) + bytes(2) +
+                    bytes(4) + offset.to_bytes(4, "little") + name)
+    n = len(entries)
+    end = (b"PK\x05\x06" + bytes(4) + n.to_bytes(2, "little") * 2 +
+           len(central).to_bytes(4, "little") + len(body).to_bytes(4, "little") + bytes(2))
+    path.write_bytes(body + bytes(central) + end)
+
+
+def npy_bytes(array):
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asarray(array))
+    return buf.getvalue()
+
+
+# A run of the old reader took ~60 GiB of copies and CRCs: these limits make that a failure.
+BOMB_GUARD = dict(timeout=30, memory_limit=2 << 30)
+
+
+@pytest.mark.parametrize("name", [b"x{}.npy", b"row_ptr.npy"])
+def test_npz_bomb_of_repeated_entries_fails_at_once(tmp_path, inputs, name):
+    # 60,000 central-directory entries pointing at one stored 1 MiB member (4.4 MB on disk).
+    _, paths = inputs
+    payload = npy_bytes(np.zeros(1 << 17, np.int64))
+    entries = [(name.replace(b"{}", str(i).encode()), 0) for i in range(60000)]
+    crafted_npz(tmp_path / "m.npz", [(entries[0][0], payload)], entries)
+    word = "unexpected array 'x0'" if b"{}" in name else "member 'row_ptr' appears twice"
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", tmp_path / "m.npz",
+                                            "--block-size", "4"), "m.npz", word, **BOMB_GUARD)
+
+
+def test_npz_members_that_overlap_are_refused(tmp_path, inputs):
+    # col_idx's local header and data lie inside row_ptr's data: each entry alone is a valid
+    # zip member whose local header agrees with it, but the bytes count twice.
+    _, paths = inputs
+    inner, inner_crc = stored_member(b"col_idx.npy", npy_bytes(np.array([0, 1, 2])))
+    row_ptr = npy_bytes(np.array([0, 1, 2, 3]))
+    outer, outer_crc = stored_member(b"row_ptr.npy", row_ptr + inner)
+    inner_at = 30 + len(b"row_ptr.npy") + len(row_ptr)
+    npz_from_parts(tmp_path / "m.npz", outer,
+                   [(b"row_ptr.npy", 0, outer_crc, len(row_ptr) + len(inner)),
+                    (b"col_idx.npy", inner_at, inner_crc, len(inner) - 30 - len(b"col_idx.npy"))])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", tmp_path / "m.npz",
+                                            "--block-size", "4"),
+                     "m.npz", "members 'row_ptr' and 'col_idx' overlap", **BOMB_GUARD)
+
+
+def test_npz_local_header_must_agree_with_the_central_directory(tmp_path, inputs):
+    # The central directory says row_ptr.npy, the local header col_idx.npy: a reader walking the
+    # local headers and one walking the central directory would see different archives.
+    _, paths = inputs
+    crafted_npz(tmp_path / "m.npz", [(b"col_idx.npy", npy_bytes(np.array([0, 1, 2])))
+                                     , (b"row_ptr.npy", npy_bytes(np.array([0, 1, 2, 3])))],
+                [(b"row_ptr.npy", 0), (b"col_idx.npy", 1)])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", tmp_path / "m.npz",
+                                            "--block-size", "4"),
+                     "m.npz", "member 'row_ptr'", "local header", **BOMB_GUARD)
+
+
+def test_npz_member_running_into_the_central_directory_is_refused(tmp_path, inputs):
+    # The last member's sizes, in the central directory, grown by 40 bytes: its data would end
+    # inside the central directory itself (the bytes are there, so only this check stops it).
+    _, paths = inputs
+    path = tmp_path / "m.npz"
+    write_bsr(path, [0, 1, 2, 3], [0, 1, 2])
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        last = max(z.infolist(), key=lambda i: i.header_offset)
+    central = raw.index(b"PK\x01\x02")
+    for at in [i for i in range(central, len(raw) - 4) if raw[i:i + 4] == b"PK\x01\x02"]:
+        if int.from_bytes(raw[at + 42:at + 46], "little") == last.header_offset:
+            grown = (last.file_size + 40).to_bytes(4, "little")
+            raw[at + 20:at + 24] = grown
+            raw[at + 24:at + 28] = grown
+    path.write_bytes(bytes(raw))
+    name = last.filename[:-len(".npy")]
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", path, "--block-size", "4"),
+                     "m.npz", f"member '{name}' runs into the central directory", **BOMB_GUARD)
+
+
+def test_nul_in_npz_member_name_is_escaped_not_cut(tmp_path, inputs):
+    _, paths = inputs
+    crafted_npz(tmp_path / "m.npz", [(b"row\x00ptr.npy", npy_bytes(np.array([0, 1, 2, 3])))],
+                [(b"row\x00ptr.npy", 0)])
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, "--mask", tmp_path / "m.npz",
+                                            "--block-size", "4"),
+                     "m.npz", "unexpected array 'row\\x00ptr' (allowed: row_ptr, col_idx, head_ptr)")
+
+
+def test_nul_in_npy_descr_is_escaped_not_cut(tmp_path, inputs):
+    arrs, paths = inputs
+    npy_with_header(paths["q"], "{'descr': '<f\x004', 'fortran_order': False, 'shape': (1, 12, 2, 4)}",
+                    arrs["q"].tobytes())
+    p = run(*forward_args(tmp_path, paths))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and "\x00" not in p.stderr, repr(p.stderr)
+    assert "<f\\x004" in p.stderr, repr(p.stderr)
+    assert p.stderr.rstrip("\n").endswith(("'", ")", "]")) or "expected" in p.stderr, repr(p.stderr)

@@ -7,6 +7,9 @@ tool's device copies (upload, ring on the emu backend, download), equal within S
 single-device emu run and to the reference; `--ring mpi`
 outside mpirun is one rank (MPI singleton) equal to the single-device run, or, in a build
 without MPI, refused (exit 3). tests/ring/mpi/test_cli_ring_mpi.py runs it under mpirun.
+K or V with another row count than Q exits 2 before any rank's rows are copied; a ring thread
+that cannot start (an address-space limit) exits 3 with one line and no file, and the cpu
+backend's pool under the same limit gives its usual result.
 Run by meson (suite 'ring') with DILATTN_CLI set to the executable.
 """
 import os
@@ -17,7 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from cli_support import make_inputs, qkv_flags, run  # noqa: E402
+from cli_support import address_sanitized, make_inputs, qkv_flags, run  # noqa: E402
 from spec_numpy import SPEC8_F32, assert_close  # noqa: E402
 
 
@@ -121,3 +124,93 @@ def test_ring_mpi_outside_mpirun(tmp_path):
     run("forward", *qkv_flags(paths), "--out", out, "--ring", "mpi", "--backend", "ref", expect=0)
     run("forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--backend", "ref", expect=0)
     assert np.load(out).tobytes() == np.load(tmp_path / "o.npy").tobytes()
+
+
+# Ring attention holds rows [p*N/P, (p+1)*N/P) of Q, K and V on rank p (SPEC 5): one N for all
+# three. Dense cross-attention (K, V shorter or longer than Q) is valid without a ring and must
+# be refused before any rank's rows are copied: exit 2 naming both lengths, nothing written.
+# (20000, 1): each rank copying K's rows with Q's count read far past K (a crash, not a message).
+@pytest.mark.parametrize("Nq,Nk", [(40, 5), (40, 41), (20000, 1)])
+@pytest.mark.parametrize("command", ["forward", "backward"])
+def test_ring_threads_refuse_kv_rows_unlike_q(tmp_path, Nq, Nk, command):
+    _, paths = make_inputs(tmp_path, B=1, Nq=Nq, Nk=Nk, H=2, D=8)
+    names = ("o", "lse") if command == "forward" else ("dq", "dk", "dv")
+    outs = {n: tmp_path / f"{n}_out.npy" for n in names}
+    flags = ["--out", outs["o"], "--lse", outs["lse"]] if command == "forward" else \
+        ["--do", paths["do"], "--dq", outs["dq"], "--dk", outs["dk"], "--dv", outs["dv"]]
+    before = sorted(os.listdir(tmp_path))
+    p = run(command, *qkv_flags(paths), *flags, "--ring-threads", "2", "--backend", "ref")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert "--ring-threads" in p.stderr and str(Nq) in p.stderr and str(Nk) in p.stderr, p.stderr
+    assert str(paths["k"]) in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == before  # no output, no stray temporary
+
+
+def test_ring_threads_refuse_v_rows_unlike_k(tmp_path):
+    _, paths = make_inputs(tmp_path, B=1, Nq=40, H=2, D=8)
+    np.save(paths["v"], np.zeros((1, 4, 2, 8), np.float32))
+    before = sorted(os.listdir(tmp_path))
+    p = run("forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--ring-threads", "3",
+            "--ring-split", "zigzag")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert str(paths["v"]) in p.stderr and "K's shape" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+# The limit on the address space a container (or ulimit -v) sets: 4096 ring threads of 8 MiB
+# stacks cannot all start under 1 GB, so std::thread's constructor throws part way, while the
+# ranks already started wait in their ring call. A real limit, no test hook: RLIMIT_NPROC would
+# do the same for a user, but is not enforced for root (CI). Under ASan the limit cannot be
+# set (it reserves terabytes of shadow memory).
+THREAD_LIMIT_BYTES = 1 << 30
+
+
+def test_ring_thread_that_cannot_start_exits_3(tmp_path):
+    if address_sanitized():
+        pytest.skip("ASan maps terabytes of shadow memory: RLIMIT_AS cannot be used")
+    _, paths = make_inputs(tmp_path, B=1, Nq=4096, H=1, D=4)
+    before = sorted(os.listdir(tmp_path))
+    for command, flags in (("forward", ["--out", tmp_path / "o.npy"]),
+                           ("backward", ["--do", paths["do"], "--dq", tmp_path / "dq.npy", "--dk",
+                                         tmp_path / "dk.npy", "--dv", tmp_path / "dv.npy"])):
+        p = run(command, *qkv_flags(paths), *flags, "--ring-threads", "4096", "--backend", "ref",
+                memory_limit=THREAD_LIMIT_BYTES, timeout=60)
+        assert p.returncode == 3, (p.returncode, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1, p.stderr
+        assert "--ring-threads 4096: could not start the thread of ring rank" in lines[0], lines
+        assert sorted(os.listdir(tmp_path)) == before  # no output, no stray temporary
+
+
+def test_cpu_pool_threads_that_cannot_start_leave_fewer_workers(tmp_path):
+    # The cpu backend's pool under the same limit: helpers that cannot start are not there,
+    # and the result is the same (bitwise, cpu_thread_pool.h) as with 2 threads.
+    if address_sanitized():
+        pytest.skip("ASan maps terabytes of shadow memory: RLIMIT_AS cannot be used")
+    # 16 batches x 16 heads: at least 256 work items, for more helpers (up to 511) than the
+    # ~100 whose 8 MiB stacks fit under the limit.
+    _, paths = make_inputs(tmp_path, B=16, Nq=256, H=16, D=4)
+    want = tmp_path / "o_2.npy"
+    run("forward", *qkv_flags(paths), "--out", want, "--backend", "cpu", "--threads", "2",
+        expect=0)
+    got = tmp_path / "o_512.npy"
+    p = run("forward", *qkv_flags(paths), "--out", got, "--backend", "cpu", "--threads", "512",
+            memory_limit=THREAD_LIMIT_BYTES, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert np.load(got).tobytes() == np.load(want).tobytes()
+
+
+@pytest.mark.parametrize("split", ["contiguous", "zigzag"])
+def test_ring_threads_one_row_on_many_ranks(tmp_path, split):
+    # Nq = 1 on 7 ranks: six hold no rows (an empty shard, never a NULL pointer); the result is
+    # the single device's, bitwise (the same cpu kernels over the same row), with a short
+    # --ring-timeout that the ranks never come near.
+    _, paths = make_inputs(tmp_path, B=2, Nq=1, H=2, D=4, seed=11)
+    want = forward(tmp_path, paths, "single", "--backend", "cpu", "--causal")
+    want_grads = backward(tmp_path, paths, "single", "--backend", "cpu", "--causal")
+    ring = ["--ring-threads", "7", "--ring-split", split, "--ring-timeout", "5"]
+    got = forward(tmp_path, paths, "ring", "--backend", "cpu", "--causal", *ring)
+    got_grads = backward(tmp_path, paths, "ring", "--backend", "cpu", "--causal", *ring)
+    for g, w in zip([*got, *got_grads], [*want, *want_grads]):
+        assert g.tobytes() == w.tobytes()

@@ -10,7 +10,12 @@ per MPI process; rank 0 reads the inputs, scatters the rows, gathers and writes 
   * rank 1 alone running out of memory before the ring (ulimit -d on that rank only) stops
     every rank at once: exit 3 (out of memory), rank 0 prints rank 1's message once, no
     output, and mpirun returns long before the ring's 600 s timeout;
-  * the flags are checked (exit 2).
+  * the flags are checked (exit 2);
+  * ranks launched with other commands or flags (MPMD: another backend, split, subcommand,
+    output, no --ring mpi at all) stop at the first step: exit 2, one line naming the rank and
+    the flag, no file; a rank that joins MPI and never answers ends the job after
+    --ring-timeout (exit 3) instead of a hang; K shorter than Q exits 2 before any shard;
+    one query row on 3 and 4 ranks equals the single device bitwise.
 Run by meson (suite 'ring', tests/ring/mpi/meson.build) with DILATTN_CLI and DILATTN_MPIRUN set.
 """
 import os
@@ -147,4 +152,182 @@ def test_ring_mpi_flags_checked(tmp_path):
     assert "flag --ring: 'nccl' is not one of mpi" in p.stderr
     p = run("forward", *qkv_flags(paths), *out, "--ring", "mpi", "--ring-threads", "2", expect=2)
     assert "exclude each other" in p.stderr
+    assert not (tmp_path / "o.npy").exists()
+
+
+# ---------------------------------------------------------------- launches that disagree
+# An MPMD launch (mpirun -n 1 A : -n 1 B) can give each rank other flags. Every rank compares
+# its command and flags with rank 0's before any data moves: the first rank that differs stops
+# the job, rank 0 prints one line naming that rank and the flag, exit 2, no file written. Each
+# exchange has a deadline (--ring-timeout), so a rank that never answers ends the job with exit 3
+# instead of a hang. The launches run under a hang guard: SIGTERM (which mpirun passes on to
+# its ranks) after `timeout` seconds, then the test fails.
+
+def mpmd(rank_args, timeout=60):
+    """mpirun with one process per entry of rank_args (each a full argument list after -n 1)."""
+    if not MPIRUN:
+        pytest.fail("DILATTN_MPIRUN is not set (run through meson test)")
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe"]
+    for i, args in enumerate(rank_args):
+        cmd += ([":"] if i else []) + ["-n", "1", *map(str, args)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        try:
+            p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+        pytest.fail(f"mpirun still running after {timeout} s: a rank hangs")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def dilattn_lines(stderr):
+    """The lines the ranks printed (mpirun adds its own about the exit code)."""
+    return [l for l in stderr.splitlines() if l.startswith("dilattn ")]
+
+
+def forward_cmd(paths, out, *flags):
+    return [CLI, "forward", *qkv_flags(paths), "--out", out, "--ring", "mpi", *flags]
+
+
+DISAGREEMENTS = {
+    # name: (flags of rank 0, flags of the other ranks, the words rank 0 prints)
+    "backend": (["--backend", "ref"], ["--backend", "cpu"],
+                "ring rank 1: flag --backend is 'cpu' here, 'ref' on rank 0"),
+    "split": ([], ["--ring-split", "zigzag"],
+              "ring rank 1: flag --ring-split is given here, not on rank 0"),
+    "causal": (["--causal"], [], "ring rank 1: flag --causal is missing here, given on rank 0"),
+    "scale": (["--scale", "0.5"], ["--scale", ".5"],
+              "ring rank 1: flag --scale is '.5' here, '0.5' on rank 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DISAGREEMENTS))
+def test_ring_mpi_ranks_with_other_flags_exit_2(tmp_path, case):
+    _, paths = make_inputs(tmp_path, Nq=16)
+    root_flags, other_flags, words = DISAGREEMENTS[case]
+    out = tmp_path / "o.npy"
+    before = sorted(os.listdir(tmp_path))
+    p = mpmd([forward_cmd(paths, out, *root_flags), forward_cmd(paths, out, *other_flags)])
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = dilattn_lines(p.stderr)
+    assert len(lines) == 1 and words in lines[0], p.stderr
+    assert "every rank of --ring mpi needs the same command and flags" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == before  # no output, no temporary
+
+
+def test_ring_mpi_rank_running_backward_exits_2(tmp_path):
+    # Rank 0 forward, rank 1 backward: different messages from the first step on (this hung).
+    _, paths = make_inputs(tmp_path, Nq=16)
+    before = sorted(os.listdir(tmp_path))
+    backward = [CLI, "backward", *qkv_flags(paths), "--do", paths["do"], "--dq", tmp_path / "dq.npy",
+                "--dk", tmp_path / "dk.npy", "--dv", tmp_path / "dv.npy", "--ring", "mpi"]
+    p = mpmd([forward_cmd(paths, tmp_path / "o.npy"), backward])
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = dilattn_lines(p.stderr)
+    assert len(lines) == 1 and "ring rank 1: runs 'backward', rank 0 runs 'forward'" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_ring_mpi_third_rank_with_another_output_exits_2(tmp_path):
+    # Only rank 0 writes, but a rank told to write elsewhere was launched with another command.
+    _, paths = make_inputs(tmp_path, Nq=16)
+    before = sorted(os.listdir(tmp_path))
+    out, other = tmp_path / "o.npy", tmp_path / "elsewhere.npy"
+    p = mpmd([forward_cmd(paths, out), forward_cmd(paths, out), forward_cmd(paths, other)])
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = dilattn_lines(p.stderr)
+    assert len(lines) == 1 and f"ring rank 2: flag --out is '{other}' here, '{out}' on rank 0" \
+        in lines[0], p.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_ring_mpi_rank_without_ring_mpi_exits_2(tmp_path):
+    # Rank 1 without --ring mpi would run alone while rank 0 waited in MPI_Init (no timeout).
+    _, paths = make_inputs(tmp_path, Nq=16)
+    before = sorted(os.listdir(tmp_path))
+    plain = [CLI, "forward", *qkv_flags(paths), "--out", tmp_path / "o.npy"]
+    p = mpmd([forward_cmd(paths, tmp_path / "o.npy"), plain])
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = dilattn_lines(p.stderr)
+    assert len(lines) == 1 and "flag --ring mpi is missing" in lines[0], p.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def libmpi_path():
+    """The MPI library the tool links (ldd), for a peer that joins the job and never answers."""
+    out = subprocess.run(["ldd", CLI], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "libmpi.so" in line and "=>" in line:
+            return line.split("=>")[1].split("(")[0].strip()
+    pytest.fail("the tool does not link libmpi: " + out)
+
+
+def test_ring_mpi_rank_that_never_answers_times_out(tmp_path):
+    # Rank 1 is a process that joins the MPI job (MPI_Init) and then does nothing: rank 0 waits
+    # --ring-timeout 2 seconds at its first exchange, then exits 3 with one line.
+    _, paths = make_inputs(tmp_path, Nq=16)
+    before = sorted(os.listdir(tmp_path))
+    silent = ("import ctypes, time\n"
+              f"mpi = ctypes.CDLL({libmpi_path()!r}, mode=ctypes.RTLD_GLOBAL)\n"
+              "mpi.MPI_Init(None, None)\n"
+              "time.sleep(120)\n")
+    start = time.monotonic()
+    p = mpmd([forward_cmd(paths, tmp_path / "o.npy", "--ring-timeout", "2"),
+              [sys.executable, "-c", silent]])
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    lines = dilattn_lines(p.stderr)
+    assert len(lines) == 1 and "ring rank 0: waited 2 s" in lines[0] and \
+        "--ring-timeout" in lines[0], p.stderr
+    assert time.monotonic() - start < 60
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_ring_mpi_kv_rows_unlike_q_exit_2(tmp_path):
+    # Dense cross-attention (K shorter than Q) is valid alone, not as a ring (SPEC 5): refused
+    # on rank 0 before any shard is made or sent (each rank copied K's rows by Q's count).
+    for Nk in (1, 5):
+        _, paths = make_inputs(tmp_path, Nq=40, Nk=Nk, D=8)
+        out = tmp_path / "o.npy"
+        before = sorted(os.listdir(tmp_path))
+        p = mpirun(2, "forward", *qkv_flags(paths), "--out", out, "--ring", "mpi", timeout=60)
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        lines = dilattn_lines(p.stderr)
+        assert len(lines) == 1 and "flag --ring mpi: ring attention needs K and V with Q's row " \
+            f"count (SPEC 5); {paths['k']} has {Nk} rows" in lines[0], p.stderr
+        assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("P", [3, 4])
+def test_ring_mpi_one_row_on_many_ranks(tmp_path, P):
+    # Nq = 1: every rank but one holds no rows; forward and backward still equal the single
+    # device bitwise (the same cpu kernels over the same row), both splits.
+    _, paths = make_inputs(tmp_path, B=2, Nq=1, H=2, D=4, seed=7)
+    for split in ("contiguous", "zigzag"):
+        for command in ("forward", "backward"):
+            want = outputs(tmp_path, "single", command)
+            run(command, *command_flags(paths, want, command), "--backend", "cpu", "--causal",
+                expect=0)
+            got = outputs(tmp_path, f"mpi_{split}", command)
+            p = mpirun(P, command, *command_flags(paths, got, command), "--backend", "cpu",
+                       "--causal", "--ring", "mpi", "--ring-split", split, timeout=120)
+            assert p.returncode == 0, (p.stdout, p.stderr)
+            for g, w in zip(got, want):
+                assert np.load(g).tobytes() == np.load(w).tobytes(), (command, split, g)
+
+
+def test_ring_timeout_flag_checked(tmp_path):
+    _, paths = make_inputs(tmp_path, Nq=12)
+    out = ["--out", tmp_path / "o.npy"]
+    p = run("forward", *qkv_flags(paths), *out, "--ring-timeout", "5", expect=2)
+    assert "flag --ring-timeout needs --ring-threads or --ring mpi" in p.stderr
+    p = run("forward", *qkv_flags(paths), *out, "--ring-threads", "2", "--ring-timeout", "0",
+            expect=2)
+    assert "flag --ring-timeout: 0 must be >= 1" in p.stderr
+    p = run("forward", *qkv_flags(paths), *out, "--ring-threads", "2", "--ring-timeout",
+            "2147484", expect=2)
+    assert "flag --ring-timeout: 2147484 is above 2147483 seconds" in p.stderr
     assert not (tmp_path / "o.npy").exists()
