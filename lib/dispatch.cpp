@@ -20,11 +20,12 @@ struct Check {
   const dilattn_tensor* t;
   const char* name;
   dilattn::TensorRole role;
+  dilattn::TensorUse use;
 };
 
 dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check> checks) {
   for (const Check& c : checks) {
-    dilattn_status s = dilattn::check_tensor(p, c.t, c.name, c.role);
+    dilattn_status s = dilattn::check_tensor(p, c.t, c.name, c.role, c.use);
     if (s != DILATTN_SUCCESS) return s;
   }
   return DILATTN_SUCCESS;
@@ -168,13 +169,15 @@ dilattn_status run_forward(dilattn_plan plan, dilattn::StreamArgs run, const dil
                            const dilattn_tensor* o, const dilattn_tensor* lse, void* workspace,
                            size_t workspace_bytes) {
   using dilattn::TensorRole;
+  constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
-  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
-                    {o, "o", TensorRole::o}});
+  s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
+                    {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, out}});
   if (s != DILATTN_SUCCESS) return s;
-  if (lse != nullptr && (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse)) != DILATTN_SUCCESS)
+  if (lse != nullptr &&
+      (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse, out)) != DILATTN_SUCCESS)
     return s;
   release_finished_blocks();
   Workspace ws;
@@ -194,13 +197,15 @@ dilattn_status run_backward(dilattn_plan plan, dilattn::StreamArgs run, const di
                             const dilattn_tensor* dk, const dilattn_tensor* dv, void* workspace,
                             size_t workspace_bytes) {
   using dilattn::TensorRole;
+  constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
-  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
-                    {o, "o", TensorRole::o}, {lse, "lse", TensorRole::lse},
-                    {d_o, "d_o", TensorRole::o}, {dq, "dq", TensorRole::q},
-                    {dk, "dk", TensorRole::kv}, {dv, "dv", TensorRole::kv}});
+  s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
+                    {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, in},
+                    {lse, "lse", TensorRole::lse, in}, {d_o, "d_o", TensorRole::o, in},
+                    {dq, "dq", TensorRole::q, out}, {dk, "dk", TensorRole::kv, out},
+                    {dv, "dv", TensorRole::kv, out}});
   if (s != DILATTN_SUCCESS) return s;
   release_finished_blocks();
   Workspace ws;
@@ -277,7 +282,9 @@ extern "C" dilattn_status dilattn_reference_rows(dilattn_plan plan, const dilatt
     return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
                      "dilattn_reference_rows runs on the CPU; the plan's backend is %s",
                      plan->backend->name);
-  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv}});
+  constexpr dilattn::TensorUse in = dilattn::TensorUse::read;
+  s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
+                    {v, "v", TensorRole::kv, in}});
   if (s != DILATTN_SUCCESS) return s;
   if (rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'rows' is NULL");
   if (o_rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'o_rows' is NULL");

@@ -81,7 +81,8 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
   shard.Nq = shard.Nk = shard_rows(p.Nq, P, comm->transport->rank(), split_value).rows;
   for (const RingTensor& t : tensors) {
     if (t.optional && t.t == nullptr) continue;
-    if (dilattn_status s = check_tensor(shard, t.t, t.name, static_cast<TensorRole>(t.role)))
+    if (dilattn_status s = check_tensor(shard, t.t, t.name, static_cast<TensorRole>(t.role),
+                                        t.written ? TensorUse::written : TensorUse::read))
       return s;
   }
   // A communicator bound to a GPU (NCCL) moves that GPU's memory only: a tensor elsewhere is

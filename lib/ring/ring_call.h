@@ -130,6 +130,7 @@ struct RingTensor {
   const char* name;
   int role;  // TensorRole
   bool optional;
+  bool written;  // an output: its elements must not share memory (tensor_checks.h)
 };
 
 // The whole start of a ring call on this rank: its own checks (plan, comm, split, shard
