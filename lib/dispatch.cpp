@@ -164,7 +164,22 @@ class Workspace {
   void* ptr_ = nullptr;
 };
 
-dilattn_status run_forward(dilattn_plan plan, dilattn::StreamArgs run, const dilattn_tensor* q,
+dilattn::StreamArgs synchronous_call() { return dilattn::StreamArgs{nullptr, true, false}; }
+
+// The stream a dilattn_*_on_stream call was given (`given`), or none for a plain call.
+struct CallerStream {
+  bool given;
+  void* stream;
+};
+// How the backend runs the call: on the caller's stream where it runs on that stream, else as
+// the plain call (a CPU backend, dilattn.h: it ignores the stream and never reads its value).
+dilattn::StreamArgs stream_args(const dilattn::Backend& backend, CallerStream caller) {
+  if (!caller.given || backend.runs_on_stream == nullptr || !backend.runs_on_stream(caller.stream))
+    return synchronous_call();
+  return dilattn::StreamArgs{caller.stream, false, false};
+}
+
+dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
                            const dilattn_tensor* k, const dilattn_tensor* v,
                            const dilattn_tensor* o, const dilattn_tensor* lse, void* workspace,
                            size_t workspace_bytes) {
@@ -180,6 +195,7 @@ dilattn_status run_forward(dilattn_plan plan, dilattn::StreamArgs run, const dil
       (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse, out)) != DILATTN_SUCCESS)
     return s;
   release_finished_blocks();
+  dilattn::StreamArgs run = stream_args(*plan->backend, caller);
   Workspace ws;
   if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
                       workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
@@ -190,7 +206,7 @@ dilattn_status run_forward(dilattn_plan plan, dilattn::StreamArgs run, const dil
   return s;
 }
 
-dilattn_status run_backward(dilattn_plan plan, dilattn::StreamArgs run, const dilattn_tensor* q,
+dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
                             const dilattn_tensor* k, const dilattn_tensor* v,
                             const dilattn_tensor* o, const dilattn_tensor* lse,
                             const dilattn_tensor* d_o, const dilattn_tensor* dq,
@@ -208,6 +224,7 @@ dilattn_status run_backward(dilattn_plan plan, dilattn::StreamArgs run, const di
                     {dv, "dv", TensorRole::kv, out}});
   if (s != DILATTN_SUCCESS) return s;
   release_finished_blocks();
+  dilattn::StreamArgs run = stream_args(*plan->backend, caller);
   Workspace ws;
   if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
                       workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
@@ -219,9 +236,6 @@ dilattn_status run_backward(dilattn_plan plan, dilattn::StreamArgs run, const di
   return s;
 }
 
-dilattn::StreamArgs synchronous_call() { return dilattn::StreamArgs{nullptr, true, false}; }
-dilattn::StreamArgs call_on_stream(void* stream) { return dilattn::StreamArgs{stream, false, false}; }
-
 }  // namespace
 
 extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
@@ -229,7 +243,7 @@ extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tenso
                                           const dilattn_tensor* o, const dilattn_tensor* lse,
                                           void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_forward(plan, synchronous_call(), q, k, v, o, lse, workspace, workspace_bytes);
+  return run_forward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, workspace, workspace_bytes);
   DILATTN_ABI_END
 }
 
@@ -241,7 +255,7 @@ extern "C" dilattn_status dilattn_forward_on_stream(dilattn_plan plan, void* cud
                                                     const dilattn_tensor* lse, void* workspace,
                                                     size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_forward(plan, call_on_stream(cuda_stream), q, k, v, o, lse, workspace,
+  return run_forward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, workspace,
                      workspace_bytes);
   DILATTN_ABI_END
 }
@@ -253,7 +267,7 @@ extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tens
                                            const dilattn_tensor* dk, const dilattn_tensor* dv,
                                            void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_backward(plan, synchronous_call(), q, k, v, o, lse, d_o, dq, dk, dv, workspace,
+  return run_backward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, d_o, dq, dk, dv, workspace,
                       workspace_bytes);
   DILATTN_ABI_END
 }
@@ -264,7 +278,7 @@ extern "C" dilattn_status dilattn_backward_on_stream(
     const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
     const dilattn_tensor* dv, void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_backward(plan, call_on_stream(cuda_stream), q, k, v, o, lse, d_o, dq, dk, dv,
+  return run_backward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, d_o, dq, dk, dv,
                       workspace, workspace_bytes);
   DILATTN_ABI_END
 }

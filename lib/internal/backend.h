@@ -66,6 +66,10 @@ struct WorkspaceBytes {
 //               not call the CUDA runtime).
 //   ring_ops    the element work of one ring call (ring_ops.h): host loops for the CPU
 //               backends, kernels on `stream` of device `device_index` for cuda and emu.
+//   runs_on_stream  whether a dilattn_*_on_stream call given `stream` runs on it; null or
+//               false: the call runs as the plain one does, finishing before it returns, and
+//               the value is never read (dilattn.h: CPU backends ignore the stream). cuda: every
+//               stream; emu: only a stream the SIMT emulator made (tests/kernels).
 struct Backend {
   dilattn_backend id;
   const char* name;
@@ -77,6 +81,7 @@ struct Backend {
   dilattn_status (*prepare)(Problem& p);
   void (*after_work)(int32_t device_index, void* stream, void (*release)(void*), void* ctx);
   dilattn_status (*ring_ops)(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
+  bool (*runs_on_stream)(void* stream);
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
@@ -136,6 +141,8 @@ void after_work(int32_t device_index, void* stream, void (*release)(void*), void
 std::string device_report();
 // The ring's element work as kernels on `stream` (cuda/ring_ops.cu).
 dilattn_status make_ring_ops(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
+// True only for a stream the SIMT emulator made (cuda/launch_emu.cpp).
+bool runs_on_stream(void* stream);
 }  // namespace emu
 
 }  // namespace dilattn
