@@ -2,6 +2,7 @@
 // tensor against the plan (SPEC 7: nothing is written on error), find the workspace, run the
 // plan's backend, give a pool workspace back once the backend's work on it is done.
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -82,10 +83,20 @@ void release_finished_blocks() {
 // done (at once for CPU backends). A host workspace the default pool cannot serve falls back
 // to malloc, so a plan never fails because a default pool is small. Checked by
 // tests/pool/pool_workspace.cpp.
+constexpr size_t kWorkspaceAlignment = 16;
+
 class Workspace {
  public:
   dilattn_status acquire(const dilattn::Problem& p, dilattn_device_type device,
                          int32_t device_index, void* given, size_t given_bytes, size_t needed) {
+    // SPEC 15: backends carve f32 and f64 arrays from a caller's workspace (the reference's
+    // f64 gradients, the CUDA launcher's accumulators at offsets aligned from its start), so
+    // its start is aligned as malloc's and cudaMalloc's are at least; refused whether or not
+    // this plan needs any, so that the rule does not depend on the plan.
+    if (given != nullptr && reinterpret_cast<uintptr_t>(given) % kWorkspaceAlignment != 0)
+      return set_error(DILATTN_ERROR_INVALID_VALUE,
+                       "argument 'workspace' = %p is not aligned to %zu bytes", given,
+                       kWorkspaceAlignment);
     if (needed == 0) return DILATTN_SUCCESS;
     if (given != nullptr) {
       if (given_bytes < needed)
