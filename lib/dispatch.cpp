@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "errors.h"
@@ -313,6 +314,13 @@ extern "C" dilattn_status dilattn_reference_rows(dilattn_plan plan, const dilatt
   if (s != DILATTN_SUCCESS) return s;
   if (rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'rows' is NULL");
   if (o_rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'o_rows' is NULL");
+  // SPEC 15, as for tensors: each array aligned to its element (int64, f64).
+  const std::pair<const void*, const char*> arrays[] = {
+      {rows, "rows"}, {o_rows, "o_rows"}, {lse_rows, "lse_rows"}};
+  for (const auto& [array, name] : arrays)
+    if (reinterpret_cast<uintptr_t>(array) % 8 != 0)
+      return set_error(DILATTN_ERROR_INVALID_VALUE,
+                       "argument '%s' = %p is not aligned to its 8-byte elements", name, array);
   if (num_rows < 1)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'num_rows' = %lld: must be >= 1",
                      static_cast<long long>(num_rows));

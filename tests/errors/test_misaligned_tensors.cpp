@@ -6,7 +6,7 @@
 // its address, and no byte of any output changes. The same calls with every pointer aligned
 // succeed, so the refusal is the pointer's. f64 tensors four bytes off (aligned for f32 only),
 // an LSE in f64 off by four, and the other entry points taking tensors (dilattn_reference_rows,
-// dilattn_mask_topk) are refused the same way.
+// with its own int64 and f64 arrays, and dilattn_mask_topk) are refused the same way.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -133,7 +133,8 @@ void each_tensor_refused(dilattn_backend backend, const char* backend_name, dila
   dilattn_plan_destroy(plan);
 }
 
-// dilattn_reference_rows and dilattn_mask_topk check their tensors with the same rule.
+// dilattn_reference_rows and dilattn_mask_topk check their tensors with the same rule, and
+// dilattn_reference_rows its rows, o_rows and lse_rows arrays.
 void other_entry_points_refused() {
   harness::CaseScope scope("reference_rows and mask_topk");
   dilattn_plan plan = make_plan(DILATTN_BACKEND_REF, DILATTN_F32);
@@ -147,8 +148,27 @@ void other_entry_points_refused() {
               DILATTN_ERROR_INVALID_VALUE, "'v'", address_of(x.v.view.data).c_str());
   x.v.shift(0);
   for (double o : o_rows) CHECK_MSG(o == -5.0, "refused reference_rows wrote o_rows");
+  // Its own arrays too: rows (int64) and o_rows, lse_rows (f64), each 4 bytes off.
+  std::vector<double> lse_rows(static_cast<size_t>(2 * H) + 1, -5.0);
+  std::vector<int64_t> rows_storage = {0, 0, 3, 0};
+  const int64_t* rows_off = reinterpret_cast<const int64_t*>(
+      reinterpret_cast<const unsigned char*>(rows_storage.data()) + 4);
+  double* o_off = reinterpret_cast<double*>(reinterpret_cast<unsigned char*>(o_rows.data()) + 4);
+  double* lse_off =
+      reinterpret_cast<double*>(reinterpret_cast<unsigned char*>(lse_rows.data()) + 4);
+  CHECK_ERROR(dilattn_reference_rows(plan, &x.q.view, &x.k.view, &x.v.view, rows_off, 1,
+                                     o_rows.data(), nullptr),
+              DILATTN_ERROR_INVALID_VALUE, "'rows'", address_of(rows_off).c_str());
+  CHECK_ERROR(dilattn_reference_rows(plan, &x.q.view, &x.k.view, &x.v.view, rows, 1, o_off,
+                                     nullptr),
+              DILATTN_ERROR_INVALID_VALUE, "'o_rows'", address_of(o_off).c_str());
+  CHECK_ERROR(dilattn_reference_rows(plan, &x.q.view, &x.k.view, &x.v.view, rows, 1,
+                                     o_rows.data(), lse_off),
+              DILATTN_ERROR_INVALID_VALUE, "'lse_rows'", address_of(lse_off).c_str());
+  for (double o : o_rows) CHECK_MSG(o == -5.0, "refused reference_rows wrote o_rows");
+  for (double l : lse_rows) CHECK_MSG(l == -5.0, "refused reference_rows wrote lse_rows");
   CHECK_OK(dilattn_reference_rows(plan, &x.q.view, &x.k.view, &x.v.view, rows, 2, o_rows.data(),
-                                  nullptr));
+                                  lse_rows.data()));
   dilattn_plan_destroy(plan);
 
   dilattn_mask mask;
