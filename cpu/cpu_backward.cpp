@@ -23,8 +23,10 @@
 //     each query tile, each key tile: dV += P^T dO, dK += dS^T Q.
 // D_i = <dO_i, O_i> is formed per query tile. Scale is applied once when dQ and dK are stored.
 // A causally masked pair is left out of every product (P and dS zeroed, dQ summed over each
-// row's allowed keys), so a NaN in a K or V row reaches only the rows that meet it, as in the
-// reference (SPEC 13); a NaN LSE (a NaN row) makes that row's terms NaN.
+// row's allowed keys, dK and dV over each key's allowed rows where a Q or dO row is not finite:
+// accumulate_keys_allowed), so a NaN or inf in a row of Q, K, V or dO reaches only the rows and
+// keys that meet it, as in the reference (SPEC 13); a NaN LSE (a NaN row) makes that
+// row's terms NaN.
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
 // checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the
@@ -116,6 +118,12 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
     gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
     gather_rows(*a.d_o, b, h, own, 0, own.count, D, w.block_b, Dp);
     row_terms(p, a, b, h, own, 0, own.count, scaling.post, w.block_b, w.tile_o, w.row_a, w.row_b);
+    // Rare, so checked once per piece: an empty row, a nonfinite Q or dO row (drop_empty_rows,
+    // accumulate_keys_allowed).
+    bool has_empty = false;
+    for (int64_t t = 0; t < own.count; ++t) has_empty |= w.row_b[t] == __builtin_inff();
+    const bool careful = w.keys_dk != nullptr && (!rows_finite(w.block_a, Dp, own.count, Dp) ||
+                                                  !rows_finite(w.block_b, Dp, own.count, Dp));
     const int64_t ldo = row_stride(own) * Dp;
     float* dq = w.block_c + (own.first - i0) * Dp;
     bool done = false;
@@ -139,7 +147,8 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
           scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
-          const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
+          bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
+          if (has_empty) cut = drop_empty_rows(w.row_b + t0, rows, allowed, cut);
           scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, 1.0f, w.dp);
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
@@ -148,10 +157,10 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
           if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
           // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
           const int64_t at = progression_at(keys, k0) * Dp;
-          accumulate_tile(w.keys_dv + at, ldk, kcount, w.s, 1, kBC, rows, w.block_b + t0 * Dp, Dp,
-                          Dp);
-          accumulate_tile(w.keys_dk + at, ldk, kcount, w.dp, 1, kBC, rows, w.block_a + t0 * Dp,
-                          Dp, Dp);
+          accumulate_keys_allowed(w.keys_dv + at, ldk, kcount, w.s, rows, cut, allowed,
+                                  w.block_b + t0 * Dp, Dp, Dp, pw, careful);
+          accumulate_keys_allowed(w.keys_dk + at, ldk, kcount, w.dp, rows, cut, allowed,
+                                  w.block_a + t0 * Dp, Dp, Dp, pw, careful);
         }
       }
     });
@@ -212,6 +221,10 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
           gather_rows(*a.d_o, b, h, queries, t0, rows, D, w.tile_do, Dp);
           row_terms(p, a, b, h, queries, t0, rows, scaling.post, w.tile_do, w.tile_o, w.row_a,
                     w.row_b);
+          bool has_empty = false;  // as in query_block
+          for (int64_t t = 0; t < rows; ++t) has_empty |= w.row_b[t] == __builtin_inff();
+          const bool careful =
+              !rows_finite(w.tile_q, Dp, rows, Dp) || !rows_finite(w.tile_do, Dp, rows, Dp);
           for (int64_t k0 = 0; k0 < own.count; k0 += kBC) {
             // Keys ascend: once a tile is past every row's limit, so are the later ones.
             if (tile_skipped(p, queries, t0, rows, own, k0)) break;
@@ -220,14 +233,16 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
                 pair_weights(p, h, piece.branch, queries, t0, rows, own, k0, kcount, w.pair_weights);
             if (pw.skip) continue;
             scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
-            const bool cut =
-                mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
+            bool cut = mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
+            if (has_empty) cut = drop_empty_rows(w.row_b, rows, allowed, cut);
             scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, 1.0f, w.dp);
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
             // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
-            accumulate_tile(dv + k0 * ldo, ldo, kcount, w.s, 1, kBC, rows, w.tile_do, Dp, Dp);
-            accumulate_tile(dk + k0 * ldo, ldo, kcount, w.dp, 1, kBC, rows, w.tile_q, Dp, Dp);
+            accumulate_keys_allowed(dv + k0 * ldo, ldo, kcount, w.s, rows, cut, allowed,
+                                    w.tile_do, Dp, Dp, pw, careful);
+            accumulate_keys_allowed(dk + k0 * ldo, ldo, kcount, w.dp, rows, cut, allowed,
+                                    w.tile_q, Dp, Dp, pw, careful);
           }
         }
       });

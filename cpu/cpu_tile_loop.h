@@ -216,6 +216,61 @@ inline void accumulate_allowed(float* O, int64_t ldo, int64_t rows, const float*
     accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, 1, allowed[t], Bm, ldb, width);
 }
 
+// True when rows [0, rows) of Bm (ldb apart, `width` floats each) are all finite.
+inline bool rows_finite(const float* Bm, int64_t ldb, int64_t rows, int64_t width) {
+  vfloat bad = vfloat{};
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t d = 0; d < width; d += kW) {
+      const vfloat x = vload(Bm + t * ldb + d);
+      bad += x - x;  // 0 for a finite lane, NaN for an infinite or NaN one
+    }
+  for (int c = 0; c < kW; ++c)
+    if (bad[c] != 0.0f) return false;
+  return true;
+}
+
+// Rows the forward found empty (lse_s = +inf: LSE = -inf, every score -inf) have no term, as
+// in the reference: allowed[t] = 0 for them, and the tile counts as cut. Their P and dS are 0
+// already; leaving them out keeps a nonfinite K, V, Q or dO value from entering as 0 x inf.
+inline bool drop_empty_rows(const float* lse_s, int64_t rows, int64_t* allowed, bool cut) {
+  for (int64_t t = 0; t < rows; ++t)
+    if (lse_s[t] == __builtin_inff()) {
+      allowed[t] = 0;
+      cut = true;
+    }
+  return cut;
+}
+
+// The key-side products of a tile, dV += P^T dO and dK += dS^T Q: O[c] += sum over rows t of
+// A[t][c] Bm[t] for keys c < kcount (A the S tile, read column-wise: accumulate_tile with
+// lda 1, a_step kBC). A pair a row does not see (c >= allowed[t], or weight 0) holds A = 0,
+// which adds nothing while Bm[t] is finite: one register-blocked call. When some Bm row is not
+// finite (`careful`, known per query tile), such a pair must not enter even as 0 x inf = NaN
+// (SPEC 13): a tile with such pairs is then summed key by key over the runs of rows
+// that see the key.
+inline void accumulate_keys_allowed(float* O, int64_t ldo, int64_t kcount, const float* A,
+                                    int64_t rows, bool cut, const int64_t* allowed,
+                                    const float* Bm, int64_t ldb, int64_t width,
+                                    const PairWeights& pw, bool careful) {
+  if (!careful || (!cut && !pw.has_zero))
+    return accumulate_tile(O, ldo, kcount, A, 1, kBC, rows, Bm, ldb, width);
+  auto sees = [&](int64_t t, int64_t c) {
+    return c < allowed[t] && !(pw.has_zero && pw.per_pair[t * kBC + c] == 0.0f);
+  };
+  for (int64_t c = 0; c < kcount; ++c)
+    for (int64_t t = 0; t < rows;) {
+      if (!sees(t, c)) {
+        ++t;
+        continue;
+      }
+      int64_t e = t + 1;
+      while (e < rows && sees(e, c)) ++e;
+      accumulate_tile(O + c * ldo, ldo, 1, A + t * kBC + c, 1, kBC, e - t, Bm + t * ldb, ldb,
+                      width);
+      t = e;
+    }
+}
+
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
 
 #endif  // DILATTN_CPU_TILE_LOOP_H

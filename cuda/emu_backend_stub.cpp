@@ -16,6 +16,7 @@ dilattn_status forward(const Problem& p, const ForwardArgs&) { return can_run(p)
 dilattn_status backward(const Problem& p, const BackwardArgs&) { return can_run(p); }
 dilattn_status prepare(Problem& p) { return can_run(p); }
 void after_work(int32_t, void*, void (*release)(void*), void* ctx) { release(ctx); }
+bool runs_on_stream(void*) { return false; }
 std::string device_report() { return "no (this build has no SIMT emulator)"; }
 dilattn_status make_ring_ops(int32_t, void*, std::unique_ptr<RingOps>*) {
   return can_run(Problem{});

@@ -149,6 +149,14 @@ inline RuntimeCalls runtime_calls() {
   return r;
 }
 
+// Whether `stream` is one cudaStreamCreate made and cudaStreamDestroy has not destroyed yet:
+// a value the emulator may read as its stream object. The value is looked up, never read
+// through, so any pointer may be asked about (the legacy stream 0 is none).
+inline bool is_live_stream(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(detail::stream_mutex());
+  return detail::live_streams().count(reinterpret_cast<detail::EmuStream*>(stream)) != 0;
+}
+
 // Kernel launches given to `stream` so far (nullptr: the legacy default stream).
 inline uint64_t launches_on(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(detail::stream_mutex());

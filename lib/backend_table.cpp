@@ -9,19 +9,23 @@ namespace {
 // The reference runs every valid problem.
 dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
 
+// A cudaStream_t of the caller's: the cuda backend enqueues on any.
+bool any_stream(void*) { return true; }
+
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
 const Backend kBackends[] = {
     {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
      cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops, nullptr,
-     cuda::device_report},
+     cuda::device_report, any_stream},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
-     cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops, cpu::isa_name, nullptr},
+     cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops, cpu::isa_name, nullptr,
+     nullptr},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
-     ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr},
+     ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr, nullptr},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
      emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops, nullptr,
-     emu::device_report},
+     emu::device_report, emu::runs_on_stream},
 };
 
 }  // namespace

@@ -2,9 +2,11 @@
 // tensor against the plan (SPEC 7: nothing is written on error), find the workspace, run the
 // plan's backend, give a pool workspace back once the backend's work on it is done.
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "errors.h"
@@ -20,11 +22,12 @@ struct Check {
   const dilattn_tensor* t;
   const char* name;
   dilattn::TensorRole role;
+  dilattn::TensorUse use;
 };
 
 dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check> checks) {
   for (const Check& c : checks) {
-    dilattn_status s = dilattn::check_tensor(p, c.t, c.name, c.role);
+    dilattn_status s = dilattn::check_tensor(p, c.t, c.name, c.role, c.use);
     if (s != DILATTN_SUCCESS) return s;
   }
   return DILATTN_SUCCESS;
@@ -80,14 +83,14 @@ void release_finished_blocks() {
 // of the backend's device: pool_internal.h) for this call, given back when the call's work is
 // done (at once for CPU backends). A host workspace the default pool cannot serve falls back
 // to malloc, so a plan never fails because a default pool is small. A backend always receives a
-// workspace that starts on a dilattn::kWorkspaceAlignment boundary (SPEC 14.6): device backends carve
-// it into f64 and 16-byte-copied regions, and a caller's pointer may be anywhere. The plan's
-// sizes include the dilattn::kWorkspaceAlignment - 1 bytes that may be skipped (plan.cpp).
+// workspace that starts on a kWorkspaceAlignment (256-byte) boundary (SPEC 14.6): device
+// backends carve it into f64 and 16-byte-copied regions, and a caller's pointer may be
+// anywhere. The plan's sizes include the 255 bytes that may be skipped (plan.cpp).
 // Checked by tests/pool/test_pool_workspace.cpp and tests/errors/test_workspace_argument.cpp.
 void* align_up(void* ptr) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
-  return reinterpret_cast<void*>((address + dilattn::kWorkspaceAlignment - 1) / dilattn::kWorkspaceAlignment *
-                                 dilattn::kWorkspaceAlignment);
+  constexpr uintptr_t align = dilattn::kWorkspaceAlignment;
+  return reinterpret_cast<void*>((address + align - 1) / align * align);
 }
 
 class Workspace {
@@ -179,20 +182,38 @@ class Workspace {
   void* ptr_ = nullptr;
 };
 
-dilattn_status run_forward(dilattn_plan plan, dilattn::StreamArgs run, const dilattn_tensor* q,
+dilattn::StreamArgs synchronous_call() { return dilattn::StreamArgs{nullptr, true, false}; }
+
+// The stream a dilattn_*_on_stream call was given (`given`), or none for a plain call.
+struct CallerStream {
+  bool given;
+  void* stream;
+};
+// How the backend runs the call: on the caller's stream where it runs on that stream, else as
+// the plain call (a CPU backend, dilattn.h: it ignores the stream and never reads its value).
+dilattn::StreamArgs stream_args(const dilattn::Backend& backend, CallerStream caller) {
+  if (!caller.given || backend.runs_on_stream == nullptr || !backend.runs_on_stream(caller.stream))
+    return synchronous_call();
+  return dilattn::StreamArgs{caller.stream, false, false};
+}
+
+dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
                            const dilattn_tensor* k, const dilattn_tensor* v,
                            const dilattn_tensor* o, const dilattn_tensor* lse, void* workspace,
                            size_t workspace_bytes) {
   using dilattn::TensorRole;
+  constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
-  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
-                    {o, "o", TensorRole::o}});
+  s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
+                    {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, out}});
   if (s != DILATTN_SUCCESS) return s;
-  if (lse != nullptr && (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse)) != DILATTN_SUCCESS)
+  if (lse != nullptr &&
+      (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse, out)) != DILATTN_SUCCESS)
     return s;
   release_finished_blocks();
+  dilattn::StreamArgs run = stream_args(*plan->backend, caller);
   Workspace ws;
   if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
                       workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
@@ -203,22 +224,25 @@ dilattn_status run_forward(dilattn_plan plan, dilattn::StreamArgs run, const dil
   return s;
 }
 
-dilattn_status run_backward(dilattn_plan plan, dilattn::StreamArgs run, const dilattn_tensor* q,
+dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
                             const dilattn_tensor* k, const dilattn_tensor* v,
                             const dilattn_tensor* o, const dilattn_tensor* lse,
                             const dilattn_tensor* d_o, const dilattn_tensor* dq,
                             const dilattn_tensor* dk, const dilattn_tensor* dv, void* workspace,
                             size_t workspace_bytes) {
   using dilattn::TensorRole;
+  constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
-  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv},
-                    {o, "o", TensorRole::o}, {lse, "lse", TensorRole::lse},
-                    {d_o, "d_o", TensorRole::o}, {dq, "dq", TensorRole::q},
-                    {dk, "dk", TensorRole::kv}, {dv, "dv", TensorRole::kv}});
+  s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
+                    {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, in},
+                    {lse, "lse", TensorRole::lse, in}, {d_o, "d_o", TensorRole::o, in},
+                    {dq, "dq", TensorRole::q, out}, {dk, "dk", TensorRole::kv, out},
+                    {dv, "dv", TensorRole::kv, out}});
   if (s != DILATTN_SUCCESS) return s;
   release_finished_blocks();
+  dilattn::StreamArgs run = stream_args(*plan->backend, caller);
   Workspace ws;
   if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
                       workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
@@ -230,9 +254,6 @@ dilattn_status run_backward(dilattn_plan plan, dilattn::StreamArgs run, const di
   return s;
 }
 
-dilattn::StreamArgs synchronous_call() { return dilattn::StreamArgs{nullptr, true, false}; }
-dilattn::StreamArgs call_on_stream(void* stream) { return dilattn::StreamArgs{stream, false, false}; }
-
 }  // namespace
 
 extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
@@ -240,7 +261,7 @@ extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tenso
                                           const dilattn_tensor* o, const dilattn_tensor* lse,
                                           void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_forward(plan, synchronous_call(), q, k, v, o, lse, workspace, workspace_bytes);
+  return run_forward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, workspace, workspace_bytes);
   DILATTN_ABI_END
 }
 
@@ -252,7 +273,7 @@ extern "C" dilattn_status dilattn_forward_on_stream(dilattn_plan plan, void* cud
                                                     const dilattn_tensor* lse, void* workspace,
                                                     size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_forward(plan, call_on_stream(cuda_stream), q, k, v, o, lse, workspace,
+  return run_forward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, workspace,
                      workspace_bytes);
   DILATTN_ABI_END
 }
@@ -264,7 +285,7 @@ extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tens
                                            const dilattn_tensor* dk, const dilattn_tensor* dv,
                                            void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_backward(plan, synchronous_call(), q, k, v, o, lse, d_o, dq, dk, dv, workspace,
+  return run_backward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, d_o, dq, dk, dv, workspace,
                       workspace_bytes);
   DILATTN_ABI_END
 }
@@ -275,7 +296,7 @@ extern "C" dilattn_status dilattn_backward_on_stream(
     const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
     const dilattn_tensor* dv, void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_backward(plan, call_on_stream(cuda_stream), q, k, v, o, lse, d_o, dq, dk, dv,
+  return run_backward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, d_o, dq, dk, dv,
                       workspace, workspace_bytes);
   DILATTN_ABI_END
 }
@@ -293,10 +314,19 @@ extern "C" dilattn_status dilattn_reference_rows(dilattn_plan plan, const dilatt
     return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
                      "dilattn_reference_rows runs on the CPU; the plan's backend is %s",
                      plan->backend->name);
-  s = check_all(p, {{q, "q", TensorRole::q}, {k, "k", TensorRole::kv}, {v, "v", TensorRole::kv}});
+  constexpr dilattn::TensorUse in = dilattn::TensorUse::read;
+  s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
+                    {v, "v", TensorRole::kv, in}});
   if (s != DILATTN_SUCCESS) return s;
   if (rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'rows' is NULL");
   if (o_rows == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'o_rows' is NULL");
+  // SPEC 15, as for tensors: each array aligned to its element (int64, f64).
+  const std::pair<const void*, const char*> arrays[] = {
+      {rows, "rows"}, {o_rows, "o_rows"}, {lse_rows, "lse_rows"}};
+  for (const auto& [array, name] : arrays)
+    if (reinterpret_cast<uintptr_t>(array) % 8 != 0)
+      return set_error(DILATTN_ERROR_INVALID_VALUE,
+                       "argument '%s' = %p is not aligned to its 8-byte elements", name, array);
   if (num_rows < 1)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'num_rows' = %lld: must be >= 1",
                      static_cast<long long>(num_rows));

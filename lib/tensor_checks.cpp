@@ -1,12 +1,55 @@
 // tensor_checks.cpp - one check for every tensor argument (SPEC 1 and 7).
 #include "tensor_checks.h"
 
+#include <cstdint>
+#include <utility>
+
 #include "abi_enum.h"
 #include "backend.h"
 #include "dtype_convert.h"
 #include "errors.h"
 
 namespace dilattn {
+
+namespace {
+
+// An output is written element by element by several threads (or GPU blocks) at once, so two
+// of its elements at one address would race and keep whichever landed last (SPEC 1: a view a
+// backend cannot take is refused before memory is touched). Inputs may share memory (a zero
+// stride broadcasts one row). Taken in the order of their strides, each dimension of size > 1
+// must step past every offset the dimensions with smaller strides reach: then each element has
+// its own address. This also refuses interleaved layouts that happen not to collide, which no
+// framework makes. check_tensor has checked that the offsets fit int64.
+dilattn_status check_no_shared_elements(const dilattn_tensor* t, const char* name) {
+  int dims[4];
+  int n = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (t->shape[i] == 0) return DILATTN_SUCCESS;  // no elements (a ring rank without rows)
+    if (t->shape[i] > 1) dims[n++] = i;
+  }
+  for (int a = 1; a < n; ++a)  // insertion sort by stride, ties in dimension order
+    for (int b = a; b > 0 && t->strides[dims[b]] < t->strides[dims[b - 1]]; --b)
+      std::swap(dims[b], dims[b - 1]);
+  int64_t span = 0;  // the largest offset the dimensions taken so far reach
+  for (int k = 0; k < n; ++k) {
+    const int d = dims[k];
+    if (t->strides[d] <= span)
+      return set_error(DILATTN_ERROR_INVALID_VALUE,
+                       "argument '%s' is an output, and its strides [%lld, %lld, %lld, %lld] "
+                       "let two of its elements share memory: dimension %d (size %lld, stride "
+                       "%lld) must step past offset %lld, the largest the dimensions with "
+                       "smaller strides reach",
+                       name, static_cast<long long>(t->strides[0]),
+                       static_cast<long long>(t->strides[1]), static_cast<long long>(t->strides[2]),
+                       static_cast<long long>(t->strides[3]), d,
+                       static_cast<long long>(t->shape[d]), static_cast<long long>(t->strides[d]),
+                       static_cast<long long>(span));
+    span += (t->shape[d] - 1) * t->strides[d];
+  }
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace
 
 dilattn_status check_tensor_view(const dilattn_tensor* t, const char* name) {
   if (t == nullptr) return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL", name);
@@ -24,11 +67,19 @@ dilattn_status check_tensor_view(const dilattn_tensor* t, const char* name) {
   if (device != DILATTN_DEVICE_CPU && device != DILATTN_DEVICE_CUDA)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument '%s': device = %d is not a device type",
                      name, static_cast<int>(device));
+  // SPEC 15: every backend reads and writes elements as their type (a misaligned access is
+  // undefined behaviour in C++ and a fault on a GPU), so each data pointer is aligned to its
+  // element size. One rule for every backend, checked before any backend runs.
+  const size_t element = dtype_size(static_cast<dilattn_dtype>(dtype));
+  if (reinterpret_cast<uintptr_t>(t->data) % element != 0)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument '%s': data pointer %p is not aligned to its %zu-byte %s elements",
+                     name, t->data, element, dtype_name(static_cast<dilattn_dtype>(dtype)));
   return DILATTN_SUCCESS;
 }
 
 dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const char* name,
-                            TensorRole role) {
+                            TensorRole role, TensorUse use) {
   if (dilattn_status s = check_tensor_view(t, name)) return s;
   if (role == TensorRole::lse) {
     if (t->dtype != DILATTN_F32 && t->dtype != DILATTN_F64)
@@ -72,6 +123,7 @@ dilattn_status check_tensor(const Problem& p, const dilattn_tensor* t, const cha
   int64_t bytes;
   if (__builtin_mul_overflow(last + 1, static_cast<int64_t>(dtype_size(t->dtype)), &bytes))
     return set_error(DILATTN_ERROR_SIZE_OVERFLOW, "argument '%s': byte extent overflows int64", name);
+  if (use == TensorUse::written) return check_no_shared_elements(t, name);
   return DILATTN_SUCCESS;
 }
 

@@ -72,6 +72,11 @@ struct WorkspaceBytes {
 //   code_variant   the code chosen at run time for this machine (the cpu backend's instruction
 //                  set, e.g. "avx512"), or null when none could be chosen.
 //   device_report  the device it found (cuda: "yes (sm_90)", or why it is not used).
+// And how it takes a caller's stream:
+//   runs_on_stream  whether a dilattn_*_on_stream call given `stream` runs on it; null or
+//                   false: the call runs as the plain one does, finishing before it returns,
+//                   and the value is never read (dilattn.h: CPU backends ignore the stream).
+//                   cuda: every stream; emu: only a stream the SIMT emulator made (tests/kernels).
 struct Backend {
   dilattn_backend id;
   const char* name;
@@ -85,6 +90,7 @@ struct Backend {
   dilattn_status (*ring_ops)(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
   const char* (*code_variant)();
   std::string (*device_report)();
+  bool (*runs_on_stream)(void* stream);
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
@@ -147,6 +153,8 @@ void after_work(int32_t device_index, void* stream, void (*release)(void*), void
 std::string device_report();
 // The ring's element work as kernels on `stream` (cuda/ring_ops.cu).
 dilattn_status make_ring_ops(int32_t device_index, void* stream, std::unique_ptr<RingOps>* ops);
+// True only for a stream the SIMT emulator made (cuda/emu_streams.cpp).
+bool runs_on_stream(void* stream);
 }  // namespace emu
 
 }  // namespace dilattn

@@ -212,11 +212,12 @@ extern "C" dilattn_status dilattn_ring_backward(
   };
   dilattn_status s = dilattn::start_ring_call(
       plan, comm, dilattn::enum_value(split), true,
-      {{q, "q", role(TensorRole::q), false}, {k, "k", role(TensorRole::kv), false},
-       {v, "v", role(TensorRole::kv), false}, {o, "o", role(TensorRole::o), false},
-       {lse, "lse", role(TensorRole::lse), false}, {d_o, "d_o", role(TensorRole::o), false},
-       {dq, "dq", role(TensorRole::q), false}, {dk, "dk", role(TensorRole::kv), false},
-       {dv, "dv", role(TensorRole::kv), false}},
+      {{q, "q", role(TensorRole::q), false, false}, {k, "k", role(TensorRole::kv), false, false},
+       {v, "v", role(TensorRole::kv), false, false}, {o, "o", role(TensorRole::o), false, false},
+       {lse, "lse", role(TensorRole::lse), false, false},
+       {d_o, "d_o", role(TensorRole::o), false, false},
+       {dq, "dq", role(TensorRole::q), false, true}, {dk, "dk", role(TensorRole::kv), false, true},
+       {dv, "dv", role(TensorRole::kv), false, true}},
       allocate, &call);
   if (s != DILATTN_SUCCESS) return s;
   s = dilattn::run_backward(call, *buffers, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});

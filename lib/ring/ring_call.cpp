@@ -16,40 +16,64 @@ namespace dilattn {
 
 namespace {
 
-// FNV-1a over what every rank of one call must share.
-struct Fingerprint {
+// FNV-1a: a digest of one field of the call.
+struct Digest {
   uint64_t h = 1469598103934665603ull;
-  void add(int64_t x) {
+  Digest& add(int64_t x) {
     for (int i = 0; i < 8; ++i) {
       h ^= static_cast<uint64_t>(x >> (8 * i)) & 0xffu;
       h *= 1099511628211ull;
     }
+    return *this;
+  }
+  Digest& add(const std::vector<int64_t>& xs) {
+    add(static_cast<int64_t>(xs.size()));
+    for (int64_t x : xs) add(x);
+    return *this;
   }
 };
 
-uint64_t call_fingerprint(const Problem& p, dilattn_device_type device, int32_t P,
-                          int32_t split, bool backward) {
-  Fingerprint f;
-  // The device type too: a rank's chunk must be memory its neighbour's ops can copy.
-  for (int64_t x : {p.B, p.Nq, p.Nk, p.H, p.Hkv, p.D, static_cast<int64_t>(device),
-                    static_cast<int64_t>(p.dtype),
-                    static_cast<int64_t>(p.kind), static_cast<int64_t>(p.causal),
-                    static_cast<int64_t>(p.head_mode), static_cast<int64_t>(P),
-                    static_cast<int64_t>(split), static_cast<int64_t>(backward)})
-    f.add(x);
-  for (const Branch& b : p.branches) {
-    f.add(b.w);
-    f.add(b.r);
-  }
+// What every rank of one ring call must share, each a digest in the vote so that the ranks
+// can name the field they disagree on. Any of them changes the result (or, for the device type,
+// whether a rank's chunk is memory its neighbour can copy); a field that does not apply to the
+// plan's kind (segments of a dense plan) digests as nothing. What may differ between ranks is
+// what only changes how a rank computes: the backend of the same device type, threads, pool.
+enum AgreedField {
+  kShape, kDtype, kDevice, kKind, kCausal, kScale, kBranches, kHeadMode, kMask, kRanks,
+  kSplit, kDirection, kAgreedCount
+};
+static_assert(kAgreedCount == RingVote::kAgreedFields, "one digest per agreed field");
+const char* const kAgreedNames[kAgreedCount] = {
+    "plan shape [B, N, H, Hkv, D]", "dtype", "device type", "kind", "causal flag", "scale",
+    "segments and dilations", "head mode",
+    "block-sparse mask (block sizes, row_ptr, col_idx or per-head layout)", "number of ranks",
+    "split", "direction (forward or backward)"};
+
+void agreed_fields(const Problem& p, dilattn_device_type device, int32_t P, int32_t split,
+                   bool backward, uint64_t* agreed) {
+  agreed[kShape] = Digest{}.add(p.B).add(p.Nq).add(p.Nk).add(p.H).add(p.Hkv).add(p.D).h;
+  agreed[kDtype] = Digest{}.add(static_cast<int64_t>(p.dtype)).h;
+  agreed[kDevice] = Digest{}.add(static_cast<int64_t>(device)).h;
+  agreed[kKind] = Digest{}.add(static_cast<int64_t>(p.kind)).h;
+  agreed[kCausal] = Digest{}.add(static_cast<int64_t>(p.causal)).h;
   int64_t scale_bits;
   std::memcpy(&scale_bits, &p.scale, sizeof scale_bits);
-  f.add(scale_bits);
-  if (p.mask) {
-    f.add(p.mask->bq);
-    f.add(p.mask->bk);
-    f.add(static_cast<int64_t>(p.mask->col_idx.size()));
-  }
-  return f.h;
+  agreed[kScale] = Digest{}.add(scale_bits).h;
+  const bool dilated = p.kind == DILATTN_KIND_DILATED;
+  Digest branches;
+  if (dilated)
+    for (const Branch& b : p.branches) branches.add(b.w).add(b.r);
+  agreed[kBranches] = branches.h;
+  agreed[kHeadMode] = Digest{}.add(dilated ? static_cast<int64_t>(p.head_mode) : 0).h;
+  Digest mask;
+  if (p.kind == DILATTN_KIND_BLOCK_SPARSE && p.mask)
+    mask.add(p.mask->Nq).add(p.mask->Nk).add(p.mask->bq).add(p.mask->bk)
+        .add(p.mask->num_heads).add(p.mask->row_ptr).add(p.mask->col_idx)
+        .add(p.mask->head_ptr);
+  agreed[kMask] = mask.h;
+  agreed[kRanks] = Digest{}.add(P).h;
+  agreed[kSplit] = Digest{}.add(split).h;
+  agreed[kDirection] = Digest{}.add(static_cast<int64_t>(backward)).h;
 }
 
 // This rank's own checks (SPEC 7), before any other rank is involved.
@@ -81,7 +105,8 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
   shard.Nq = shard.Nk = shard_rows(p.Nq, P, comm->transport->rank(), split_value).rows;
   for (const RingTensor& t : tensors) {
     if (t.optional && t.t == nullptr) continue;
-    if (dilattn_status s = check_tensor(shard, t.t, t.name, static_cast<TensorRole>(t.role)))
+    if (dilattn_status s = check_tensor(shard, t.t, t.name, static_cast<TensorRole>(t.role),
+                                        t.written ? TensorUse::written : TensorUse::read))
       return s;
   }
   // A communicator bound to a GPU (NCCL) moves that GPU's memory only: a tensor elsewhere is
@@ -100,27 +125,40 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
   return DILATTN_SUCCESS;
 }
 
-// Every rank's vote; SUCCESS only when all succeeded and agree on the call.
-dilattn_status agree(RingTransport& t, dilattn_status mine, uint64_t fingerprint) {
+// Every rank's vote; SUCCESS only when all succeeded and agree on the call (`agreed`: null in
+// the vote after the ring, where only the statuses count).
+dilattn_status agree(RingTransport& t, dilattn_status mine, const uint64_t* agreed) {
   RingVote vote{};
   vote.status = mine;
-  vote.fingerprint = fingerprint;
+  vote.voter = t.rank() + 1;
+  if (agreed != nullptr) std::memcpy(vote.agreed, agreed, sizeof vote.agreed);
   if (mine != DILATTN_SUCCESS)
     std::snprintf(vote.message, sizeof vote.message, "%s", dilattn_last_error());
   std::vector<RingVote> all(static_cast<size_t>(t.size()));
   if (dilattn_status s = t.allgather(vote, all.data())) return s;
   if (mine != DILATTN_SUCCESS) return mine;  // our own message is still the last error
+  // A slot that does not hold its own rank's vote: the round completed without that rank.
+  for (int32_t r = 0; r < t.size(); ++r)
+    if (all[r].voter != r + 1)
+      return set_error(DILATTN_ERROR_COMM,
+                       "rank %d did not vote in the agreement of the ring call, yet the round "
+                       "completed%s: is one rank's communicator used by two calls at once?",
+                       static_cast<int>(r),
+                       all[r].voter == 0 ? " with its slot empty" : " with another rank's vote");
   for (int32_t r = 0; r < t.size(); ++r)
     if (all[r].status != DILATTN_SUCCESS)
       return set_error(DILATTN_ERROR_COMM, "rank %d failed: %s (%s)", static_cast<int>(r),
                        dilattn_status_string(static_cast<dilattn_status>(all[r].status)),
                        all[r].message);
+  if (agreed == nullptr) return DILATTN_SUCCESS;
   for (int32_t r = 0; r < t.size(); ++r)
-    if (all[r].fingerprint != fingerprint)
-      return set_error(DILATTN_ERROR_INVALID_VALUE,
-                       "rank %d called with another plan shape, kind, scale, device or split "
-                       "than rank %d: every rank of a ring call must pass the same",
-                       static_cast<int>(r), static_cast<int>(t.rank()));
+    for (int f = 0; f < kAgreedCount; ++f)
+      if (all[r].agreed[f] != agreed[f])
+        return set_error(DILATTN_ERROR_COMM,
+                         "rank %d called with another %s than rank %d: every rank of a ring call "
+                         "must pass the same plan (shape, dtype, kind, causal, scale, segments, "
+                         "dilations, head mode, mask), device type, split and direction",
+                         static_cast<int>(r), kAgreedNames[f], static_cast<int>(t.rank()));
   return DILATTN_SUCCESS;
 }
 
@@ -214,6 +252,13 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
                                const std::function<dilattn_status(RingCall&)>& allocate,
                                RingCall* call) {
   if (dilattn_status s = check_live(comm, dilattn_comm_s::kKind, "comm")) return s;
+  // Refused before any vote: the call on the other thread keeps its round intact.
+  if (comm->in_call.exchange(true))
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'comm': rank %d's communicator is already in a ring call on "
+                     "another thread; a communicator serves one call at a time",
+                     static_cast<int>(comm->transport->rank()));
+  call->claimed = comm;
   RingTransport& t = *comm->transport;
   dilattn_status own = check_own_call(plan, comm, split_value, tensors);
   // The element ops on the shards' device (the first tensor is q), before the vote: a rank
@@ -241,15 +286,14 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
     // rank here, rather than leaving its neighbours waiting for rows until their timeout.
     own = allocate(*call);
   }
-  const uint64_t fingerprint =
-      own == DILATTN_SUCCESS
-          ? call_fingerprint(plan->problem, plan->backend->device, t.size(), split_value, backward)
-          : 0;
-  return agree(t, own, fingerprint);
+  uint64_t agreed[kAgreedCount] = {};
+  if (own == DILATTN_SUCCESS)
+    agreed_fields(plan->problem, plan->backend->device, t.size(), split_value, backward, agreed);
+  return agree(t, own, agreed);
 }
 
 dilattn_status finish_ring_call(RingCall& call, dilattn_status status) {
-  return agree(*call.transport, status, 0);
+  return agree(*call.transport, status, nullptr);
 }
 
 }  // namespace dilattn

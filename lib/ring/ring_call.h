@@ -3,9 +3,13 @@
 // the chunks the rows that travel are unpacked into.
 //
 // A ring call is collective: every rank first checks its own arguments, then all ranks
-// exchange their status and a fingerprint of their call (allgather). A bad argument on any rank
-// thus fails every rank before any chunk moves (the others with DILATTN_ERROR_COMM naming it),
-// and a rank called with another shape or split is refused by all. Each rank allocates every
+// exchange their status and a digest of each field of their call that must agree (allgather):
+// the plan's shape, dtype, kind, causal flag, scale, segments, dilations, head mode and mask,
+// the device type, split and direction. A bad argument on any rank thus fails every rank
+// before any chunk moves (the others with DILATTN_ERROR_COMM naming it), and a rank called with
+// another value of any of those fields is refused by all with DILATTN_ERROR_COMM naming the
+// rank and the field. A communicator takes one call at a time: a second call on it from another
+// thread is refused at once, without voting in its rank's place. Each rank allocates every
 // buffer of its ring before that vote, so a rank out of memory fails every rank alike. After
 // the ring the ranks agree once more, so that a failure during compute leaves every output
 // untouched.
@@ -43,8 +47,10 @@ struct RingCall {
   RingCall& operator=(const RingCall&) = delete;
   ~RingCall() {
     if (transport != nullptr) transport->receive_with(nullptr);
+    if (claimed != nullptr) claimed->in_call.store(false);
   }
 
+  dilattn_comm_s* claimed = nullptr;  // the communicator this call holds (in_call)
   const Problem* p = nullptr;       // the plan's full problem
   const Backend* backend = nullptr; // runs every sub-problem
   RingTransport* transport = nullptr;
@@ -130,6 +136,7 @@ struct RingTensor {
   const char* name;
   int role;  // TensorRole
   bool optional;
+  bool written;  // an output: its elements must not share memory (tensor_checks.h)
 };
 
 // The whole start of a ring call on this rank: its own checks (plan, comm, split, shard

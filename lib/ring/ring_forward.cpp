@@ -149,9 +149,9 @@ extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm c
   };
   dilattn_status s = dilattn::start_ring_call(
       plan, comm, dilattn::enum_value(split), false,
-      {{q, "q", role(TensorRole::q), false}, {k, "k", role(TensorRole::kv), false},
-       {v, "v", role(TensorRole::kv), false}, {o, "o", role(TensorRole::o), false},
-       {lse, "lse", role(TensorRole::lse), true}},
+      {{q, "q", role(TensorRole::q), false, false}, {k, "k", role(TensorRole::kv), false, false},
+       {v, "v", role(TensorRole::kv), false, false}, {o, "o", role(TensorRole::o), false, true},
+       {lse, "lse", role(TensorRole::lse), true, true}},
       allocate, &call);
   if (s != DILATTN_SUCCESS) return s;
   s = dilattn::run_forward(call, *buffers, *q, *o, lse);

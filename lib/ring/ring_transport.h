@@ -2,8 +2,9 @@
 // transport, and the communicator handle that owns one (SPEC 5).
 //
 // Two operations, both collective over the P ranks of a communicator:
-//   allgather: every rank's small fixed-size vote (its status, a fingerprint of its call, its
-//              error message), so that a bad input on one rank fails every rank at once.
+//   allgather: every rank's small fixed-size vote (its status, a digest of each field of its
+//              call, its error message), so that a bad input on one rank fails every rank at
+//              once.
 //   exchange:  send a message to rank `to` and receive `recv_bytes` from rank `from`, in
 //              two calls so that a rank computes while the rows travel:
 //              exchange_begin(...) ... compute ... exchange_end().
@@ -37,6 +38,7 @@
 #ifndef DILATTN_RING_TRANSPORT_H
 #define DILATTN_RING_TRANSPORT_H
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,8 +51,11 @@ namespace dilattn {
 
 // What each rank tells the others before (and after) the ring runs.
 struct RingVote {
+  static constexpr int kAgreedFields = 12;
   int32_t status;        // the rank's own dilattn_status
-  uint64_t fingerprint;  // of its plan shape, kind and split: every rank must agree
+  int32_t voter;         // the rank that voted, plus one: 0 in a slot no rank filled
+  // A digest of each field of the call every rank must share (ring_call.cpp AgreedField).
+  uint64_t agreed[kAgreedFields];
   char message[256];     // its last error when status != SUCCESS
 };
 
@@ -122,6 +127,9 @@ struct dilattn_comm_s {
   // Test hook (tests/ring): fill the chunk rows a ring call did not receive with NaN, so a
   // read of a row nobody sent shows in the result.
   bool poison_chunks = false;
+  // Set while a ring call runs on this rank: a communicator is one rank of one call at a time,
+  // and a second call from another thread would vote in the same rank's place.
+  std::atomic<bool> in_call{false};
 };
 
 #endif  // DILATTN_RING_TRANSPORT_H

@@ -3,9 +3,13 @@
 // given and the bytes needed, and no output byte changes. A workspace that does not start on a
 // 256-byte boundary is used from its first boundary on (the reference backward keeps f64
 // accumulators there: UBSan reports a misaligned one); the size the plan reports includes the
-// 255 bytes that may be skipped.
+// 255 bytes that may be skipped, so on ref, cpu and emu a workspace of that size at any offset
+// gives bitwise the results of a pool workspace.
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "error_fixture.h"
@@ -36,5 +40,35 @@ int main() {
   p.fill_sentinel();
   CHECK_OK(p.backward(boundary, bwd - 255));
   CHECK(p.dq == dq && p.dk == dk && p.dv == dv);
-  return harness::finish("small_workspace_refused_outputs_untouched");
+
+  // Every CPU-side backend, workspaces of the reported size 1 and 8 bytes past a 64-byte boundary:
+  // accepted, outputs bitwise those of a pool workspace.
+  const dilattn_backend backends[] = {DILATTN_BACKEND_REF, DILATTN_BACKEND_CPU,
+#ifdef DILATTN_TEST_EMU
+                                      DILATTN_BACKEND_EMU,
+#endif
+  };
+  for (dilattn_backend backend : backends) {
+    harness::CaseScope scope(dilattn_backend_name(backend));
+    errtest::Problem q;
+    dilattn_plan plan = nullptr;
+    const dilattn_shape shape = dilattn_shape_make(q.B, q.N, q.N, q.H, q.Hkv, q.D);
+    if (!CHECK_OK(dilattn_plan_create(&plan, q.desc, &shape, DILATTN_F32, backend))) continue;
+    std::swap(plan, q.plan);
+    dilattn_plan_destroy(plan);
+    CHECK_OK(dilattn_plan_workspace_size(q.plan, &fwd, &bwd));
+    CHECK_OK(q.forward());
+    CHECK_OK(q.backward());
+    const std::vector<float> o = q.o, lse = q.lse, qdq = q.dq, qdk = q.dk, qdv = q.dv;
+    const size_t bytes = std::max<size_t>(std::max(fwd, bwd), 1);
+    std::vector<unsigned char> buffer(bytes + 128);
+    unsigned char* base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(buffer.data()) + 63) / 64 * 64);
+    for (size_t off : {size_t{1}, size_t{8}}) {
+      q.fill_sentinel();
+      CHECK_OK(dilattn_forward(q.plan, &q.tq, &q.tk, &q.tv, &q.to, &q.tlse, base + off, bytes));
+      CHECK_OK(q.backward(base + off, bytes));
+      CHECK(q.o == o && q.lse == lse && q.dq == qdq && q.dk == qdk && q.dv == qdv);
+    }
+  }  return harness::finish("small_workspace_refused_outputs_untouched");
 }

@@ -1,7 +1,9 @@
-// test_launch_checks.cpp - what the CUDA backend's launcher (cuda/launch.cu, run as backend emu)
-// refuses, before touching memory (SPEC 1, 7): f64, head dims above 256, a misaligned data
-// pointer, an output view whose stride 0 would make rows share memory (forward's O, backward's
-// dK). Each refusal must leave the output untouched, and a plain call must succeed.
+// test_launch_checks.cpp - what a plan or call on the CUDA backend's launcher (cuda/launch.cu, run
+// as backend emu) refuses, before touching memory (SPEC 1, 7): f64 and head dims above 256
+// (UNSUPPORTED, the launcher's own limits); a misaligned data pointer and an output view whose
+// stride 0 would make rows share memory (forward's O, backward's dK) are refused with
+// INVALID_VALUE by the checks every backend shares (lib/tensor_checks.cpp, SPEC 15). Each
+// refusal must leave the output untouched, and a plain call must succeed.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -49,12 +51,12 @@ int main() {
   dilattn_tensor misaligned = tq;
   misaligned.data = reinterpret_cast<unsigned char*>(q.data()) + 1;
   CHECK_EQ(dilattn_forward(plan, &misaligned, &tk, &tv, &to, nullptr, nullptr, 0),
-           DILATTN_ERROR_UNSUPPORTED);
+           DILATTN_ERROR_INVALID_VALUE);
   // Every query row written to the same 8 floats.
   dilattn_tensor overlapping = to;
   overlapping.strides[1] = 0;
   CHECK_EQ(dilattn_forward(plan, &tq, &tk, &tv, &overlapping, nullptr, nullptr, 0),
-           DILATTN_ERROR_UNSUPPORTED);
+           DILATTN_ERROR_INVALID_VALUE);
   bool untouched = true;
   for (float x : o) untouched = untouched && x == -7.0f;
   CHECK_MSG(untouched, "a refused call wrote the output");
@@ -78,7 +80,7 @@ int main() {
   overlapping_dk.strides[1] = 0;
   CHECK_EQ(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &overlapping_dk, &tdv,
                             nullptr, 0),
-           DILATTN_ERROR_UNSUPPORTED);
+           DILATTN_ERROR_INVALID_VALUE);
   bool grads_untouched = true;
   for (const std::vector<float>* g : {&dq, &dk, &dv})
     for (float x : *g) grads_untouched = grads_untouched && x == -7.0f;

@@ -15,6 +15,10 @@
 //     with a 20 s timeout (a hang detector: a rank waiting for rank 1's rows would return only
 //     after the timeout), outputs untouched. Not run under AddressSanitizer, whose shadow
 //     mappings and allocator do not live with a data limit.
+//   mpi_ranks_disagreeing_refused: rank 1's plan has another scale, then (block-sparse, one
+//     key block per row block) another mask of as many blocks: every rank returns
+//     DILATTN_ERROR_COMM naming a rank that called with another "scale" / "block-sparse mask",
+//     no rank writes its outputs, and the communicator still works.
 //   mpi_create_arguments_checked: NULL arguments, timeout_ms 0, MPI_COMM_NULL.
 #include <sys/resource.h>
 
@@ -231,6 +235,41 @@ void out_of_memory_inside_the_ring_call(int32_t rank, int32_t P) {
   CHECK_OK(dilattn_comm_destroy(comm));
 }
 
+void ranks_disagreeing(int32_t rank, int32_t P) {
+  CaseScope scope("mpi_ranks_disagreeing_refused");
+  MPI_Comm world = MPI_COMM_WORLD;
+  dilattn_comm comm = nullptr;
+  if (!CHECK_OK(dilattn_comm_create_mpi(&world, 60000, &comm))) return;
+  AttentionCase scaled = dense_case(P);
+  if (rank == 1) scaled.scale = 0.25;
+  AttentionCase sparse = dense_case(P);  // N = 4 P: blocks of 4 rows, one per rank's shard
+  sparse.kind = DILATTN_KIND_BLOCK_SPARSE;
+  sparse.mask.bq = sparse.mask.bk = 4;
+  for (int64_t i = 0; i <= P; ++i) sparse.mask.row_ptr.push_back(i);
+  for (int64_t i = 0; i < P; ++i)  // rank 1: each row block lists the next key block instead
+    sparse.mask.col_idx.push_back(rank == 1 ? (i + 1) % P : i);
+  const std::pair<const AttentionCase*, const char*> cases[] = {{&scaled, "scale"},
+                                                                 {&sparse, "block-sparse mask"}};
+  for (const auto& [c, field] : cases) {
+    Plan plan;
+    if (!CHECK_OK(plan.create(*c, DILATTN_BACKEND_REF, 1))) continue;
+    Shards s(4);
+    const dilattn_status st = s.forward(plan.get(), comm);
+    const std::string message = dilattn_last_error();
+    CHECK_MSG(st == DILATTN_ERROR_COMM && message.find("called with another") != std::string::npos &&
+                  message.find(field) != std::string::npos,
+              "rank %d: %s (%s), want COMM naming another %s", static_cast<int>(rank),
+              dilattn_status_string(st), message.c_str(), field);
+    CHECK_MSG(s.outputs_untouched(), "rank %d wrote its outputs", static_cast<int>(rank));
+  }
+  Plan plan;
+  if (CHECK_OK(plan.create(dense_case(P), DILATTN_BACKEND_REF, 1))) {
+    Shards good(4);
+    CHECK_OK(good.forward(plan.get(), comm));
+  }
+  CHECK_OK(dilattn_comm_destroy(comm));
+}
+
 void create_arguments() {
   CaseScope scope("mpi_create_arguments_checked");
   MPI_Comm world = MPI_COMM_WORLD, null = MPI_COMM_NULL;
@@ -264,6 +303,7 @@ int main(int argc, char** argv) {
   }
   create_arguments();
   bad_input_on_one_rank(mpi.rank(), mpi.size());
+  ranks_disagreeing(mpi.rank(), mpi.size());
   missing_rank(mpi.rank(), mpi.size());
   if (kAddressSanitized)
     std::printf("mpi_out_of_memory_inside_the_ring_call_fails_every_rank: not run under "
