@@ -17,15 +17,16 @@ bool any_stream(void*) { return true; }
 const Backend kBackends[] = {
     {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
      cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops, nullptr,
-     cuda::device_report, any_stream},
+     cuda::device_report, any_stream, nullptr},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
      cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops, cpu::isa_name, nullptr,
-     nullptr},
+     nullptr, "f64 inputs are computed in f32 (docs/spec.md section 12; backend ref computes in f64)"},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
-     ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr, nullptr},
+     ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr, nullptr,
+     nullptr},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
      emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops, nullptr,
-     emu::device_report, emu::runs_on_stream},
+     emu::device_report, emu::runs_on_stream, nullptr},
 };
 
 }  // namespace

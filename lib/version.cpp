@@ -104,6 +104,12 @@ extern "C" const char* dilattn_build_info(void) {
     s += "compiled for: " DILATTN_BUILD_FLAGS "\n";
     s += "CPU features:" + cpu_features() + "\n";
     s += std::string("cpu backend ISA: ") + dilattn_cpu_isa() + "\n";
+    // What a backend computes in a narrower type than its inputs, said here, never silently.
+    for (dilattn_backend id : {DILATTN_BACKEND_CUDA, DILATTN_BACKEND_CPU, DILATTN_BACKEND_EMU}) {
+      const dilattn::Backend* b = dilattn::find_backend(id);
+      if (b->narrower_compute != nullptr && dilattn_backend_available(id))
+        s += std::string(b->name) + " backend precision: " + b->narrower_compute + "\n";
+    }
     return s;
   }();
   return info.c_str();

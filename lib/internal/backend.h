@@ -72,6 +72,8 @@ struct WorkspaceBytes {
 //   code_variant   the code chosen at run time for this machine (the cpu backend's instruction
 //                  set, e.g. "avx512"), or null when none could be chosen.
 //   device_report  the device it found (cuda: "yes (sm_90)", or why it is not used).
+//   narrower_compute  which input dtypes it computes in a narrower type, so that
+//                  dilattn_build_info says so (SPEC 12: never silently); null: none.
 // And how it takes a caller's stream:
 //   runs_on_stream  whether a dilattn_*_on_stream call given `stream` runs on it; null or
 //                   false: the call runs as the plain one does, finishing before it returns,
@@ -91,6 +93,7 @@ struct Backend {
   const char* (*code_variant)();
   std::string (*device_report)();
   bool (*runs_on_stream)(void* stream);
+  const char* narrower_compute;
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.

@@ -114,7 +114,11 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
     with no keys). Dense by default; dilated with segments=[w...], dilations=[r...] and
     heads_mode "mod" | "block" | "groups"; block-sparse with mask=dilattn.mask.pattern(...).
-    pool: a dilattn.Pool (host) for the workspace. Raises dilattn.Error (a subclass per kind of failure) with the library's message."""
+    pool: a dilattn.Pool (host) for the workspace. Raises dilattn.Error (a subclass per kind of failure) with the library's message.
+
+    Precision: backend "ref" computes in f64 whatever the dtype; the fast "cpu" backend (what
+    "auto" picks without a GPU) computes float64 inputs in float32 (docs/spec.md section 12), so
+    pass backend="ref" when you need f64 accuracy (numpy's default dtype is float64)."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v))))

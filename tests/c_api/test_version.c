@@ -1,6 +1,7 @@
 /*
  * test_version.c - the header's DILATTN_VERSION equals the library's dilattn_version()
- * (a header/library mismatch is detectable), and the build info names the version.
+ * (a header/library mismatch is detectable), and the build info names the version and, where
+ * the cpu backend is built, that it computes f64 inputs in f32 (SPEC 12: never silently).
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,12 @@ int main(void) {
            DILATTN_VERSION_MINOR, DILATTN_VERSION_PATCH);
   if (strstr(dilattn_build_info(), expected) == NULL) {
     fprintf(stderr, "FAILED: build info does not start with \"%s\":\n%s", expected,
+            dilattn_build_info());
+    return 1;
+  }
+  if (dilattn_backend_available(DILATTN_BACKEND_CPU) &&
+      strstr(dilattn_build_info(), "cpu backend precision: f64 inputs are computed in f32") == NULL) {
+    fprintf(stderr, "FAILED: build info does not say the cpu backend computes f64 in f32:\n%s",
             dilattn_build_info());
     return 1;
   }
