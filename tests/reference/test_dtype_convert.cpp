@@ -52,9 +52,9 @@ int main() {
     const float want_h = __half2float(__half(hr));
     CHECK_MSG(same_float(dilattn::half_to_float(static_cast<uint16_t>(h)), want_h),
               "half_to_float(0x%04x)", h);
-    __nv_bfloat16_raw br;
-    br.x = static_cast<unsigned short>(h);
-    const float want_b = __bfloat162float(__nv_bfloat16(br));
+    __nv_bfloat16_raw raw_bf16;
+    raw_bf16.x = static_cast<unsigned short>(h);
+    const float want_b = __bfloat162float(__nv_bfloat16(raw_bf16));
     CHECK_MSG(same_float(dilattn::bf16_to_float(static_cast<uint16_t>(h)), want_b),
               "bf16_to_float(0x%04x)", h);
   }
