@@ -55,6 +55,12 @@ SCRIPTS="bench/gpu/torch_compare_gpu.py bench/gpu/first_light_report.py bench/gp
 tests/packages/python/test_torch_cuda.py tests/kernels/kernel_cases.h"
 TOOLS="nvidia-smi nvcc meson ninja compute-sanitizer ncu cuobjdump python3 timeout"
 
+# The commit the results belong to: DILATTN_COMMIT when the caller names it (the device tool
+# copies the working tree without .git), else git's, else "unknown".
+commit_of_tree() {
+  if [[ -n ${DILATTN_COMMIT:-} ]]; then echo "$DILATTN_COMMIT"; return; fi
+  git -C "$repo" describe --always --dirty 2>/dev/null || echo "unknown (no git metadata)"
+}
 budget_of() { local s; for s in $STEPS; do [[ ${s%%:*} == "$1" ]] && echo "${s##*:}"; done; }
 # The wall-clock budget: steps 2, 3 and 4 run at the same time, so the longest of them counts.
 wall_budget() {
@@ -150,7 +156,7 @@ step_build() {
   local t0=$SECONDS status=pass detail="sm_$cap, $jobs_n jobs"
   {
     echo "== device: $(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader)"
-    echo "== commit: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "== commit: $(commit_of_tree)"
     # shellcheck disable=SC2016,SC2086  # $1.. expand in the inner shell; TARGETS splits
     timeout -k 5 "$(budget_of build)" bash -c '
       b=$1 r=$2 sm=$3 j=$4; shift 4
@@ -292,7 +298,7 @@ t0=$SECONDS
 # The device, driver and commit the results were made with (bench/results files name them).
 python3 - "$steps_jsonl" "$out/steps.json" \
   "$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | head -n1)" \
-  "$(git -C "$repo" describe --always --dirty 2>/dev/null || echo "unknown (no git metadata)")" \
+  "$(commit_of_tree)" \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'EOF'
 import json, sys
 steps = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
