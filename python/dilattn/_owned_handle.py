@@ -9,11 +9,28 @@ close() while the first waits returns once the handle is gone. Closing from insi
 the same handle would wait for itself: that is refused instead.
 
 Python objects whose __init__ failed before a handle existed hold no OwnedHandle: their close()
-and __del__ look it up with getattr and do nothing."""
+and __del__ look it up with getattr and do nothing. HandleOwner is that lookup, once, for the
+classes that own one (Plan, Pool, Comm)."""
 import contextlib
 import threading
 
 from ._errors import error_for
+
+
+class HandleOwner:
+    """Mixin of a class whose instances own an OwnedHandle in self._owned (absent when __init__
+    failed before the library made the handle). The class sets _closed_error, its "closed"
+    exception for a use after close() (a staticmethod)."""
+
+    def _owned_handle(self):
+        owned = getattr(self, "_owned", None)
+        if owned is None:
+            raise self._closed_error()
+        return owned
+
+    def _use(self):
+        """A with-block holding the handle for one library call; close() waits for it."""
+        return self._owned_handle().use()
 
 
 class OwnedHandle:

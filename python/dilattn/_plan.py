@@ -17,7 +17,7 @@ import ctypes as C
 
 from . import _abi, _cints
 from ._errors import check, error_for
-from ._owned_handle import OwnedHandle
+from ._owned_handle import HandleOwner, OwnedHandle
 
 
 class Options:
@@ -72,11 +72,15 @@ class Options:
 _SIZE_NAMES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")
 
 
-class Plan:
+class Plan(HandleOwner):
     """A dilattn plan: options, sizes (B, Nq, Nk, H, Hkv, D), a dtype name and a backend
     (options.backend unless backend names another: dilattn.torch asks for "cuda" for CUDA
     tensors). Immutable; may be used from several threads at once (dilattn.h), and closed from
     one while the others' calls run: close() waits for them (_owned_handle.py)."""
+
+    @staticmethod
+    def _closed_error():  # HandleOwner's "closed" error: this module's
+        return _closed_error()
 
     def __init__(self, options, sizes, dtype, backend=None):
         L = _abi.lib()
@@ -116,13 +120,6 @@ class Plan:
     def lse_dtype(self):
         """SPEC 1: LSE is f64 in the reference, f32 elsewhere."""
         return "f64" if self.backend == "ref" else "f32"
-
-    def _use(self):
-        """A with-block holding the plan handle for library calls; close() waits for it."""
-        owned = getattr(self, "_owned", None)
-        if owned is None:
-            raise _closed_error()
-        return owned.use()
 
     def close(self):
         """Destroys the plan once no call on another thread uses it; later calls raise.

@@ -20,7 +20,7 @@ from typing import Optional
 
 from . import _abi, _cints
 from ._errors import check, error_for
-from ._owned_handle import OwnedHandle
+from ._owned_handle import HandleOwner, OwnedHandle
 
 _DEVICES = {"cpu": _abi.DEVICE_CPU, "cuda": _abi.DEVICE_CUDA}
 
@@ -41,12 +41,16 @@ class PoolStats:
     free_blocks: dict
 
 
-class Pool:
+class Pool(HandleOwner):
     """A memory pool of arena_bytes (a power of two >= min_block_bytes) on the host
     (device="cpu") or on CUDA device device_index (device="cuda", cudaMalloc). growth="grow"
     adds an arena when one is full, at most max_arenas of them (0: no limit); "fixed" keeps one.
     Thread-safe (one mutex per pool in the library); close() waits for calls in flight.
     Sizes and counts are integers (not floats or bools) within their C types (_cints.py)."""
+
+    @staticmethod
+    def _closed_error():  # HandleOwner's "closed" error: this module's
+        return _closed_error()
 
     def __init__(self, arena_bytes: int, *, min_block_bytes: Optional[int] = None,
                  growth: str = "fixed", max_arenas: int = 0, device: str = "cpu",
@@ -87,17 +91,7 @@ class Pool:
     def handle(self) -> int:
         """The dilattn_pool handle; POOL_DESTROYED once the pool is closed. For a library call
         use _use() instead, which keeps close() waiting until the call has returned."""
-        owned = getattr(self, "_owned", None)
-        if owned is None:
-            raise _closed_error()
-        return owned.handle()
-
-    def _use(self):
-        """A with-block holding the handle for library calls (_owned_handle.py)."""
-        owned = getattr(self, "_owned", None)
-        if owned is None:
-            raise _closed_error()
-        return owned.use()
+        return self._owned_handle().handle()
 
     def close(self) -> None:
         """Destroys the pool and frees its arenas; a closed pool stays closed. A forward,

@@ -25,7 +25,7 @@ import numpy as np
 from . import _abi, _cints
 from ._errors import check, error_for
 from ._numpy import as_array, dtype_name, view, _NUMPY_DTYPES
-from ._owned_handle import OwnedHandle
+from ._owned_handle import HandleOwner, OwnedHandle
 from ._plan import Options, Plan
 
 DEFAULT_TIMEOUT_MS = 60000
@@ -38,11 +38,15 @@ def _split(split):
     return _abi.RING_SPLITS[split]
 
 
-class Comm:
+class Comm(HandleOwner):
     """One rank's end of a communicator (dilattn_comm). close() it (or use `with`) when every
     rank is done; a ring call of this end running on another thread is waited for (close()
     returns after it; a rank waiting for a peer that never comes gives up after the timeout).
     An end that is no longer referenced is closed when it is collected."""
+
+    @staticmethod
+    def _closed_error():  # HandleOwner's "closed" error: this module's
+        return _closed_error()
 
     def __init__(self, handle):
         L = _abi.lib()
@@ -79,17 +83,7 @@ class Comm:
 
     def handle(self) -> int:
         """The dilattn_comm handle (raises once closed); a library call uses _use()."""
-        owned = getattr(self, "_owned", None)
-        if owned is None:
-            raise _closed_error()
-        return owned.handle()
-
-    def _use(self):
-        """A with-block holding the handle for library calls; close() waits for it."""
-        owned = getattr(self, "_owned", None)
-        if owned is None:
-            raise _closed_error()
-        return owned.use()
+        return self._owned_handle().handle()
 
     def peak_bytes(self) -> int:
         """The most bytes the ring held at once on this rank in its last call."""
