@@ -13,6 +13,17 @@
 
 namespace errtest {
 
+// The backends whose tensors live in host memory, as this build has them: ref, cpu, and emu when
+// the test is compiled with DILATTN_TEST_EMU (tests/errors/meson.build sets it where the
+// emulator is built). The tests that hold every CPU-side backend to one rule loop over these.
+inline std::vector<dilattn_backend> cpu_side_backends() {
+  return {DILATTN_BACKEND_REF, DILATTN_BACKEND_CPU,
+#ifdef DILATTN_TEST_EMU
+          DILATTN_BACKEND_EMU,
+#endif
+  };
+}
+
 constexpr unsigned char kSentinel = 0xA5;  // f32 0xA5A5A5A5 = -2.87e-16: not a value we write
 
 // B=1, Nq=Nk=4, H=2, Hkv=1, D=3, f32, dense, backend ref. Inputs are small numbers; outputs

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../common/check.h"
+#include "error_fixture.h"
 #include "dilattn.h"
 #include "dilattn_mask.h"
 
@@ -187,13 +188,8 @@ void other_entry_points_refused() {
 }  // namespace
 
 int main() {
-  const std::pair<dilattn_backend, const char*> backends[] = {
-      {DILATTN_BACKEND_REF, "ref"}, {DILATTN_BACKEND_CPU, "cpu"},
-#ifdef DILATTN_TEST_EMU
-      {DILATTN_BACKEND_EMU, "emu"},
-#endif
-  };
-  for (const auto& [backend, name] : backends) {
+  for (dilattn_backend backend : errtest::cpu_side_backends()) {
+    const char* name = dilattn_backend_name(backend);
     for (dilattn_dtype t : {DILATTN_F32, DILATTN_F64, DILATTN_F16, DILATTN_BF16}) {
       if (backend == DILATTN_BACKEND_EMU && t == DILATTN_F64) continue;  // emu runs no f64 plan
       each_tensor_refused(backend, name, t, DILATTN_F32, 1);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/check.h"
+#include "error_fixture.h"
 #include "dilattn.h"
 
 namespace {
@@ -145,13 +146,8 @@ void what_stays_accepted(dilattn_plan plan) {
 }  // namespace
 
 int main() {
-  const std::pair<dilattn_backend, const char*> backends[] = {
-      {DILATTN_BACKEND_REF, "ref"}, {DILATTN_BACKEND_CPU, "cpu"},
-#ifdef DILATTN_TEST_EMU
-      {DILATTN_BACKEND_EMU, "emu"},
-#endif
-  };
-  for (const auto& [backend, name] : backends) {
+  for (dilattn_backend backend : errtest::cpu_side_backends()) {
+    const char* name = dilattn_backend_name(backend);
     harness::CaseScope scope(name);
     dilattn_plan plan = make_plan(backend);
     if (plan == nullptr) continue;

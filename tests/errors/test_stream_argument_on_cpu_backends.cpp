@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../common/check.h"
+#include "error_fixture.h"
 #include "dilattn.h"
 #include "dilattn_mask.h"
 
@@ -87,12 +88,6 @@ dilattn_plan make_plan(dilattn_backend backend, Kind kind) {
 }  // namespace
 
 int main() {
-  const std::pair<dilattn_backend, const char*> backends[] = {
-      {DILATTN_BACKEND_REF, "ref"}, {DILATTN_BACKEND_CPU, "cpu"},
-#ifdef DILATTN_TEST_EMU
-      {DILATTN_BACKEND_EMU, "emu"},
-#endif
-  };
   // What a caller may pass: memory of 0xff bytes (read as an emulator stream, its "capturing"
   // flag would be set), small and all-ones integers, a live object of another kind.
   std::vector<unsigned char> ff_bytes(4096, 0xff);
@@ -108,8 +103,9 @@ int main() {
   const std::pair<Kind, const char*> kinds[] = {
       {Kind::dense, "dense"}, {Kind::dilated, "dilated causal"}, {Kind::sparse, "block-sparse"}};
   const Inputs in;
-  for (const auto& [backend, backend_name] : backends)
+  for (dilattn_backend backend : errtest::cpu_side_backends())
     for (const auto& [kind, kind_name] : kinds) {
+      const char* backend_name = dilattn_backend_name(backend);
       dilattn_plan plan = make_plan(backend, kind);
       if (plan == nullptr) continue;
       const Outputs plain = run(plan, in, false, nullptr);

@@ -43,12 +43,7 @@ int main() {
 
   // Every CPU-side backend, workspaces of the reported size 1 and 8 bytes past a 64-byte boundary:
   // accepted, outputs bitwise those of a pool workspace.
-  const dilattn_backend backends[] = {DILATTN_BACKEND_REF, DILATTN_BACKEND_CPU,
-#ifdef DILATTN_TEST_EMU
-                                      DILATTN_BACKEND_EMU,
-#endif
-  };
-  for (dilattn_backend backend : backends) {
+  for (dilattn_backend backend : errtest::cpu_side_backends()) {
     harness::CaseScope scope(dilattn_backend_name(backend));
     errtest::Problem q;
     dilattn_plan plan = nullptr;
