@@ -2,7 +2,7 @@
 // parameters, and, for the dK/dV pass, which keys a key tile holds and which query rows meet
 // them. The dQ pass walks query tiles exactly as the forward does (attention_tile.cuh's
 // tile_row, read_span, row_keys). The loops are backward_tile_loop.cuh; the kernels
-// backward_simt.cu and backward_wmma.cu.
+// backward_simt.cu and backward_mma.cu (its own loops).
 //
 // SPEC 2-4 through lib/index_rules.h, the transpose of attention_tile.cuh's view:
 //   Dense (SPEC 2)    key tile t holds keys t*BC ..; every query row meets them (causal: from
@@ -36,6 +36,12 @@ struct BackwardParams {
   float* dq_acc;       // [B, H, Nq, D]   sum of dS K over this and earlier launches
   float* dk_acc;       // [B, Hkv, Nk, D] sum of dS^T Q (scale applied when stored)
   float* dv_acc;       // [B, Hkv, Nk, D] sum of P^T dO
+  // The pre-pass's marks of rows holding a value that is not finite, 1 or 0 (the tensor-core
+  // kernels' NaN rule, backward_mma.cu): query rows whose Q or dO does, key rows whose K does.
+  const int32_t* row_bad;  // [B, H, Nq]
+  const int32_t* key_bad;  // [B, Hkv, Nk]
+  // Q and dO rows may be copied 16 bytes at a time (as ix.kv_vec16 for K and V).
+  int32_t qdo_vec16;
   int64_t head_in_group;        // dK/dV pass: query head g * (H / Hkv) + head_in_group
   int64_t key_tiles_per_group;  // dK/dV pass: key tiles per segment (dilated) or key block
 };

@@ -1,6 +1,6 @@
 // backward_tile_loop.cuh - the loops every backward kernel runs (SPEC 6), FlashAttention 2's
 // backward structure, with the matrix products left to the kernel (backward_simt.cu with plain
-// loops, backward_wmma.cu on tensor cores). One branch of SPEC 2-4 per launch.
+// loops; backward_mma.cu runs its own, on tensor cores). One branch of SPEC 2-4 per launch.
 //
 // With the combined LSE of the forward, each occurrence of a key j in A(i) has
 // P_ij = exp(S_ij - LSE_i) directly, so a dilated branch's pairs are just more pairs: each

@@ -8,6 +8,7 @@
 //       shared memory is dynamic and carved into tiles at kernel start (no static __shared__),
 //       so the emulator can poison it per block and a missing barrier shows.
 //   DILATTN_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...)  a kernel launch.
+//   DILATTN_UNROLL  before a loop whose index picks elements of a register array.
 //   DILATTN_SMEM_GUARD_BYTES, DILATTN_SMEM_GUARD(ptr, bytes)  guard bytes the tile carver leaves
 //       after each tile: none under nvcc; under the emulator 128, checked at every barrier, so a
 //       tile written past its end fails the launch.
@@ -33,6 +34,14 @@
 #define DILATTN_SMEM_GUARD(ptr, bytes) ((void)0)
 #else
 #include "simt.h"
+#endif
+
+// A loop nvcc must unroll: its index picks elements of a register array (a fragment), which a
+// rolled loop would put in local memory. Nothing under the emulator.
+#ifdef __CUDACC__
+#define DILATTN_UNROLL _Pragma("unroll")
+#else
+#define DILATTN_UNROLL
 #endif
 
 // The namespace the launchers and the kernels live in: cuda under nvcc, emu when a file is

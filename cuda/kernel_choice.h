@@ -7,8 +7,8 @@
 //       sm_80 or newer (bf16 tensor cores, cp.async); MMA_TF32 (forward_mma_tf32.cu, 3xTF32
 //       mma.sync): f32, D in {64, 128}, sm_80 or newer (TF32 tensor cores); SIMT
 //       (forward_simt.cu) for the rest the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
-//   backward_kernel_for: WMMA (backward_wmma.cu) for the same f16/bf16 cases, SIMT
-//       (backward_simt.cu) otherwise.
+//   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
+//       cases, SIMT (backward_simt.cu) otherwise.
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -19,25 +19,23 @@
 
 namespace dilattn {
 
-enum class KernelChoice { simt, wmma, mma, mma_tf32 };
+enum class KernelChoice { simt, mma, mma_tf32 };
 
 inline KernelChoice backward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
   const bool tensor_dtype = dtype == DILATTN_F16 || dtype == DILATTN_BF16;
-  return tensor_dtype && (D == 64 || D == 128) && cc_major >= 8 ? KernelChoice::wmma
+  return tensor_dtype && (D == 64 || D == 128) && cc_major >= 8 ? KernelChoice::mma
                                                                 : KernelChoice::simt;
 }
 
 inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
   if (dtype == DILATTN_F32 && (D == 64 || D == 128) && cc_major >= 8) return KernelChoice::mma_tf32;
-  return backward_kernel_for(dtype, D, cc_major) == KernelChoice::wmma ? KernelChoice::mma
-                                                                       : KernelChoice::simt;
+  return backward_kernel_for(dtype, D, cc_major);
 }
 
 inline const char* kernel_name(KernelChoice k) {
   switch (k) {
     case KernelChoice::mma: return "mma";
     case KernelChoice::mma_tf32: return "mma_tf32";
-    case KernelChoice::wmma: return "wmma";
     default: return "simt";
   }
 }

@@ -55,9 +55,9 @@ struct BackwardKernels {
 // backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim.
 template <class T>
 BackwardKernels simt_backward(int64_t D);
-// backward_wmma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
+// backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
 template <class T>
-BackwardKernels wmma_backward(int64_t D);
+BackwardKernels mma_backward(int64_t D);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -10,11 +10,13 @@
 //
 //   backward, in the order it calls them:
 //     check_backward_views    as the forward's check_views, for the nine tensors;
-//     choose_backward_kernels WMMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
+//     choose_backward_kernels MMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
 //                             (backward_kernel_for), shared memory checked and granted;
 //     prepare_backward_workspace  from the plan's pool (backward_workspace_layout): the mask
 //                             copied over, D_i = <dO_i, O_i> and lse_s = lse_in_score_domain(LSE)
-//                             per row (the pre-pass), dQ, dK, dV accumulators = 0;
+//                             per row and the rows not all finite (the pre-pass: the
+//                             tensor-core kernels' NaN rule, backward_mma.cu), dQ, dK, dV
+//                             accumulators = 0;
 //     run_dq_pass             one launch per dilated branch (one for dense, block-sparse);
 //     run_dkdv_pass           one launch per (branch, query head of a kv head): each adds its
 //                             pairs to dK and dV in turn, so GQA's and the branches' sums have
@@ -46,11 +48,15 @@ struct RowTermsParams {
   int64_t lse_stride[3];
   float post;          // score_scale(scale).post
   float *di, *lse_s;   // [B, H, Nq]
+  const void* q;
+  int64_t q_stride[4];
+  int32_t* row_bad;    // [B, H, Nq] Q or dO of the row not all finite
   int64_t B, H, Nq, D;
 };
 
-// The pre-pass, one thread per row (b, h, i): D_i = <dO_i, O_i> summed in d order, and the
-// forward's LSE (f32 or f64) in the score domain, where P = 2^(post (s - lse_s)).
+// The pre-pass, one thread per row (b, h, i): D_i = <dO_i, O_i> summed in d order, the
+// forward's LSE (f32 or f64) in the score domain, where P = 2^(post (s - lse_s)), and whether
+// the row's Q or dO holds a value that is not finite.
 template <class T>
 __global__ void backward_row_terms_kernel(RowTermsParams r) {
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -58,14 +64,35 @@ __global__ void backward_row_terms_kernel(RowTermsParams r) {
   for (int64_t row = start; row < r.B * r.H * r.Nq; row += stride) {  // (b * H + h) * Nq + i
     const int64_t i = row % r.Nq, h = (row / r.Nq) % r.H, b = row / (r.Nq * r.H);
     float sum = 0.0f;
-    for (int64_t d = 0; d < r.D; ++d)
-      sum += to_float(load_bnhd<T>(r.d_o, r.d_o_stride, b, i, h, d)) *
-             to_float(load_bnhd<T>(r.o, r.o_stride, b, i, h, d));
+    bool finite = true;
+    for (int64_t d = 0; d < r.D; ++d) {
+      const float d_o = to_float(load_bnhd<T>(r.d_o, r.d_o_stride, b, i, h, d));
+      const float q = to_float(load_bnhd<T>(r.q, r.q_stride, b, i, h, d));
+      sum += d_o * to_float(load_bnhd<T>(r.o, r.o_stride, b, i, h, d));
+      finite = finite && isfinite(d_o) && isfinite(q);
+    }
     r.di[row] = sum;
+    r.row_bad[row] = finite ? 0 : 1;
     const int64_t at = b * r.lse_stride[0] + h * r.lse_stride[1] + i * r.lse_stride[2];
     const double lse = r.lse_is_f64 ? static_cast<const double*>(r.lse)[at]
                                     : static_cast<double>(static_cast<const float*>(r.lse)[at]);
     r.lse_s[row] = lse_in_score_domain(lse, r.post);
+  }
+}
+
+// One thread per key row (b, hk, j): whether K's row holds a value that is not finite.
+template <class T>
+__global__ void backward_key_flags_kernel(const void* k, int64_t s0, int64_t s1, int64_t s2,
+                                          int64_t s3, int64_t B, int64_t Hkv, int64_t Nk,
+                                          int64_t D, int32_t* key_bad) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t strides[4] = {s0, s1, s2, s3};
+  for (int64_t row = start; row < B * Hkv * Nk; row += stride) {  // (b * Hkv + hk) * Nk + j
+    const int64_t j = row % Nk, hk = (row / Nk) % Hkv, b = row / (Nk * Hkv);
+    bool finite = true;
+    for (int64_t d = 0; d < D; ++d) finite = finite && isfinite(to_float(load_bnhd<T>(k, strides, b, j, hk, d)));
+    key_bad[row] = finite ? 0 : 1;
   }
 }
 
@@ -118,12 +145,12 @@ dilattn_status check_backward_views(const BackwardArgs& a) {
 // ---------------------------------------------------------------- choose_backward_kernels
 // backward_kernel_for's choice, from the kernel files (kernels.h).
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
-  const bool wmma = backward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::wmma;
+  const bool mma = backward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::mma;
   switch (p.dtype) {
-    case DILATTN_F16: return wmma ? wmma_backward<__half>(p.D) : simt_backward<__half>(p.D);
+    case DILATTN_F16: return mma ? mma_backward<__half>(p.D) : simt_backward<__half>(p.D);
     case DILATTN_BF16:
-      return wmma ? wmma_backward<__nv_bfloat16>(p.D) : simt_backward<__nv_bfloat16>(p.D);
-    default: return simt_backward<float>(p.D);  // f32: never WMMA
+      return mma ? mma_backward<__nv_bfloat16>(p.D) : simt_backward<__nv_bfloat16>(p.D);
+    default: return simt_backward<float>(p.D);  // f32: SIMT
   }
 }
 
@@ -149,10 +176,11 @@ dilattn_status choose_backward_kernels(const Problem& p, DeviceInfo& device,
 
 // ---------------------------------------------------------------- prepare_backward_workspace
 // The backward's device workspace: f32 D_i and lse_s [B, H, Nq], f32 accumulators dQ
-// [B, H, Nq, D], dK and dV [B, Hkv, Nk, D]. Each piece starts on a 256-byte boundary. The
+// [B, H, Nq, D], dK and dV [B, Hkv, Nk, D], int32 row marks [B, H, Nq] and key marks
+// [B, Hkv, Nk]. Each piece starts on a 256-byte boundary. The
 // block-sparse mask is the plan's (LaunchPlanState, copied once), not the workspace's.
 struct BackwardWorkspaceLayout {
-  size_t di = 0, lse_s = 0, dq = 0, dk = 0, dv = 0, total = 0;
+  size_t di = 0, lse_s = 0, dq = 0, dk = 0, dv = 0, row_bad = 0, key_bad = 0, total = 0;
 };
 
 BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
@@ -172,12 +200,17 @@ BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
   off += aligned(kv_rows * d * sizeof(float));
   l.dv = off;
   off += aligned(kv_rows * d * sizeof(float));
+  l.row_bad = off;
+  off += aligned(q_rows * sizeof(int32_t));
+  l.key_bad = off;
+  off += aligned(kv_rows * sizeof(int32_t));
   l.total = off;
   return l;
 }
 
 struct BackwardWorkspace {
   float *di, *lse_s, *dq, *dk, *dv;
+  int32_t *row_bad, *key_bad;
   const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
 };
 
@@ -191,6 +224,8 @@ dilattn_status prepare_backward_workspace(const Problem& p, const BackwardArgs& 
   ws->dq = reinterpret_cast<float*>(base + layout.dq);
   ws->dk = reinterpret_cast<float*>(base + layout.dk);
   ws->dv = reinterpret_cast<float*>(base + layout.dv);
+  ws->row_bad = reinterpret_cast<int32_t*>(base + layout.row_bad);
+  ws->key_bad = reinterpret_cast<int32_t*>(base + layout.key_bad);
   for (int n = 0; n < 3; ++n) ws->mask[n] = nullptr;
   if (p.kind != DILATTN_KIND_BLOCK_SPARSE) return DILATTN_SUCCESS;
   auto* state = dynamic_cast<LaunchPlanState*>(p.backend_state.get());
@@ -216,6 +251,9 @@ dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const Backw
   r.post = score_scale(p.scale).post;
   r.di = ws.di;
   r.lse_s = ws.lse_s;
+  r.q = a.q->data;
+  for (int dim = 0; dim < 4; ++dim) r.q_stride[dim] = a.q->strides[dim];
+  r.row_bad = ws.row_bad;
   r.B = p.B;
   r.H = p.H;
   r.Nq = p.Nq;
@@ -232,6 +270,23 @@ dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const Backw
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_failure(e, "backward_row_terms_kernel");
+  const dim3 key_grid(elementwise_blocks(p.B * p.Hkv * p.Nk));
+  const int64_t* ks = a.k->strides;
+  switch (p.dtype) {
+    case DILATTN_F16:
+      DILATTN_LAUNCH(backward_key_flags_kernel<__half>, key_grid, block, 0, stream)(
+          a.k->data, ks[0], ks[1], ks[2], ks[3], p.B, p.Hkv, p.Nk, p.D, ws.key_bad);
+      break;
+    case DILATTN_BF16:
+      DILATTN_LAUNCH(backward_key_flags_kernel<__nv_bfloat16>, key_grid, block, 0, stream)(
+          a.k->data, ks[0], ks[1], ks[2], ks[3], p.B, p.Hkv, p.Nk, p.D, ws.key_bad);
+      break;
+    default:
+      DILATTN_LAUNCH(backward_key_flags_kernel<float>, key_grid, block, 0, stream)(
+          a.k->data, ks[0], ks[1], ks[2], ks[3], p.B, p.Hkv, p.Nk, p.D, ws.key_bad);
+      break;
+  }
+  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_failure(e, "backward_key_flags_kernel");
   const int64_t q_elems = p.B * p.H * p.Nq * p.D, kv_elems = p.B * p.Hkv * p.Nk * p.D;
   const struct {
     float* acc;
@@ -264,6 +319,10 @@ BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
   bp.dq_acc = ws.dq;
   bp.dk_acc = ws.dk;
   bp.dv_acc = ws.dv;
+  bp.row_bad = ws.row_bad;
+  bp.key_bad = ws.key_bad;
+  // 16-byte copies of Q and dO rows (backward_mma.cu), as the forward's of K and V.
+  bp.qdo_vec16 = rows_of_16_bytes(a.q) && rows_of_16_bytes(a.d_o) ? 1 : 0;
   return bp;
 }
 

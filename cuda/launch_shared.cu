@@ -192,6 +192,12 @@ dilattn_status LaunchPlanState::mask_on(int device, const BsrMask& m, const int6
 
 // ---------------------------------------------------------------- launch parameters
 // What every launch of a forward shares (launch_shared.h).
+bool rows_of_16_bytes(const dilattn_tensor* t) {
+  const int64_t per16 = static_cast<int64_t>(16 / dtype_size(t->dtype));
+  return t->strides[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0 &&
+         t->strides[0] % per16 == 0 && t->strides[1] % per16 == 0 && t->strides[2] % per16 == 0;
+}
+
 ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Workspace& ws) {
   ForwardParams fp;
   std::memset(&fp, 0, sizeof(fp));
@@ -205,13 +211,6 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
   }
   fp.o_acc = ws.o_acc;
   fp.lse_acc = ws.lse_acc;
-  // 16-byte copies of K and V rows (forward_mma.cu): D contiguous, every row 16-byte aligned.
-  auto rows_of_16_bytes = [](const dilattn_tensor* t) {
-    const int64_t per16 = static_cast<int64_t>(16 / dtype_size(t->dtype));
-    return t->strides[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0 &&
-           t->strides[0] % per16 == 0 && t->strides[1] % per16 == 0 &&
-           t->strides[2] % per16 == 0;
-  };
   fp.kv_vec16 = rows_of_16_bytes(a.k) && rows_of_16_bytes(a.v) ? 1 : 0;
   fp.B = p.B;
   fp.Nq = p.Nq;

@@ -16,7 +16,8 @@
 //   LaunchPlanState                    a block-sparse plan's mask in device memory;
 //   grant_shared_memory                a kernel's dynamic shared memory limit raised, once per
 //                                      device;
-//   shared_params, prepare_launch      the index part of every forward and backward launch.
+//   shared_params, prepare_launch      the index part of every forward and backward launch;
+//   rows_of_16_bytes                   whether a view's rows may be copied by cp.async.
 #ifndef DILATTN_LAUNCH_SHARED_H
 #define DILATTN_LAUNCH_SHARED_H
 
@@ -166,6 +167,10 @@ struct Workspace {
   double* lse_acc;
   const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
 };
+
+// A view whose rows the tensor-core kernels may copy 16 bytes at a time (cp.async): D
+// contiguous, every row 16-byte aligned.
+bool rows_of_16_bytes(const dilattn_tensor* t);
 
 // What every launch of a forward shares (and the backward's index part, with no forward
 // workspace): the views, the problem's sizes, the scale, the kind's parameters.

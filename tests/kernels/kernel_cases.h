@@ -3,7 +3,7 @@
 // each row with the forward tests' shape and the backward tests' (smaller, since the f64
 // reference backward is the slow part), and the rows only one direction runs.
 //
-// Kernels: forward simt | mma (f16, bf16) | mma_tf32 (f32, 3xTF32); backward simt | wmma
+// Kernels: forward simt | mma (f16, bf16) | mma_tf32 (f32, 3xTF32); backward simt | mma
 // (f16, bf16). Kinds: dense, causal with Nq < Nk and Nq > Nk (rows with no key: O = 0,
 // LSE = -inf, no gradient), GQA with strided views, dilated in each head mode (mod, block,
 // groups) with partial and clipped segments, causal dilated, block-sparse with one mask and per
@@ -58,9 +58,9 @@ inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
   const bool bwd = direction == Direction::backward;
   // The forward's value, or the backward's.
   auto pick = [bwd](int64_t forward, int64_t backward) { return bwd ? backward : forward; };
-  const bool tensor_core = kernel == "mma" || kernel == "mma_tf32" || kernel == "wmma";
+  const bool tensor_core = kernel == "mma" || kernel == "mma_tf32";
   const std::vector<dilattn_dtype> dtypes =
-      (kernel == "mma" || kernel == "wmma") ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
+      kernel == "mma"                       ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
       : kernel == "mma_tf32"                ? std::vector<dilattn_dtype>{DILATTN_F32}
       : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
   std::vector<Case> out;
@@ -123,7 +123,33 @@ inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
     c.mask.bq = pick(32, 16); c.mask.bk = pick(16, 8); c.mask.heads = 2;
     local_sink_mask(c, -1, pick(16, 8));
     out.push_back(c);
-    if (bwd || !tensor_core) continue;
+    if (!tensor_core) continue;
+    if (bwd) {  // the tensor-core backward's own edges: tiles and chunks of 64 keys and rows
+      c = base("partial_tiles_several_chunks");
+      c.Nq = c.Nk = 150; c.H = c.Hkv = 1;
+      out.push_back(c);
+      c = base("gqa_causal_several_chunks");
+      c.Nq = 70; c.Nk = 140; c.H = 4; c.Hkv = 2; c.causal = true;
+      out.push_back(c);
+      c = base("causal_nq_gt_nk_several_chunks");
+      c.Nq = 140; c.Nk = 75; c.causal = true;
+      out.push_back(c);
+      c = base("dilated_two_branches_causal_long");
+      c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 150; c.H = 2; c.Hkv = 2; c.causal = true;
+      c.segments = {100, 150}; c.dilations = {1, 2}; c.head_mode = DILATTN_HEADS_BLOCK;
+      out.push_back(c);
+      c = base("sparse_two_chunk_blocks_causal_long");
+      c.kind = DILATTN_KIND_BLOCK_SPARSE; c.Nq = c.Nk = 200; c.H = 2; c.Hkv = 1; c.causal = true;
+      c.mask.bq = 64; c.mask.bk = 128;
+      local_sink_mask(c, 1, 0);
+      out.push_back(c);
+      c = base("unaligned_rows_element_loads");
+      c.Nq = 40; c.Nk = 90; c.H = c.Hkv = 2; c.causal = true;
+      c.input_layout = {false, 4};  // rows of D + 4 elements: not 16-byte multiples
+      c.output_layout = {true, 2};
+      out.push_back(c);
+      continue;
+    }
     c = base("partial_query_tile_and_key_chunk");
     c.Nq = 150; c.Nk = 150; c.H = c.Hkv = 1;
     c.D = t == DILATTN_BF16 ? 128 : 64;
