@@ -29,8 +29,9 @@
 // Shared memory rows are padded by 8 elements (16 bytes): each 8x8 matrix an ldmatrix reads,
 // 8 rows of 16 bytes, then falls in 32 distinct banks (row stride = 4 banks mod 32;
 // tests/kernels/test_smem_banks.cpp). The work per chunk is counted by bench/gpu/sass_model.py
-// (modelled, bench/results/sass_model.sm80-sm90.txt). NaN (SPEC 13): a NaN V in a masked key of
-// a chunk a warp computes reaches the row as 0 * NaN, as in FlashAttention.
+// (modelled, bench/results/sass_model.sm80-sm90.txt). NaN (SPEC 13): a V row that is not finite
+// among keys some row of the warp skips would reach that row as 0 * NaN on tensor cores, so
+// such a chunk's P V is summed pair by pair (cuda/mma_unseen_pairs.cuh).
 //
 // Launched by cuda/launch.cu through mma_forward (kernels.h). Checked by
 // tests/kernels/test_forward_kernels.cpp and tests/kernels/test_nonfinite_kernels.cpp (emulator,
@@ -43,6 +44,7 @@
 #include "mma_chunk_loop.cuh"
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
+#include "mma_unseen_pairs.cuh"
 #include "mma_tile_smem.cuh"
 
 namespace dilattn {
@@ -133,6 +135,13 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
       mma_m16n8k16<T>(s[n + 1], qf[kk], b + 2, s[n + 1]);
     }
   mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+  // The NaN rule (mma_unseen_pairs.cuh): a V row some row of the warp skips that is not finite
+  // would reach it as 0 * NaN on tensor cores; then P V is summed pair by pair.
+  if (unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
+    exact_rows_product<T, D, Tile::kStride, Tile::kBc>(
+        st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+    return;
+  }
   // P V: S's C tiles 2kk and 2kk + 1 are, in the input dtype, P's A fragment for keys
   // 16kk .. 16kk + 15 (PTX layout: a[0], a[1] rows g, g + 8 of columns 2t..; a[2], a[3] of
   // columns 2t + 8..). B[k][n] = V[key k][dim n], stored k-major: ldmatrix.trans gives the B

@@ -8,7 +8,8 @@
 // overflows), small = tf32(x - big) (x - big is exact in f32), and a b is taken as
 // small_a big_b + big_a small_b + big_a big_b: three mma, f32 accumulation, the small terms
 // first; the dropped small_a small_b is below 2^-20 |a b|. Both products are split: S = Q K^T
-// and O += P V (P is f32 in registers). An infinite x gets small = 0 (inf - inf would be NaN).
+// and O += P V (P is f32 in registers). An infinite x gets small = 0 (inf - inf would be NaN),
+// and meets the other operand only through big_a big_b (Tf32Operand::big_finite).
 // kProducts = 1 is plain TF32 (big rounded to nearest): only the test above launches it.
 //
 // The structure is forward_mma.cu's (read its header): one block per (query tile, batch,
@@ -39,6 +40,7 @@
 #include "mma_chunk_loop.cuh"
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
+#include "mma_unseen_pairs.cuh"
 #include "mma_tile_smem.cuh"
 
 // nvcc leaves the D = 128 loops over Q's, O's and S's fragments rolled, which puts those
@@ -66,10 +68,13 @@ inline size_t tf32_smem_bytes() {
 
 // ---------------------------------------------------------------- TF32 operands
 // N f32 values as TF32 operands: big alone (kProducts = 1: rounded to nearest), or big
-// (truncated) and small (kProducts = 3), as the header says.
+// (truncated) and small (kProducts = 3), as the header says. big_finite is big with
+// infinities as 0: the B operand of the small_a big_b product, so that an infinite b meets a
+// only through big_a big_b (small_a may be 0 or of the other sign: small_a inf would add a
+// NaN or the wrong infinity where the reference has a b's infinity times a).
 template <int N>
 struct Tf32Operand {
-  uint32_t big[N], small[N];
+  uint32_t big[N], small[N], big_finite[N];
 };
 
 template <int kProducts, int N>
@@ -77,13 +82,14 @@ __device__ __forceinline__ Tf32Operand<N> to_tf32(const float (&x)[N]) {
   Tf32Operand<N> r;
   for (int e = 0; e < N; ++e) {
     if (kProducts == 1) {
-      r.big[e] = cvt_rna_tf32(x[e]);
+      r.big[e] = r.big_finite[e] = cvt_rna_tf32(x[e]);
       r.small[e] = 0;
       continue;
     }
     r.big[e] = __float_as_uint(x[e]) & 0xffffe000u;
     const float rest = isinf(x[e]) ? 0.0f : x[e] - __uint_as_float(r.big[e]);
     r.small[e] = cvt_rna_tf32(rest);
+    r.big_finite[e] = isinf(x[e]) ? 0u : r.big[e];
   }
   return r;
 }
@@ -93,7 +99,7 @@ template <int kProducts>
 __device__ __forceinline__ void mma_f32(float* acc, const Tf32Operand<4>& a,
                                         const Tf32Operand<2>& b) {
   if (kProducts == 3) {
-    mma_m16n8k8_tf32(acc, a.small, b.big, acc);
+    mma_m16n8k8_tf32(acc, a.small, b.big_finite, acc);
     mma_m16n8k8_tf32(acc, a.big, b.small, acc);
   }
   mma_m16n8k8_tf32(acc, a.big, b.big, acc);
@@ -155,6 +161,13 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
     }
   }
   mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+  // The NaN rule (mma_unseen_pairs.cuh): a V row some row of the warp skips that is not finite
+  // would reach it as 0 * NaN on tensor cores; then P V is summed pair by pair, in f32.
+  if (unseen_values_not_finite<float, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
+    exact_rows_product<float, D, Tile::kStride, Tile::kBc>(
+        st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+    return;
+  }
   // O += P V over the chunk's 8-key tiles, k = t standing for key 2t and k = t + 4 for key
   // 2t + 1 (header): A = {c0, c2, c1, c3}, B[k][n] = V[key][dim 8nd + g].
   DILATTN_TF32_UNROLL

@@ -13,6 +13,9 @@
 //           the first, so the running max goes from finite to NaN), dilated with three
 //           branches (the LSE merge meets a NaN branch) and block-sparse: O and LSE must be NaN
 //           exactly where the reference's are, and within SPEC 8 elsewhere;
+//   *_v_*   one NaN or +inf element in one V row inside the first chunk, causal: the rows
+//           before it share its chunk but do not see it, and must stay finite (on tensor cores
+//           that takes the NaN rule's exact path, cuda/mma_unseen_pairs.cuh);
 //   inf_*   one +inf element in one K row (dense, causal): rows whose q has a negative element
 //           there score -inf for that key (probability 0, the row stays finite), the others
 //           +inf (NaN, as the reference); a 3xTF32 split that made inf - inf = NaN of the
@@ -35,10 +38,12 @@ namespace {
 
 using Case = harness::AttentionCase;
 
-// A NaN (or `value`) at element d = 1 of key row j, batch 0, kv head kv_head.
+// A NaN (or `value`) at element d = 1 of key row j, batch 0, kv head kv_head: in K, or in V
+// when in_v.
 struct NanAt {
   int64_t j = -1, kv_head = 0;
   double value = NAN;
+  bool in_v = false;
 };
 
 struct NonfiniteCase {
@@ -74,6 +79,16 @@ std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
   n.c.Nq = n.c.Nk = 80; n.c.causal = true;
   n.nan = {70, 0, INFINITY};
   out.push_back(n);
+  // A V row that is not finite inside the first chunk, causal: the rows before it do not see
+  // it and share its chunk (the tensor-core kernels' NaN rule, cuda/mma_unseen_pairs.cuh).
+  n = base("nan_v_causal_same_chunk");
+  n.c.Nq = n.c.Nk = 80; n.c.causal = true;
+  n.nan = {20, 0, NAN, true};
+  out.push_back(n);
+  n = base("inf_v_causal_same_chunk");
+  n.c.Nq = n.c.Nk = 80; n.c.causal = true;
+  n.nan = {20, 0, INFINITY, true};
+  out.push_back(n);
   n = base("nan_dilated_three_branches");
   n.c.kind = DILATTN_KIND_DILATED; n.c.Nq = n.c.Nk = 50; n.c.H = 4; n.c.Hkv = 2;
   n.c.segments = {8, 16, 32}; n.c.dilations = {1, 2, 4}; n.c.head_mode = DILATTN_HEADS_MOD;
@@ -103,7 +118,8 @@ void run_case(const NonfiniteCase& n, dilattn_backend backend) {
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
   harness::Inputs in = kcase::random_inputs(c);
-  if (n.nan.j >= 0) in.k.set(0, n.nan.j, n.nan.kv_head, 1, n.nan.value);
+  if (n.nan.j >= 0)
+    (n.nan.in_v ? in.v : in.k).set(0, n.nan.j, n.nan.kv_head, 1, n.nan.value);
   const harness::Forward ref =
       harness::run_forward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
   const harness::Forward got = kcase::run_forward_repeated(c, in, backend);
@@ -125,7 +141,12 @@ void run_case(const NonfiniteCase& n, dilattn_backend backend) {
   const int64_t lse_nans = harness::nan_count(ref.lse), o_nans = harness::nan_count(ref.o);
   int64_t finite = 0;
   for (double x : ref.lse.values()) finite += std::isfinite(x) ? 1 : 0;
-  if (n.nan.j >= 0)
+  int64_t o_nonfinite = 0, o_finite = 0;
+  for (double x : ref.o.values()) (std::isfinite(x) ? o_finite : o_nonfinite) += 1;
+  if (n.nan.in_v)  // V reaches O alone: O not finite in the rows that see it, finite elsewhere
+    CHECK_MSG(o_nonfinite > 0 && o_finite > 0, "the reference has %lld O values not finite and "
+              "%lld finite", static_cast<long long>(o_nonfinite), static_cast<long long>(o_finite));
+  else if (n.nan.j >= 0)
     CHECK_MSG(lse_nans > 0 && finite > 0, "the reference has %lld NaN and %lld finite LSE values",
               static_cast<long long>(lse_nans), static_cast<long long>(finite));
   else
