@@ -7,7 +7,9 @@
       throughput, L2 hit rate, duration.
   first_light_report.py summary OUT_DIR TOTAL_S SUMMARY_S
       summary.txt on stdout, one screen: pass/fail and seconds per step (steps.json), the speed
-      table with ratios to PyTorch's best backend per row (torch_compare.json), the ncu figures.
+      table with ratios to PyTorch's best backend per row (torch_compare.json), one line on
+      bench_gpu's rows (bench_gpu.json, which says "complete": false when it was cut off), the
+      ncu figures.
 
 Pure Python; tested on the CPU by test_first_light_report.py.
 """
@@ -94,7 +96,24 @@ def ncu_lines(ncu):
     return out
 
 
-def summary(steps, torch_compare, ncu, total_s, summary_s, made_with=None):
+def bench_gpu_line(bench):
+    """One line on bench_gpu.json: its rows, how many failed, the samples behind the medians,
+    and whether it reached its last row (bench_gpu rewrites the file after every row with
+    "complete": false until the end; a file without the field was written at the end)."""
+    if not bench:
+        return "bench_gpu: no bench_gpu.json"
+    rows = bench.get("results", [])
+    failed = sum(1 for r in rows if r.get("status") != "ok")
+    samples = [r[k] for r in rows if r.get("status") == "ok"
+               for k in ("samples", "backward_samples") if r.get(k)]
+    spread = f", {min(samples)}-{max(samples)} timed calls per median" if samples else ""
+    state = ("complete" if bench.get("complete", True)
+             else "PARTIAL: cut off before its last row")
+    return (f"bench_gpu (C API, every dtype): {len(rows)} rows, {failed} failed{spread}; "
+            f"{state}; table in timing.log")
+
+
+def summary(steps, torch_compare, ncu, total_s, summary_s, made_with=None, bench=None):
     m = made_with or {}
     lines = [f"dilattn GPU first light: {m.get('device', torch_compare.get('device', '?'))}, "
              f"driver {m.get('driver', '?')}, commit {m.get('commit', '?')}, "
@@ -112,6 +131,7 @@ def summary(steps, torch_compare, ncu, total_s, summary_s, made_with=None):
             lines += torch_compare_gpu.summary_lines(rows, direction)
     else:
         lines.append("no speed table (torch_compare.json missing or empty)")
+    lines.append(bench_gpu_line(bench))
     if ncu:
         lines += ncu_lines(ncu)
     return "\n".join(lines) + "\n"
@@ -147,7 +167,8 @@ def main(argv):
         sys.stdout.write(summary(record.get("steps", []),
                                  _load(os.path.join(out_dir, "torch_compare.json"), {}),
                                  _load(os.path.join(out_dir, "ncu.json"), {}), total_s,
-                                 summary_s, record))
+                                 summary_s, record,
+                                 _load(os.path.join(out_dir, "bench_gpu.json"), {})))
         return 0
     sys.stderr.write(__doc__)
     return 2

@@ -5,12 +5,19 @@
 // TFLOP/s by FlashAttention's formula: forward 4 * B * H * Nq * Nk * D for dense, halved for
 // causal; for dilated and block-sparse, 4 * D * (the score terms the plan computes, from
 // dilattn_plan_score_count: the same index rules the kernels use; useful FLOPs, not the FLOPs of
-// the dense problem); backward 2.5 times the forward's. Median of --iters timed calls after 2
-// warm-up calls. --only KIND and --dtype T keep the rows of one kind / dtype (Nsight Compute
-// runs one kernel that way: bench/gpu/first_light.sh).
+// the dense problem); backward 2.5 times the forward's. After 2 warm-up calls, forward and
+// backward are each timed until --iters samples or until their timed calls add up to
+// --row-budget-ms (at least one sample), and the median is reported with its sample count: a
+// slow kernel (the backward at large N) then costs a bounded time per row, so a run under a
+// time limit (bench/gpu/first_light.sh) reaches its last row.
+// --only KIND and --dtype T keep the rows of one kind / dtype (Nsight Compute runs one kernel
+// that way: bench/gpu/first_light.sh).
 // Without a GPU (no CUDA device, or the cuda backend unavailable) it prints "no GPU" and exits 0.
-// Prints a table for people and writes JSON (--json FILE, default gpu_bench.json) for scripts;
-// both name the GPU. Usage: bench_gpu [--json FILE] [--iters N] [--quick]
+// Prints a table for people (line-buffered) and writes JSON (--json FILE, default
+// gpu_bench.json) for scripts; both name the GPU. The JSON is rewritten whole after every row,
+// "complete": false until the last: a run killed part-way leaves the rows it measured in a
+// valid file. It names the commit (environment variable DILATTN_COMMIT) and the date.
+// Usage: bench_gpu [--json FILE] [--iters N] [--row-budget-ms MS] [--quick]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +25,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,7 +48,14 @@ struct Result {
   BenchCase c;
   double ms = 0, tflops = 0, useful_flops = 0;
   double bwd_ms = 0, bwd_tflops = 0;  // 0 with --no-backward
-  std::string status;
+  int samples = 0, bwd_samples = 0;   // timed calls behind each median
+  std::string status;                 // "ok", else what failed and dilattn's message
+};
+
+// How long each row may spend timing one direction (forward or backward).
+struct Timing {
+  int iters;         // samples wanted
+  double budget_ms;  // the timed calls of one direction stop adding samples past this
 };
 
 size_t element_bytes(dilattn_dtype t) { return t == DILATTN_F32 ? 4 : 2; }
@@ -49,7 +65,31 @@ float median(std::vector<float> times) {
   return times[times.size() / 2];
 }
 
-Result run_case(const BenchCase& c, int iters, bool backward) {
+// 2 untimed warm-up calls, then timed calls until t.iters samples or until they add up to
+// t.budget_ms, at least one. Stops at the first call that fails and returns its status.
+dilattn_status time_calls(const std::function<dilattn_status()>& call, const Timing& t,
+                          cudaEvent_t start, cudaEvent_t stop, std::vector<float>* times) {
+  double spent_ms = 0;
+  for (int it = 0;; ++it) {
+    const bool warm_up = it < 2;
+    if (!warm_up && (static_cast<int>(times->size()) >= t.iters ||
+                     (!times->empty() && spent_ms >= t.budget_ms)))
+      return DILATTN_SUCCESS;
+    cudaEventRecord(start);
+    const dilattn_status s = call();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    if (s != DILATTN_SUCCESS) return s;
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (!warm_up) {
+      times->push_back(ms);
+      spent_ms += ms;
+    }
+  }
+}
+
+Result run_case(const BenchCase& c, const Timing& timing, bool backward) {
   Result r;
   r.c = c;
   dilattn_desc desc = nullptr;
@@ -108,31 +148,19 @@ Result run_case(const BenchCase& c, int iters, bool backward) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  std::vector<float> times;
-  for (int it = 0; it < iters + 2 && s == DILATTN_SUCCESS; ++it) {
-    cudaEventRecord(start);
-    s = dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0);
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    if (it >= 2) times.push_back(ms);
-  }
+  std::vector<float> times, bwd_times;
+  s = time_calls([&] { return dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0); },
+                 timing, start, stop, &times);
   const bool forward_ok = s == DILATTN_SUCCESS;
-  std::vector<float> bwd_times;
-  for (int it = 0; backward && it < iters + 2 && s == DILATTN_SUCCESS; ++it) {
-    cudaEventRecord(start);
-    s = dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0);
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    if (it >= 2) bwd_times.push_back(ms);
-  }
+  if (backward && forward_ok)
+    s = time_calls([&] {
+      return dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0);
+    }, timing, start, stop, &bwd_times);
   if (s != DILATTN_SUCCESS) {
     r.status = std::string(forward_ok ? "backward: " : "forward: ") + dilattn_last_error();
   } else {
     r.ms = median(times);
+    r.samples = static_cast<int>(times.size());
     // Dense: FlashAttention's formula exactly (N^2, halved for causal); else the score terms
     // the plan computes (dilattn_plan_score_count, summed over batches and heads).
     double pairs = 0;
@@ -148,6 +176,7 @@ Result run_case(const BenchCase& c, int iters, bool backward) {
     r.tflops = r.useful_flops / (r.ms * 1e-3) / 1e12;
     if (backward) {
       r.bwd_ms = median(bwd_times);
+      r.bwd_samples = static_cast<int>(bwd_times.size());
       r.bwd_tflops = 2.5 * r.useful_flops / (r.bwd_ms * 1e-3) / 1e12;
     }
     r.status = "ok";
@@ -173,23 +202,84 @@ const char* kind_name(dilattn_kind k) {
   return k == DILATTN_KIND_DENSE ? "dense" : k == DILATTN_KIND_DILATED ? "dilated" : "sparse";
 }
 
+// text as the inside of a JSON string: quotes, backslashes and control characters escaped.
+std::string json_text(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned>(ch));
+      out += code;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+struct Run {
+  std::string gpu, commit, date;
+  Timing timing;
+};
+
+// The whole JSON file, rewritten after every row: written to PATH.tmp and renamed over PATH,
+// so a reader (or a kill part-way) sees either the previous file or this one, never half.
+bool write_json(const std::string& path, const Run& run, const std::vector<Result>& results,
+                bool complete) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  std::fprintf(f,
+               "{\n  \"machine\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n"
+               "  \"iters\": %d,\n  \"row_budget_ms\": %.1f,\n  \"complete\": %s,\n"
+               "  \"results\": [\n",
+               json_text(run.gpu).c_str(), json_text(run.commit).c_str(), run.date.c_str(),
+               run.timing.iters, run.timing.budget_ms, complete ? "true" : "false");
+  for (size_t n = 0; n < results.size(); ++n) {
+    const Result& r = results[n];
+    std::fprintf(f,
+                 "    {\"kind\": \"%s\", \"dtype\": %d, \"B\": %lld, \"N\": %lld, \"H\": %lld, "
+                 "\"D\": %lld, \"causal\": %s, \"ms\": %.6f, \"useful_flops\": %.6g, "
+                 "\"tflops\": %.4f, \"samples\": %d, \"backward_ms\": %.6f, "
+                 "\"backward_tflops\": %.4f, \"backward_samples\": %d, \"status\": \"%s\"%s%s%s}%s\n",
+                 kind_name(r.c.kind), static_cast<int>(r.c.dtype), static_cast<long long>(r.c.B),
+                 static_cast<long long>(r.c.N), static_cast<long long>(r.c.H),
+                 static_cast<long long>(r.c.D), r.c.causal ? "true" : "false", r.ms,
+                 r.useful_flops, r.tflops, r.samples, r.bwd_ms, r.bwd_tflops, r.bwd_samples,
+                 r.status == "ok" ? "ok" : "error", r.status == "ok" ? "" : ", \"error\": \"",
+                 r.status == "ok" ? "" : json_text(r.status).c_str(),
+                 r.status == "ok" ? "" : "\"", n + 1 < results.size() ? "," : "");
+  }
+  std::fprintf(f, "  ]\n}\n");
+  const bool written = std::fclose(f) == 0;
+  return written && std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered, so a run killed by a time limit keeps every row it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string json_path = "gpu_bench.json";
   int iters = 10;
+  double row_budget_ms = 1500;
   bool quick = false, backward = true;
   std::string only, only_dtype;
   for (int a = 1; a < argc; ++a) {
     if (!std::strcmp(argv[a], "--json") && a + 1 < argc) json_path = argv[++a];
     else if (!std::strcmp(argv[a], "--iters") && a + 1 < argc) iters = std::max(1, std::atoi(argv[++a]));
+    else if (!std::strcmp(argv[a], "--row-budget-ms") && a + 1 < argc)
+      row_budget_ms = std::max(0.0, std::atof(argv[++a]));
     else if (!std::strcmp(argv[a], "--quick")) quick = true;
     else if (!std::strcmp(argv[a], "--no-backward")) backward = false;
     else if (!std::strcmp(argv[a], "--only") && a + 1 < argc) only = argv[++a];
     else if (!std::strcmp(argv[a], "--dtype") && a + 1 < argc) only_dtype = argv[++a];
     else {
       std::fprintf(stderr,
-                   "usage: %s [--json FILE] [--iters N] [--quick] [--no-backward] "
+                   "usage: %s [--json FILE] [--iters N] [--row-budget-ms MS] [--quick] [--no-backward] "
                    "[--only dense|causal|dilated|sparse] [--dtype f16|bf16|f32]\n", argv[0]);
       return 2;
     }
@@ -229,41 +319,46 @@ int main(int argc, char** argv) {
       kept.push_back(c);
   }
   cases = kept;
+  Run run;
+  run.gpu = gpu;
+  const char* commit = std::getenv("DILATTN_COMMIT");
+  run.commit = commit != nullptr && *commit != '\0' ? commit : "unknown";
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  run.date = date;
+  run.timing = {iters, row_budget_ms};
+
   std::vector<Result> results;
-  std::printf("dilattn GPU forward and backward benchmark on %s (cudaEvent median of %d)\n",
-              gpu.c_str(), iters);
-  std::printf("%-8s %-5s %3s %6s %3s %4s %-6s %10s %8s %10s %8s  %s\n", "kind", "dtype", "B", "N",
-              "H", "D", "causal", "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s", "status");
-  for (const BenchCase& c : cases) {
-    Result r = run_case(c, iters, backward);
-    std::printf("%-8s %-5s %3lld %6lld %3lld %4lld %-6s %10.3f %8.2f %10.3f %8.2f  %s\n",
-                kind_name(c.kind), dtype_text(c.dtype), static_cast<long long>(c.B),
-                static_cast<long long>(c.N), static_cast<long long>(c.H),
-                static_cast<long long>(c.D), c.causal ? "yes" : "no", r.ms, r.tflops, r.bwd_ms,
-                r.bwd_tflops, r.status.c_str());
-    results.push_back(r);
-  }
-  FILE* f = std::fopen(json_path.c_str(), "w");
-  if (f == nullptr) {
+  if (!write_json(json_path, run, results, false)) {
     std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
     return 1;
   }
-  std::fprintf(f, "{\n  \"machine\": \"%s\",\n  \"iters\": %d,\n  \"results\": [\n", gpu.c_str(), iters);
-  for (size_t n = 0; n < results.size(); ++n) {
-    const Result& r = results[n];
-    std::fprintf(f,
-                 "    {\"kind\": \"%s\", \"dtype\": %d, \"B\": %lld, \"N\": %lld, \"H\": %lld, "
-                 "\"D\": %lld, \"causal\": %s, \"ms\": %.6f, \"useful_flops\": %.6g, "
-                 "\"tflops\": %.4f, \"backward_ms\": %.6f, \"backward_tflops\": %.4f, "
-                 "\"status\": \"%s\"}%s\n",
-                 kind_name(r.c.kind), static_cast<int>(r.c.dtype), static_cast<long long>(r.c.B),
-                 static_cast<long long>(r.c.N), static_cast<long long>(r.c.H),
-                 static_cast<long long>(r.c.D), r.c.causal ? "true" : "false", r.ms,
-                 r.useful_flops, r.tflops, r.bwd_ms, r.bwd_tflops, r.status == "ok" ? "ok" : "error",
-                 n + 1 < results.size() ? "," : "");
+  std::printf("dilattn GPU forward and backward benchmark on %s, commit %s: cudaEvent median of "
+              "up to %d calls or %.0f ms per direction and row (n: calls timed)\n",
+              gpu.c_str(), run.commit.c_str(), iters, row_budget_ms);
+  std::printf("%-8s %-5s %3s %6s %3s %4s %-6s %10s %8s %2s %10s %8s %2s  %s\n", "kind", "dtype",
+              "B", "N", "H", "D", "causal", "fwd ms", "TFLOP/s", "n", "bwd ms", "TFLOP/s", "n",
+              "status");
+  for (const BenchCase& c : cases) {
+    Result r = run_case(c, run.timing, backward);
+    std::printf("%-8s %-5s %3lld %6lld %3lld %4lld %-6s %10.3f %8.2f %2d %10.3f %8.2f %2d  %s\n",
+                kind_name(c.kind), dtype_text(c.dtype), static_cast<long long>(c.B),
+                static_cast<long long>(c.N), static_cast<long long>(c.H),
+                static_cast<long long>(c.D), c.causal ? "yes" : "no", r.ms, r.tflops, r.samples,
+                r.bwd_ms, r.bwd_tflops, r.bwd_samples, r.status.c_str());
+    results.push_back(r);
+    if (!write_json(json_path, run, results, false)) {
+      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      return 1;
+    }
   }
-  std::fprintf(f, "  ]\n}\n");
-  std::fclose(f);
-  std::printf("wrote %s\n", json_path.c_str());
+  if (!write_json(json_path, run, results, true)) {
+    std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%zu rows, complete)\n", json_path.c_str(), results.size());
   return 0;
 }

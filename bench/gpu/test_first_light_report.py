@@ -1,5 +1,6 @@
 """first_light_report.py on the CPU: Nsight Compute's raw CSV parsed per head dim, the model's
 row found beside it, and summary.txt's content from step records and a speed table."""
+import json
 import os
 import sys
 
@@ -64,3 +65,39 @@ def test_summary_has_each_step_and_the_ratio():
     assert "0.50" in text.split("dense D=64")[1].splitlines()[0]
     assert "D=64: tensor pipe 56% | model 50.0% (tensor)" in text
     assert len(text.splitlines()) < 50
+
+
+def bench_row(status="ok", samples=5, backward_samples=2):
+    return {"kind": "dense", "dtype": 0, "N": 8192, "D": 128, "status": status,
+            "samples": samples, "backward_samples": backward_samples}
+
+
+def test_bench_gpu_line_counts_rows_failures_and_samples():
+    bench = {"complete": True, "results": [bench_row(), bench_row(samples=3, backward_samples=1),
+                                           bench_row("error", 0, 0)]}
+    assert fl.bench_gpu_line(bench) == (
+        "bench_gpu (C API, every dtype): 3 rows, 1 failed, 1-5 timed calls per median; "
+        "complete; table in timing.log")
+
+
+def test_bench_gpu_line_says_a_cut_off_file_is_partial():
+    text = fl.bench_gpu_line({"complete": False, "results": [bench_row()]})
+    assert "1 rows" in text and "PARTIAL: cut off before its last row" in text
+
+
+def test_bench_gpu_line_without_a_file_or_rows():
+    assert fl.bench_gpu_line({}) == "bench_gpu: no bench_gpu.json"
+    assert fl.bench_gpu_line({"complete": False, "results": []}) == (
+        "bench_gpu (C API, every dtype): 0 rows, 0 failed; PARTIAL: cut off before its last "
+        "row; table in timing.log")
+
+
+def test_summary_main_reads_a_partial_bench_gpu_json(tmp_path, capsys):
+    (tmp_path / "steps.json").write_text(json.dumps({"device": "H100", "steps": []}))
+    (tmp_path / "bench_gpu.json").write_text(json.dumps(
+        {"complete": False, "results": [bench_row(), bench_row()]}))
+    assert fl.main(["summary", str(tmp_path), "300", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "bench_gpu (C API, every dtype): 2 rows, 0 failed, 2-5 timed calls per median; " \
+           "PARTIAL" in out
+    assert "no speed table" in out
