@@ -42,6 +42,7 @@
 #include "mma_sync.cuh"
 #include "mma_unseen_pairs.cuh"
 #include "mma_tile_smem.cuh"
+#include "tf32_split.cuh"
 
 // nvcc leaves the D = 128 loops over Q's, O's and S's fragments rolled, which puts those
 // register arrays in local memory (a 320-byte stack frame); unrolled they stay in registers.
@@ -64,45 +65,6 @@ template <int D>
 inline size_t tf32_smem_bytes() {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
   return mma_tile_smem_bytes<Tf32Tile<D>>();
-}
-
-// ---------------------------------------------------------------- TF32 operands
-// N f32 values as TF32 operands: big alone (kProducts = 1: rounded to nearest), or big
-// (truncated) and small (kProducts = 3), as the header says. big_finite is big with
-// infinities as 0: the B operand of the small_a big_b product, so that an infinite b meets a
-// only through big_a big_b (small_a may be 0 or of the other sign: small_a inf would add a
-// NaN or the wrong infinity where the reference has a b's infinity times a).
-template <int N>
-struct Tf32Operand {
-  uint32_t big[N], small[N], big_finite[N];
-};
-
-template <int kProducts, int N>
-__device__ __forceinline__ Tf32Operand<N> to_tf32(const float (&x)[N]) {
-  Tf32Operand<N> r;
-  for (int e = 0; e < N; ++e) {
-    if (kProducts == 1) {
-      r.big[e] = r.big_finite[e] = cvt_rna_tf32(x[e]);
-      r.small[e] = 0;
-      continue;
-    }
-    r.big[e] = __float_as_uint(x[e]) & 0xffffe000u;
-    const float rest = isinf(x[e]) ? 0.0f : x[e] - __uint_as_float(r.big[e]);
-    r.small[e] = cvt_rna_tf32(rest);
-    r.big_finite[e] = isinf(x[e]) ? 0u : r.big[e];
-  }
-  return r;
-}
-
-// acc += a b for one m16n8k8 tile.
-template <int kProducts>
-__device__ __forceinline__ void mma_f32(float* acc, const Tf32Operand<4>& a,
-                                        const Tf32Operand<2>& b) {
-  if (kProducts == 3) {
-    mma_m16n8k8_tf32(acc, a.small, b.big_finite, acc);
-    mma_m16n8k8_tf32(acc, a.big, b.small, acc);
-  }
-  mma_m16n8k8_tf32(acc, a.big, b.big, acc);
 }
 
 // ---------------------------------------------------------------- loads

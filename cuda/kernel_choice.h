@@ -8,7 +8,8 @@
 //       mma.sync): f32, D in {64, 128}, sm_80 or newer (TF32 tensor cores); SIMT
 //       (forward_simt.cu) for the rest the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
 //   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
-//       cases, SIMT (backward_simt.cu) otherwise.
+//       cases, MMA_TF32 (backward_mma_tf32.cu, 3xTF32) for the same f32 ones, SIMT
+//       (backward_simt.cu) otherwise. Forward and backward choose alike.
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -21,15 +22,14 @@ namespace dilattn {
 
 enum class KernelChoice { simt, mma, mma_tf32 };
 
-inline KernelChoice backward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
-  const bool tensor_dtype = dtype == DILATTN_F16 || dtype == DILATTN_BF16;
-  return tensor_dtype && (D == 64 || D == 128) && cc_major >= 8 ? KernelChoice::mma
-                                                                : KernelChoice::simt;
+inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
+  if ((D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
+  if (dtype == DILATTN_F32) return KernelChoice::mma_tf32;
+  return dtype == DILATTN_F16 || dtype == DILATTN_BF16 ? KernelChoice::mma : KernelChoice::simt;
 }
 
-inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
-  if (dtype == DILATTN_F32 && (D == 64 || D == 128) && cc_major >= 8) return KernelChoice::mma_tf32;
-  return backward_kernel_for(dtype, D, cc_major);
+inline KernelChoice backward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major) {
+  return forward_kernel_for(dtype, D, cc_major);
 }
 
 inline const char* kernel_name(KernelChoice k) {

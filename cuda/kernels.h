@@ -58,6 +58,8 @@ BackwardKernels simt_backward(int64_t D);
 // backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
 template <class T>
 BackwardKernels mma_backward(int64_t D);
+// backward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128.
+BackwardKernels tf32_backward(int64_t D);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -10,7 +10,8 @@
 //
 //   backward, in the order it calls them:
 //     check_backward_views    as the forward's check_views, for the nine tensors;
-//     choose_backward_kernels MMA for f16/bf16 with D in {64, 128} on sm_80+, else SIMT
+//     choose_backward_kernels MMA (f16/bf16) or MMA_TF32 (f32) with D in {64, 128} on
+//                             sm_80+, else SIMT
 //                             (backward_kernel_for), shared memory checked and granted;
 //     prepare_backward_workspace  from the plan's pool (backward_workspace_layout): the mask
 //                             copied over, D_i = <dO_i, O_i> and lse_s = lse_in_score_domain(LSE)
@@ -145,12 +146,14 @@ dilattn_status check_backward_views(const BackwardArgs& a) {
 // ---------------------------------------------------------------- choose_backward_kernels
 // backward_kernel_for's choice, from the kernel files (kernels.h).
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
-  const bool mma = backward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::mma;
+  const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major);
+  const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
     case DILATTN_F16: return mma ? mma_backward<__half>(p.D) : simt_backward<__half>(p.D);
     case DILATTN_BF16:
       return mma ? mma_backward<__nv_bfloat16>(p.D) : simt_backward<__nv_bfloat16>(p.D);
-    default: return simt_backward<float>(p.D);  // f32: SIMT
+    default:
+      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D) : simt_backward<float>(p.D);
   }
 }
 

@@ -44,14 +44,14 @@ STEPS="build:90 kernels:60 ring_py:60 sanitizer:60 timing:270 ncu:40 summary:5"
 # The kernel test runs of step 2: binary (tests/kernels/) and argument.
 KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
 test_nonfinite_kernels:simt test_nonfinite_kernels:mma test_nonfinite_kernels:mma_tf32
-test_backward_kernels:simt test_backward_kernels:mma test_backward_nonfinite_kernels:simt
-test_backward_nonfinite_kernels:mma
-test_launch_device_arch:"
+test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32
+test_backward_nonfinite_kernels:simt test_backward_nonfinite_kernels:mma
+test_backward_nonfinite_kernels:mma_tf32 test_launch_device_arch:"
 # Kernel tests only the emulator can run: listed in the summary as not run on cuda.
 EMU_ONLY="test_launch_stream test_smem_banks test_tf32_split test_launch_checks"
 # Step 4's reduced list: each kernel x dtype once, the "dense" case (small shapes).
 SANITIZER_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
-test_backward_kernels:simt test_backward_kernels:mma"
+test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32"
 SANITIZER_TOOLS="memcheck racecheck synccheck initcheck"
 TARGETS="lib/libdilattn.so.0.2.0 tests/kernels/test_forward_kernels
 tests/kernels/test_nonfinite_kernels tests/kernels/test_backward_kernels

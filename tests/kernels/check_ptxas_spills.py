@@ -3,7 +3,7 @@
 
 Reads the reports cuda/meson.build keeps (ptxas_report_<kernel>.txt, nvcc -Xptxas -v for every
 arch). For each entry function whose name holds a main kernel (MAIN_KERNELS: the forward SIMT and
-MMA kernels, the backward SIMT and MMA kernels), "N bytes spill stores, M bytes spill loads" must be 0 and 0. A report
+MMA kernels, the backward SIMT, MMA and MMA_TF32 kernels), "N bytes spill stores, M bytes spill loads" must be 0 and 0. A report
 with no main kernel at all fails too (a check that cannot see its subject must not pass), and
 so does one missing an arch of --archs (real code for every SM the build targets).
 Usage: check_ptxas_spills.py [--archs 80,90] REPORT...
@@ -13,7 +13,8 @@ import sys
 
 MAIN_KERNELS = ("forward_simt_kernel", "forward_mma_kernel", "forward_mma_tf32_kernel",
                 "backward_dq_simt_kernel",
-                "backward_dkdv_simt_kernel", "backward_dq_mma_kernel", "backward_dkdv_mma_kernel")
+                "backward_dkdv_simt_kernel", "backward_dq_mma_kernel", "backward_dkdv_mma_kernel",
+                "backward_dq_mma_tf32_kernel", "backward_dkdv_mma_tf32_kernel")
 ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 

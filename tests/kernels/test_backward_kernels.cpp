@@ -2,7 +2,7 @@
 // backend DILATTN_TEST_BACKEND names (emu, the default: the SIMT emulator; cuda: a GPU) and
 // compared with the f64 reference backward (backend ref).
 //
-// Usage: [DILATTN_TEST_BACKEND=emu|cuda] test_backward_kernels simt|mma. The cases are
+// Usage: [DILATTN_TEST_BACKEND=emu|cuda] test_backward_kernels simt|mma|mma_tf32. The cases are
 // kernel_cases.h's backward ones. Each case runs forward then backward on each backend (each
 // with its own O and LSE) and compares dQ, dK, dV. Every case is repeated (kernel_case.h: emu
 // in three thread orders, cuda twice, the second on a stream of its own); the gradients must be
@@ -25,7 +25,9 @@ void run_case(const Case& c, const std::string& kernel, dilattn_backend backend)
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
   const dilattn::KernelChoice expected =
-      kernel == "mma" ? dilattn::KernelChoice::mma : dilattn::KernelChoice::simt;
+      kernel == "mma"        ? dilattn::KernelChoice::mma
+      : kernel == "mma_tf32" ? dilattn::KernelChoice::mma_tf32
+                             : dilattn::KernelChoice::simt;
   const dilattn::KernelChoice chosen = dilattn::backward_kernel_for(c.dtype, c.D, 8);  // sm_80
   if (!CHECK_MSG(chosen == expected, "D = %lld runs %s, not %s", static_cast<long long>(c.D),
                  dilattn::kernel_name(chosen), kernel.c_str()))
@@ -51,8 +53,9 @@ void run_case(const Case& c, const std::string& kernel, dilattn_backend backend)
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|mma\n", argv[0]);
+  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0 &&
+                    std::strcmp(argv[1], "mma_tf32") != 0)) {
+    std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
     return 2;
   }
   dilattn_backend backend = DILATTN_BACKEND_EMU;

@@ -7,18 +7,17 @@
 // row sees. The gradients must be NaN exactly where the reference's are, and within SPEC 8
 // elsewhere.
 //
-// Usage: [DILATTN_TEST_BACKEND=emu|cuda] test_backward_nonfinite_kernels simt|mma.
+// Usage: [DILATTN_TEST_BACKEND=emu|cuda] test_backward_nonfinite_kernels simt|mma|mma_tf32.
 // Cases: dense causal with the NaN key in a later key chunk than the first (rows before it
 // must stay finite: the dQ pass leaves out pairs a row does not see, never 0 * NaN), dense
-// causal with a NaN query row and with a NaN dO row (keys after it must keep finite dK and dV:
-// the dK/dV pass leaves the pairs out too), dilated with three branches, block-sparse with a
-// local band. For simt the shapes are small (f32, D = 8, chunks of 16); for mma (f16 and bf16,
-// D = 64 and 128) they put the NaN row inside a chunk of 64 that rows or keys which do not meet
-// it share, which the tensor-core kernels must compute without tensor cores
-// (cuda/backward_mma.cu, the NaN rule). Every case is repeated (kernel_case.h: emu in three
-// thread orders, cuda twice, the second on a stream of its own), and the repeats must agree bit
-// for bit. A NaN V row is left to the forward kernels' tests: the forward on tensor cores lets
-// it reach rows of its chunk that do not see it (cuda/forward_mma.cu says so).
+// causal with a NaN query row, a NaN dO row and a NaN V row (keys after it must keep finite dK
+// and dV: the dK/dV pass leaves the pairs out too), dilated with three branches, block-sparse
+// with a local band. For simt the shapes are small (f32, D = 8, chunks of 16); for mma (f16,
+// bf16) and mma_tf32 (f32), D = 64 and 128, they put the NaN row inside a chunk of 64 that rows
+// or keys which do not meet it share, which the tensor-core kernels must compute without tensor
+// cores (cuda/mma_backward_loop.cuh, the NaN rule). Every case is repeated (kernel_case.h: emu
+// in three thread orders, cuda twice, the second on a stream of its own), and the repeats must
+// agree bit for bit.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -36,15 +35,16 @@ struct NanCase {
   int64_t nan_key = -1;    // NaN at element d = 1 of this key row, batch 0, kv head 0
   int64_t nan_query = -1;  // or of this query row, batch 0, head 0
   int64_t nan_d_o = -1;    // or of this dO row, batch 0, head 0
+  int64_t nan_v = -1;      // or of this V row, batch 0, kv head 0
 };
 
 std::vector<NanCase> cases(const std::string& kernel) {
   std::vector<NanCase> out;
-  const bool mma = kernel == "mma";
+  const bool mma = kernel != "simt";  // the tensor-core kernels: chunks of 64
   // Sizes scale with the kernels' chunks: 16 (simt) or 64 (mma).
   const int64_t x = mma ? 4 : 1;
-  for (dilattn_dtype t : mma ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
-                             : std::vector<dilattn_dtype>{DILATTN_F32}) {
+  for (dilattn_dtype t : kernel == "mma" ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
+                                         : std::vector<dilattn_dtype>{DILATTN_F32}) {
     int variant = 0;
     auto base = [&](const char* name) {
       NanCase n;
@@ -65,6 +65,10 @@ std::vector<NanCase> cases(const std::string& kernel) {
       n = base("nan_d_o_causal");
       n.c.Nq = n.c.Nk = 40 * x; n.c.causal = true;
       n.nan_d_o = 5;  // keys 6 .. do not meet it
+      out.push_back(n);
+      n = base("nan_v_causal");
+      n.c.Nq = n.c.Nk = 40 * x; n.c.causal = true;
+      n.nan_v = 20;  // rows 0 .. 19 do not see it, in the first chunk with it
       out.push_back(n);
     }
     n = base("nan_dilated_three_branches");
@@ -93,6 +97,7 @@ void run_case(const NanCase& n, dilattn_backend backend) {
   if (n.nan_key >= 0) in.k.set(0, n.nan_key, 0, 1, NAN);
   if (n.nan_query >= 0) in.q.set(0, n.nan_query, 0, 1, NAN);
   if (n.nan_d_o >= 0) in.d_o.set(0, n.nan_d_o, 0, 1, NAN);
+  if (n.nan_v >= 0) in.v.set(0, n.nan_v, 0, 1, NAN);
   const harness::Gradients ref =
       kcase::run_forward_backward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
   const harness::Gradients got = kcase::run_backward_repeated(c, in, backend);
@@ -117,8 +122,9 @@ void run_case(const NanCase& n, dilattn_backend backend) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|mma\n", argv[0]);
+  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0 &&
+                    std::strcmp(argv[1], "mma_tf32") != 0)) {
+    std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
     return 2;
   }
   dilattn_backend backend = DILATTN_BACKEND_EMU;

@@ -1,0 +1,429 @@
+// mma_backward_loop.cuh - the loops of the tensor-core backward kernels (SPEC 6 over SPEC 2-4),
+// FlashAttention-2's backward split into two kernels so that no sum needs a float atomic: every
+// gradient element is summed by one lane in a fixed order, and the result is bitwise the same run
+// to run (SPEC 6). The products are the kernel file's (Products): cuda/backward_mma.cu
+// (m16n8k16, f16 and bf16, ldmatrix) and cuda/backward_mma_tf32.cu (m16n8k8, f32 as 3xTF32).
+//
+// Both passes take P from the forward's LSE (lib/softmax_rules.h: P = 2^(post (pre S - lse_s)),
+// with lse_s from the launcher's pre-pass) and dS = P (dP - D_i), D_i = <dO_i, O_i>. The index
+// rules are backward_tile.cuh's and attention_tile.cuh's, the same the SIMT kernels and the
+// forward use; the launcher (cuda/launch_backward.cu) launches them exactly as the SIMT pair: one
+// dQ launch per dilated branch, one dK/dV launch per (branch, query head of a kv head).
+//
+// mma_backward_dq: one block per query tile of 64 rows (4 warps, 16 rows each), as the forward's
+// tiles (tile_row, read_span). Q and dO stay in shared memory; K and V chunks of kDqKeys keys
+// stream through two buffers (mma_chunk_loop.cuh, the forward's loop). Per warp and chunk:
+//     S = Q K^T, dP = dO V^T            (Products::scores)
+//     P, dS for the keys each row sees  (the rest exactly 0, by selection)
+//     dQ += dS K                        (Products::accumulate: dS's C fragments as A)
+// dQ (16 x D per warp) lives in registers and is added to the workspace's dq_acc at the end.
+//
+// mma_backward_dkdv: one block per key tile of 64 keys (4 warps, 16 keys each), K and V resident
+// in shared memory; the query rows that meet the tile (query_span: one span, or one per BSR query
+// block) stream in chunks of kKvRows rows through two cp.async buffers. Per warp and chunk:
+//     S^T = K Q^T, dP^T = V dO^T        (Products::scores)
+//     P^T, dS^T for the pairs seen      (key c of the tile is seen by row t iff c < seen[t])
+//     dV += P^T dO, dK += dS^T Q        (Products::accumulate)
+// dK and dV (16 x D each per warp) live in registers and are added to dk_acc, dv_acc at the end.
+//
+// The NaN rule (SPEC 13): a product on tensor cores multiplies every pair of its tile, so a
+// pair a row does not see (P = dS = 0 there) still meets the other side's values: 0 * NaN is a
+// NaN. The pre-pass marks each query row whose Q or dO holds a value that is not finite and each
+// key row whose K does (row_bad, key_bad). A warp whose chunk holds such a row on the side the
+// product reads, and a pair one of its rows does not see, computes that chunk's product on its
+// own lanes instead, pair by pair, leaving the unseen pairs out (exact_rows_product,
+// cuda/mma_unseen_pairs.cuh): a NaN reaches exactly the rows whose keys hold it. Finite inputs
+// never take that path.
+//
+// Products, the kernel file's part:
+//   using Input;                          the input dtype, also the shared-memory element
+//   kHeadDim, kStride (padded row), kDqKeys (dQ pass chunk), kKvRows (dK/dV pass chunk)
+//   Frags, frags()                        the lane's fragment offsets, computed once
+//   scores<kN>(frags, s[kN / 8][4], a, b) s += a b^T for the warp: a its 16 rows of a padded
+//                                         tile, b kN rows of another, over kHeadDim
+//   accumulate<kCols>(frags, acc[D / 8][4], x[kCols / 8][4], y)
+//                                         acc += x y: x (16 x kCols, C fragments, rounded as
+//                                         the product takes them), y kCols rows of a tile
+// Checked through the kernels by tests/kernels/test_backward_kernels.cpp and
+// test_backward_nonfinite_kernels.cpp (emulator, three thread orders, against the reference).
+#ifndef DILATTN_MMA_BACKWARD_LOOP_CUH
+#define DILATTN_MMA_BACKWARD_LOOP_CUH
+
+#include "async_copy.cuh"
+#include "backward_tile.cuh"
+#include "mma_chunk_loop.cuh"
+#include "mma_unseen_pairs.cuh"
+#include "smem_carver.cuh"
+#include "softmax_rules.h"
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+
+// 4 warps a block; 64 query rows a dQ block (16 a warp), 64 keys a dK/dV block (16 a warp).
+constexpr int kMmaBackwardThreads = 128, kMmaBackwardRows = 64, kMmaBackwardKeys = 64;
+
+// ---------------------------------------------------------------- row copies
+// Rows first + step * (c0 + c), c < cn, of a [B, N, H, D] view (base: its (b, head) corner) into
+// a padded tile of kRows rows (kStride elements a row); rows cn .. kRows - 1 become zeros, so
+// products there add exact zeros. 16 bytes at a time by cp.async when vec16 (D contiguous,
+// 16-byte rows), else element by element. The caller commits the copies.
+template <class T, int D, int kStride, int kRows, int kThreads>
+__device__ __forceinline__ void copy_rows(T* tile, const T* base, const int64_t* stride,
+                                          bool vec16, int64_t first, int64_t step, int64_t c0,
+                                          int64_t cn) {
+  constexpr int kPer16 = static_cast<int>(16 / sizeof(T)), kPieces = D / kPer16;
+  constexpr int kRowsPerPass = kThreads / kPieces;
+  static_assert(kThreads % kPieces == 0, "whole rows per pass");
+  const int tid = static_cast<int>(threadIdx.x), d0 = (tid % kPieces) * kPer16;
+  for (int c = tid / kPieces; c < kRows; c += kRowsPerPass) {
+    T* dst = tile + c * kStride + d0;
+    if (c >= cn) {
+      for (int e = 0; e < kPer16; ++e) dst[e] = from_float<T>(0.0f);
+      continue;
+    }
+    const T* src = base + (first + step * (c0 + c)) * stride[1];
+    if (vec16) {
+      async_copy_16(dst, src + d0);
+    } else {
+      for (int e = 0; e < kPer16; ++e) dst[e] = src[(d0 + e) * stride[3]];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- P and dS in registers
+// One C-fragment element: P = 2^(post (pre s - lse_s)) and dS = P (dp - di) where the pair is
+// seen, both exactly 0 where it is not (selection: whatever s and dp hold there).
+__device__ __forceinline__ void prob_and_ds(const ForwardParams& p, bool seen, float lse_s,
+                                            float di, float& s, float& dp) {
+  const float prob = seen ? online_prob(s * p.score_pre, lse_s, p.score_post) : 0.0f;
+  dp = seen ? prob * (dp - di) : 0.0f;
+  s = prob;
+}
+
+// ================================================================ the dQ pass
+template <class Products>
+struct DqSmem {
+  using T = typename Products::Input;
+  static constexpr int kBr = kMmaBackwardRows, kBc = Products::kDqKeys;
+  static constexpr int kStride = Products::kStride, kThreads = kMmaBackwardThreads;
+  static constexpr int kSpanSlots = 3;  // as MmaTileSmem: mma_chunk_loop's span descriptors
+  T* kv;                  // [K0][V0][K1][V1], each [kBc][kStride]
+  T *q, *d_o;             // [kBr][kStride]
+  float *lse_s, *di;      // [kBr]
+  int32_t* bad_key;       // [2][kBc] the chunk's K rows: 1 where not all finite (key_bad)
+  int64_t* rows;          // [kBr] query row, -1 for none
+  int64_t* cnt;           // [kSpanSlots][kBr] each row's key count in a span
+  int64_t* span;          // [kSpanSlots][3] {first, step, largest count}
+
+  __host__ __device__ void carve(SmemCarver& c) {
+    kv = c.take<T>(static_cast<size_t>(4 * kBc) * kStride);
+    q = c.take<T>(static_cast<size_t>(kBr) * kStride);
+    d_o = c.take<T>(static_cast<size_t>(kBr) * kStride);
+    lse_s = c.take<float>(kBr);
+    di = c.take<float>(kBr);
+    bad_key = c.take<int32_t>(2 * kBc);
+    rows = c.take<int64_t>(kBr);
+    cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
+    span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
+  }
+  __device__ __forceinline__ T* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
+  __device__ __forceinline__ T* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
+};
+
+template <class Smem>
+inline size_t smem_bytes_of() {
+  SmemCarver c{nullptr};
+  Smem().carve(c);
+  return c.used;
+}
+
+template <class Products>
+__device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsigned char* smem) {
+  using T = typename Products::Input;
+  using Tile = DqSmem<Products>;
+  constexpr int D = Products::kHeadDim;
+  constexpr int BR = Tile::kBr, BC = Tile::kBc, S = Tile::kStride, kThreads = Tile::kThreads;
+  SmemCarver carver{smem};
+  Tile tl;
+  tl.carve(carver);
+  const ForwardParams& p = bp.ix;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t tile = blockIdx.x;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
+  const int64_t hk = kv_head_of(h, p.H, p.Hkv);
+
+  // The tile's rows (as the forward's), then Q, dO, lse_s and D_i of each.
+  for (int r = tid; r < BR; r += kThreads) tl.rows[r] = tile_row(p, h, tile, r, BR);
+  __syncthreads();
+  bool any_row = false;
+  for (int r = 0; r < BR; ++r) any_row = any_row || tl.rows[r] >= 0;
+  if (!any_row) return;  // the same answer in every thread: no barrier is skipped by some only
+  for (int idx = tid; idx < BR * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
+    const int64_t i = tl.rows[r];
+    tl.q[r * S + d] = i >= 0 ? load_bnhd<T>(p.q, p.q_stride, b, i, h, d) : from_float<T>(0.0f);
+    tl.d_o[r * S + d] =
+        i >= 0 ? load_bnhd<T>(bp.d_o, bp.d_o_stride, b, i, h, d) : from_float<T>(0.0f);
+  }
+  for (int r = tid; r < BR; r += kThreads) {
+    const int64_t i = tl.rows[r], row = (b * p.H + h) * p.Nq + i;
+    tl.lse_s[r] = i >= 0 ? bp.lse_s[row] : 0.0f;
+    tl.di[r] = i >= 0 ? bp.di[row] : 0.0f;
+  }
+  const int64_t num_spans = tile_span_count(p, h, tile);
+  if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  __syncthreads();
+
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
+  const float lse0 = tl.lse_s[r0], lse1 = tl.lse_s[r1], di0 = tl.di[r0], di1 = tl.di[r1];
+  const T* qw = tl.q + warp * 16 * S;
+  const typename Products::Frags frags = Products::frags();
+  const T* dow = tl.d_o + warp * 16 * S;
+  float dq[D / 8][4];
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 4; ++e) dq[nd][e] = 0.0f;
+
+  const T* kb = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
+  const T* vb = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
+  const int32_t* key_flags = bp.key_bad == nullptr ? nullptr : bp.key_bad + (b * p.Hkv + hk) * p.Nk;
+  mma_chunk_loop(
+      p, tl, h, tile, num_spans, r0, r1,
+      [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
+        copy_rows<T, D, S, BC, kThreads>(k, kb, p.k_stride, p.kv_vec16 != 0, first, step, c0, cn);
+        copy_rows<T, D, S, BC, kThreads>(v, vb, p.v_stride, p.kv_vec16 != 0, first, step, c0, cn);
+        // Which of the chunk's K rows are not all finite: read with the chunk (after the
+        // loop's barrier), in the buffer of the same index as k.
+        int32_t* flags = tl.bad_key + (k == tl.k(0) ? 0 : BC);
+        for (int c = tid; c < BC; c += kThreads)
+          flags[c] = c < cn && key_flags != nullptr ? key_flags[first + step * (c0 + c)] : 0;
+      },
+      [&](const T* k, const T* v, int keys0, int keys1) {
+        constexpr int kTiles = BC / 8;
+        float s[kTiles][4], dp[kTiles][4];
+        for (int n = 0; n < kTiles; ++n)
+          for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
+        Products::template scores<BC>(frags, s, qw, k);    // S = Q K^T
+        Products::template scores<BC>(frags, dp, dow, v);  // dP = dO V^T
+        // P and dS; the lane's keys are c = 8n + 2t + (e & 1), row 0 or 1 by e >> 1. A key of
+        // the chunk one row skips and whose K is not finite sends the chunk the exact way.
+        const int32_t* flags = tl.bad_key + (k == tl.k(0) ? 0 : BC);
+        bool unseen_bad = false;
+        DILATTN_UNROLL
+        for (int n = 0; n < kTiles; ++n)
+          for (int e = 0; e < 4; ++e) {
+            const int c = 8 * n + 2 * t4 + (e & 1);
+            const bool row1 = (e >> 1) != 0;
+            const bool seen = c < (row1 ? keys1 : keys0);
+            prob_and_ds(p, seen, row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
+            unseen_bad = unseen_bad || (!seen && flags[c] != 0);
+          }
+        if (__any_sync(0xffffffffu, unseen_bad)) {
+          // The lane's rows are g (keys0 of the chunk's keys) and g + 8 (keys1).
+          exact_rows_product<T, D, S, BC>(
+              dq, dp, k, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+        } else {
+          Products::template accumulate<BC>(frags, dq, dp, k);  // dQ += dS K
+        }
+      });
+
+  // dq_acc[row] += dQ: each element is one lane's (launches add one after another).
+  const int64_t rows[2] = {tl.rows[r0], tl.rows[r1]};
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] < 0) continue;
+    float* acc = bp.dq_acc + ((b * p.H + h) * p.Nq + rows[r]) * D;
+    for (int nd = 0; nd < D / 8; ++nd)
+      for (int e = 0; e < 2; ++e) acc[nd * 8 + 2 * t4 + e] += dq[nd][2 * r + e];
+  }
+}
+
+// ================================================================ the dK/dV pass
+template <class Products>
+struct DkdvSmem {
+  using T = typename Products::Input;
+  static constexpr int kBc = kMmaBackwardKeys, kRows = Products::kKvRows;
+  static constexpr int kStride = Products::kStride;
+  T *k, *v;                 // [kBc][kStride], resident
+  T* qdo;                   // [2][Q, dO] each [kRows][kStride]: two chunk buffers
+  float *lse_s, *di;        // [2][kRows]
+  int32_t *seen, *bad_row;  // [2][kRows] keys of the tile the row sees; Q or dO not finite
+  int64_t* keys;            // [kBc] the tile's keys (-1: none), ascending
+
+  __host__ __device__ void carve(SmemCarver& c) {
+    k = c.take<T>(static_cast<size_t>(kBc) * kStride);
+    v = c.take<T>(static_cast<size_t>(kBc) * kStride);
+    qdo = c.take<T>(static_cast<size_t>(4 * kRows) * kStride);
+    lse_s = c.take<float>(2 * kRows);
+    di = c.take<float>(2 * kRows);
+    seen = c.take<int32_t>(2 * kRows);
+    bad_row = c.take<int32_t>(2 * kRows);
+    keys = c.take<int64_t>(kBc);
+  }
+  __device__ __forceinline__ T* q(int buf) const { return qdo + (2 * buf) * kRows * kStride; }
+  __device__ __forceinline__ T* d_o(int buf) const {
+    return qdo + (2 * buf + 1) * kRows * kStride;
+  }
+};
+
+// Where the walk over the query rows that meet a key tile stands: span `span`'s rows
+// (a progression, query_span), from its term t0 on. Every thread keeps its own copy; they agree.
+struct QueryChunkCursor {
+  int64_t span, num_spans, t0;
+  KeyProgression rows;
+};
+
+// The cursor moved to the next chunk holding a row: the rest of this span, else the next span
+// with any row. span == num_spans when there is none.
+__device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64_t h,
+                                                 int64_t tile, int64_t first_key, int chunk_rows,
+                                                 QueryChunkCursor& cur, bool first_call) {
+  if (!first_call) {
+    cur.t0 += chunk_rows;
+    if (cur.t0 < cur.rows.count) return;
+    ++cur.span;
+  }
+  cur.t0 = 0;
+  for (; cur.span < cur.num_spans; ++cur.span) {
+    cur.rows = query_span(bp, h, tile, cur.span, first_key);
+    if (cur.rows.count > 0) return;
+  }
+}
+
+template <class Products>
+__device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsigned char* smem) {
+  using T = typename Products::Input;
+  using Tile = DkdvSmem<Products>;
+  constexpr int D = Products::kHeadDim;
+  constexpr int BC = Tile::kBc, R = Tile::kRows, S = Tile::kStride;
+  constexpr int kThreads = kMmaBackwardThreads;
+  SmemCarver carver{smem};
+  Tile tl;
+  tl.carve(carver);
+  const ForwardParams& p = bp.ix;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t tile = blockIdx.x;
+  const int64_t b = blockIdx.y / p.Hkv, hk = blockIdx.y % p.Hkv;
+  const int64_t h = hk * (p.H / p.Hkv) + bp.head_in_group;
+
+  // The tile's keys (-1: none; they ascend, a progression), then K and V.
+  for (int c = tid; c < BC; c += kThreads) tl.keys[c] = key_tile_key(bp, h, tile, c, BC);
+  __syncthreads();
+  int num_keys = 0;
+  for (int c = 0; c < BC; ++c) num_keys += tl.keys[c] >= 0 ? 1 : 0;
+  if (num_keys == 0) return;  // the same answer in every thread
+  for (int idx = tid; idx < BC * D; idx += kThreads) {
+    const int c = idx / D, d = idx % D;
+    const int64_t j = tl.keys[c];
+    tl.k[c * S + d] = j >= 0 ? load_bnhd<T>(p.k, p.k_stride, b, j, hk, d) : from_float<T>(0.0f);
+    tl.v[c * S + d] = j >= 0 ? load_bnhd<T>(p.v, p.v_stride, b, j, hk, d) : from_float<T>(0.0f);
+  }
+  const int64_t first_key = tl.keys[0];
+  const T* qb = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[2];
+  const T* dob = static_cast<const T*>(bp.d_o) + b * bp.d_o_stride[0] + h * bp.d_o_stride[2];
+  const int64_t row_base = (b * p.H + h) * p.Nq;
+
+  // One chunk's rows into buffer buf: seen counts, lse_s, D_i, flags by plain stores; Q and
+  // dO by copy_rows (cp.async where it can). Read after the next barrier.
+  auto prepare = [&](const QueryChunkCursor& cur, int buf) {
+    const int64_t cn = min_i64(R, cur.rows.count - cur.t0);
+    for (int t = tid; t < R; t += kThreads) {
+      const int64_t i = t < cn ? progression_at(cur.rows, cur.t0 + t) : -1;
+      const int at = buf * R + t;
+      tl.seen[at] = i >= 0 ? static_cast<int32_t>(tile_keys_seen(
+                                 query_row_keys(bp, h, tile, i), tl.keys, num_keys))
+                           : 0;
+      tl.lse_s[at] = i >= 0 ? bp.lse_s[row_base + i] : 0.0f;
+      tl.di[at] = i >= 0 ? bp.di[row_base + i] : 0.0f;
+      tl.bad_row[at] = i >= 0 && bp.row_bad != nullptr ? bp.row_bad[row_base + i] : 0;
+    }
+    copy_rows<T, D, S, R, kThreads>(tl.q(buf), qb, p.q_stride, bp.qdo_vec16 != 0, cur.rows.first,
+                                 cur.rows.step, cur.t0, cn);
+    copy_rows<T, D, S, R, kThreads>(tl.d_o(buf), dob, bp.d_o_stride, bp.qdo_vec16 != 0,
+                                 cur.rows.first, cur.rows.step, cur.t0, cn);
+  };
+
+  const int kw = warp * 16;  // the warp's first key of the tile; the lane's are kw + g, + 8
+  const typename Products::Frags frags = Products::frags();
+  float dk[D / 8][4], dv[D / 8][4];
+  for (int nd = 0; nd < D / 8; ++nd)
+    for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
+
+  // The cursor names the chunk being prepared: one ahead of the chunk computed.
+  QueryChunkCursor cur{0, query_span_count(bp), 0, KeyProgression{0, 1, 0}};
+  next_query_chunk(bp, h, tile, first_key, R, cur, true);
+  bool has_chunk = cur.span < cur.num_spans;
+  if (has_chunk) prepare(cur, 0);
+  async_copy_commit();
+  int buf = 0;
+  while (has_chunk) {
+    next_query_chunk(bp, h, tile, first_key, R, cur, false);
+    const bool has_next = cur.span < cur.num_spans;
+    async_copy_wait<0>();
+    __syncthreads();  // this chunk visible to all; every thread is done with the other buffer
+    if (has_next) prepare(cur, buf ^ 1);
+    async_copy_commit();
+
+    const int32_t* seen = tl.seen + buf * R;
+    // A warp none of whose keys any row of the chunk sees skips it (seen counts are prefixes
+    // of the tile's keys).
+    bool any = false;
+    for (int t = lane; t < R; t += 32) any = any || seen[t] > kw;
+    if (__any_sync(0xffffffffu, any)) {
+      const T* qc = tl.q(buf);
+      const T* doc = tl.d_o(buf);
+      constexpr int kTiles = R / 8;
+      float st[kTiles][4], dpt[kTiles][4];
+      for (int n = 0; n < kTiles; ++n)
+        for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.0f;
+      // S^T = K Q^T and dP^T = V dO^T: the warp's 16 K and V rows against the chunk's rows.
+      Products::template scores<R>(frags, st, tl.k + kw * S, qc);
+      Products::template scores<R>(frags, dpt, tl.v + kw * S, doc);
+      // P^T and dS^T: the lane's keys are kw + g (e < 2) and kw + g + 8, its query rows
+      // t = 8n + 2 t4 + (e & 1). A row of the chunk that skips one of the warp's keys and
+      // whose Q or dO is not finite sends the chunk the exact way.
+      const float* lse = tl.lse_s + buf * R;
+      const float* di = tl.di + buf * R;
+      const int32_t* bad = tl.bad_row + buf * R;
+      bool unseen_bad = false;
+      DILATTN_UNROLL
+      for (int n = 0; n < kTiles; ++n)
+        for (int e = 0; e < 4; ++e) {
+          const int t = 8 * n + 2 * t4 + (e & 1);
+          const bool seen_pair = kw + g + 8 * (e >> 1) < seen[t];
+          prob_and_ds(p, seen_pair, lse[t], di[t], st[n][e], dpt[n][e]);
+          unseen_bad = unseen_bad || (!seen_pair && bad[t] != 0);
+        }
+      if (__any_sync(0xffffffffu, unseen_bad)) {
+        auto seen_by = [&](int key_row, int t) { return kw + key_row < seen[t]; };
+        exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO
+        exact_rows_product<T, D, S, R>(dk, dpt, qc, seen_by);  // dK += dS^T Q
+      } else {
+        Products::template accumulate<R>(frags, dv, st, doc);  // dV += P^T dO
+        Products::template accumulate<R>(frags, dk, dpt, qc);  // dK += dS^T Q
+      }
+    }
+    buf ^= 1;
+    has_chunk = has_next;
+  }
+  async_copy_wait<0>();
+
+  // dk_acc, dv_acc [key] += dK, dV: each element is one lane's (launches add one after another).
+  const int64_t kv_base = (b * p.Hkv + hk) * p.Nk;
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = tl.keys[kw + g + 8 * r];
+    if (j < 0) continue;
+    float* dka = bp.dk_acc + (kv_base + j) * D;
+    float* dva = bp.dv_acc + (kv_base + j) * D;
+    for (int nd = 0; nd < D / 8; ++nd)
+      for (int e = 0; e < 2; ++e) {
+        dka[nd * 8 + 2 * t4 + e] += dk[nd][2 * r + e];
+        dva[nd * 8 + 2 * t4 + e] += dv[nd][2 * r + e];
+      }
+  }
+}
+
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn
+
+#endif  // DILATTN_MMA_BACKWARD_LOOP_CUH
