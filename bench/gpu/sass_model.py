@@ -18,7 +18,8 @@ What it does, per kernel whose name matches --kernel (default: forward_\w*kernel
      a kernel without one, or whose inner loops differ from it, counts every inner loop body
      once and is marked "unprofiled". Both sides of a data-dependent branch count once per
      iteration (an upper bound), except the blocks a kernel's OFF_PATH names: the paths a full
-     chunk of a 16-byte-aligned view never takes. Warps are assumed converged (sass_parse.Cfg).
+     chunk of a 16-byte-aligned view never takes, and the NaN rule's exact path
+     (NAN_RULE_PATH), which finite inputs never take. Warps are assumed converged (sass_parse.Cfg).
   4. Per chunk of BC keys and a block of BR query rows (the kernel's tile, TILES):
        FLOP        4 * BR * BC * D (S = Q K^T and P V, FlashAttention's count);
        issue       warp instructions / 4 per clock per SM (4 sub-partitions, 1 each);
@@ -131,6 +132,20 @@ def _mma_tf32_off_path(block):
 
 
 OFF_PATH = {"forward_mma_kernel": _mma_off_path, "forward_mma_tf32_kernel": _mma_tf32_off_path}
+
+
+# The NaN rule's exact path (cuda/mma_unseen_pairs.cuh), which finite inputs never run: its
+# test of V rows for values that are not finite (FSETP.GEU.OR of |x| against +INF, or-ed over
+# the row; the 3xTF32 split's test for an infinity compiles to .AND) and its pair by
+# pair sums (SHFL.IDX from a computed lane; the softmax's shuffles are SHFL.BFLY). Its blocks
+# count 0, and so do its loops, which the profiles below leave out.
+def _nan_rule_path(block):
+    return any(i.op.startswith("SHFL.IDX") or
+               (i.op.startswith("FSETP.GEU.OR") and "|" in i.operands and "+INF" in i.operands)
+               for i in block)
+
+
+NAN_RULE_PATH = {"forward_mma_kernel": _nan_rule_path, "forward_mma_tf32_kernel": _nan_rule_path}
 
 
 # Shared-memory bank conflicts, an assumption per kernel (what its source says about its tiles):
@@ -339,14 +354,22 @@ def model_kernel(kernel, D, dtype, tile, family):
         return out
     br, bc, threads = tile
     inner = list(loop.descendants())
+    nan_rule = NAN_RULE_PATH.get(family)
+    cold = {l.header_addr for l in inner
+            if nan_rule is not None and any(nan_rule(cfg.blocks[b]) for b in l.blocks)}
+    hot = [l for l in inner if l.header_addr not in cold]
     trips, profiled = None, False
     if family in PROFILES:
         want = PROFILES[family](D, br, bc, threads)
-        if len(want) == len(inner):
-            trips, profiled = want, True
-    if not inner:
+        if len(want) == len(hot):
+            by_loop = {l.header_addr: n for l, n in zip(hot, want)}
+            trips, profiled = [by_loop.get(l.header_addr, 0) for l in inner], True
+    if not hot:
         profiled = True  # no inner loop: the body is what one chunk issues
     off_path = OFF_PATH.get(family)
+    if nan_rule is not None:
+        off_path = (lambda block, first=off_path:
+                    nan_rule(block) or (first is not None and first(block)))
     counts, ldg_bytes_warp, hmma_flop_warp, wavefronts = count_chunk(loop, trips, off_path)
     warps = threads // 32
     out.update({
