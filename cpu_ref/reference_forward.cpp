@@ -33,8 +33,8 @@ void for_each_key(const KeyGroup& group, F&& f) {
 // O = sum exp(S_j - LSE) v_j. The max is subtracted first so exp never overflows, and the
 // weights are exp(S_j - max) / sum rather than exp(S_j - LSE): for scores near 1e38 (a huge
 // finite scale) max + log(sum) rounds back to max in f64 and exp(S_j - LSE) would drop the sum.
-// With an active dropout mask each weight is multiplied by its factor M_ij (SPEC 11); a
-// dropped key (factor 0) adds no term, and LSE is the softmax's, before dropout.
+// With an active dropout mask each weight is multiplied by its factor M_ij (SPEC 11): a
+// dropped key adds 0 * v_j, as the formula writes it, and LSE is the softmax's, before dropout.
 void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k,
                   const dilattn_tensor& v, int64_t b, int64_t h, int64_t i, int64_t kvh,
                   const KeyGroup& group, const DropoutMask& dropout, double* o, double* lse) {
@@ -59,11 +59,7 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
   size_t n = 0;
   for_each_key(group, [&](int64_t j) {
     double weight = std::exp(scores[n++] - max_score) / sum;
-    if (dropout.active) {
-      const double factor = dropout.factor(b, h, i, j);
-      if (factor == 0) return;
-      weight *= factor;
-    }
+    if (dropout.active) weight *= dropout.factor(b, h, i, j);
     load_row(v, b, j, kvh, D, value.data());
     for (int64_t d = 0; d < D; ++d) o[d] += weight * value[d];
   });

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "backend.h"
-
 #include "dropout_rng.h"
 #include "dtype_convert.h"
 #include "reference_key_sets.h"

@@ -33,7 +33,7 @@ const Backend kBackends[] = {
 }  // namespace
 
 dilattn_status backend_can_run(const Backend& b, const Problem& p) {
-  // SPEC 11.2: only the reference draws dropout decisions so far.
+  // SPEC 11.2: the reference is the one backend that draws dropout decisions.
   if (p.dropout_p > 0 && b.id != DILATTN_BACKEND_REF)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend %s does not run dropout (p = %g); backend ref does", b.name,

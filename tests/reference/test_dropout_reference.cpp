@@ -6,6 +6,7 @@
 //     standard deviations of p (p = 0.1, 0.5, 0.9), and each decision must equal
 //     lib/dropout_rng.h's dropout_keep for that (b, h, i, j), LSE must be log(Nk) (unaffected);
 //   - the same seed and offset give the same O bitwise, another offset or seed another mask;
+//   - a dropped pair adds 0 * v_j: an infinite v_j of a dropped pair makes the row NaN;
 //   - p = 0 gives the bits of a plan without dropout, forward and backward;
 //   - SPEC 11.3: the backward is the gradient of the forward with the same seed and offset,
 //     checked against central differences of L = sum(dO * O) in f64 (tolerance as in
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "../common/attention_run.h"
 #include "../common/compare.h"
@@ -147,6 +149,22 @@ void check_seed_and_offset_select_the_mask() {
             "the seed's high word must change the mask");
 }
 
+// SPEC 11: a dropped pair's term is 0 * v_j, so an infinite v_j of a dropped pair makes the
+// row NaN, as the formula (and a P * V product of a fast backend) gives.
+void check_dropped_infinite_value_reaches_the_row() {
+  const AttentionCase c = mask_probe_case(0.5);
+  CaseScope scope("dropped infinite v");
+  Inputs in = mask_probe_inputs(c);
+  const Call call{21, 4};
+  const uint64_t threshold = dilattn::dropout_threshold(c.dropout_p);
+  int64_t j = 0;  // the first key dropped for (b, h, i) = (0, 0, 0)
+  while (j < c.Nk && dilattn::dropout_keep(call.seed, call.offset, 0, 0, c.H, 0, j, threshold)) ++j;
+  if (!CHECK(j < c.Nk)) return;
+  in.v.set(0, j, 0, 0, std::numeric_limits<double>::infinity());
+  const Forward f = forward_ex(c, in, call);
+  CHECK_MSG(std::isnan(f.o.at(0, 0, 0, 0)), "O[0, 0, 0, 0] = %g, want NaN", f.o.at(0, 0, 0, 0));
+}
+
 // p = 0 is no dropout, bitwise (SPEC 11), forward and backward, whatever the seed.
 void check_p_zero_is_bitwise_no_dropout() {
   AttentionCase c;
@@ -260,6 +278,7 @@ void check_gradients() {
 int main() {
   for (double p : {0.1, 0.5, 0.9}) check_fraction_and_decisions(p, Call{0x0123456789abcdefULL, 11});
   check_seed_and_offset_select_the_mask();
+  check_dropped_infinite_value_reaches_the_row();
   check_p_zero_is_bitwise_no_dropout();
   check_gradients();
   return finish("dropout_reference");
