@@ -7,6 +7,9 @@
 // LSE is the combined one the forward returned, so dilated branches need no extra weights: a
 // key reached by two branches is two occurrences. dK and dV sum over the query heads of a kv
 // head (GQA). Accumulation is f64 in the workspace, in a fixed order: deterministic.
+// Dropout (SPEC 11.3) regenerates each pair's factor M_ij from the call's seed and offset:
+//   dV_j += P_ij M_ij dO_i,  dS_ij = P_ij (M_ij <dO_i, v_j> - D_i),  D_i = <dO_i, O_i> of the
+//   dropped output the forward returned.
 // Checked by tests/reference/test_gradients_finite_difference.cpp (finite differences in f64).
 #include <cmath>
 
@@ -27,6 +30,7 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   auto q_at = [&](int64_t b, int64_t i, int64_t h) { return ((b * p.Nq + i) * p.H + h) * D; };
   auto kv_at = [&](int64_t b, int64_t j, int64_t g) { return ((b * p.Nk + j) * p.Hkv + g) * D; };
 
+  const DropoutMask dropout(p, a.dropout);
   std::vector<double> q_row(D), o_row(D), do_row(D), k_row(D), v_row(D);
   std::vector<KeyGroup> groups;
   for (int64_t b = 0; b < p.B; ++b)
@@ -50,11 +54,18 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
               load_row(*a.k, b, j, kvh, D, k_row.data());
               load_row(*a.v, b, j, kvh, D, v_row.data());
               const double P = std::exp(p.scale * dot(q_row.data(), k_row.data(), D) - lse);
-              const double dS = P * (dot(do_row.data(), v_row.data(), D) - D_i);
+              double dP = dot(do_row.data(), v_row.data(), D);
+              double P_kept = P;  // P_ij M_ij: the weight v_j had in O_i
+              if (dropout.active) {
+                const double factor = dropout.factor(b, h, i, j);
+                dP *= factor;
+                P_kept *= factor;
+              }
+              const double dS = P * (dP - D_i);
               double* dk_j = dk_acc + kv_at(b, j, kvh);
               double* dv_j = dv_acc + kv_at(b, j, kvh);
               for (int64_t d = 0; d < D; ++d) {
-                dv_j[d] += P * do_row[d];
+                dv_j[d] += P_kept * do_row[d];
                 dq_i[d] += p.scale * dS * k_row[d];
                 dk_j[d] += p.scale * dS * q_row[d];
               }

@@ -1,5 +1,6 @@
 // reference_forward.cpp - the f64 reference forward: SPEC 2 (dense softmax), 3 (dilated
-// branches combined by LSE) and 4 (block-sparse), written to be read, not to be fast.
+// branches combined by LSE), 4 (block-sparse) and 11 (dropout), written to be read, not to be
+// fast.
 //
 // For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
@@ -32,9 +33,11 @@ void for_each_key(const KeyGroup& group, F&& f) {
 // O = sum exp(S_j - LSE) v_j. The max is subtracted first so exp never overflows, and the
 // weights are exp(S_j - max) / sum rather than exp(S_j - LSE): for scores near 1e38 (a huge
 // finite scale) max + log(sum) rounds back to max in f64 and exp(S_j - LSE) would drop the sum.
+// With an active dropout mask each weight is multiplied by its factor M_ij (SPEC 11): a
+// dropped key adds 0 * v_j, as the formula writes it, and LSE is the softmax's, before dropout.
 void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k,
-                  const dilattn_tensor& v, int64_t b, int64_t kvh, const KeyGroup& group,
-                  double* o, double* lse) {
+                  const dilattn_tensor& v, int64_t b, int64_t h, int64_t i, int64_t kvh,
+                  const KeyGroup& group, const DropoutMask& dropout, double* o, double* lse) {
   const int64_t D = p.D;
   std::vector<double> key(static_cast<size_t>(D)), scores;
   for_each_key(group, [&](int64_t j) {
@@ -55,8 +58,9 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
   std::vector<double> value(static_cast<size_t>(D));
   size_t n = 0;
   for_each_key(group, [&](int64_t j) {
+    double weight = std::exp(scores[n++] - max_score) / sum;
+    if (dropout.active) weight *= dropout.factor(b, h, i, j);
     load_row(v, b, j, kvh, D, value.data());
-    const double weight = std::exp(scores[n++] - max_score) / sum;
     for (int64_t d = 0; d < D; ++d) o[d] += weight * value[d];
   });
 }
@@ -64,8 +68,8 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
 }  // namespace
 
 void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
-                 const dilattn_tensor& v, int64_t b, int64_t h, int64_t i, double* o,
-                 double* lse) {
+                 const dilattn_tensor& v, int64_t b, int64_t h, int64_t i,
+                 const DropoutMask& dropout, double* o, double* lse) {
   const int64_t D = p.D;
   const int64_t kvh = kv_head_of(h, p.H, p.Hkv);
   std::vector<KeyGroup> groups;
@@ -76,7 +80,8 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
   std::vector<double> group_o(groups.size() * static_cast<size_t>(D));
   std::vector<double> group_lse(groups.size());
   for (size_t g = 0; g < groups.size(); ++g)
-    attend_group(p, q_row.data(), k, v, b, kvh, groups[g], &group_o[g * D], &group_lse[g]);
+    attend_group(p, q_row.data(), k, v, b, h, i, kvh, groups[g], dropout, &group_o[g * D],
+                 &group_lse[g]);
 
   // SPEC 3: LSE = log sum_g exp(LSE^g), O = sum_g exp(LSE^g - LSE) O^g, the weights formed as
   // exp(LSE^g - max) / sum for the reason attend_group gives. No group: O = 0, LSE = -inf
@@ -107,11 +112,12 @@ WorkspaceBytes workspace_bytes(const Problem& p) {
 
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   std::vector<double> o(static_cast<size_t>(p.D));
+  const DropoutMask dropout(p, a.dropout);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < p.Nq; ++i) {
         double lse;
-        forward_row(p, *a.q, *a.k, *a.v, b, h, i, o.data(), &lse);
+        forward_row(p, *a.q, *a.k, *a.v, b, h, i, dropout, o.data(), &lse);
         store_row(*a.o, b, i, h, p.D, o.data());
         if (a.lse) store_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i), lse);
       }
@@ -121,12 +127,13 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
 dilattn_status forward_rows(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
                             const dilattn_tensor& v, const int64_t* rows, int64_t num_rows,
                             double* o_rows, double* lse_rows) {
+  const DropoutMask no_dropout;  // dispatch.cpp refuses a dropout plan here (SPEC 11.2)
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t r = 0; r < num_rows; ++r) {
         double lse;
         double* o = o_rows + ((b * num_rows + r) * p.H + h) * p.D;
-        forward_row(p, q, k, v, b, h, rows[r], o, &lse);
+        forward_row(p, q, k, v, b, h, rows[r], no_dropout, o, &lse);
         if (lse_rows) lse_rows[(b * p.H + h) * num_rows + r] = lse;
       }
   return DILATTN_SUCCESS;

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "backend.h"
+#include "dropout_rng.h"
 #include "dtype_convert.h"
 #include "reference_key_sets.h"
 
@@ -33,10 +35,30 @@ inline int64_t lse_offset(const dilattn_tensor& t, int64_t b, int64_t h, int64_t
   return element_offset(t, b, h, i, 0);
 }
 
-// SPEC 2 and 3 for one query row: O_i (D values) and LSE_i, in f64.
+// SPEC 11: the dropout factor M_ij = keep_ij / (1 - p) of a score, from lib/dropout_rng.h.
+// Inactive (every factor 1, never applied) for a plan with p = 0, so that p = 0 is no dropout
+// bitwise.
+struct DropoutMask {
+  bool active = false;
+  uint64_t seed = 0, offset = 0, threshold = 0;
+  double keep_scale = 1;  // 1 / (1 - p), in f64
+  int64_t H = 1;
+
+  DropoutMask() = default;
+  DropoutMask(const Problem& p, const DropoutCall& call)
+      : active(p.dropout_p > 0), seed(call.seed), offset(call.offset),
+        threshold(dropout_threshold(p.dropout_p)), keep_scale(1.0 / (1.0 - p.dropout_p)),
+        H(p.H) {}
+  double factor(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return dropout_keep(seed, offset, b, h, H, i, j, threshold) ? keep_scale : 0.0;
+  }
+};
+
+// SPEC 2 and 3 for one query row: O_i (D values) and LSE_i, in f64; with an active mask, each
+// key's weight times its factor (SPEC 11; LSE unchanged).
 void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
-                 const dilattn_tensor& v, int64_t b, int64_t h, int64_t i, double* o,
-                 double* lse);
+                 const dilattn_tensor& v, int64_t b, int64_t h, int64_t i,
+                 const DropoutMask& dropout, double* o, double* lse);
 
 }  // namespace dilattn::ref
 

@@ -1,6 +1,7 @@
 // backend_table.cpp - every backend, once: the table plan.cpp, dispatch.cpp and version.cpp
 // look backends up in (version.cpp for what a backend reports about itself). Adding a backend is adding one entry (and its functions).
 #include "backend.h"
+#include "errors.h"
 
 namespace dilattn {
 
@@ -31,6 +32,15 @@ const Backend kBackends[] = {
 
 }  // namespace
 
+dilattn_status backend_can_run(const Backend& b, const Problem& p) {
+  // SPEC 11.2: the reference is the one backend that draws dropout decisions.
+  if (p.dropout_p > 0 && b.id != DILATTN_BACKEND_REF)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "backend %s does not run dropout (p = %g); backend ref does", b.name,
+                     p.dropout_p);
+  return b.can_run(p);
+}
+
 const Backend* find_backend(int32_t id) {
   for (const Backend& b : kBackends)
     if (b.id == id) return &b;
@@ -40,7 +50,7 @@ const Backend* find_backend(int32_t id) {
 dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen) {
   for (const Backend& b : kBackends) {
     if (b.id == DILATTN_BACKEND_EMU) continue;
-    const dilattn_status s = b.can_run(p);
+    const dilattn_status s = backend_can_run(b, p);
     if (s == DILATTN_SUCCESS) {
       *chosen = &b;
       return s;

@@ -1,5 +1,6 @@
 // desc.cpp - the attention description (dilattn_desc_*): what to compute, checked as it is set
-// (SPEC 3 and 7: w >= 1, 1 <= r <= w, at least one branch, finite scale).
+// (SPEC 3 and 7: w >= 1, 1 <= r <= w, at least one branch, finite scale; SPEC 11.2: dropout
+// p in [0, 1)).
 #include <cmath>
 #include <new>
 
@@ -125,6 +126,17 @@ extern "C" dilattn_status dilattn_desc_set_pool(dilattn_desc desc, dilattn_pool 
   DILATTN_ABI_BEGIN
   CHECK_DESC(desc);
   desc->pool = pool;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_dropout(dilattn_desc desc, double p) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (!(p >= 0.0 && p < 1.0))  // NaN fails both comparisons
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'p' = %g: dropout needs 0 <= p < 1",
+                     p);
+  desc->dropout_p = p;
   return DILATTN_SUCCESS;
   DILATTN_ABI_END
 }

@@ -165,6 +165,10 @@ DILATTN_API dilattn_status dilattn_desc_set_scale(dilattn_desc desc, double scal
 DILATTN_API dilattn_status dilattn_desc_set_num_threads(dilattn_desc desc, int32_t num_threads);
 /* Workspace pool for plans made from this description; NULL = the default pool. */
 DILATTN_API dilattn_status dilattn_desc_set_pool(dilattn_desc desc, dilattn_pool pool);
+/* Attention dropout with probability p in [0, 1) on the normalised probabilities (SPEC 11);
+ * 0 (the default) is no dropout. A plan with p > 0 runs only on the ref backend and only
+ * through dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset. */
+DILATTN_API dilattn_status dilattn_desc_set_dropout(dilattn_desc desc, double p);
 
 /* ---------------------------------------------------------------- plans */
 typedef enum dilattn_backend {
@@ -250,6 +254,33 @@ DILATTN_API dilattn_status dilattn_backward_on_stream(
     const dilattn_tensor* v, const dilattn_tensor* o, const dilattn_tensor* lse,
     const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
     const dilattn_tensor* dv, void* workspace, size_t workspace_bytes);
+
+/* Per-call options of dilattn_forward_ex and dilattn_backward_ex (SPEC 11.2). struct_size is
+ * sizeof(dilattn_call_options) (dilattn_call_options_make sets it and zeroes the rest), so
+ * later versions can add fields. dropout_seed: any 64-bit value; dropout_offset: below 2^32.
+ * Advance the offset (or change the seed) every training step; the backward of a step takes
+ * the same seed and offset as its forward, which regenerates the same decisions. */
+typedef struct dilattn_call_options {
+  size_t struct_size;
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;
+} dilattn_call_options;
+
+DILATTN_API dilattn_call_options dilattn_call_options_make(void);
+
+/* dilattn_forward and dilattn_backward with per-call options (NULL: the plain call). A plan
+ * with dropout p > 0 needs them: the plain calls refuse it, since a fixed seed would repeat
+ * the same mask every step. */
+DILATTN_API dilattn_status dilattn_forward_ex(dilattn_plan plan, const dilattn_tensor* q,
+                                              const dilattn_tensor* k, const dilattn_tensor* v,
+                                              const dilattn_tensor* o, const dilattn_tensor* lse,
+                                              const dilattn_call_options* options,
+                                              void* workspace, size_t workspace_bytes);
+DILATTN_API dilattn_status dilattn_backward_ex(
+    dilattn_plan plan, const dilattn_tensor* q, const dilattn_tensor* k, const dilattn_tensor* v,
+    const dilattn_tensor* o, const dilattn_tensor* lse, const dilattn_tensor* d_o,
+    const dilattn_tensor* dq, const dilattn_tensor* dk, const dilattn_tensor* dv,
+    const dilattn_call_options* options, void* workspace, size_t workspace_bytes);
 
 /* The reference result for chosen query rows only, in f64: for checking sampled rows of a
  * run too long for the full reference. o_rows is [B, num_rows, H, D] f64 contiguous,

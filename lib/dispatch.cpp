@@ -1,4 +1,4 @@
-// dispatch.cpp - dilattn_forward / dilattn_backward and their _on_stream twins: check every
+// dispatch.cpp - dilattn_forward / dilattn_backward, their _on_stream and _ex twins: check every
 // tensor against the plan (SPEC 7: nothing is written on error), find the workspace, run the
 // plan's backend, give a pool workspace back once the backend's work on it is done.
 #include <atomic>
@@ -197,15 +197,44 @@ dilattn::StreamArgs stream_args(const dilattn::Backend& backend, CallerStream ca
   return dilattn::StreamArgs{caller.stream, false, false};
 }
 
+// SPEC 11.2: the seed and offset of a call. A dropout plan (p > 0) needs options: a call
+// without them would draw one fixed mask at every step. The offset is a 32-bit counter word
+// (SPEC 11.1). `entry` names the call for the message.
+dilattn_status call_dropout(const dilattn::Problem& p, const dilattn_call_options* options,
+                            const char* entry, dilattn::DropoutCall* out) {
+  if (options == nullptr) {
+    if (p.dropout_p > 0)
+      return set_error(DILATTN_ERROR_INVALID_VALUE,
+                       "the plan has dropout p = %g: %s carries no seed; call %s_ex with "
+                       "dilattn_call_options (dropout_seed, dropout_offset)",
+                       p.dropout_p, entry, entry);
+    return DILATTN_SUCCESS;
+  }
+  if (options->struct_size != sizeof(dilattn_call_options))
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'options': struct_size = %zu, expected "
+                     "sizeof(dilattn_call_options) = %zu (fill it with dilattn_call_options_make)",
+                     options->struct_size, sizeof(dilattn_call_options));
+  if (options->dropout_offset >= (uint64_t{1} << 32))
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'options': dropout_offset = %llu: must be below 2^32 (SPEC 11.1)",
+                     static_cast<unsigned long long>(options->dropout_offset));
+  *out = dilattn::DropoutCall{options->dropout_seed, options->dropout_offset};
+  return DILATTN_SUCCESS;
+}
+
 dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
                            const dilattn_tensor* k, const dilattn_tensor* v,
-                           const dilattn_tensor* o, const dilattn_tensor* lse, void* workspace,
-                           size_t workspace_bytes) {
+                           const dilattn_tensor* o, const dilattn_tensor* lse,
+                           const dilattn_call_options* options, const char* entry,
+                           void* workspace, size_t workspace_bytes) {
   using dilattn::TensorRole;
   constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
+  dilattn::DropoutCall dropout;
+  if ((s = call_dropout(p, options, entry, &dropout)) != DILATTN_SUCCESS) return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, out}});
   if (s != DILATTN_SUCCESS) return s;
@@ -219,7 +248,7 @@ dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn
                       workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
     return s;
   run.workspace_from_pool = ws.from_pool();
-  s = plan->backend->forward(p, dilattn::ForwardArgs{q, k, v, o, lse, ws.get(), run});
+  s = plan->backend->forward(p, dilattn::ForwardArgs{q, k, v, o, lse, ws.get(), run, dropout});
   ws.finish(*plan->backend, q->device_index, run, s);
   return s;
 }
@@ -228,13 +257,16 @@ dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilatt
                             const dilattn_tensor* k, const dilattn_tensor* v,
                             const dilattn_tensor* o, const dilattn_tensor* lse,
                             const dilattn_tensor* d_o, const dilattn_tensor* dq,
-                            const dilattn_tensor* dk, const dilattn_tensor* dv, void* workspace,
-                            size_t workspace_bytes) {
+                            const dilattn_tensor* dk, const dilattn_tensor* dv,
+                            const dilattn_call_options* options, const char* entry,
+                            void* workspace, size_t workspace_bytes) {
   using dilattn::TensorRole;
   constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
+  dilattn::DropoutCall dropout;
+  if ((s = call_dropout(p, options, entry, &dropout)) != DILATTN_SUCCESS) return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, in},
                     {lse, "lse", TensorRole::lse, in}, {d_o, "d_o", TensorRole::o, in},
@@ -249,7 +281,7 @@ dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilatt
     return s;
   run.workspace_from_pool = ws.from_pool();
   s = plan->backend->backward(
-      p, dilattn::BackwardArgs{q, k, v, o, lse, d_o, dq, dk, dv, ws.get(), run});
+      p, dilattn::BackwardArgs{q, k, v, o, lse, d_o, dq, dk, dv, ws.get(), run, dropout});
   ws.finish(*plan->backend, q->device_index, run, s);
   return s;
 }
@@ -261,7 +293,8 @@ extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tenso
                                           const dilattn_tensor* o, const dilattn_tensor* lse,
                                           void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_forward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, workspace, workspace_bytes);
+  return run_forward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, nullptr,
+                     "dilattn_forward", workspace, workspace_bytes);
   DILATTN_ABI_END
 }
 
@@ -273,8 +306,8 @@ extern "C" dilattn_status dilattn_forward_on_stream(dilattn_plan plan, void* cud
                                                     const dilattn_tensor* lse, void* workspace,
                                                     size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_forward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, workspace,
-                     workspace_bytes);
+  return run_forward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, nullptr,
+                     "dilattn_forward", workspace, workspace_bytes);
   DILATTN_ABI_END
 }
 
@@ -285,8 +318,8 @@ extern "C" dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tens
                                            const dilattn_tensor* dk, const dilattn_tensor* dv,
                                            void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
-  return run_backward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, d_o, dq, dk, dv, workspace,
-                      workspace_bytes);
+  return run_backward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, d_o, dq, dk, dv,
+                      nullptr, "dilattn_backward", workspace, workspace_bytes);
   DILATTN_ABI_END
 }
 
@@ -297,7 +330,35 @@ extern "C" dilattn_status dilattn_backward_on_stream(
     const dilattn_tensor* dv, void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
   return run_backward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, d_o, dq, dk, dv,
-                      workspace, workspace_bytes);
+                      nullptr, "dilattn_backward", workspace, workspace_bytes);
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_call_options dilattn_call_options_make(void) {
+  dilattn_call_options options{};
+  options.struct_size = sizeof(dilattn_call_options);
+  return options;
+}
+
+extern "C" dilattn_status dilattn_forward_ex(dilattn_plan plan, const dilattn_tensor* q,
+                                             const dilattn_tensor* k, const dilattn_tensor* v,
+                                             const dilattn_tensor* o, const dilattn_tensor* lse,
+                                             const dilattn_call_options* options,
+                                             void* workspace, size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  return run_forward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, options,
+                     "dilattn_forward", workspace, workspace_bytes);
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_backward_ex(
+    dilattn_plan plan, const dilattn_tensor* q, const dilattn_tensor* k, const dilattn_tensor* v,
+    const dilattn_tensor* o, const dilattn_tensor* lse, const dilattn_tensor* d_o,
+    const dilattn_tensor* dq, const dilattn_tensor* dk, const dilattn_tensor* dv,
+    const dilattn_call_options* options, void* workspace, size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  return run_backward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, d_o, dq, dk, dv,
+                      options, "dilattn_backward", workspace, workspace_bytes);
   DILATTN_ABI_END
 }
 
@@ -310,6 +371,11 @@ extern "C" dilattn_status dilattn_reference_rows(dilattn_plan plan, const dilatt
   dilattn_status s = dilattn::check_handle(plan, "plan");
   if (s != DILATTN_SUCCESS) return s;
   dilattn::Problem p = plan->problem;
+  // SPEC 11.2: no seed argument here, so a dropout plan is refused as by dilattn_forward.
+  if (p.dropout_p > 0)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "the plan has dropout p = %g: dilattn_reference_rows carries no seed",
+                     p.dropout_p);
   if (plan->backend->device != DILATTN_DEVICE_CPU)
     return set_error(DILATTN_ERROR_DEVICE_MISMATCH,
                      "dilattn_reference_rows runs on the CPU; the plan's backend is %s",

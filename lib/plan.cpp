@@ -82,6 +82,27 @@ dilattn_status check_kind(const dilattn::Problem& p) {
   return DILATTN_SUCCESS;
 }
 
+// SPEC 11.1: with dropout, every counter word of a score must fit 32 bits (the offset is
+// checked per call, in dispatch.cpp).
+dilattn_status check_dropout_bounds(const dilattn::Problem& p) {
+  if (p.dropout_p == 0) return DILATTN_SUCCESS;
+  const int64_t two32 = int64_t{1} << 32;
+  if (p.Nq > two32)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "seqlen_q = %lld: dropout needs seqlen_q <= 2^32 (SPEC 11.1)",
+                     static_cast<long long>(p.Nq));
+  if ((p.Nk + 3) / 4 > two32)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "seqlen_k = %lld: dropout needs ceil(seqlen_k / 4) <= 2^32 (SPEC 11.1)",
+                     static_cast<long long>(p.Nk));
+  if (p.B > two32 / p.H)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "batch * heads_q = %lld * %lld: dropout needs batch * heads_q <= 2^32 "
+                     "(SPEC 11.1)",
+                     static_cast<long long>(p.B), static_cast<long long>(p.H));
+  return DILATTN_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
@@ -123,16 +144,19 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   p.mask = desc->mask;
   p.causal = desc->causal;
   p.pool = desc->pool;
+  p.dropout_p = desc->dropout_p;
   p.num_threads = resolve_threads(desc->num_threads);
   if ((s = check_sizes(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
+  if ((s = check_dropout_bounds(p)) != DILATTN_SUCCESS) return s;
   p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(p.D));
 
   // AUTO takes the first backend of the table that can run the problem (a setting gone wrong,
   // INVALID_VALUE, stops it: backend_table.cpp); a named backend must be able to (its can_run
   // says why not).
   const dilattn::Backend* chosen = dilattn::find_backend(backend_value);
-  s = auto_backend ? dilattn::resolve_auto_backend(p, &chosen) : chosen->can_run(p);
+  s = auto_backend ? dilattn::resolve_auto_backend(p, &chosen)
+                   : dilattn::backend_can_run(*chosen, p);
   if (s != DILATTN_SUCCESS) return s;
   p.backend = chosen->id;
   // What the backend keeps per plan (device copies of the mask), made once here.

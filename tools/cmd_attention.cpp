@@ -40,7 +40,7 @@ const FlagSpec kCommonFlags[] = {
     {"heads-mode", true}, {"causal", false}, {"scale", true}, {"backend", true},
     {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
     {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true},
-    {"ring-timeout", true}};
+    {"ring-timeout", true}, {"dropout", true}, {"seed", true}, {"offset", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -76,6 +76,13 @@ struct Settings {
   std::string mask_path, pattern;
   int64_t block_q = 64, block_k = 64;
   RingOptions ring;  // --ring-threads P | --ring mpi [--ring-split contiguous|zigzag]: SPEC 5
+  // --dropout P --seed S [--offset O]: SPEC 11; the calls then carry the seed and offset.
+  bool dropout = false;
+  double dropout_p = 0.0;
+  dilattn_call_options call_options = dilattn_call_options_make();
+
+  // The options of dilattn_forward_ex / dilattn_backward_ex, or null without --dropout.
+  const dilattn_call_options* options() const { return dropout ? &call_options : nullptr; }
 };
 
 Settings parse_settings(const Flags& f) {
@@ -120,6 +127,16 @@ Settings parse_settings(const Flags& f) {
     if (f.has("ring-threads")) fail_input("flags --ring and --ring-threads exclude each other");
     s.ring.mpi = true;
   }
+  // The seed is required with --dropout, as the library requires it (SPEC 11.2): a default
+  // would repeat one mask for every run.
+  s.dropout = f.has("dropout");
+  if (s.dropout && !f.has("seed")) fail_input("flag --dropout needs --seed");
+  if (!s.dropout)
+    for (const char* only : {"seed", "offset"})
+      if (f.has(only)) fail_input(std::string("flag --") + only + " needs --dropout");
+  s.dropout_p = f.get_double("dropout", 0.0, true);
+  s.call_options.dropout_seed = f.get_uint64("seed", 0);
+  s.call_options.dropout_offset = f.get_uint64("offset", 0);
   if (f.has("ring-timeout")) {
     if (!s.ring.any()) fail_input("flag --ring-timeout needs --ring-threads or --ring mpi");
     const int64_t seconds = f.get_int("ring-timeout", 0, 1);
@@ -258,6 +275,7 @@ void make_plan(const Settings& s, const Operands& o, const MaskHandle& file_mask
   DescHandle desc;
   check_status(dilattn_desc_set_causal(desc.get(), s.causal ? 1 : 0), "--causal");
   if (s.has_scale) check_status(dilattn_desc_set_scale(desc.get(), s.scale), "--scale");
+  if (s.dropout) check_status(dilattn_desc_set_dropout(desc.get(), s.dropout_p), "--dropout");
   check_status(dilattn_desc_set_num_threads(desc.get(), static_cast<int32_t>(s.threads)), "--threads");
   if (!s.segments.empty()) {
     check_status(dilattn_desc_set_dilated(desc.get(), static_cast<int32_t>(s.segments.size()),
@@ -382,8 +400,9 @@ NpyArray zeros(NpyType type, std::vector<int64_t> shape, bool allocate = true) {
 }
 
 // O and LSE of the forward pass, LSE in the dtype the plan's backend writes.
-void run_forward(const MpiWorld& world, const PlanHandle& plan, const RingOptions& ring,
-                 Operands& o, NpyArray* out, NpyArray* lse) {
+void run_forward(const MpiWorld& world, const PlanHandle& plan, const Settings& s, Operands& o,
+                 NpyArray* out, NpyArray* lse) {
+  const RingOptions& ring = s.ring;
   const bool ref = plan_backend(plan) == DILATTN_BACKEND_REF;
   world.on_root([&] {
     *out = zeros(o.q.type, o.q.shape);
@@ -402,7 +421,8 @@ void run_forward(const MpiWorld& world, const PlanHandle& plan, const RingOption
   else if (ring.ranks > 0)
     ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl);
   else
-    check_status(dilattn_forward(plan.get(), &tq, &tk, &tv, &to, &tl, nullptr, 0), "forward");
+    check_status(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, s.options(), nullptr, 0),
+                 "forward");
   bind.finish();
 }
 
@@ -437,7 +457,7 @@ int cmd_forward(int argc, char** argv, int first) {
     check_ring_backend(s, plan);
   });
   NpyArray out, lse;
-  run_forward(world, plan, s.ring, o, &out, &lse);
+  run_forward(world, plan, s, o, &out, &lse);
   if (!world.root()) return kExitOk;
   outputs.write(out_file, serialize_npy(out));
   if (want_lse) outputs.write(lse_file, serialize_npy(lse));
@@ -500,7 +520,7 @@ int cmd_backward(int argc, char** argv, int first) {
     world.share_header(&out);
     world.share_header(&lse);
   } else {
-    run_forward(world, plan, s.ring, o, &out, &lse);  // SPEC 6 needs the forward's O and LSE
+    run_forward(world, plan, s, o, &out, &lse);  // SPEC 6 needs the forward's O and LSE
   }
 
   NpyArray dq = zeros(o.q.type, o.q.shape, false), dk = zeros(o.k.type, o.k.shape, false),
@@ -522,8 +542,8 @@ int cmd_backward(int argc, char** argv, int first) {
   else if (s.ring.ranks > 0)
     ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   else
-    check_status(dilattn_backward(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
-                                  nullptr, 0),
+    check_status(dilattn_backward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk,
+                                     &tdv, s.options(), nullptr, 0),
                  "backward");
   bind.finish();
   if (!world.root()) return kExitOk;

@@ -81,6 +81,20 @@ int64_t Flags::get_int(const std::string& name, int64_t fallback, int64_t min_va
   return v;
 }
 
+uint64_t Flags::get_uint64(const std::string& name, uint64_t fallback) const {
+  if (!has(name)) return fallback;
+  const std::string& text = values_.at(name);
+  // Digits only: strtoull would take "-1" as 2^64 - 1.
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    fail_input("flag --" + name + ": '" + text + "' is not an integer >= 0");
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size())
+    fail_input("flag --" + name + ": " + text + " is above 2^64 - 1");
+  return static_cast<uint64_t>(v);
+}
+
 double Flags::get_double(const std::string& name, double fallback, bool non_negative) const {
   if (!has(name)) return fallback;
   const std::string& text = values_.at(name);

@@ -38,6 +38,8 @@ class Flags {
   std::string get(const std::string& name, const std::string& fallback) const;
   // An integer >= min_value.
   int64_t get_int(const std::string& name, int64_t fallback, int64_t min_value) const;
+  // A decimal integer in [0, 2^64) (a seed).
+  uint64_t get_uint64(const std::string& name, uint64_t fallback) const;
   // A finite double (>= 0 when non_negative).
   double get_double(const std::string& name, double fallback, bool non_negative) const;
   // "2048,4096": integers >= 1, at least one.

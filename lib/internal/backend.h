@@ -28,6 +28,13 @@ struct StreamArgs {
   bool workspace_from_pool = false;
 };
 
+// The per-call part of dropout (SPEC 11.2): what dilattn_call_options carry. Read only when the
+// plan's dropout_p > 0; dispatch.cpp has checked offset < 2^32.
+struct DropoutCall {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 struct ForwardArgs {
   const dilattn_tensor* q;
   const dilattn_tensor* k;
@@ -36,6 +43,7 @@ struct ForwardArgs {
   const dilattn_tensor* lse;  // may be null
   void* workspace;            // at least workspace_bytes(problem).forward bytes
   StreamArgs run;
+  DropoutCall dropout = {};
 };
 
 struct BackwardArgs {
@@ -50,6 +58,7 @@ struct BackwardArgs {
   const dilattn_tensor* dv;
   void* workspace;
   StreamArgs run;
+  DropoutCall dropout = {};
 };
 
 struct WorkspaceBytes {
@@ -98,6 +107,9 @@ struct Backend {
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
 const Backend* find_backend(int32_t id);
+// Whether backend b can run p: its can_run, after the refusals every backend but ref shares
+// (dropout, SPEC 11.2), so no backend's own can_run repeats them.
+dilattn_status backend_can_run(const Backend& b, const Problem& p);
 // AUTO: the first backend, in the table's order of preference, that can run the problem; a
 // backend refusing with INVALID_VALUE (a bad setting) makes AUTO fail with its status.
 dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen);

@@ -23,6 +23,7 @@ struct dilattn_desc_s {
   bool causal = false;
   bool has_scale = false;
   double scale = 0;
+  double dropout_p = 0;
   int32_t num_threads = 0;
   dilattn_pool pool = nullptr;
 };

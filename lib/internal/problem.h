@@ -55,6 +55,7 @@ struct Problem {
   std::shared_ptr<const BsrMask> mask; // block-sparse only
   bool causal = false;
   double scale = 0;                    // resolved: explicit or 1/sqrt(D)
+  double dropout_p = 0;                // SPEC 11: in [0, 1); 0 is no dropout
   int32_t num_threads = 0;             // resolved for the cpu backend, >= 1
   dilattn_backend backend = DILATTN_BACKEND_REF;  // resolved, never AUTO
   dilattn_pool pool = nullptr;         // workspace pool, NULL = default

@@ -88,6 +88,11 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
     return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
                      "ring attention needs seqlen_q == seqlen_k, the plan has %lld and %lld",
                      static_cast<long long>(p.Nq), static_cast<long long>(p.Nk));
+  // SPEC 11.2: the ring's calls carry no seed, and its shards would draw with shard positions.
+  if (p.dropout_p > 0)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "the plan has dropout p = %g: ring attention does not run dropout",
+                     p.dropout_p);
   const RingTransport::Memory memory = comm->transport->memory();
   const bool on_gpu = plan->backend->device == DILATTN_DEVICE_CUDA;
   if (memory == RingTransport::Memory::device && !on_gpu)

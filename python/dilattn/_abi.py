@@ -66,6 +66,12 @@ class BsrView(C.Structure):
                 ("head_ptr", C.c_void_p)]
 
 
+class CallOptions(C.Structure):
+    """struct dilattn_call_options (SPEC 11.2); dilattn_call_options_make fills it."""
+    _fields_ = [("struct_size", C.c_size_t), ("dropout_seed", C.c_uint64),
+                ("dropout_offset", C.c_uint64)]
+
+
 class PoolOptions(C.Structure):
     """struct dilattn_pool_options (dilattn_pool.h); dilattn_pool_options_init fills it."""
     _fields_ = [("struct_size", C.c_size_t), ("arena_bytes", C.c_size_t),
@@ -125,6 +131,7 @@ SIGNATURES = {
     "dilattn_desc_set_scale": ([_P, C.c_double], _ST),
     "dilattn_desc_set_num_threads": ([_P, _I32], _ST),
     "dilattn_desc_set_pool": ([_P, _P], _ST),
+    "dilattn_desc_set_dropout": ([_P, C.c_double], _ST),
     "dilattn_shape_make": ([_I64, _I64, _I64, _I64, _I64, _I64], Shape),
     "dilattn_plan_create": ([_PP, _P, C.POINTER(Shape), C.c_int, C.c_int], _ST),
     "dilattn_plan_destroy": ([_P], _ST),
@@ -137,6 +144,11 @@ SIGNATURES = {
     "dilattn_forward_on_stream": ([_P, _P, _T, _T, _T, _T, _T, _P, C.c_size_t], _ST),
     "dilattn_backward_on_stream": ([_P, _P, _T, _T, _T, _T, _T, _T, _T, _T, _T, _P, C.c_size_t],
                                    _ST),
+    "dilattn_call_options_make": ([], CallOptions),
+    "dilattn_forward_ex": ([_P, _T, _T, _T, _T, _T, C.POINTER(CallOptions), _P, C.c_size_t],
+                           _ST),
+    "dilattn_backward_ex": ([_P, _T, _T, _T, _T, _T, _T, _T, _T, _T, C.POINTER(CallOptions), _P,
+                             C.c_size_t], _ST),
     "dilattn_reference_rows": ([_P, _T, _T, _T, _PI64, _I64, C.POINTER(C.c_double),
                                 C.POINTER(C.c_double)], _ST),
     "dilattn_backend_available": ([C.c_int], C.c_int),

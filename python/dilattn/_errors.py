@@ -8,7 +8,7 @@ built-in exception a Python user would catch (bad input is a ValueError, and so 
       IntegerRangeError  (+ OverflowError)     an integer outside its C type (_cints.py)
       NotAnIntegerError  (+ TypeError)         a float, bool or string where an integer belongs
     UnsupportedError     (NotImplementedError) the backend cannot take this input, or a feature
-                                               the bindings do not offer (e.g. dropout)
+                                               the bindings do not offer (e.g. dropout in torch)
     DeviceError          (RuntimeError)        a device or backend this build or machine lacks
     OutOfMemoryError     (MemoryError)
     InternalError        (RuntimeError)        a bug in dilattn: please report it

@@ -101,6 +101,19 @@ def _lse4(lse):
     return lse[..., None] if lse.ndim == 3 else lse
 
 
+def _dropout_call(options, seed, offset):
+    """(seed, offset) for Plan.forward/backward, or None: no seed, no dropout. Dropout without
+    a seed is refused here, as the library refuses it (SPEC 11.2): a default seed would repeat
+    one mask at every step."""
+    if seed is None:
+        if options.dropout_p != 0.0:
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"dropout_p={options.dropout_p!r} needs seed= (and offset=, "
+                            "advanced every step)")
+        return None
+    return seed, offset
+
+
 def _dtype_names(named):
     return [(name, str(array.dtype.newbyteorder("="))) for name, array in named]
 
@@ -108,7 +121,8 @@ def _dtype_names(named):
 def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
             dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
             causal: bool = False, scale: Optional[float] = None, mask: Any = None,
-            backend: str = "auto", pool: Any = None) -> Tuple[np.ndarray, np.ndarray]:
+            backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
+            seed: Optional[int] = None, offset: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
@@ -116,10 +130,17 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     heads_mode "mod" | "block" | "groups"; block-sparse with mask=dilattn.mask.pattern(...).
     pool: a dilattn.Pool (host) for the workspace. Raises dilattn.Error (a subclass per kind of failure) with the library's message.
 
+    Dropout (SPEC 11): dropout_p in [0, 1) drops each (query, key) pair's probability with
+    that chance and scales the kept ones by 1 / (1 - dropout_p); lse is unaffected. It needs
+    seed (0 .. 2**64 - 1) and offset (0 .. 2**32 - 1), which fix the mask: advance the offset
+    every training step and pass the same pair to backward. Only backend "ref" runs dropout.
+
     Precision: backend "ref" computes in f64 whatever the dtype; the fast "cpu" backend (what
     "auto" picks without a GPU) computes float64 inputs in float32 (docs/spec.md section 12), so
     pass backend="ref" when you need f64 accuracy (numpy's default dtype is float64)."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
+                      dropout_p)
+    dropout = _dropout_call(options, seed, offset)
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v))))
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
@@ -127,7 +148,8 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
         B, Nq, H, _ = q.shape
         o = np.empty(q.shape, dtype=q.dtype)
         lse = np.empty((B, H, Nq, 1), dtype=_NUMPY_DTYPES[plan.lse_dtype()])
-        plan.forward(view("q", q), view("k", k), view("v", v), view("o", o), view("lse", lse))
+        plan.forward(view("q", q), view("k", k), view("v", v), view("o", o), view("lse", lse),
+                     dropout=dropout)
     finally:
         plan.close()
     return o, lse[..., 0]
@@ -137,11 +159,15 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
              segments: Optional[Sequence[int]] = None,
              dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
              causal: bool = False, scale: Optional[float] = None, mask: Any = None,
-             backend: str = "auto",
-             pool: Any = None) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+             backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
+             seed: Optional[int] = None,
+             offset: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
-    the output gradient do (SPEC 6). Deterministic: the same inputs give the same bits."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
+    the output gradient do (SPEC 6). Deterministic: the same inputs give the same bits.
+    With dropout, pass the forward's dropout_p, seed and offset (SPEC 11.3)."""
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
+                      dropout_p)
+    dropout = _dropout_call(options, seed, offset)
     q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                                    ("do", do)))
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v), ("o", o), ("do", do))))
@@ -151,7 +177,7 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
         dq, dk, dv = (np.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
         plan.backward(view("q", q), view("k", k), view("v", v), view("o", o),
                       view("lse", lse), view("do", do), view("dq", dq), view("dk", dk),
-                      view("dv", dv))
+                      view("dv", dv), dropout=dropout)
     finally:
         plan.close()
     return dq, dk, dv

@@ -6,7 +6,11 @@ Options (SPEC 2-4): dense attention by default; dilated with segments and dilati
 per branch) and a heads_mode; block-sparse with a dilattn.mask.Mask; causal; scale (default
 1/sqrt(D)); backend "auto" (cuda when a GPU can run the problem, else cpu, else the f64
 reference for f64 inputs), "ref", "cpu", "cuda" or "emu"; pool, a dilattn.Pool for the
-workspace (default: the library's default pool of the device).
+workspace (default: the library's default pool of the device); dropout_p, attention dropout
+(SPEC 11, default 0: none).
+
+A call with dropout (Plan.forward/backward given `dropout=(seed, offset)`) goes through
+dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset (SPEC 11.2).
 
 A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaStream_t as an
 int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
@@ -24,7 +28,7 @@ class Options:
     """Validated attention options; the same for forward and backward."""
 
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
-                 scale=None, mask=None, backend="auto", pool=None):
+                 scale=None, mask=None, backend="auto", pool=None, dropout_p=0.0):
         def as_list(name, value):
             return None if value is None else _cints.int64_list(value, name)
 
@@ -61,6 +65,10 @@ class Options:
                 raise error_for("DILATTN_ERROR_INVALID_VALUE",
                                 f"pool={pool!r}: expected a dilattn.Pool")
             pool.handle()  # a closed pool is refused here, before any plan is made
+        if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"dropout_p={dropout_p!r}: expected a float in [0, 1)")
+        self.dropout_p = float(dropout_p)  # its range is the library's to check (SPEC 11.2)
         self.heads_mode = heads_mode
         self.causal = bool(causal)
         self.scale = None if scale is None else float(scale)
@@ -102,6 +110,8 @@ class Plan(HandleOwner):
             check(L.dilattn_desc_set_causal(desc, 1 if options.causal else 0))
             if options.scale is not None:
                 check(L.dilattn_desc_set_scale(desc, options.scale))
+            if options.dropout_p != 0.0:
+                check(L.dilattn_desc_set_dropout(desc, options.dropout_p))
             with contextlib.ExitStack() as uses:
                 if options.pool is not None:
                     check(L.dilattn_desc_set_pool(desc, uses.enter_context(options.pool._use())))
@@ -153,24 +163,40 @@ class Plan(HandleOwner):
             raise
         return uses, plan
 
-    def forward(self, q, k, v, o, lse, stream=None):
+    @staticmethod
+    def _call_options(dropout):
+        """dilattn_call_options for dropout = (seed, offset)."""
+        seed, offset = dropout
+        options = _abi.lib().dilattn_call_options_make()
+        options.dropout_seed = _cints.uint64(seed, "seed")
+        options.dropout_offset = _cints.uint64(offset, "offset")
+        return options
+
+    def forward(self, q, k, v, o, lse, stream=None, dropout=None):
         """Views (dilattn_tensor) in, results written into the views o and lse; on the CUDA
-        stream `stream` when it is not None."""
+        stream `stream` when it is not None; with dropout = (seed, offset) through
+        dilattn_forward_ex (no stream)."""
         views = [C.byref(t) for t in (q, k, v, o, lse)]
         L = _abi.lib()
+        call_options = None if dropout is None else self._call_options(dropout)
         uses, plan = self._uses()
         with uses:
-            if stream is None:
+            if call_options is not None:
+                check(L.dilattn_forward_ex(plan, *views, C.byref(call_options), None, 0))
+            elif stream is None:
                 check(L.dilattn_forward(plan, *views, None, 0))
             else:
                 check(L.dilattn_forward_on_stream(plan, stream, *views, None, 0))
 
-    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, stream=None):
+    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, stream=None, dropout=None):
         views = [C.byref(t) for t in (q, k, v, o, lse, d_o, dq, dk, dv)]
         L = _abi.lib()
+        call_options = None if dropout is None else self._call_options(dropout)
         uses, plan = self._uses()
         with uses:
-            if stream is None:
+            if call_options is not None:
+                check(L.dilattn_backward_ex(plan, *views, C.byref(call_options), None, 0))
+            elif stream is None:
                 check(L.dilattn_backward(plan, *views, None, 0))
             else:
                 check(L.dilattn_backward_on_stream(plan, stream, *views, None, 0))

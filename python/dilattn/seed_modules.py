@@ -7,7 +7,7 @@ What each argument means here:
 - segment_lengths, dilation_rates, is_causal, softmax_scale (default 1/sqrt(D)): as in
   dilattn.torch.DilatedAttention; heads split into len(segment_lengths) groups
   (heads_mode="groups", SPEC 3) unless heads_mode says otherwise.
-- dropout must be 0 (dilattn has no attention dropout; NotImplementedError otherwise).
+- dropout must be 0 (the torch modules take no attention dropout; NotImplementedError otherwise).
 - Memory-pool, profiling, caching and hardware flags of that package (NO_OP_FLAGS below) are
   accepted and change nothing: dilattn plans take their workspace from the library's pool
   (dilattn.Pool through pool=) and choose their kernels themselves, and no flag changes a

@@ -210,8 +210,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 def _no_dropout(name, p):
     if p != 0.0:
         raise error_for("DILATTN_ERROR_UNSUPPORTED",
-                        f"{name}={p}: dilattn has no attention dropout; pass {name}=0.0 "
-                        "(or add dropout outside the attention)")
+                        f"{name}={p}: dilattn's torch modules take no attention dropout "
+                        f"(dilattn.forward(..., dropout_p=) runs it on backend ref); pass "
+                        f"{name}=0.0 (or add dropout outside the attention)")
 
 
 class DilatedAttention(nn.Module):

@@ -41,6 +41,7 @@ struct AttentionCase {
   MaskSpec mask;  // block-sparse
   bool causal = false;
   double scale = 0;  // 0: the default 1/sqrt(D)
+  double dropout_p = 0;  // SPEC 11; > 0 needs dilattn_forward_ex / dilattn_backward_ex
   dilattn_dtype dtype = DILATTN_F32;
   Layout input_layout, output_layout;  // as the backend under test sees them
 
@@ -98,6 +99,7 @@ class Desc {
     }
     if (s == DILATTN_SUCCESS) s = dilattn_desc_set_causal(desc_, c.causal ? 1 : 0);
     if (s == DILATTN_SUCCESS && c.scale != 0) s = dilattn_desc_set_scale(desc_, c.scale);
+    if (s == DILATTN_SUCCESS && c.dropout_p != 0) s = dilattn_desc_set_dropout(desc_, c.dropout_p);
     if (s == DILATTN_SUCCESS) s = dilattn_desc_set_num_threads(desc_, num_threads);
     return s;
   }

@@ -1,5 +1,6 @@
 """spec_numpy.py - docs/spec.md sections 2 (dense, causal bottom-right), 3 (dilated: three head
-modes, multiset union of branches), 4 (block-sparse) and 6 (backward) as a literal numpy
+modes, multiset union of branches), 4 (block-sparse), 6 (backward) and 11 (dropout, with its own
+numpy Philox4x32-10) as a literal numpy
 transcription in f64, written from the spec's text (not from the C++ code). Every Python test
 (tests/cli, tests/python, tests/ring, tests/sparse, tests/packages/python) checks the library
 against this one module.
@@ -107,13 +108,54 @@ def bsr_counts(Nq, Nk, H, bq, bk, row_ptr, col_idx, head_ptr, causal):
     return key_counts(Nq, Nk, H, mask=(bq, bk, rows), causal=causal)
 
 
-# ---------------------------------------------------------------- attention (SPEC 2, 6)
+# ---------------------------------------------------------------- dropout draws (SPEC 11.1)
+
+_MASK32 = np.uint64(0xFFFFFFFF)
 
 
-def attention_numpy(q, k, v, counts, scale=None, d_o=None):
+def philox4x32_10(counter, key):
+    """Philox4x32-10 of SPEC 11.1 on arrays: counter (c0, c1, c2, c3) and key (k0, k1), each an
+    array (or int) of 32-bit words; returns the four result words as uint64 arrays."""
+    c0, c1, c2, c3 = (np.asarray(x, dtype=np.uint64) & _MASK32 for x in counter)
+    k0, k1 = (np.asarray(x, dtype=np.uint64) & _MASK32 for x in key)
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0  # < 2^64: exact in uint64
+        p1 = np.uint64(0xCD9E8D57) * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = (k0 + np.uint64(0x9E3779B9)) & _MASK32
+        k1 = (k1 + np.uint64(0xBB67AE85)) & _MASK32
+    return c0, c1, c2, c3
+
+
+def dropout_keep(p, seed, offset, b, h, H, Nq, Nk):
+    """keep[i, j] of SPEC 11.1 for batch element b, query head h: word j mod 4 of
+    philox((j // 4, i, b * H + h, offset), (seed mod 2^32, seed // 2^32)) >= ceil(p * 2^32)."""
+    i = np.arange(Nq, dtype=np.uint64)[:, None]
+    j = np.arange(Nk, dtype=np.uint64)[None, :]
+    shape = (Nq, Nk)
+    counter = (np.broadcast_to(j // np.uint64(4), shape), np.broadcast_to(i, shape),
+               np.full(shape, b * H + h, dtype=np.uint64), np.full(shape, offset, dtype=np.uint64))
+    words = philox4x32_10(counter, (seed % 2**32, seed // 2**32))
+    u = np.choose((j % np.uint64(4)).astype(np.int64) + np.zeros(shape, dtype=np.int64), words)
+    return u >= math.ceil(p * 2**32)
+
+
+def dropout_factors(p, seed, offset, b, h, H, Nq, Nk):
+    """M[i, j] = keep_ij / (1 - p) (SPEC 11)."""
+    return np.where(dropout_keep(p, seed, offset, b, h, H, Nq, Nk), 1.0 / (1.0 - p), 0.0)
+
+
+# ---------------------------------------------------------------- attention (SPEC 2, 6, 11)
+
+
+def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None):
     """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j].
     Returns O [B, Nq, H, D], LSE [B, H, Nq] and, with d_o, dQ, dK, dV. A row with no key gets
-    O = 0 and LSE = -inf; GQA: query head h reads kv head h // (H // Hkv)."""
+    O = 0 and LSE = -inf; GQA: query head h reads kv head h // (H // Hkv).
+    dropout = (p, seed, offset): SPEC 11, the pair's whole probability P_ij (all its
+    occurrences) times M_ij in O, and SPEC 11.3's backward; LSE unchanged."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, Nq, H, D = q.shape
     Hkv = k.shape[2]
@@ -134,12 +176,15 @@ def attention_numpy(q, k, v, counts, scale=None, d_o=None):
             lse[b, h, rows] = np.log(total[rows]) + smax[rows, 0]
             p = np.zeros_like(s)
             p[rows] = np.where(c[rows] > 0, c[rows] * np.exp(s[rows] - lse[b, h, rows][:, None]), 0.0)
-            o[b, :, h] = p @ v[b, :, hk]
+            m = np.ones_like(p)
+            if dropout is not None and dropout[0] > 0:
+                m = dropout_factors(dropout[0], dropout[1], dropout[2], b, h, H, Nq, k.shape[1])
+            o[b, :, h] = (p * m) @ v[b, :, hk]
             if d_o is not None:
                 g = np.asarray(d_o[b, :, h], dtype=np.float64)
-                dv[b, :, hk] += p.T @ g
+                dv[b, :, hk] += (p * m).T @ g
                 d_i = (g * o[b, :, h]).sum(axis=1)
-                ds = p * (g @ v[b, :, hk].T - d_i[:, None])
+                ds = p * (m * (g @ v[b, :, hk].T) - d_i[:, None])
                 dq[b, :, h] = scale * ds @ k[b, :, hk]
                 dk[b, :, hk] += scale * ds.T @ q[b, :, h]
     return (o, lse) if d_o is None else (o, lse, dq, dk, dv)
@@ -150,14 +195,17 @@ def _counts_of(q, k, config):
     return key_counts(Nq, k.shape[1], H, **config)
 
 
-def forward(q, k, v, scale=None, **config):
-    """O [B, Nq, H, D] and LSE [B, H, Nq] in f64. config: allowed_keys' keywords."""
-    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale)
+def forward(q, k, v, scale=None, dropout=None, **config):
+    """O [B, Nq, H, D] and LSE [B, H, Nq] in f64. config: allowed_keys' keywords; dropout:
+    (p, seed, offset) or None."""
+    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, dropout=dropout)
 
 
-def backward(q, k, v, d_o, scale=None, **config):
-    """dQ, dK, dV in f64 by SPEC 6, from a fresh forward of the same inputs."""
-    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, d_o=d_o)[2:]
+def backward(q, k, v, d_o, scale=None, dropout=None, **config):
+    """dQ, dK, dV in f64 by SPEC 6 (SPEC 11.3 with dropout), from a fresh forward of the same
+    inputs."""
+    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, d_o=d_o,
+                           dropout=dropout)[2:]
 
 
 # ---------------------------------------------------------------- comparison (SPEC 8)

@@ -136,6 +136,17 @@ pub struct dilattn_shape {
     pub head_dim: i64,
 }
 
+/// Per-call options of dilattn_forward_ex / dilattn_backward_ex (SPEC 11.2): the dropout seed
+/// and offset (below 2^32). struct_size = size_of::<dilattn_call_options>()
+/// (dilattn_call_options_make sets it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dilattn_call_options {
+    pub struct_size: usize,
+    pub dropout_seed: u64,
+    pub dropout_offset: u64,
+}
+
 /// A caller's BSR arrays (dilattn_mask.h). struct_size = size_of::<dilattn_bsr_view>().
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -208,6 +219,7 @@ extern "C" {
     pub fn dilattn_desc_set_scale(desc: dilattn_desc, scale: f64) -> dilattn_status;
     pub fn dilattn_desc_set_num_threads(desc: dilattn_desc, num_threads: i32) -> dilattn_status;
     pub fn dilattn_desc_set_pool(desc: dilattn_desc, pool: dilattn_pool) -> dilattn_status;
+    pub fn dilattn_desc_set_dropout(desc: dilattn_desc, p: f64) -> dilattn_status;
     pub fn dilattn_shape_make(
         batch: i64,
         seqlen_q: i64,
@@ -252,6 +264,34 @@ extern "C" {
         dq: *const dilattn_tensor,
         dk: *const dilattn_tensor,
         dv: *const dilattn_tensor,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> dilattn_status;
+    pub fn dilattn_call_options_make() -> dilattn_call_options;
+    /// options: null for the plain call (refused by a plan with dropout).
+    pub fn dilattn_forward_ex(
+        plan: dilattn_plan,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        options: *const dilattn_call_options,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> dilattn_status;
+    pub fn dilattn_backward_ex(
+        plan: dilattn_plan,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        d_o: *const dilattn_tensor,
+        dq: *const dilattn_tensor,
+        dk: *const dilattn_tensor,
+        dv: *const dilattn_tensor,
+        options: *const dilattn_call_options,
         workspace: *mut c_void,
         workspace_bytes: usize,
     ) -> dilattn_status;

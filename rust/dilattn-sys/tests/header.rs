@@ -151,6 +151,9 @@ fn struct_sizes_and_fields_match_the_library() {
     let mut options = unsafe { std::mem::zeroed::<dilattn_pool_options>() };
     assert_eq!(unsafe { dilattn_pool_options_init(&mut options, 4096) }, DILATTN_SUCCESS);
     assert_eq!(options.struct_size, size_of::<dilattn_pool_options>());
+    let call = unsafe { dilattn_call_options_make() };
+    assert_eq!(call.struct_size, size_of::<dilattn_call_options>());
+    assert_eq!((call.dropout_seed, call.dropout_offset), (0, 0));
     assert_eq!((options.arena_bytes, options.min_block_bytes, options.growth), (4096, 256,
                DILATTN_POOL_FIXED));
 }

@@ -95,18 +95,19 @@ impl std::fmt::Debug for SharedPool {
 }
 
 /// What a plan computes (SPEC 2-4): built as Attention::dense() and friends, then .causal(),
-/// .scale() and .pool().
+/// .scale(), .dropout() and .pool().
 #[derive(Clone, Debug)]
 pub struct Attention {
     kind: Kind,
     causal: bool,
     scale: Option<f64>,
+    dropout: f64,
     pool: Option<SharedPool>,
 }
 
 impl Attention {
     pub fn dense() -> Attention {
-        Attention { kind: Kind::Dense, causal: false, scale: None, pool: None }
+        Attention { kind: Kind::Dense, causal: false, scale: None, dropout: 0.0, pool: None }
     }
 
     /// Branches (segment length w, dilation r); the library validates them at Plan::new.
@@ -116,12 +117,12 @@ impl Attention {
             dilations: branches.iter().map(|b| b.1 as i64).collect(),
             mode,
         };
-        Attention { kind, causal: false, scale: None, pool: None }
+        Attention { kind, causal: false, scale: None, dropout: 0.0, pool: None }
     }
 
     pub fn block_sparse(mask: &Mask) -> Attention {
         Attention { kind: Kind::BlockSparse(mask.clone()), causal: false, scale: None,
-                    pool: None }
+                    dropout: 0.0, pool: None }
     }
 
     /// Causal: key j allowed for row i iff j <= i + (Nk - Nq) (SPEC 2).
@@ -133,6 +134,14 @@ impl Attention {
     /// The softmax scale; 1/sqrt(D) without this call.
     pub fn scale(mut self, scale: f64) -> Attention {
         self.scale = Some(scale);
+        self
+    }
+
+    /// Attention dropout with probability p in [0, 1) (SPEC 11; the library checks p at
+    /// Plan::new). A plan with p > 0 runs on the ref backend only, and only through
+    /// Plan::forward_dropout / Plan::backward_dropout, which carry the seed and offset.
+    pub fn dropout(mut self, p: f64) -> Attention {
+        self.dropout = p;
         self
     }
 
@@ -167,6 +176,9 @@ impl Attention {
         check(unsafe { sys::dilattn_desc_set_causal(desc.0, self.causal as i32) })?;
         if let Some(scale) = self.scale {
             check(unsafe { sys::dilattn_desc_set_scale(desc.0, scale) })?;
+        }
+        if self.dropout != 0.0 {
+            check(unsafe { sys::dilattn_desc_set_dropout(desc.0, self.dropout) })?;
         }
         if let Some(pool) = &self.pool {
             check(unsafe { sys::dilattn_desc_set_pool(desc.0, pool.0.raw()) })?;
@@ -277,6 +289,45 @@ impl Plan {
                                   &d_o, &dq, &dk, &dv, ptr::null_mut(), 0)
         })
     }
+
+    /// forward with the dropout mask of (seed, offset) (SPEC 11): offset below 2^32; advance
+    /// it every training step and give backward_dropout the same pair.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_dropout<T: Element, L: Element>(&self, seed: u64, offset: u64, q: &Tensor<T>,
+                                                   k: &Tensor<T>, v: &Tensor<T>,
+                                                   o: &mut TensorMut<T>, lse: &mut TensorMut<L>)
+        -> Result<()> {
+        let options = call_options(seed, offset);
+        let (q, k, v, o, lse) = (q.raw(), k.raw(), v.raw(), o.raw(), lse.raw());
+        check(unsafe {
+            sys::dilattn_forward_ex(self.raw, &q, &k, &v, &o, &lse, &options, ptr::null_mut(), 0)
+        })
+    }
+
+    /// backward of forward_dropout with the same seed and offset (SPEC 11.3).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_dropout<T: Element, L: Element>(&self, seed: u64, offset: u64,
+                                                    q: &Tensor<T>, k: &Tensor<T>, v: &Tensor<T>,
+                                                    o: &Tensor<T>, lse: &Tensor<L>,
+                                                    d_o: &Tensor<T>, dq: &mut TensorMut<T>,
+                                                    dk: &mut TensorMut<T>, dv: &mut TensorMut<T>)
+        -> Result<()> {
+        let options = call_options(seed, offset);
+        let inputs = [q.raw(), k.raw(), v.raw(), o.raw()];
+        let (lse, d_o) = (lse.raw(), d_o.raw());
+        let (dq, dk, dv) = (dq.raw(), dk.raw(), dv.raw());
+        check(unsafe {
+            sys::dilattn_backward_ex(self.raw, &inputs[0], &inputs[1], &inputs[2], &inputs[3],
+                                     &lse, &d_o, &dq, &dk, &dv, &options, ptr::null_mut(), 0)
+        })
+    }
+}
+
+fn call_options(seed: u64, offset: u64) -> sys::dilattn_call_options {
+    let mut options = unsafe { sys::dilattn_call_options_make() };
+    options.dropout_seed = seed;
+    options.dropout_offset = offset;
+    options
 }
 
 impl Drop for Plan {

@@ -75,6 +75,9 @@ def test_struct_sizes_and_fields_match_the_library():
     assert view.struct_size == C.sizeof(_abi.BsrView)
     assert (view.seqlen_q, view.seqlen_k, view.block_q, view.block_k) == (12, 8, 4, 2)
     assert view.index_type == _abi.INDEX_INT64 and view.num_heads == 1 and nnz > 0
+    call = L.dilattn_call_options_make()
+    assert call.struct_size == C.sizeof(_abi.CallOptions)
+    assert (call.dropout_seed, call.dropout_offset) == (0, 0)
     options = _abi.PoolOptions()
     assert L.dilattn_pool_options_init(C.byref(options), 4096) == _abi.SUCCESS
     assert options.struct_size == C.sizeof(_abi.PoolOptions)

@@ -1,0 +1,67 @@
+"""test_cli_dropout.py - `dilattn forward/backward --dropout P --seed S [--offset O]` (SPEC 11)
+on backend ref against spec_numpy (its own numpy Philox4x32-10), dense and dilated, backward
+both recomputing the forward and from the forward's files; the flag rules (exit 2) and the
+fast backends' refusal (exit 3)."""
+import numpy as np
+import pytest
+
+from cli_support import backward, expect_bad_input, forward, forward_args, make_inputs, run
+from spec_numpy import assert_close, attention_numpy, dense_counts, dilated_counts
+
+SEED = 2**64 - 3  # the whole 64-bit range reaches the library
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+@pytest.mark.parametrize("kind", ["dense_causal", "dilated"])
+def test_dropout_matches_numpy_spec(tmp_path, kind, p):
+    arrs, paths = make_inputs(tmp_path, B=2, Nq=12, H=2, D=4, dtype="<f8")
+    if kind == "dilated":
+        flags = ["--segments", "4,12", "--dilations", "2,3"]
+        counts = dilated_counts(12, 2, [(4, 2), (12, 3)], "mod", False)
+    else:
+        flags = ["--causal"]
+        counts = dense_counts(12, 12, 2, True)
+    flags += ["--dropout", str(p), "--seed", str(SEED), "--offset", "41"]
+    want = attention_numpy(arrs["q"], arrs["k"], arrs["v"], counts, d_o=arrs["do"],
+                           dropout=(p, SEED, 41))
+    plain = attention_numpy(arrs["q"], arrs["k"], arrs["v"], counts)
+    assert not np.allclose(want[0], plain[0], atol=1e-3), "the case must drop something"
+    o, lse = forward(tmp_path, paths, *flags)
+    assert_close(o, want[0], atol=1e-12, rtol=1e-12)
+    assert_close(lse, want[1], atol=1e-12, rtol=1e-12)
+    for extra in ([], ["--o", tmp_path / "o.npy", "--lse", tmp_path / "lse.npy"]):
+        for got, ref in zip(backward(tmp_path, paths, *flags, *extra), want[2:]):
+            assert_close(got, ref, atol=1e-12, rtol=1e-12)
+
+
+def test_offset_changes_the_mask(tmp_path):
+    _, paths = make_inputs(tmp_path, Nq=16, dtype="<f8")
+    o1, _ = forward(tmp_path, paths, "--dropout", "0.5", "--seed", "3", "--offset", "1")
+    o1b, _ = forward(tmp_path, paths, "--dropout", "0.5", "--seed", "3", "--offset", "1")
+    o2, _ = forward(tmp_path, paths, "--dropout", "0.5", "--seed", "3", "--offset", "2")
+    assert np.array_equal(o1, o1b) and not np.array_equal(o1, o2)
+
+
+@pytest.mark.parametrize("extra,mentions", [
+    (["--dropout", "0.1"], ["--dropout needs --seed"]),
+    (["--seed", "1"], ["--seed needs --dropout"]),
+    (["--offset", "1"], ["--offset needs --dropout"]),
+    (["--dropout", "0.1", "--seed", "-1"], ["--seed", "'-1'"]),
+    (["--dropout", "0.1", "--seed", "18446744073709551616"], ["--seed", "2^64"]),
+    (["--dropout", "-0.1", "--seed", "1"], ["--dropout", "must be >= 0"]),
+    (["--dropout", "1", "--seed", "1"], ["--dropout", "'p' = 1"]),
+    (["--dropout", "0.1", "--seed", "1", "--offset", "4294967296"],
+     ["dropout_offset = 4294967296"]),
+])
+def test_bad_dropout_flags_exit_2(tmp_path, extra, mentions):
+    _, paths = make_inputs(tmp_path, dtype="<f8")
+    expect_bad_input(tmp_path, forward_args(tmp_path, paths, *extra), *mentions)
+
+
+def test_fast_backend_refuses_dropout_exit_3(tmp_path):
+    _, paths = make_inputs(tmp_path)
+    p = run("forward", "--q", paths["q"], "--k", paths["k"], "--v", paths["v"], "--out",
+            tmp_path / "o.npy", "--backend", "cpu", "--dropout", "0.1", "--seed", "1")
+    assert p.returncode == 3, p.stderr
+    assert "does not run dropout" in p.stderr
+    assert not (tmp_path / "o.npy").exists()
