@@ -1,5 +1,6 @@
 // reference_forward.cpp - the f64 reference forward: SPEC 2 (dense softmax), 3 (dilated
-// branches combined by LSE) and 4 (block-sparse), written to be read, not to be fast.
+// branches combined by LSE), 4 (block-sparse) and 10.1 (window, softcap, ALiBi), written to be
+// read, not to be fast.
 //
 // For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
@@ -28,18 +29,18 @@ void for_each_key(const KeyGroup& group, F&& f) {
     for (int64_t t = 0; t < kp.count; ++t) f(kp.first + t * kp.step);
 }
 
-// SPEC 2 for one softmax group: S_j = scale <q, k_j>, LSE = log sum exp S_j,
+// SPEC 2 for one softmax group: S_j = scale <q, k_j> (softcapped and biased, SPEC 10.1), LSE = log sum exp S_j,
 // O = sum exp(S_j - LSE) v_j. The max is subtracted first so exp never overflows, and the
 // weights are exp(S_j - max) / sum rather than exp(S_j - LSE): for scores near 1e38 (a huge
 // finite scale) max + log(sum) rounds back to max in f64 and exp(S_j - LSE) would drop the sum.
 void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k,
-                  const dilattn_tensor& v, int64_t b, int64_t kvh, const KeyGroup& group,
-                  double* o, double* lse) {
+                  const dilattn_tensor& v, int64_t b, int64_t h, int64_t i, int64_t kvh,
+                  const KeyGroup& group, double* o, double* lse) {
   const int64_t D = p.D;
   std::vector<double> key(static_cast<size_t>(D)), scores;
   for_each_key(group, [&](int64_t j) {
     load_row(k, b, j, kvh, D, key.data());
-    scores.push_back(p.scale * dot(q_row, key.data(), D));
+    scores.push_back(variant_score(p, b, h, i, j, p.scale * dot(q_row, key.data(), D)));
   });
   double max_score = kNegInf;
   for (double s : scores) max_score = max_nan(max_score, s);
@@ -76,7 +77,8 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
   std::vector<double> group_o(groups.size() * static_cast<size_t>(D));
   std::vector<double> group_lse(groups.size());
   for (size_t g = 0; g < groups.size(); ++g)
-    attend_group(p, q_row.data(), k, v, b, kvh, groups[g], &group_o[g * D], &group_lse[g]);
+    attend_group(p, q_row.data(), k, v, b, h, i, kvh, groups[g], &group_o[g * D],
+                 &group_lse[g]);
 
   // SPEC 3: LSE = log sum_g exp(LSE^g), O = sum_g exp(LSE^g - LSE) O^g, the weights formed as
   // exp(LSE^g - max) / sum for the reason attend_group gives. No group: O = 0, LSE = -inf

@@ -1,6 +1,7 @@
 // backend_table.cpp - every backend, once: the table plan.cpp, dispatch.cpp and version.cpp
 // look backends up in (version.cpp for what a backend reports about itself). Adding a backend is adding one entry (and its functions).
 #include "backend.h"
+#include "errors.h"
 
 namespace dilattn {
 
@@ -37,10 +38,21 @@ const Backend* find_backend(int32_t id) {
   return nullptr;
 }
 
+dilattn_status backend_can_run(const Backend& b, const Problem& p) {
+  // SPEC 10.1: only the reference computes windows, softcap and ALiBi; every other backend
+  // refuses them here, in one place, before its own checks.
+  const char* variant = p.first_variant();
+  if (variant != nullptr && b.id != DILATTN_BACKEND_REF)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "backend '%s' does not support %s yet (docs/spec.md section 10; use backend "
+                     "ref)", b.name, variant);
+  return b.can_run(p);
+}
+
 dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen) {
   for (const Backend& b : kBackends) {
     if (b.id == DILATTN_BACKEND_EMU) continue;
-    const dilattn_status s = b.can_run(p);
+    const dilattn_status s = backend_can_run(b, p);
     if (s == DILATTN_SUCCESS) {
       *chosen = &b;
       return s;

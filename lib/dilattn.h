@@ -166,6 +166,20 @@ DILATTN_API dilattn_status dilattn_desc_set_num_threads(dilattn_desc desc, int32
 /* Workspace pool for plans made from this description; NULL = the default pool. */
 DILATTN_API dilattn_status dilattn_desc_set_pool(dilattn_desc desc, dilattn_pool pool);
 
+/* Variants (docs/spec.md section 10.1), computed by the ref backend only: every other backend,
+ * and the ring, refuse a plan with one of them (DILATTN_ERROR_UNSUPPORTED naming the option),
+ * so AUTO resolves such a plan to ref.
+ * Sliding window: key j is allowed for row i iff i + d - left <= j <= i + d + right
+ * (d = seqlen_k - seqlen_q); -1 is unbounded, (-1, -1) turns it off. */
+DILATTN_API dilattn_status dilattn_desc_set_window(dilattn_desc desc, int64_t left, int64_t right);
+/* Softcap c: S = c * tanh(scale <q, k> / c); c = 0 turns it off; c must be >= 0 and finite. */
+DILATTN_API dilattn_status dilattn_desc_set_softcap(dilattn_desc desc, double softcap);
+/* ALiBi: S += -m * |i + d - j| after the softcap; count slopes, copied: heads_q of them (one per
+ * head) or batch * heads_q (row-major [batch][heads_q]), checked at plan creation. count 0 turns
+ * it off. */
+DILATTN_API dilattn_status dilattn_desc_set_alibi(dilattn_desc desc, const double* slopes,
+                                                  int64_t count);
+
 /* ---------------------------------------------------------------- plans */
 typedef enum dilattn_backend {
   DILATTN_BACKEND_AUTO = 0, /* cuda when a GPU is present, else cpu */

@@ -98,6 +98,9 @@ struct Backend {
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
 const Backend* find_backend(int32_t id);
+// b.can_run after the refusals every backend shares (SPEC 10.1: only ref computes windows,
+// softcap and ALiBi). plan.cpp and resolve_auto_backend ask a backend through this.
+dilattn_status backend_can_run(const Backend& b, const Problem& p);
 // AUTO: the first backend, in the table's order of preference, that can run the problem; a
 // backend refusing with INVALID_VALUE (a bad setting) makes AUTO fail with its status.
 dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen);
