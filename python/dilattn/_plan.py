@@ -8,6 +8,10 @@ per branch) and a heads_mode; block-sparse with a dilattn.mask.Mask; causal; sca
 reference for f64 inputs), "ref", "cpu", "cuda" or "emu"; pool, a dilattn.Pool for the
 workspace (default: the library's default pool of the device).
 
+Variants (SPEC 10.1, computed by backend "ref" only; "auto" then resolves to it, the other
+backends refuse): window_size=(left, right), each >= 0 or -1 for unbounded; softcap=c (0 off);
+alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch element and head).
+
 A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaStream_t as an
 int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
 Without one (stream=None) it is dilattn_forward / dilattn_backward.
@@ -24,7 +28,8 @@ class Options:
     """Validated attention options; the same for forward and backward."""
 
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
-                 scale=None, mask=None, backend="auto", pool=None):
+                 scale=None, mask=None, backend="auto", pool=None, *, window_size=None,
+                 softcap=0.0, alibi_slopes=None):
         def as_list(name, value):
             return None if value is None else _cints.int64_list(value, name)
 
@@ -61,12 +66,29 @@ class Options:
                 raise error_for("DILATTN_ERROR_INVALID_VALUE",
                                 f"pool={pool!r}: expected a dilattn.Pool")
             pool.handle()  # a closed pool is refused here, before any plan is made
+        self.window_size = None
+        if window_size is not None:
+            if len(window_size) != 2:
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"window_size={window_size!r}: expected (left, right)")
+            self.window_size = (_cints.int64(window_size[0], "window_size[0]"),
+                                _cints.int64(window_size[1], "window_size[1]"))
+        self.softcap = float(softcap)
+        self.alibi_slopes = None
+        if alibi_slopes is not None:
+            self.alibi_slopes = [float(m) for m in _flat(alibi_slopes)]
         self.heads_mode = heads_mode
         self.causal = bool(causal)
         self.scale = None if scale is None else float(scale)
         self.mask = mask
         self.backend = backend
         self.pool = pool
+
+
+def _flat(values):
+    """A sequence of slopes, or a numpy array of any shape ([H] or [B, H]) as a flat list."""
+    ravel = getattr(values, "ravel", None)
+    return list(ravel()) if ravel is not None else list(values)
 
 
 _SIZE_NAMES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")
@@ -102,6 +124,14 @@ class Plan(HandleOwner):
             check(L.dilattn_desc_set_causal(desc, 1 if options.causal else 0))
             if options.scale is not None:
                 check(L.dilattn_desc_set_scale(desc, options.scale))
+            if options.window_size is not None:
+                check(L.dilattn_desc_set_window(desc, *options.window_size))
+            if options.softcap != 0:
+                check(L.dilattn_desc_set_softcap(desc, options.softcap))
+            if options.alibi_slopes:
+                n = len(options.alibi_slopes)
+                slopes = (C.c_double * n)(*options.alibi_slopes)
+                check(L.dilattn_desc_set_alibi(desc, slopes, n))
             with contextlib.ExitStack() as uses:
                 if options.pool is not None:
                     check(L.dilattn_desc_set_pool(desc, uses.enter_context(options.pool._use())))

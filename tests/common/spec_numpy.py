@@ -11,6 +11,11 @@ attention_numpy runs one softmax per row over the multiset, each occurrence addi
     LSE_i = log sum_j counts_ij exp(S_ij),  O_i = sum_j counts_ij exp(S_ij - LSE_i) v_j,
 and SPEC 6's backward with P_ij = counts_ij exp(S_ij - LSE_i). The C++ reference instead runs one
 softmax per branch and combines them by LSE; the two routes reach the same numbers.
+
+SPEC 10.1 variants: window=(left, right) filters A(i) by i + d - left <= j <= i + d + right
+(-1 unbounded) on positions before dilation; softcap c > 0 replaces the scaled score s by
+c tanh(s / c); alibi_slopes (shape [H] or [B, H]) adds -m |i + d - j| after the softcap. The
+backward multiplies dS by 1 - tanh^2(s / c) under a softcap; ALiBi adds no gradient.
 """
 import math
 
@@ -40,7 +45,17 @@ def head_group(h, H, m):
 
 
 def allowed_keys(i, h, Nq, Nk, H, segments=None, dilations=None, heads_mode="mod", causal=False,
-                 mask=None):
+                 mask=None, window=None):
+    """A(i), then cut to the SPEC 10.1 window (left, right) when one is given."""
+    keys = _kind_keys(i, h, Nq, Nk, H, segments, dilations, heads_mode, causal, mask)
+    if window is None:
+        return keys
+    left, right = window
+    a = i + (Nk - Nq)
+    return [j for j in keys if (left < 0 or j >= a - left) and (right < 0 or j <= a + right)]
+
+
+def _kind_keys(i, h, Nq, Nk, H, segments, dilations, heads_mode, causal, mask):
     """A(i) for query row i of head h, a list with repeats.
 
     Dense without segments and mask; dilated with segments/dilations (SPEC 3); block-sparse with
@@ -110,14 +125,19 @@ def bsr_counts(Nq, Nk, H, bq, bk, row_ptr, col_idx, head_ptr, causal):
 # ---------------------------------------------------------------- attention (SPEC 2, 6)
 
 
-def attention_numpy(q, k, v, counts, scale=None, d_o=None):
-    """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j].
+def attention_numpy(q, k, v, counts, scale=None, d_o=None, softcap=0.0, alibi_slopes=None):
+    """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j], with the
+    SPEC 10.1 softcap and ALiBi slopes ([H] or [B, H]) when given.
     Returns O [B, Nq, H, D], LSE [B, H, Nq] and, with d_o, dQ, dK, dV. A row with no key gets
     O = 0 and LSE = -inf; GQA: query head h reads kv head h // (H // Hkv)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, Nq, H, D = q.shape
-    Hkv = k.shape[2]
+    Hkv, Nk = k.shape[2], k.shape[1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
+    slopes = None
+    if alibi_slopes is not None and len(np.ravel(alibi_slopes)) > 0:
+        slopes = np.broadcast_to(np.asarray(alibi_slopes, dtype=np.float64).reshape(-1, H), (B, H))
+    distance = np.abs(np.arange(Nq)[:, None] + (Nk - Nq) - np.arange(Nk)[None, :])
     o = np.zeros_like(q)
     lse = np.full((B, H, Nq), -np.inf)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
@@ -125,7 +145,10 @@ def attention_numpy(q, k, v, counts, scale=None, d_o=None):
         for h in range(H):
             hk = h // (H // Hkv)
             c = counts[h]
-            s = scale * q[b, :, h] @ k[b, :, hk].T
+            raw = scale * q[b, :, h] @ k[b, :, hk].T
+            s = softcap * np.tanh(raw / softcap) if softcap > 0 else raw
+            if slopes is not None:
+                s = s - slopes[b, h] * distance
             smax = np.where(c > 0, s, -np.inf).max(axis=1, keepdims=True)
             smax = np.where(np.isfinite(smax), smax, 0.0)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -140,6 +163,8 @@ def attention_numpy(q, k, v, counts, scale=None, d_o=None):
                 dv[b, :, hk] += p.T @ g
                 d_i = (g * o[b, :, h]).sum(axis=1)
                 ds = p * (g @ v[b, :, hk].T - d_i[:, None])
+                if softcap > 0:
+                    ds = ds * (1 - np.tanh(raw / softcap) ** 2)
                 dq[b, :, h] = scale * ds @ k[b, :, hk]
                 dk[b, :, hk] += scale * ds.T @ q[b, :, h]
     return (o, lse) if d_o is None else (o, lse, dq, dk, dv)
@@ -150,14 +175,16 @@ def _counts_of(q, k, config):
     return key_counts(Nq, k.shape[1], H, **config)
 
 
-def forward(q, k, v, scale=None, **config):
+def forward(q, k, v, scale=None, softcap=0.0, alibi_slopes=None, **config):
     """O [B, Nq, H, D] and LSE [B, H, Nq] in f64. config: allowed_keys' keywords."""
-    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale)
+    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, softcap=softcap,
+                           alibi_slopes=alibi_slopes)
 
 
-def backward(q, k, v, d_o, scale=None, **config):
+def backward(q, k, v, d_o, scale=None, softcap=0.0, alibi_slopes=None, **config):
     """dQ, dK, dV in f64 by SPEC 6, from a fresh forward of the same inputs."""
-    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, d_o=d_o)[2:]
+    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, d_o=d_o,
+                           softcap=softcap, alibi_slopes=alibi_slopes)[2:]
 
 
 # ---------------------------------------------------------------- comparison (SPEC 8)
