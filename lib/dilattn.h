@@ -146,7 +146,8 @@ typedef struct dilattn_desc_s* dilattn_desc;
 typedef struct dilattn_mask_s* dilattn_mask; /* dilattn_mask.h */
 typedef struct dilattn_pool_s* dilattn_pool; /* dilattn_pool.h */
 
-/* A new description: dense, not causal, scale 1/sqrt(D), default threads, default pool. */
+/* A new description: dense, not causal, scale 1/sqrt(D), default threads, default pool, no
+ * window, softcap or ALiBi. */
 DILATTN_API dilattn_status dilattn_desc_create(dilattn_desc* desc);
 DILATTN_API dilattn_status dilattn_desc_destroy(dilattn_desc desc);
 DILATTN_API dilattn_status dilattn_desc_set_dense(dilattn_desc desc);
