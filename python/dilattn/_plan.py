@@ -68,12 +68,16 @@ class Options:
             pool.handle()  # a closed pool is refused here, before any plan is made
         self.window_size = None
         if window_size is not None:
-            if len(window_size) != 2:
+            if not hasattr(window_size, "__len__") or len(window_size) != 2:
                 raise error_for("DILATTN_ERROR_INVALID_VALUE",
                                 f"window_size={window_size!r}: expected (left, right)")
             self.window_size = (_cints.int64(window_size[0], "window_size[0]"),
                                 _cints.int64(window_size[1], "window_size[1]"))
-        self.softcap = float(softcap)
+        try:
+            self.softcap = float(softcap)
+        except (TypeError, ValueError):
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"softcap={softcap!r}: expected a number (0 turns it off)") from None
         self.alibi_slopes = None
         if alibi_slopes is not None:
             self.alibi_slopes = [float(m) for m in _flat(alibi_slopes)]

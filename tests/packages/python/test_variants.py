@@ -171,6 +171,9 @@ def test_auto_resolves_to_ref():
     (dict(alibi_slopes=[0.5, float("nan")]), "slopes[1] = nan"),
     (dict(alibi_slopes=[float("-inf"), 0.5]), "slopes[0] = -inf"),
     (dict(alibi_slopes=[0.5, 0.5, 0.5]), "count = 3, need heads_q = 2"),
+    (dict(window_size=(2,)), "window_size=(2,): expected (left, right)"),
+    (dict(window_size=3), "window_size=3: expected (left, right)"),
+    (dict(softcap="big"), "softcap='big': expected a number"),
 ])
 def test_bad_values_refused(options, message):
     q, k, v, _, _ = _inputs((2, 4, 4, 2, 1, 2), 1)
