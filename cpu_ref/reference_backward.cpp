@@ -4,6 +4,10 @@
 //   dV_j += P_ij dO_i,  dS_ij = P_ij (<dO_i, v_j> - D_i),
 //   dQ_i += scale dS_ij k_j,  dK_j += scale dS_ij q_i.
 //
+// SPEC 10.1: S_ij is the softcapped, ALiBi-biased score (the window only selects the keys);
+// the softcap multiplies dS by its derivative 1 - tanh^2(scale <q, k> / c) before dQ and dK,
+// and the ALiBi bias has no gradient.
+//
 // LSE is the combined one the forward returned, so dilated branches need no extra weights: a
 // key reached by two branches is two occurrences. dK and dV sum over the query heads of a kv
 // head (GQA). Accumulation is f64 in the workspace, in a fixed order: deterministic.
@@ -53,7 +57,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
               const int64_t j = kp.first + t * kp.step;
               load_row(*a.k, b, j, kvh, D, k_row.data());
               load_row(*a.v, b, j, kvh, D, v_row.data());
-              const double P = std::exp(p.scale * dot(q_row.data(), k_row.data(), D) - lse);
+              const double s = p.scale * dot(q_row.data(), k_row.data(), D);
+              const double P = std::exp(variant_score(p, b, h, i, j, s) - lse);
               double dP = dot(do_row.data(), v_row.data(), D);
               double P_kept = P;  // P_ij M_ij: the weight v_j had in O_i
               if (dropout.active) {
@@ -61,7 +66,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
                 dP *= factor;
                 P_kept *= factor;
               }
-              const double dS = P * (dP - D_i);
+              // SPEC 10.1: through the softcap, dS picks up its slope 1 - tanh^2.
+              const double dS = P * (dP - D_i) * softcap_slope(s, p.softcap);
               double* dk_j = dk_acc + kv_at(b, j, kvh);
               double* dv_j = dv_acc + kv_at(b, j, kvh);
               for (int64_t d = 0; d < D; ++d) {

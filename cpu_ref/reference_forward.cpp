@@ -1,6 +1,6 @@
 // reference_forward.cpp - the f64 reference forward: SPEC 2 (dense softmax), 3 (dilated
-// branches combined by LSE), 4 (block-sparse) and 11 (dropout), written to be read, not to be
-// fast.
+// branches combined by LSE), 4 (block-sparse), 10.1 (window, softcap, ALiBi) and 11 (dropout),
+// written to be read, not to be fast.
 //
 // For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
@@ -29,7 +29,7 @@ void for_each_key(const KeyGroup& group, F&& f) {
     for (int64_t t = 0; t < kp.count; ++t) f(kp.first + t * kp.step);
 }
 
-// SPEC 2 for one softmax group: S_j = scale <q, k_j>, LSE = log sum exp S_j,
+// SPEC 2 for one softmax group: S_j = scale <q, k_j> (softcapped and biased, SPEC 10.1), LSE = log sum exp S_j,
 // O = sum exp(S_j - LSE) v_j. The max is subtracted first so exp never overflows, and the
 // weights are exp(S_j - max) / sum rather than exp(S_j - LSE): for scores near 1e38 (a huge
 // finite scale) max + log(sum) rounds back to max in f64 and exp(S_j - LSE) would drop the sum.
@@ -42,7 +42,7 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
   std::vector<double> key(static_cast<size_t>(D)), scores;
   for_each_key(group, [&](int64_t j) {
     load_row(k, b, j, kvh, D, key.data());
-    scores.push_back(p.scale * dot(q_row, key.data(), D));
+    scores.push_back(variant_score(p, b, h, i, j, p.scale * dot(q_row, key.data(), D)));
   });
   double max_score = kNegInf;
   for (double s : scores) max_score = max_nan(max_score, s);

@@ -1,13 +1,25 @@
-// reference_key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4).
+// reference_key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4), cut to the
+// sliding window of SPEC 10.1.
 #include "reference_key_sets.h"
 
 namespace dilattn::ref {
+
+namespace {
+
+// SPEC 10.1: the window intersects the kind's keys (positions before dilation); without one,
+// kp as it is.
+KeyProgression in_window(const Problem& p, int64_t i, const KeyProgression& kp) {
+  if (!p.has_window()) return kp;
+  return window_cut(kp, i, p.Nq, p.Nk, p.window_left, p.window_right);
+}
+
+}  // namespace
 
 void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup>* groups) {
   groups->clear();
   switch (p.kind) {
     case DILATTN_KIND_DENSE: {  // SPEC 2
-      const KeyProgression kp = dense_keys(i, p.Nq, p.Nk, p.causal);
+      const KeyProgression kp = in_window(p, i, dense_keys(i, p.Nq, p.Nk, p.causal));
       if (kp.count > 0) groups->push_back({kp});
       return;
     }
@@ -17,7 +29,8 @@ void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup
         if (!head_uses_branch(p.head_mode, h, branch_index, p.H, m)) continue;
         const Branch& branch = p.branches[static_cast<size_t>(branch_index)];
         const int64_t o = head_offset(p.head_mode, h, branch_index, branch.r, p.H);
-        const KeyProgression kp = dilated_keys(i, p.Nq, branch.w, branch.r, o, p.causal);
+        const KeyProgression kp =
+            in_window(p, i, dilated_keys(i, p.Nq, branch.w, branch.r, o, p.causal));
         if (kp.count > 0) groups->push_back({kp});
       }
       return;
@@ -27,7 +40,8 @@ void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup
       const int64_t* cols = p.mask->row_cols(h, i / p.mask->bq, &count);
       KeyGroup group;
       for (int64_t e = 0; e < count; ++e) {
-        const KeyProgression kp = block_keys(i, cols[e], p.mask->bk, p.Nq, p.Nk, p.causal);
+        const KeyProgression kp =
+            in_window(p, i, block_keys(i, cols[e], p.mask->bk, p.Nq, p.Nk, p.causal));
         if (kp.count > 0) group.push_back(kp);
       }
       if (!group.empty()) groups->push_back(std::move(group));

@@ -8,6 +8,7 @@
 #include "dropout_rng.h"
 #include "dtype_convert.h"
 #include "reference_key_sets.h"
+#include "score_rules.h"
 
 namespace dilattn::ref {
 
@@ -28,6 +29,15 @@ inline double dot(const double* a, const double* b, int64_t D) {
   double s = 0;
   for (int64_t d = 0; d < D; ++d) s += a[d] * b[d];
   return s;
+}
+
+// SPEC 10.1: the score S_ij from the scaled product s = scale * <q_i, k_j>: softcapped, then
+// the ALiBi bias of (b, h) added. Without either option, s itself.
+inline double variant_score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j,
+                            double s) {
+  double score = softcapped(s, p.softcap);
+  if (!p.alibi_slopes.empty()) score += alibi_bias(p.alibi_slope(b, h), i, j, p.Nq, p.Nk);
+  return score;
 }
 
 // LSE entry [b, h, i] of an f32 or f64 tensor.

@@ -32,19 +32,26 @@ const Backend kBackends[] = {
 
 }  // namespace
 
+const Backend* find_backend(int32_t id) {
+  for (const Backend& b : kBackends)
+    if (b.id == id) return &b;
+  return nullptr;
+}
+
 dilattn_status backend_can_run(const Backend& b, const Problem& p) {
+  // SPEC 10.1: only the reference computes windows, softcap and ALiBi; every other backend
+  // refuses them here, in one place, before its own checks.
+  const char* variant = p.first_variant();
+  if (variant != nullptr && b.id != DILATTN_BACKEND_REF)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "backend '%s' does not support %s yet (docs/spec.md section 10; use backend "
+                     "ref)", b.name, variant);
   // SPEC 11.2: the reference is the one backend that draws dropout decisions.
   if (p.dropout_p > 0 && b.id != DILATTN_BACKEND_REF)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend %s does not run dropout (p = %g); backend ref does", b.name,
                      p.dropout_p);
   return b.can_run(p);
-}
-
-const Backend* find_backend(int32_t id) {
-  for (const Backend& b : kBackends)
-    if (b.id == id) return &b;
-  return nullptr;
 }
 
 dilattn_status resolve_auto_backend(const Problem& p, const Backend** chosen) {

@@ -140,3 +140,53 @@ extern "C" dilattn_status dilattn_desc_set_dropout(dilattn_desc desc, double p) 
   return DILATTN_SUCCESS;
   DILATTN_ABI_END
 }
+
+// SPEC 10.1: -1 is unbounded; anything below is a mistake, not a bigger "unbounded".
+extern "C" dilattn_status dilattn_desc_set_window(dilattn_desc desc, int64_t left, int64_t right) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (left < -1)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'left' = %lld: a window bound is >= 0, or -1 for unbounded",
+                     static_cast<long long>(left));
+  if (right < -1)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'right' = %lld: a window bound is >= 0, or -1 for unbounded",
+                     static_cast<long long>(right));
+  desc->window_left = left;
+  desc->window_right = right;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_desc_set_softcap(dilattn_desc desc, double softcap) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (!std::isfinite(softcap) || softcap < 0)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'softcap' = %g: must be finite and >= 0 (0 turns it off)", softcap);
+  desc->softcap = softcap;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+// The slopes are copied; their count is checked against H and B * H by dilattn_plan_create,
+// which is the first place that knows the shape.
+extern "C" dilattn_status dilattn_desc_set_alibi(dilattn_desc desc, const double* slopes,
+                                                 int64_t count) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (count < 0)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'count' = %lld: must be >= 0",
+                     static_cast<long long>(count));
+  if (count > 0 && slopes == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER, "argument 'slopes' is NULL with count = %lld",
+                     static_cast<long long>(count));
+  for (int64_t x = 0; x < count; ++x)
+    if (!std::isfinite(slopes[x]))
+      return set_error(DILATTN_ERROR_INVALID_VALUE, "slopes[%lld] = %g: must be finite",
+                       static_cast<long long>(x), slopes[x]);
+  desc->alibi_slopes.assign(slopes, slopes + count);
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}

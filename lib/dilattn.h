@@ -146,7 +146,8 @@ typedef struct dilattn_desc_s* dilattn_desc;
 typedef struct dilattn_mask_s* dilattn_mask; /* dilattn_mask.h */
 typedef struct dilattn_pool_s* dilattn_pool; /* dilattn_pool.h */
 
-/* A new description: dense, not causal, scale 1/sqrt(D), default threads, default pool. */
+/* A new description: dense, not causal, scale 1/sqrt(D), default threads, default pool, no
+ * window, softcap or ALiBi. */
 DILATTN_API dilattn_status dilattn_desc_create(dilattn_desc* desc);
 DILATTN_API dilattn_status dilattn_desc_destroy(dilattn_desc desc);
 DILATTN_API dilattn_status dilattn_desc_set_dense(dilattn_desc desc);
@@ -169,6 +170,20 @@ DILATTN_API dilattn_status dilattn_desc_set_pool(dilattn_desc desc, dilattn_pool
  * 0 (the default) is no dropout. A plan with p > 0 runs only on the ref backend and only
  * through dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset. */
 DILATTN_API dilattn_status dilattn_desc_set_dropout(dilattn_desc desc, double p);
+
+/* Variants (docs/spec.md section 10.1), computed by the ref backend only: every other backend,
+ * and the ring, refuse a plan with one of them (DILATTN_ERROR_UNSUPPORTED naming the option),
+ * so AUTO resolves such a plan to ref.
+ * Sliding window: key j is allowed for row i iff i + d - left <= j <= i + d + right
+ * (d = seqlen_k - seqlen_q); -1 is unbounded, (-1, -1) turns it off. */
+DILATTN_API dilattn_status dilattn_desc_set_window(dilattn_desc desc, int64_t left, int64_t right);
+/* Softcap c: S = c * tanh(scale <q, k> / c); c = 0 turns it off; c must be >= 0 and finite. */
+DILATTN_API dilattn_status dilattn_desc_set_softcap(dilattn_desc desc, double softcap);
+/* ALiBi: S += -m * |i + d - j| after the softcap; count slopes, copied: heads_q of them (one per
+ * head) or batch * heads_q (row-major [batch][heads_q]), checked at plan creation. count 0 turns
+ * it off. */
+DILATTN_API dilattn_status dilattn_desc_set_alibi(dilattn_desc desc, const double* slopes,
+                                                  int64_t count);
 
 /* ---------------------------------------------------------------- plans */
 typedef enum dilattn_backend {

@@ -160,6 +160,31 @@ DILATTN_HD KeyProgression selected_in_range(int64_t s0, int64_t s1, int64_t r, i
   return KeyProgression{selected_position(s0, r, o, t_lo), r, t_hi - t_lo};
 }
 
+// ---------------------------------------------------------------- SPEC 10.1: sliding window
+// Key j is allowed for row i iff i + d - left <= j <= i + d + right, d = Nk - Nq, on positions
+// before any dilation; a bound of -1 is unbounded. Bounds are -1 or >= 0 (desc.cpp checks).
+// A bound above Nq + Nk reaches past every key, so it is clipped there and i + d -+ bound
+// cannot overflow.
+DILATTN_HD int64_t window_bound(int64_t bound, int64_t Nq, int64_t Nk) {
+  return min_i64(bound, Nq + Nk);
+}
+DILATTN_HD bool window_allows(int64_t i, int64_t j, int64_t Nq, int64_t Nk, int64_t left,
+                              int64_t right) {
+  const int64_t a = i + (Nk - Nq);
+  if (left >= 0 && j < a - window_bound(left, Nq, Nk)) return false;
+  if (right >= 0 && j > a + window_bound(right, Nq, Nk)) return false;
+  return true;
+}
+// The terms of kp (ascending keys) that the window of row i allows: still one progression.
+DILATTN_HD KeyProgression window_cut(const KeyProgression& kp, int64_t i, int64_t Nq, int64_t Nk,
+                                     int64_t left, int64_t right) {
+  const int64_t a = i + (Nk - Nq);
+  const int64_t t_lo = left < 0 ? 0 : first_term_at_least(kp, a - window_bound(left, Nq, Nk));
+  const int64_t t_hi = right < 0 ? kp.count : terms_at_most(kp, a + window_bound(right, Nq, Nk));
+  if (t_hi <= t_lo) return KeyProgression{kp.first, kp.step, 0};
+  return KeyProgression{progression_at(kp, t_lo), kp.step, t_hi - t_lo};
+}
+
 // SPEC 4: the rows (or keys) of block jb of size bs, cut at n.
 DILATTN_HD KeyProgression block_range(int64_t jb, int64_t bs, int64_t n) {
   const int64_t first = jb * bs;

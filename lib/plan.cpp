@@ -103,6 +103,18 @@ dilattn_status check_dropout_bounds(const dilattn::Problem& p) {
   return DILATTN_SUCCESS;
 }
 
+// SPEC 10.1: the ALiBi slopes are one per head or one per (batch element, head).
+dilattn_status check_variants(const dilattn::Problem& p) {
+  const int64_t n = static_cast<int64_t>(p.alibi_slopes.size());
+  if (n != 0 && n != p.H && n != p.B * p.H)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "ALiBi slopes: count = %lld, need heads_q = %lld (one per head) or "
+                     "batch * heads_q = %lld (one per batch element and head)",
+                     static_cast<long long>(n), static_cast<long long>(p.H),
+                     static_cast<long long>(p.B * p.H));
+  return DILATTN_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
@@ -146,9 +158,14 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   p.pool = desc->pool;
   p.dropout_p = desc->dropout_p;
   p.num_threads = resolve_threads(desc->num_threads);
+  p.window_left = desc->window_left;
+  p.window_right = desc->window_right;
+  p.softcap = desc->softcap;
+  p.alibi_slopes = desc->alibi_slopes;
   if ((s = check_sizes(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_dropout_bounds(p)) != DILATTN_SUCCESS) return s;
+  if ((s = check_variants(p)) != DILATTN_SUCCESS) return s;
   p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(p.D));
 
   // AUTO takes the first backend of the table that can run the problem (a setting gone wrong,

@@ -5,12 +5,15 @@
 //   2. reserve the output files (a bad output path, or one that is another output or an input,
 //      fails before any work);
 //   3. read Q, K, V (and dO, O, LSE) and check dtypes and shapes against each other, naming the file;
-//   4. describe the attention (dense, dilated, block-sparse from --mask or --pattern), make a plan;
+//   4. describe the attention (dense, dilated, block-sparse from --mask or --pattern; the SPEC
+//      10.1 window, softcap and ALiBi slopes), make a plan;
 //   5. run forward (backward: the given O and LSE, or a forward run first when they are absent);
 //   6. write every output, then rename them all into place.
 // LSE is written <f8 when the plan runs on ref (its f64 LSE), else <f4 (SPEC 1).
 // Checked by tests/cli/test_cli_forward_backward.py against a numpy implementation of SPEC 2-4
 // and 6, and by test_cli_outputs.py (output rules).
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <iterator>
 #include <memory>
@@ -40,7 +43,8 @@ const FlagSpec kCommonFlags[] = {
     {"heads-mode", true}, {"causal", false}, {"scale", true}, {"backend", true},
     {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
     {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true},
-    {"ring-timeout", true}, {"dropout", true}, {"seed", true}, {"offset", true}};
+    {"ring-timeout", true}, {"dropout", true}, {"seed", true}, {"offset", true},
+    {"window", true}, {"softcap", true}, {"alibi-slopes", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -83,7 +87,74 @@ struct Settings {
 
   // The options of dilattn_forward_ex / dilattn_backward_ex, or null without --dropout.
   const dilattn_call_options* options() const { return dropout ? &call_options : nullptr; }
+
+  // SPEC 10.1 (ref only; AUTO resolves to it): --window L,R, --softcap C, --alibi-slopes.
+  bool has_window = false;
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0;
+  std::vector<double> alibi_slopes;
 };
+
+// A finite number of flag --name, the whole text consumed.
+double parse_finite(const std::string& name, const std::string& item, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(item.c_str(), &end);
+  const bool range_ok = errno == 0 || (errno == ERANGE && std::isfinite(v));
+  if (item.empty() || !range_ok || end != item.c_str() + item.size() || !std::isfinite(v))
+    fail_input("flag --" + name + ": '" + item + "' in '" + text + "' is not a finite number");
+  return v;
+}
+
+// --window L,R: two integers, each >= 0 or -1 (unbounded).
+void parse_window(const Flags& f, Settings* s) {
+  const std::string text = f.get("window", "");
+  const size_t comma = text.find(',');
+  int64_t bounds[2] = {0, 0};
+  const std::string items[2] = {text.substr(0, comma),
+                                comma == std::string::npos ? "" : text.substr(comma + 1)};
+  if (comma == std::string::npos || !parse_int(items[0], &bounds[0]) ||
+      !parse_int(items[1], &bounds[1]))
+    fail_input("flag --window: '" + text + "' is not LEFT,RIGHT (two integers, -1 unbounded)");
+  for (int side = 0; side < 2; ++side)
+    if (bounds[side] < -1)
+      fail_input("flag --window: " + items[side] + " in '" + text + "' must be >= -1 (-1: unbounded)");
+  s->has_window = true;
+  s->window_left = bounds[0];
+  s->window_right = bounds[1];
+}
+
+// --alibi-slopes: a .npy file of H or B * H floats ([H] or [B, H]), or a comma list. The file
+// is read here, with the flags, so a bad one exits 2 before Q, K and V are read.
+void parse_alibi_slopes(const Flags& f, Settings* s) {
+  const std::string text = f.get("alibi-slopes", "");
+  const std::string suffix = ".npy";
+  if (text.size() > suffix.size() &&
+      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const NpyArray a = read_npy_file(text);
+    if (a.type != NpyType::f2 && a.type != NpyType::f4 && a.type != NpyType::f8)
+      fail_input(text + ": dtype " + std::string(npy_descr(a.type)) +
+                 ", ALiBi slopes must be <f2, <f4 or <f8");
+    if (a.shape.size() != 1 && a.shape.size() != 2)
+      fail_input(text + ": shape " + shape_string(a.shape) + ", ALiBi slopes are [H] or [B, H]");
+    for (int64_t e = 0; e < a.numel(); ++e) {
+      const double v = a.get(e);
+      if (!std::isfinite(v)) fail_input(text + ": slope " + std::to_string(e) + " is not finite");
+      s->alibi_slopes.push_back(v);
+    }
+  } else {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = text.find(',', start);
+      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                               : comma - start);
+      s->alibi_slopes.push_back(parse_finite("alibi-slopes", item, text));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (s->alibi_slopes.empty()) fail_input("flag --alibi-slopes: " + text + " holds no slope");
+}
 
 Settings parse_settings(const Flags& f) {
   Settings s;
@@ -145,6 +216,9 @@ Settings parse_settings(const Flags& f) {
                  std::to_string(kMaxRingTimeoutSeconds) + " seconds");
     s.ring.timeout_ms = static_cast<int32_t>(seconds * 1000);
   }
+  if (f.has("window")) parse_window(f, &s);
+  s.softcap = f.get_double("softcap", 0.0, true);
+  if (f.has("alibi-slopes")) parse_alibi_slopes(f, &s);
   if (f.has("ring-split")) {
     if (!s.ring.any()) fail_input("flag --ring-split needs --ring-threads or --ring mpi");
     const std::string split = f.get("ring-split", "");
@@ -277,6 +351,13 @@ void make_plan(const Settings& s, const Operands& o, const MaskHandle& file_mask
   if (s.has_scale) check_status(dilattn_desc_set_scale(desc.get(), s.scale), "--scale");
   if (s.dropout) check_status(dilattn_desc_set_dropout(desc.get(), s.dropout_p), "--dropout");
   check_status(dilattn_desc_set_num_threads(desc.get(), static_cast<int32_t>(s.threads)), "--threads");
+  if (s.has_window)
+    check_status(dilattn_desc_set_window(desc.get(), s.window_left, s.window_right), "--window");
+  if (s.softcap != 0) check_status(dilattn_desc_set_softcap(desc.get(), s.softcap), "--softcap");
+  if (!s.alibi_slopes.empty())
+    check_status(dilattn_desc_set_alibi(desc.get(), s.alibi_slopes.data(),
+                                        static_cast<int64_t>(s.alibi_slopes.size())),
+                 "--alibi-slopes");
   if (!s.segments.empty()) {
     check_status(dilattn_desc_set_dilated(desc.get(), static_cast<int32_t>(s.segments.size()),
                                           s.segments.data(), s.dilations.data(), s.head_mode),

@@ -26,6 +26,10 @@ struct dilattn_desc_s {
   double dropout_p = 0;
   int32_t num_threads = 0;
   dilattn_pool pool = nullptr;
+  // SPEC 10.1 variants, copied into the plan's Problem.
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0;
+  std::vector<double> alibi_slopes;
 };
 
 struct dilattn_mask_s {

@@ -60,8 +60,28 @@ struct Problem {
   dilattn_backend backend = DILATTN_BACKEND_REF;  // resolved, never AUTO
   dilattn_pool pool = nullptr;         // workspace pool, NULL = default
   std::shared_ptr<PlanState> backend_state;  // Backend::prepare's, or null
+  // SPEC 10.1 variants (only the ref backend computes them; backend_table.cpp refuses the
+  // others). Window bounds are -1 (unbounded) or >= 0; softcap 0 is off; alibi_slopes is empty
+  // (off), H slopes or B * H slopes ([B][H]), the count checked by plan.cpp.
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0;
+  std::vector<double> alibi_slopes;
 
   int64_t num_branches() const { return static_cast<int64_t>(branches.size()); }
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  // The slope m of (b, h) (SPEC 10.1), 0 without ALiBi.
+  double alibi_slope(int64_t b, int64_t h) const {
+    if (alibi_slopes.empty()) return 0;
+    const int64_t n = static_cast<int64_t>(alibi_slopes.size());
+    return alibi_slopes[static_cast<size_t>(n == H ? h : b * H + h)];
+  }
+  // The first SPEC 10.1 option the problem uses, as a refusal names it ("a window"), or null.
+  const char* first_variant() const {
+    if (has_window()) return "a window";
+    if (softcap != 0) return "a softcap";
+    if (!alibi_slopes.empty()) return "ALiBi";
+    return nullptr;
+  }
 };
 
 }  // namespace dilattn

@@ -93,6 +93,10 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "the plan has dropout p = %g: ring attention does not run dropout",
                      p.dropout_p);
+  // SPEC 10.1: the ring's partial results know no window, softcap or ALiBi.
+  if (const char* variant = p.first_variant())
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "ring attention does not support %s yet (docs/spec.md section 10)", variant);
   const RingTransport::Memory memory = comm->transport->memory();
   const bool on_gpu = plan->backend->device == DILATTN_DEVICE_CUDA;
   if (memory == RingTransport::Memory::device && !on_gpu)

@@ -122,7 +122,9 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
             dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
             causal: bool = False, scale: Optional[float] = None, mask: Any = None,
             backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
-            seed: Optional[int] = None, offset: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+            seed: Optional[int] = None, offset: int = 0,
+            window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
+            alibi_slopes: Optional[Sequence[float]] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
@@ -137,9 +139,15 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
 
     Precision: backend "ref" computes in f64 whatever the dtype; the fast "cpu" backend (what
     "auto" picks without a GPU) computes float64 inputs in float32 (docs/spec.md section 12), so
-    pass backend="ref" when you need f64 accuracy (numpy's default dtype is float64)."""
+    pass backend="ref" when you need f64 accuracy (numpy's default dtype is float64).
+
+    Variants (docs/spec.md section 10.1, backend "ref" only; "auto" picks it for them):
+    window_size=(left, right) keeps keys i + d - left <= j <= i + d + right (-1: unbounded);
+    softcap=c > 0 caps scores as c * tanh(s / c); alibi_slopes (H values, or B * H as [B][H])
+    add -m * |i + d - j| after the softcap (d = Nk - Nq)."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
-                      dropout_p)
+                      dropout_p, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes)
     dropout = _dropout_call(options, seed, offset)
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v))))
@@ -160,13 +168,17 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
              dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
              causal: bool = False, scale: Optional[float] = None, mask: Any = None,
              backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
-             seed: Optional[int] = None,
-             offset: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+             seed: Optional[int] = None, offset: int = 0,
+             window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
+             alibi_slopes: Optional[Sequence[float]] = None
+             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
-    the output gradient do (SPEC 6). Deterministic: the same inputs give the same bits.
-    With dropout, pass the forward's dropout_p, seed and offset (SPEC 11.3)."""
+    the output gradient do (SPEC 6, and SPEC 10.1 for window_size, softcap and alibi_slopes).
+    Deterministic: the same inputs give the same bits. With dropout, pass the forward's
+    dropout_p, seed and offset (SPEC 11.3)."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
-                      dropout_p)
+                      dropout_p, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes)
     dropout = _dropout_call(options, seed, offset)
     q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                                    ("do", do)))

@@ -12,6 +12,10 @@ workspace (default: the library's default pool of the device); dropout_p, attent
 A call with dropout (Plan.forward/backward given `dropout=(seed, offset)`) goes through
 dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset (SPEC 11.2).
 
+Variants (SPEC 10.1, computed by backend "ref" only; "auto" then resolves to it, the other
+backends refuse): window_size=(left, right), each >= 0 or -1 for unbounded; softcap=c (0 off);
+alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch element and head).
+
 A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaStream_t as an
 int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
 Without one (stream=None) it is dilattn_forward / dilattn_backward.
@@ -28,7 +32,8 @@ class Options:
     """Validated attention options; the same for forward and backward."""
 
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
-                 scale=None, mask=None, backend="auto", pool=None, dropout_p=0.0):
+                 scale=None, mask=None, backend="auto", pool=None, dropout_p=0.0, *,
+                 window_size=None, softcap=0.0, alibi_slopes=None):
         def as_list(name, value):
             return None if value is None else _cints.int64_list(value, name)
 
@@ -69,12 +74,33 @@ class Options:
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
                             f"dropout_p={dropout_p!r}: expected a float in [0, 1)")
         self.dropout_p = float(dropout_p)  # its range is the library's to check (SPEC 11.2)
+        self.window_size = None
+        if window_size is not None:
+            if not hasattr(window_size, "__len__") or len(window_size) != 2:
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"window_size={window_size!r}: expected (left, right)")
+            self.window_size = (_cints.int64(window_size[0], "window_size[0]"),
+                                _cints.int64(window_size[1], "window_size[1]"))
+        try:
+            self.softcap = float(softcap)
+        except (TypeError, ValueError):
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"softcap={softcap!r}: expected a number (0 turns it off)") from None
+        self.alibi_slopes = None
+        if alibi_slopes is not None:
+            self.alibi_slopes = [float(m) for m in _flat(alibi_slopes)]
         self.heads_mode = heads_mode
         self.causal = bool(causal)
         self.scale = None if scale is None else float(scale)
         self.mask = mask
         self.backend = backend
         self.pool = pool
+
+
+def _flat(values):
+    """A sequence of slopes, or a numpy array of any shape ([H] or [B, H]) as a flat list."""
+    ravel = getattr(values, "ravel", None)
+    return list(ravel()) if ravel is not None else list(values)
 
 
 _SIZE_NAMES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim")
@@ -112,6 +138,14 @@ class Plan(HandleOwner):
                 check(L.dilattn_desc_set_scale(desc, options.scale))
             if options.dropout_p != 0.0:
                 check(L.dilattn_desc_set_dropout(desc, options.dropout_p))
+            if options.window_size is not None:
+                check(L.dilattn_desc_set_window(desc, *options.window_size))
+            if options.softcap != 0:
+                check(L.dilattn_desc_set_softcap(desc, options.softcap))
+            if options.alibi_slopes:
+                n = len(options.alibi_slopes)
+                slopes = (C.c_double * n)(*options.alibi_slopes)
+                check(L.dilattn_desc_set_alibi(desc, slopes, n))
             with contextlib.ExitStack() as uses:
                 if options.pool is not None:
                     check(L.dilattn_desc_set_pool(desc, uses.enter_context(options.pool._use())))

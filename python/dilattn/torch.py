@@ -194,15 +194,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
               segments: Optional[Sequence[int]] = None,
               dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
               causal: bool = False, scale: Optional[float] = None, mask: Any = None,
-              backend: str = "auto", pool: Any = None, return_lse: bool = False
+              backend: str = "auto", pool: Any = None, return_lse: bool = False,
+              window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
+              alibi_slopes: Optional[Sequence[float]] = None
               ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Differentiable attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4, 6),
     on the tensors' device (CPU or CUDA, see the module's text).
 
     Options as dilattn.forward (pool: a dilattn.Pool on the tensors' device). Returns
     o [B, Nq, H, D] in q's dtype, or (o, lse) with return_lse=True (lse [B, H, Nq], not
-    differentiable)."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool)
+    differentiable). window_size, softcap and alibi_slopes (a sequence or a CPU tensor of H or
+    B * H slopes) are docs/spec.md section 10.1's variants, computed by backend "ref" only (CPU
+    tensors; "auto" picks it for them); the slopes get no gradient."""
+    if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
+        alibi_slopes = alibi_slopes.detach().cpu().numpy()
+    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     o, lse = _Attention.apply(q, k, v, options)
     return (o, lse) if return_lse else o
 

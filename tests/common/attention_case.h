@@ -44,6 +44,11 @@ struct AttentionCase {
   double dropout_p = 0;  // SPEC 11; > 0 needs dilattn_forward_ex / dilattn_backward_ex
   dilattn_dtype dtype = DILATTN_F32;
   Layout input_layout, output_layout;  // as the backend under test sees them
+  // SPEC 10.1 variants (ref only): window bounds (-1 unbounded), softcap (0 off), ALiBi slopes
+  // (empty: off; H or B * H of them).
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0;
+  std::vector<double> alibi_slopes;
 
   // Tensors of this case's shapes: Q and O [B, Nq, H, D], K and V [B, Nk, Hkv, D],
   // LSE [B, H, Nq, 1].
@@ -100,6 +105,12 @@ class Desc {
     if (s == DILATTN_SUCCESS) s = dilattn_desc_set_causal(desc_, c.causal ? 1 : 0);
     if (s == DILATTN_SUCCESS && c.scale != 0) s = dilattn_desc_set_scale(desc_, c.scale);
     if (s == DILATTN_SUCCESS && c.dropout_p != 0) s = dilattn_desc_set_dropout(desc_, c.dropout_p);
+    if (s == DILATTN_SUCCESS && (c.window_left != -1 || c.window_right != -1))
+      s = dilattn_desc_set_window(desc_, c.window_left, c.window_right);
+    if (s == DILATTN_SUCCESS && c.softcap != 0) s = dilattn_desc_set_softcap(desc_, c.softcap);
+    if (s == DILATTN_SUCCESS && !c.alibi_slopes.empty())
+      s = dilattn_desc_set_alibi(desc_, c.alibi_slopes.data(),
+                                 static_cast<int64_t>(c.alibi_slopes.size()));
     if (s == DILATTN_SUCCESS) s = dilattn_desc_set_num_threads(desc_, num_threads);
     return s;
   }

@@ -12,6 +12,11 @@ attention_numpy runs one softmax per row over the multiset, each occurrence addi
     LSE_i = log sum_j counts_ij exp(S_ij),  O_i = sum_j counts_ij exp(S_ij - LSE_i) v_j,
 and SPEC 6's backward with P_ij = counts_ij exp(S_ij - LSE_i). The C++ reference instead runs one
 softmax per branch and combines them by LSE; the two routes reach the same numbers.
+
+SPEC 10.1 variants: window=(left, right) filters A(i) by i + d - left <= j <= i + d + right
+(-1 unbounded) on positions before dilation; softcap c > 0 replaces the scaled score s by
+c tanh(s / c); alibi_slopes (shape [H] or [B, H]) adds -m |i + d - j| after the softcap. The
+backward multiplies dS by 1 - tanh^2(s / c) under a softcap; ALiBi adds no gradient.
 """
 import math
 
@@ -41,7 +46,17 @@ def head_group(h, H, m):
 
 
 def allowed_keys(i, h, Nq, Nk, H, segments=None, dilations=None, heads_mode="mod", causal=False,
-                 mask=None):
+                 mask=None, window=None):
+    """A(i), then cut to the SPEC 10.1 window (left, right) when one is given."""
+    keys = _kind_keys(i, h, Nq, Nk, H, segments, dilations, heads_mode, causal, mask)
+    if window is None:
+        return keys
+    left, right = window
+    a = i + (Nk - Nq)
+    return [j for j in keys if (left < 0 or j >= a - left) and (right < 0 or j <= a + right)]
+
+
+def _kind_keys(i, h, Nq, Nk, H, segments, dilations, heads_mode, causal, mask):
     """A(i) for query row i of head h, a list with repeats.
 
     Dense without segments and mask; dilated with segments/dilations (SPEC 3); block-sparse with
@@ -113,53 +128,22 @@ def bsr_counts(Nq, Nk, H, bq, bk, row_ptr, col_idx, head_ptr, causal):
 _MASK32 = np.uint64(0xFFFFFFFF)
 
 
-def philox4x32_10(counter, key):
-    """Philox4x32-10 of SPEC 11.1 on arrays: counter (c0, c1, c2, c3) and key (k0, k1), each an
-    array (or int) of 32-bit words; returns the four result words as uint64 arrays."""
-    c0, c1, c2, c3 = (np.asarray(x, dtype=np.uint64) & _MASK32 for x in counter)
-    k0, k1 = (np.asarray(x, dtype=np.uint64) & _MASK32 for x in key)
-    for _ in range(10):
-        p0 = np.uint64(0xD2511F53) * c0  # < 2^64: exact in uint64
-        p1 = np.uint64(0xCD9E8D57) * c2
-        hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
-        hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK32
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-        k0 = (k0 + np.uint64(0x9E3779B9)) & _MASK32
-        k1 = (k1 + np.uint64(0xBB67AE85)) & _MASK32
-    return c0, c1, c2, c3
-
-
-def dropout_keep(p, seed, offset, b, h, H, Nq, Nk):
-    """keep[i, j] of SPEC 11.1 for batch element b, query head h: word j mod 4 of
-    philox((j // 4, i, b * H + h, offset), (seed mod 2^32, seed // 2^32)) >= ceil(p * 2^32)."""
-    i = np.arange(Nq, dtype=np.uint64)[:, None]
-    j = np.arange(Nk, dtype=np.uint64)[None, :]
-    shape = (Nq, Nk)
-    counter = (np.broadcast_to(j // np.uint64(4), shape), np.broadcast_to(i, shape),
-               np.full(shape, b * H + h, dtype=np.uint64), np.full(shape, offset, dtype=np.uint64))
-    words = philox4x32_10(counter, (seed % 2**32, seed // 2**32))
-    u = np.choose((j % np.uint64(4)).astype(np.int64) + np.zeros(shape, dtype=np.int64), words)
-    return u >= math.ceil(p * 2**32)
-
-
-def dropout_factors(p, seed, offset, b, h, H, Nq, Nk):
-    """M[i, j] = keep_ij / (1 - p) (SPEC 11)."""
-    return np.where(dropout_keep(p, seed, offset, b, h, H, Nq, Nk), 1.0 / (1.0 - p), 0.0)
-
-
-# ---------------------------------------------------------------- attention (SPEC 2, 6, 11)
-
-
-def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None):
-    """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j].
+def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None, softcap=0.0,
+                    alibi_slopes=None):
+    """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j], with the
+    SPEC 10.1 softcap and ALiBi slopes ([H] or [B, H]) when given.
     Returns O [B, Nq, H, D], LSE [B, H, Nq] and, with d_o, dQ, dK, dV. A row with no key gets
     O = 0 and LSE = -inf; GQA: query head h reads kv head h // (H // Hkv).
     dropout = (p, seed, offset): SPEC 11, the pair's whole probability P_ij (all its
     occurrences) times M_ij in O, and SPEC 11.3's backward; LSE unchanged."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, Nq, H, D = q.shape
-    Hkv = k.shape[2]
+    Hkv, Nk = k.shape[2], k.shape[1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
+    slopes = None
+    if alibi_slopes is not None and len(np.ravel(alibi_slopes)) > 0:
+        slopes = np.broadcast_to(np.asarray(alibi_slopes, dtype=np.float64).reshape(-1, H), (B, H))
+    distance = np.abs(np.arange(Nq)[:, None] + (Nk - Nq) - np.arange(Nk)[None, :])
     o = np.zeros_like(q)
     lse = np.full((B, H, Nq), -np.inf)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
@@ -167,7 +151,10 @@ def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None):
         for h in range(H):
             hk = h // (H // Hkv)
             c = counts[h]
-            s = scale * q[b, :, h] @ k[b, :, hk].T
+            raw = scale * q[b, :, h] @ k[b, :, hk].T
+            s = softcap * np.tanh(raw / softcap) if softcap > 0 else raw
+            if slopes is not None:
+                s = s - slopes[b, h] * distance
             smax = np.where(c > 0, s, -np.inf).max(axis=1, keepdims=True)
             smax = np.where(np.isfinite(smax), smax, 0.0)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -185,6 +172,8 @@ def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None):
                 dv[b, :, hk] += (p * m).T @ g
                 d_i = (g * o[b, :, h]).sum(axis=1)
                 ds = p * (m * (g @ v[b, :, hk].T) - d_i[:, None])
+                if softcap > 0:
+                    ds = ds * (1 - np.tanh(raw / softcap) ** 2)
                 dq[b, :, h] = scale * ds @ k[b, :, hk]
                 dk[b, :, hk] += scale * ds.T @ q[b, :, h]
     return (o, lse) if d_o is None else (o, lse, dq, dk, dv)
@@ -195,17 +184,18 @@ def _counts_of(q, k, config):
     return key_counts(Nq, k.shape[1], H, **config)
 
 
-def forward(q, k, v, scale=None, dropout=None, **config):
+def forward(q, k, v, scale=None, dropout=None, softcap=0.0, alibi_slopes=None, **config):
     """O [B, Nq, H, D] and LSE [B, H, Nq] in f64. config: allowed_keys' keywords; dropout:
     (p, seed, offset) or None."""
-    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, dropout=dropout)
+    return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, dropout=dropout,
+                           softcap=softcap, alibi_slopes=alibi_slopes)
 
 
-def backward(q, k, v, d_o, scale=None, dropout=None, **config):
+def backward(q, k, v, d_o, scale=None, dropout=None, softcap=0.0, alibi_slopes=None, **config):
     """dQ, dK, dV in f64 by SPEC 6 (SPEC 11.3 with dropout), from a fresh forward of the same
     inputs."""
     return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, d_o=d_o,
-                           dropout=dropout)[2:]
+                           dropout=dropout, softcap=softcap, alibi_slopes=alibi_slopes)[2:]
 
 
 # ---------------------------------------------------------------- comparison (SPEC 8)

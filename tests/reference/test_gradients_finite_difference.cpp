@@ -5,7 +5,10 @@
 // Tolerance: with h = 1e-6 the truncation error is O(h^2 |L'''|) ~ 1e-12 and the rounding
 // error ~ eps |L| / h ~ 2e-16 * 10 / 1e-6 = 2e-9, so |fd - grad| <= 1e-6 (1 + |grad|) leaves a
 // 500x margin yet catches any wrong term (a missing factor or term is O(0.01 .. 1)).
-// Cases: dense, causal with Nq != Nk, GQA, and dilated in each head mode with partial segments.
+// Cases: dense, causal with Nq != Nk, GQA, and dilated in each head mode with partial segments;
+// then SPEC 10.1's window, softcap and ALiBi (alone and together) on dense, GQA, dilated and
+// block-sparse plans. The softcap cases use scale 2 so that tanh is well into its curve: a
+// missing 1 - tanh^2 factor is then far outside the tolerance.
 #include <cmath>
 #include <cstdio>
 
@@ -75,5 +78,38 @@ int main() {
   c.head_mode = DILATTN_HEADS_MOD;
   c.name = "dilated mod, not causal";
   check(c, 70);
+
+  // SPEC 10.1 variants.
+  AttentionCase w;
+  w.dtype = DILATTN_F64;
+  w.B = 2; w.Nq = 5; w.Nk = 7; w.H = 2; w.Hkv = 1; w.D = 3;
+  w.window_left = 2; w.window_right = 1;
+  w.name = "window, Nq=5 Nk=7, GQA";
+  check(w, 71);
+  w.window_left = w.window_right = -1;
+  w.softcap = 0.6; w.scale = 2;
+  w.name = "softcap 0.6, scale 2";
+  check(w, 72);
+  w.softcap = 0; w.scale = 0;
+  w.alibi_slopes = {0.3, 0.7, 0.1, 0.5};  // [B][H]
+  w.name = "ALiBi per batch and head";
+  check(w, 73);
+  w.window_left = 1; w.window_right = 2; w.softcap = 0.8; w.scale = 2; w.causal = true;
+  w.alibi_slopes = {0.4, 0.2};  // per head
+  w.name = "all three, causal";
+  check(w, 74);
+  w.kind = DILATTN_KIND_DILATED;
+  w.Nq = w.Nk = 7; w.H = 3; w.B = 1;
+  w.segments = {4, 7}; w.dilations = {2, 3};
+  w.head_mode = DILATTN_HEADS_GROUPS; w.causal = false;
+  w.alibi_slopes = {0.4, 0.2, 0.9};
+  w.name = "all three, dilated groups";
+  check(w, 75);
+  w.kind = DILATTN_KIND_BLOCK_SPARSE;
+  w.Nq = 6; w.Nk = 8; w.H = 2;
+  w.mask.bq = 2; w.mask.bk = 3; w.mask.pattern = "local:1+sink:1";
+  w.alibi_slopes = {0.4, 0.2};
+  w.name = "all three, block-sparse";
+  check(w, 76);
   return finish("backward_matches_finite_differences");
 }

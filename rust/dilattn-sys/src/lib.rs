@@ -220,6 +220,13 @@ extern "C" {
     pub fn dilattn_desc_set_num_threads(desc: dilattn_desc, num_threads: i32) -> dilattn_status;
     pub fn dilattn_desc_set_pool(desc: dilattn_desc, pool: dilattn_pool) -> dilattn_status;
     pub fn dilattn_desc_set_dropout(desc: dilattn_desc, p: f64) -> dilattn_status;
+    pub fn dilattn_desc_set_window(desc: dilattn_desc, left: i64, right: i64) -> dilattn_status;
+    pub fn dilattn_desc_set_softcap(desc: dilattn_desc, softcap: f64) -> dilattn_status;
+    pub fn dilattn_desc_set_alibi(
+        desc: dilattn_desc,
+        slopes: *const f64,
+        count: i64,
+    ) -> dilattn_status;
     pub fn dilattn_shape_make(
         batch: i64,
         seqlen_q: i64,

@@ -33,6 +33,19 @@ def test_gradcheck_f64_block_sparse():
                                     (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name,sizes,options", CASES[:4], ids=DENSE_DILATED_IDS[:4])
+def test_gradcheck_f64_reference_window_softcap_alibi(name, sizes, options):
+    # docs/spec.md section 10.1, all three together; scale 2 puts tanh in its curved part.
+    q, k, v = _tensors(sizes, seed=24)
+    B, H = sizes[0], sizes[3]
+    slopes = torch.linspace(0.1, 0.9, B * H, dtype=torch.float64).reshape(B, H)
+    variants = dict(window_size=(3, 1), softcap=0.7, alibi_slopes=slopes, scale=2.0)
+    options = {**options, **variants}
+    assert torch.autograd.gradcheck(lambda q, k, v: dt.attention(q, k, v, backend="ref",
+                                                                 **options),
+                                    (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
 def test_forward_and_backward_equal_the_numpy_api():
     sizes, options = CASES[3][1], CASES[3][2]
     q, k, v = _tensors(sizes, seed=23, dtype=torch.float32)

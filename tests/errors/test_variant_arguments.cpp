@@ -1,0 +1,174 @@
+// test_variant_arguments.cpp - SPEC 10.1 refusals: dilattn_desc_set_window, _set_softcap and
+// _set_alibi refuse bad values with a status and a message naming the argument and the value,
+// and leave the description as it was (no variant: the plan still resolves to a fast backend
+// and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
+// at plan creation naming the counts; every backend but ref, and the ring, refuses a plan with
+// an option, naming it; AUTO resolves such a plan to ref.
+#include <cmath>
+#include <limits>
+
+#include "dilattn_ring.h"
+#include "error_fixture.h"
+
+using errtest::FreshDesc;
+using errtest::PlanSlot;
+
+namespace {
+
+const double kNan = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+// The description holds no variant: a plan on it is not refused by the cpu backend for one,
+// and ref's forward gives the plain dense answer of test_desc_arguments.cpp's problem
+// (O = 2 in both rows; any window, softcap or bias would change it).
+void check_no_variant(dilattn_desc desc) {
+  dilattn_plan plan = nullptr;
+  const dilattn_shape shape = dilattn_shape_make(1, 2, 3, 1, 1, 1);
+  if (dilattn_backend_available(DILATTN_BACKEND_CPU)) {
+    CHECK_OK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F64, DILATTN_BACKEND_CPU));
+    dilattn_plan_destroy(plan);
+  }
+  CHECK_OK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F64, DILATTN_BACKEND_REF));
+  double q[2] = {1, 1}, k[3] = {0, std::log(3.0), 0}, v[3] = {1, 2, 3}, o[2] = {0, 0};
+  const dilattn_tensor tq = dilattn_tensor_contiguous(q, DILATTN_F64, 1, 2, 1, 1);
+  const dilattn_tensor tk = dilattn_tensor_contiguous(k, DILATTN_F64, 1, 3, 1, 1);
+  const dilattn_tensor tv = dilattn_tensor_contiguous(v, DILATTN_F64, 1, 3, 1, 1);
+  const dilattn_tensor to = dilattn_tensor_contiguous(o, DILATTN_F64, 1, 2, 1, 1);
+  CHECK_OK(dilattn_forward(plan, &tq, &tk, &tv, &to, nullptr, nullptr, 0));
+  CHECK(std::fabs(o[0] - 2) < 1e-14 && std::fabs(o[1] - 2) < 1e-14);
+  dilattn_plan_destroy(plan);
+}
+
+void window_below_minus_one_refused() {
+  FreshDesc desc;
+  CHECK_ERROR(dilattn_desc_set_window(desc.d, -2, 0), DILATTN_ERROR_INVALID_VALUE,
+              "argument 'left' = -2");
+  CHECK_ERROR(dilattn_desc_set_window(desc.d, 3, INT64_MIN), DILATTN_ERROR_INVALID_VALUE,
+              "argument 'right' = -9223372036854775808");
+  check_no_variant(desc.d);
+  // (-1, -1) is "off": set a window, then turn it off again.
+  CHECK_OK(dilattn_desc_set_window(desc.d, 0, 0));
+  CHECK_OK(dilattn_desc_set_window(desc.d, -1, -1));
+  check_no_variant(desc.d);
+}
+
+void softcap_negative_or_not_finite_refused() {
+  FreshDesc desc;
+  CHECK_ERROR(dilattn_desc_set_softcap(desc.d, -0.5), DILATTN_ERROR_INVALID_VALUE,
+              "argument 'softcap' = -0.5");
+  CHECK_ERROR(dilattn_desc_set_softcap(desc.d, kNan), DILATTN_ERROR_INVALID_VALUE,
+              "argument 'softcap' = nan");
+  CHECK_ERROR(dilattn_desc_set_softcap(desc.d, kInf), DILATTN_ERROR_INVALID_VALUE,
+              "argument 'softcap' = inf");
+  check_no_variant(desc.d);
+  CHECK_OK(dilattn_desc_set_softcap(desc.d, 5.0));
+  CHECK_OK(dilattn_desc_set_softcap(desc.d, 0.0));
+  check_no_variant(desc.d);
+}
+
+void alibi_bad_slopes_refused() {
+  FreshDesc desc;
+  const double slopes[3] = {0.5, kNan, 0.25};
+  CHECK_ERROR(dilattn_desc_set_alibi(desc.d, slopes, 3), DILATTN_ERROR_INVALID_VALUE,
+              "slopes[1] = nan");
+  const double infinite[2] = {-kInf, 1};
+  CHECK_ERROR(dilattn_desc_set_alibi(desc.d, infinite, 2), DILATTN_ERROR_INVALID_VALUE,
+              "slopes[0] = -inf");
+  CHECK_ERROR(dilattn_desc_set_alibi(desc.d, slopes, -1), DILATTN_ERROR_INVALID_VALUE,
+              "argument 'count' = -1");
+  CHECK_ERROR(dilattn_desc_set_alibi(desc.d, nullptr, 2), DILATTN_ERROR_NULL_POINTER,
+              "argument 'slopes' is NULL", "count = 2");
+  check_no_variant(desc.d);
+  const double one[1] = {0.5};
+  CHECK_OK(dilattn_desc_set_alibi(desc.d, one, 1));
+  CHECK_OK(dilattn_desc_set_alibi(desc.d, nullptr, 0));
+  check_no_variant(desc.d);
+}
+
+void slope_count_checked_at_plan_creation() {
+  FreshDesc desc;
+  const double slopes[6] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+  CHECK_OK(dilattn_desc_set_alibi(desc.d, slopes, 3));
+  PlanSlot slot;
+  // B = 2, H = 2: 2 or 4 slopes fit, 3 does not.
+  CHECK_ERROR(errtest::create_plan(&slot.plan, desc, 2, 4, 4, 2, 1, 3),
+              DILATTN_ERROR_INVALID_VALUE, "count = 3", "heads_q = 2", "batch * heads_q = 4");
+  CHECK(slot.untouched());
+  for (int64_t count : {2, 4}) {
+    CHECK_OK(dilattn_desc_set_alibi(desc.d, slopes, count));
+    dilattn_plan plan = nullptr;
+    CHECK_OK(errtest::create_plan(&plan, desc, 2, 4, 4, 2, 1, 3));
+    dilattn_plan_destroy(plan);
+  }
+}
+
+// Each option alone on a description, with the name a refusal gives it.
+struct Variant {
+  const char* name;
+  dilattn_status (*set)(dilattn_desc);
+};
+const Variant kVariants[] = {
+    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, 2, 0); }},
+    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, -1, 3); }},
+    {"a softcap", [](dilattn_desc d) { return dilattn_desc_set_softcap(d, 30.0); }},
+    {"ALiBi", [](dilattn_desc d) {
+       const double slopes[2] = {0.5, 0.25};
+       return dilattn_desc_set_alibi(d, slopes, 2);
+     }},
+};
+
+void other_backends_refuse_naming_the_option() {
+  for (const Variant& variant : kVariants) {
+    FreshDesc desc;
+    CHECK_OK(variant.set(desc.d));
+    for (dilattn_backend backend : errtest::cpu_side_backends()) {
+      if (backend == DILATTN_BACKEND_REF) continue;
+      if (!dilattn_backend_available(backend)) continue;
+      PlanSlot slot;
+      const char* name = backend == DILATTN_BACKEND_CPU ? "backend 'cpu'" : "backend 'emu'";
+      CHECK_ERROR(errtest::create_plan(&slot.plan, desc, 1, 4, 4, 2, 1, 3, backend),
+                  DILATTN_ERROR_UNSUPPORTED, name, "does not support", variant.name, "use backend ref");
+      CHECK(slot.untouched());
+    }
+    // AUTO moves past every backend that refuses to the reference.
+    dilattn_plan plan = nullptr;
+    CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_AUTO));
+    dilattn_backend chosen = DILATTN_BACKEND_AUTO;
+    CHECK_OK(dilattn_plan_backend(plan, &chosen));
+    CHECK(chosen == DILATTN_BACKEND_REF);
+    dilattn_plan_destroy(plan);
+  }
+}
+
+void ring_refuses_naming_the_option() {
+  errtest::Problem p;  // B=1, N=4, H=2, Hkv=1, D=3 in f32
+  dilattn_comm comm = nullptr;
+  CHECK_OK(dilattn_comm_create_threads(1, 10000, &comm));
+  for (const Variant& variant : kVariants) {
+    FreshDesc desc;
+    CHECK_OK(variant.set(desc.d));
+    dilattn_plan plan = nullptr;
+    CHECK_OK(errtest::create_plan(&plan, desc, p.B, p.N, p.N, p.H, p.Hkv, p.D));
+    CHECK_ERROR(dilattn_ring_forward(plan, comm, DILATTN_RING_CONTIGUOUS, &p.tq, &p.tk, &p.tv,
+                                     &p.to, &p.tlse),
+                DILATTN_ERROR_UNSUPPORTED, "ring attention does not support", variant.name);
+    CHECK_ERROR(dilattn_ring_backward(plan, comm, DILATTN_RING_CONTIGUOUS, &p.tq, &p.tk, &p.tv,
+                                      &p.to, &p.tlse, &p.tdo, &p.tdq, &p.tdk, &p.tdv),
+                DILATTN_ERROR_UNSUPPORTED, "ring attention does not support", variant.name);
+    CHECK(p.outputs_untouched());
+    dilattn_plan_destroy(plan);
+  }
+  dilattn_comm_destroy(comm);
+}
+
+}  // namespace
+
+int main() {
+  window_below_minus_one_refused();
+  softcap_negative_or_not_finite_refused();
+  alibi_bad_slopes_refused();
+  slope_count_checked_at_plan_creation();
+  other_backends_refuse_naming_the_option();
+  ring_refuses_naming_the_option();
+  return harness::finish("variant_arguments_refused");
+}
