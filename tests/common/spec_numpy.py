@@ -128,6 +128,43 @@ def bsr_counts(Nq, Nk, H, bq, bk, row_ptr, col_idx, head_ptr, causal):
 _MASK32 = np.uint64(0xFFFFFFFF)
 
 
+def philox4x32_10(counter, key):
+    """Philox4x32-10 of SPEC 11.1 on arrays: counter (c0, c1, c2, c3) and key (k0, k1), each an
+    array (or int) of 32-bit words; returns the four result words as uint64 arrays."""
+    c0, c1, c2, c3 = (np.asarray(x, dtype=np.uint64) & _MASK32 for x in counter)
+    k0, k1 = (np.asarray(x, dtype=np.uint64) & _MASK32 for x in key)
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0  # < 2^64: exact in uint64
+        p1 = np.uint64(0xCD9E8D57) * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = (k0 + np.uint64(0x9E3779B9)) & _MASK32
+        k1 = (k1 + np.uint64(0xBB67AE85)) & _MASK32
+    return c0, c1, c2, c3
+
+
+def dropout_keep(p, seed, offset, b, h, H, Nq, Nk):
+    """keep[i, j] of SPEC 11.1 for batch element b, query head h: word j mod 4 of
+    philox((j // 4, i, b * H + h, offset), (seed mod 2^32, seed // 2^32)) >= ceil(p * 2^32)."""
+    i = np.arange(Nq, dtype=np.uint64)[:, None]
+    j = np.arange(Nk, dtype=np.uint64)[None, :]
+    shape = (Nq, Nk)
+    counter = (np.broadcast_to(j // np.uint64(4), shape), np.broadcast_to(i, shape),
+               np.full(shape, b * H + h, dtype=np.uint64), np.full(shape, offset, dtype=np.uint64))
+    words = philox4x32_10(counter, (seed % 2**32, seed // 2**32))
+    u = np.choose((j % np.uint64(4)).astype(np.int64) + np.zeros(shape, dtype=np.int64), words)
+    return u >= math.ceil(p * 2**32)
+
+
+def dropout_factors(p, seed, offset, b, h, H, Nq, Nk):
+    """M[i, j] = keep_ij / (1 - p) (SPEC 11)."""
+    return np.where(dropout_keep(p, seed, offset, b, h, H, Nq, Nk), 1.0 / (1.0 - p), 0.0)
+
+
+# ---------------------------------------------------------------- attention (SPEC 2, 6, 11)
+
+
 def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None, softcap=0.0,
                     alibi_slopes=None):
     """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j], with the
