@@ -33,7 +33,8 @@ from torch import nn
 
 from . import mask as _mask
 from ._errors import error_for
-from .torch import (DilatedAttention, MultiheadDilatedAttention, _no_dropout, attention)
+from .torch import (DilatedAttention, MultiheadDilatedAttention, _add_input_projections,
+                     _no_dropout, attention)
 
 # Flags of that package that select its memory pools, caches, profiling or kernels. They have
 # no counterpart that could change a dilattn result, so they are accepted and ignored.
@@ -342,18 +343,12 @@ class BlockSparseRingMultiheadDilatedAttention(nn.Module):
                  batch_first: bool = True, *, device: Any = None,
                  dtype: Optional[torch.dtype] = None, **kwargs: Any) -> None:
         super().__init__()
-        if embed_dim % num_heads != 0:
-            raise error_for("DILATTN_ERROR_INVALID_VALUE",
-                            f"embed_dim ({embed_dim}) must be divisible by num_heads "
-                            f"({num_heads})")
         _no_dropout("dropout", dropout)
+        factory = dict(device=device, dtype=dtype)
+        _add_input_projections(self, embed_dim, num_heads, bias, factory)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.batch_first = batch_first
-        factory = dict(device=device, dtype=dtype)
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.sparse_attention = BlockSparseRingDilatedAttention(
             segment_lengths, dilation_rates, sparse_config, **kwargs)

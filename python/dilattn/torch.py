@@ -256,6 +256,17 @@ class DilatedAttention(nn.Module):
                          causal=is_causal, scale=self.softmax_scale, backend=self.backend)
 
 
+def _add_input_projections(module, embed_dim, num_heads, bias, factory):
+    """module.q_proj, k_proj, v_proj: embed_dim x embed_dim linear maps, made in that order,
+    after checking that embed_dim splits into num_heads heads. Shared by the multi-head modules
+    (each then adds its out_proj where its parameter order has it)."""
+    if embed_dim % num_heads != 0:
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+    for name in ("q_proj", "k_proj", "v_proj"):
+        setattr(module, name, nn.Linear(embed_dim, embed_dim, bias=bias, **factory))
+
+
 class MultiheadDilatedAttention(nn.Module):
     """Multi-head dilated attention over [B, N, embed_dim], as dilated-attention-pytorch's
     MultiheadDilatedAttention: q/k/v projections, DilatedAttention, the LongNet (MAGNETO)
@@ -270,18 +281,12 @@ class MultiheadDilatedAttention(nn.Module):
                  device: Any = None, dtype: Optional[torch.dtype] = None, op: Any = None, *,
                  heads_mode: str = "groups", backend: str = "auto") -> None:
         super().__init__()
-        if embed_dim % num_heads != 0:
-            raise error_for("DILATTN_ERROR_INVALID_VALUE",
-                            f"embed_dim ({embed_dim}) must be divisible by num_heads "
-                            f"({num_heads})")
         _no_dropout("dropout", dropout)
+        factory = dict(device=device, dtype=dtype)
+        _add_input_projections(self, embed_dim, num_heads, bias, factory)
         self.num_heads = num_heads
         self.layer_norm = layer_norm
         self.gamma_init = gamma_init
-        factory = dict(device=device, dtype=dtype)
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.attention = DilatedAttention(segment_lengths, dilation_rates,
                                           attention_dropout=dropout, op=op,
                                           heads_mode=heads_mode, backend=backend)
