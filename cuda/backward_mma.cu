@@ -14,7 +14,9 @@
 //                dS; y's rows k-major, read with ldmatrix.trans.
 // Chunks, as large as ptxas keeps in registers without spilling (tests/kernels/
 // check_ptxas_spills.py): 32 keys (D = 64) or 64 (D = 128) in the dQ pass; 32 query rows (D = 64)
-// or 16 (D = 128) in the dK/dV pass, where dK and dV take 2 x D / 2 registers a lane.
+// or 16 (D = 128) in the dK/dV pass, where dK and dV take 2 x D / 2 registers a lane. The
+// kernels say __launch_bounds__(128, 1): with the block size alone ptxas aimed at three blocks an
+// SM (168 registers) and spilled.
 // Shared memory rows are padded by 8 elements (16 bytes) so each ldmatrix reads 8 rows in 32
 // distinct banks, as in forward_mma.cu.
 //
@@ -98,13 +100,13 @@ struct MmaBackwardProducts {
 };
 
 template <class T, int D>
-__global__ void __launch_bounds__(128) backward_dq_mma_kernel(BackwardParams bp) {
+__global__ void __launch_bounds__(128, 1) backward_dq_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   mma_backward_dq<MmaBackwardProducts<T, D>>(bp, smem);
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(128) backward_dkdv_mma_kernel(BackwardParams bp) {
+__global__ void __launch_bounds__(128, 1) backward_dkdv_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   mma_backward_dkdv<MmaBackwardProducts<T, D>>(bp, smem);
 }
@@ -128,7 +130,8 @@ BackwardKernels mma_backward_of() {
                          smem_bytes_of<DkdvSmem<Products>>(),
                          kMmaBackwardRows,
                          kMmaBackwardKeys,
-                         kMmaBackwardThreads};
+                         kMmaBackwardThreads,
+                         true};
 }
 
 template <class T>

@@ -84,13 +84,13 @@ struct Tf32BackwardProducts {
 };
 
 template <int D>
-__global__ void __launch_bounds__(128) backward_dq_mma_tf32_kernel(BackwardParams bp) {
+__global__ void __launch_bounds__(128, 1) backward_dq_mma_tf32_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   mma_backward_dq<Tf32BackwardProducts<D>>(bp, smem);
 }
 
 template <int D>
-__global__ void __launch_bounds__(128) backward_dkdv_mma_tf32_kernel(BackwardParams bp) {
+__global__ void __launch_bounds__(128, 1) backward_dkdv_mma_tf32_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   mma_backward_dkdv<Tf32BackwardProducts<D>>(bp, smem);
 }
@@ -110,7 +110,8 @@ BackwardKernels tf32_backward_of() {
                          smem_bytes_of<DkdvSmem<Products>>(),
                          kMmaBackwardRows,
                          kMmaBackwardKeys,
-                         kMmaBackwardThreads};
+                         kMmaBackwardThreads,
+                         true};
 }
 
 BackwardKernels tf32_backward(int64_t D) {  // backward_kernel_for: f32, D = 64 or 128 only

@@ -42,7 +42,8 @@ struct BackwardParams {
   const int32_t* key_bad;  // [B, Hkv, Nk]
   // Q and dO rows may be copied 16 bytes at a time (as ix.kv_vec16 for K and V).
   int32_t qdo_vec16;
-  int64_t head_in_group;        // dK/dV pass: query head g * (H / Hkv) + head_in_group
+  int64_t head_in_group;        // dK/dV pass: query head g * (H / Hkv) + head_in_group; < 0:
+                                // every head of g, in order (BackwardKernels::dkdv_all_heads)
   int64_t key_tiles_per_group;  // dK/dV pass: key tiles per segment (dilated) or key block
 };
 

@@ -50,6 +50,10 @@ struct BackwardKernels {
   size_t dq_smem, dkdv_smem;   // dynamic shared memory per block, bytes
   int block_rows, block_keys;  // query rows and keys per chunk
   int threads;                 // per block
+  // The dK/dV kernel walks every query head of its kv head in one launch when asked
+  // (BackwardParams::head_in_group < 0); the launcher asks where key tiles do not depend on the
+  // head (dense, block-sparse).
+  bool dkdv_all_heads = false;
 };
 
 // backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim.

@@ -19,9 +19,11 @@
 //                             tensor-core kernels' NaN rule, backward_mma.cu), dQ, dK, dV
 //                             accumulators = 0;
 //     run_dq_pass             one launch per dilated branch (one for dense, block-sparse);
-//     run_dkdv_pass           one launch per (branch, query head of a kv head): each adds its
-//                             pairs to dK and dV in turn, so GQA's and the branches' sums have
-//                             a fixed order without atomics (SPEC 6: deterministic);
+//     run_dkdv_pass           one launch per (branch, query head of a kv head), or, for the
+//                             tensor-core kernels on dense and block-sparse problems, one per
+//                             kv head's whole group walked in head order: each adds its pairs
+//                             to dK and dV in turn, so GQA's and the branches' sums have a
+//                             fixed order without atomics (SPEC 6: deterministic);
 //     store_gradients         dQ = scale dq_acc, dK = scale dk_acc, dV = dv_acc, to the views.
 //
 // Checked by tests/kernels/test_backward_kernels.cpp (every kernel x dtype x kind, emulator,
@@ -373,12 +375,23 @@ int64_t prepare_key_launch(const Problem& p, int tile_keys, int64_t launch, Back
 }
 
 // dK, dV: key tiles of block_keys keys, one launch per (branch, query head of a kv head), in
-// that order; the launches of one branch's heads add to the same rows one after another.
+// that order; the launches of one branch's heads add to the same rows one after another. A
+// kernel with dkdv_all_heads walks the heads itself where the key tiles allow.
 dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                              cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
+  // Dense and block-sparse key tiles are the same for every query head of a kv head: a kernel
+  // that can walks them all in one launch, in head order (fewer launches, K and V read once).
+  const bool all_heads = k.dkdv_all_heads && p.kind != DILATTN_KIND_DILATED;
   for (int64_t launch = 0; launch < launches; ++launch) {
     const int64_t tiles = prepare_key_launch(p, k.block_keys, launch, &bp);
+    if (all_heads) {
+      bp.head_in_group = -1;
+      const dilattn_status st = launch_backward_kernel(
+          k.dkdv, tiles, p.B * p.Hkv, k, k.dkdv_smem, bp, stream, "backward dK/dV kernel");
+      if (st != DILATTN_SUCCESS) return st;
+      continue;
+    }
     for (int64_t hg = 0; hg < p.H / p.Hkv; ++hg) {
       bp.head_in_group = hg;
       const dilattn_status st = launch_backward_kernel(

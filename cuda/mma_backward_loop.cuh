@@ -7,8 +7,10 @@
 // Both passes take P from the forward's LSE (lib/softmax_rules.h: P = 2^(post (pre S - lse_s)),
 // with lse_s from the launcher's pre-pass) and dS = P (dP - D_i), D_i = <dO_i, O_i>. The index
 // rules are backward_tile.cuh's and attention_tile.cuh's, the same the SIMT kernels and the
-// forward use; the launcher (cuda/launch_backward.cu) launches them exactly as the SIMT pair: one
-// dQ launch per dilated branch, one dK/dV launch per (branch, query head of a kv head).
+// forward use; the launcher (cuda/launch_backward.cu) launches them as the SIMT pair (one dQ
+// launch per dilated branch, one dK/dV launch per (branch, query head of a kv head)), except that
+// on dense and block-sparse problems one dK/dV launch walks every query head of its kv head in
+// head order, the K and V tile loaded once (the key tiles do not depend on the head there).
 //
 // mma_backward_dq: one block per query tile of 64 rows (4 warps, 16 rows each), as the forward's
 // tiles (tile_row, read_span). Q and dO stay in shared memory; K and V chunks of kDqKeys keys
@@ -267,14 +269,17 @@ struct DkdvSmem {
 
 // Where the walk over the query rows that meet a key tile stands: span `span`'s rows
 // (a progression, query_span), from its term t0 on. Every thread keeps its own copy; they agree.
+// With several query heads of the kv head in one launch (head_in_group < 0), the heads follow
+// one another in head order: head `head` (of the group), its spans, their chunks.
 struct QueryChunkCursor {
-  int64_t span, num_spans, t0;
+  int64_t head, head_end, span, num_spans, t0;
   KeyProgression rows;
+  __device__ __forceinline__ bool done() const { return head >= head_end; }
 };
 
 // The cursor moved to the next chunk holding a row: the rest of this span, else the next span
-// with any row. span == num_spans when there is none.
-__device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64_t h,
+// with any row, else the next head's first. done() when there is none.
+__device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64_t hk,
                                                  int64_t tile, int64_t first_key, int chunk_rows,
                                                  QueryChunkCursor& cur, bool first_call) {
   if (!first_call) {
@@ -283,9 +288,12 @@ __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64
     ++cur.span;
   }
   cur.t0 = 0;
-  for (; cur.span < cur.num_spans; ++cur.span) {
-    cur.rows = query_span(bp, h, tile, cur.span, first_key);
-    if (cur.rows.count > 0) return;
+  for (; cur.head < cur.head_end; ++cur.head, cur.span = 0) {
+    const int64_t h = hk * (bp.ix.H / bp.ix.Hkv) + cur.head;
+    for (; cur.span < cur.num_spans; ++cur.span) {
+      cur.rows = query_span(bp, h, tile, cur.span, first_key);
+      if (cur.rows.count > 0) return;
+    }
   }
 }
 
@@ -304,7 +312,12 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   const int g = lane >> 2, t4 = lane & 3;
   const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.Hkv, hk = blockIdx.y % p.Hkv;
-  const int64_t h = hk * (p.H / p.Hkv) + bp.head_in_group;
+  // One query head of the kv head, or all of them in head order (head_in_group < 0: dense and
+  // block-sparse, whose key tiles are the same for every head; the launcher decides).
+  const int64_t group = p.H / p.Hkv;
+  const int64_t head_first = bp.head_in_group < 0 ? 0 : bp.head_in_group;
+  const int64_t head_end = bp.head_in_group < 0 ? group : head_first + 1;
+  const int64_t h = hk * group + head_first;  // the head whose key tile this block holds
 
   // The tile's keys (-1: none; they ascend, a progression), then K and V.
   for (int c = tid; c < BC; c += kThreads) tl.keys[c] = key_tile_key(bp, h, tile, c, BC);
@@ -319,19 +332,20 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
     tl.v[c * S + d] = j >= 0 ? load_bnhd<T>(p.v, p.v_stride, b, j, hk, d) : from_float<T>(0.0f);
   }
   const int64_t first_key = tl.keys[0];
-  const T* qb = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[2];
-  const T* dob = static_cast<const T*>(bp.d_o) + b * bp.d_o_stride[0] + h * bp.d_o_stride[2];
-  const int64_t row_base = (b * p.H + h) * p.Nq;
 
   // One chunk's rows into buffer buf: seen counts, lse_s, D_i, flags by plain stores; Q and
   // dO by copy_rows (cp.async where it can). Read after the next barrier.
   auto prepare = [&](const QueryChunkCursor& cur, int buf) {
+    const int64_t hq = hk * group + cur.head;
+    const T* qb = static_cast<const T*>(p.q) + b * p.q_stride[0] + hq * p.q_stride[2];
+    const T* dob = static_cast<const T*>(bp.d_o) + b * bp.d_o_stride[0] + hq * bp.d_o_stride[2];
+    const int64_t row_base = (b * p.H + hq) * p.Nq;
     const int64_t cn = min_i64(R, cur.rows.count - cur.t0);
     for (int t = tid; t < R; t += kThreads) {
       const int64_t i = t < cn ? progression_at(cur.rows, cur.t0 + t) : -1;
       const int at = buf * R + t;
       tl.seen[at] = i >= 0 ? static_cast<int32_t>(tile_keys_seen(
-                                 query_row_keys(bp, h, tile, i), tl.keys, num_keys))
+                                 query_row_keys(bp, hq, tile, i), tl.keys, num_keys))
                            : 0;
       tl.lse_s[at] = i >= 0 ? bp.lse_s[row_base + i] : 0.0f;
       tl.di[at] = i >= 0 ? bp.di[row_base + i] : 0.0f;
@@ -350,15 +364,16 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
     for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
 
   // The cursor names the chunk being prepared: one ahead of the chunk computed.
-  QueryChunkCursor cur{0, query_span_count(bp), 0, KeyProgression{0, 1, 0}};
-  next_query_chunk(bp, h, tile, first_key, R, cur, true);
-  bool has_chunk = cur.span < cur.num_spans;
+  QueryChunkCursor cur{head_first, head_end, 0, query_span_count(bp), 0,
+                       KeyProgression{0, 1, 0}};
+  next_query_chunk(bp, hk, tile, first_key, R, cur, true);
+  bool has_chunk = !cur.done();
   if (has_chunk) prepare(cur, 0);
   async_copy_commit();
   int buf = 0;
   while (has_chunk) {
-    next_query_chunk(bp, h, tile, first_key, R, cur, false);
-    const bool has_next = cur.span < cur.num_spans;
+    next_query_chunk(bp, hk, tile, first_key, R, cur, false);
+    const bool has_next = !cur.done();
     async_copy_wait<0>();
     __syncthreads();  // this chunk visible to all; every thread is done with the other buffer
     if (has_next) prepare(cur, buf ^ 1);
