@@ -133,15 +133,20 @@ __device__ __forceinline__ KeyProgression row_keys(const ForwardParams& p, int64
   return block_keys(i, cols[span], p.bk, p.Nq, p.Nk, causal);
 }
 
-// Run by one thread per block: each row's key count for span `span` of the tile (rows < 0 see
-// none), and the keys the rows share: span_out = {first, step, largest count}. The rows of a
-// tile share first and step (one segment's selected rows, one BSR block, or dense keys); only
-// the causal cut makes their counts differ.
+// Run by the 32 lanes of one warp (warp 0) together: each row's key count for span `span` of the
+// tile (rows < 0 see none), and the keys the rows share: span_out = {first, step, largest
+// count}. The rows of a tile share first and step (one segment's selected rows, one BSR block,
+// or dense keys); only the causal cut makes their counts differ. first and step are those of
+// the last row with a key (0 and 1 when none has one), so the result does not depend on which
+// lane read which row. A lane reads rows lane, lane + 32, ...: with one thread the rows of a
+// 128-row tile took longer than the block's products on a block-sparse span of two chunks.
 __device__ __forceinline__ void read_span(const ForwardParams& p, int64_t h, int64_t tile,
                                           int64_t span, const int64_t* rows, int br,
                                           int64_t* cnt, int64_t* span_out) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
   int64_t first = 0, step = 1, most = 0;
-  for (int t = 0; t < br; ++t) {
+  int last_row = -1;  // the lane's last row with a key
+  for (int t = lane; t < br; t += 32) {
     int64_t count = 0;
     if (rows[t] >= 0) {
       const KeyProgression kp = row_keys(p, h, tile, span, rows[t]);
@@ -149,14 +154,31 @@ __device__ __forceinline__ void read_span(const ForwardParams& p, int64_t h, int
       if (count > 0) {
         first = kp.first;
         step = kp.step;
+        last_row = t;
       }
     }
     cnt[t] = count;
     most = max_i64(most, count);
   }
-  span_out[0] = first;
-  span_out[1] = step;
-  span_out[2] = most;
+  // Butterfly over the warp: every lane ends with the largest count and the first and step of
+  // the last row with a key.
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const int64_t other_most = __shfl_xor_sync(0xffffffffu, most, offset);
+    const int other_row = __shfl_xor_sync(0xffffffffu, last_row, offset);
+    const int64_t other_first = __shfl_xor_sync(0xffffffffu, first, offset);
+    const int64_t other_step = __shfl_xor_sync(0xffffffffu, step, offset);
+    most = max_i64(most, other_most);
+    if (other_row > last_row) {
+      last_row = other_row;
+      first = other_first;
+      step = other_step;
+    }
+  }
+  if (lane == 0) {
+    span_out[0] = first;
+    span_out[1] = step;
+    span_out[2] = most;
+  }
 }
 
 // ---------------------------------------------------------------- gathers

@@ -193,8 +193,8 @@ __device__ __forceinline__ void backward_dq_tile(const BackwardParams& bp, const
 
   const int64_t num_spans = tile_span_count(p, h, tile);
   for (int64_t span = 0; span < num_spans; ++span) {
-    // Thread 0 reads each row's key progression: shared first and step, own count.
-    if (tid == 0) read_span(p, h, tile, span, s.rows, BR, s.cnt, s.span);
+    // Warp 0 reads each row's key progression: shared first and step, own count.
+    if (tid < 32) read_span(p, h, tile, span, s.rows, BR, s.cnt, s.span);
     __syncthreads();
     const int64_t first = s.span[0], step = s.span[1], most = s.span[2];
 

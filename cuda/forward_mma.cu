@@ -192,7 +192,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   }
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  if (warp == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
   __syncthreads();
   const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
   uint32_t qf[D / 16][4];

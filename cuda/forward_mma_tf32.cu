@@ -175,7 +175,7 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   }
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  if (tid < 32 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
   __syncthreads();
   float qf[D / 8][4];
   for (int kk = 0; kk < D / 8; ++kk) {

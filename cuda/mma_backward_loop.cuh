@@ -101,6 +101,15 @@ __device__ __forceinline__ void prob_and_ds(const ForwardParams& p, bool seen, f
   dp = seen ? prob * (dp - di) : 0.0f;
   s = prob;
 }
+// The same for a pair the row sees, when post = 1 and lse_s is finite (the usual case, checked
+// by the caller for the whole chunk): P by online_prob_fused, one fused multiply-add and 2^x,
+// equal to prob_and_ds's up to one rounding.
+__device__ __forceinline__ void prob_and_ds_seen(const ForwardParams& p, float lse_s, float di,
+                                                 float& s, float& dp) {
+  const float prob = online_prob_fused(s, p.score_pre, lse_s);
+  dp = prob * (dp - di);
+  s = prob;
+}
 
 // ================================================================ the dQ pass
 template <class Products>
@@ -174,7 +183,7 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
     tl.di[r] = i >= 0 ? bp.di[row] : 0.0f;
   }
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (tid == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  if (warp == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
   __syncthreads();
 
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
@@ -211,15 +220,26 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
         // the chunk one row skips and whose K is not finite sends the chunk the exact way.
         const int32_t* flags = tl.bad_key + (k == tl.k(0) ? 0 : BC);
         bool unseen_bad = false;
-        DILATTN_UNROLL
-        for (int n = 0; n < kTiles; ++n)
-          for (int e = 0; e < 4; ++e) {
-            const int c = 8 * n + 2 * t4 + (e & 1);
-            const bool row1 = (e >> 1) != 0;
-            const bool seen = c < (row1 ? keys1 : keys0);
-            prob_and_ds(p, seen, row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
-            unseen_bad = unseen_bad || (!seen && flags[c] != 0);
-          }
+        if (p.score_post == 1.0f && keys0 >= BC && keys1 >= BC && lse0 != INFINITY &&
+            lse1 != INFINITY) {
+          // Both rows see every key of the chunk: no selection, no flag (prob_and_ds_seen).
+          DILATTN_UNROLL
+          for (int n = 0; n < kTiles; ++n)
+            for (int e = 0; e < 4; ++e) {
+              const bool row1 = (e >> 1) != 0;
+              prob_and_ds_seen(p, row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
+            }
+        } else {
+          DILATTN_UNROLL
+          for (int n = 0; n < kTiles; ++n)
+            for (int e = 0; e < 4; ++e) {
+              const int c = 8 * n + 2 * t4 + (e & 1);
+              const bool row1 = (e >> 1) != 0;
+              const bool seen = c < (row1 ? keys1 : keys0);
+              prob_and_ds(p, seen, row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
+              unseen_bad = unseen_bad || (!seen && flags[c] != 0);
+            }
+        }
         if (__any_sync(0xffffffffu, unseen_bad)) {
           // The lane's rows are g (keys0 of the chunk's keys) and g + 8 (keys1).
           exact_rows_product<T, D, S, BC>(
@@ -401,14 +421,27 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
       const float* di = tl.di + buf * R;
       const int32_t* bad = tl.bad_row + buf * R;
       bool unseen_bad = false;
-      DILATTN_UNROLL
-      for (int n = 0; n < kTiles; ++n)
-        for (int e = 0; e < 4; ++e) {
-          const int t = 8 * n + 2 * t4 + (e & 1);
-          const bool seen_pair = kw + g + 8 * (e >> 1) < seen[t];
-          prob_and_ds(p, seen_pair, lse[t], di[t], st[n][e], dpt[n][e]);
-          unseen_bad = unseen_bad || (!seen_pair && bad[t] != 0);
-        }
+      // Every row of the chunk sees all 16 of the warp's keys (seen counts are prefixes) with a
+      // finite lse_s: no selection, no flag (prob_and_ds_seen). One row a lane, R <= 32.
+      static_assert(R <= 32, "one chunk row per lane");
+      const bool row_whole = lane >= R || (seen[lane] >= kw + 16 && lse[lane] != INFINITY);
+      if (__all_sync(0xffffffffu, row_whole) && p.score_post == 1.0f) {
+        DILATTN_UNROLL
+        for (int n = 0; n < kTiles; ++n)
+          for (int e = 0; e < 4; ++e) {
+            const int t = 8 * n + 2 * t4 + (e & 1);
+            prob_and_ds_seen(p, lse[t], di[t], st[n][e], dpt[n][e]);
+          }
+      } else {
+        DILATTN_UNROLL
+        for (int n = 0; n < kTiles; ++n)
+          for (int e = 0; e < 4; ++e) {
+            const int t = 8 * n + 2 * t4 + (e & 1);
+            const bool seen_pair = kw + g + 8 * (e >> 1) < seen[t];
+            prob_and_ds(p, seen_pair, lse[t], di[t], st[n][e], dpt[n][e]);
+            unseen_bad = unseen_bad || (!seen_pair && bad[t] != 0);
+          }
+      }
       if (__any_sync(0xffffffffu, unseen_bad)) {
         auto seen_by = [&](int key_row, int t) { return kw + key_row < seen[t]; };
         exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO

@@ -10,7 +10,7 @@
 //                                     the lane's two rows take.
 //
 // Double-buffered: the next chunk's K and V are copied while this one is computed; one
-// __syncthreads a chunk. Span descriptors rotate through Tile::kSpanSlots = 3 slots: thread 0
+// __syncthreads a chunk. Span descriptors rotate through Tile::kSpanSlots = 3 slots: warp 0
 // fills the next span's slot during a chunk while other threads may still read the previous
 // span's (the chunk before), never the one before that. A warp none of whose rows has a key in
 // the chunk skips it. Checked with the kernels by tests/kernels/test_forward_kernels.cpp.
@@ -50,7 +50,7 @@ __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Til
       next_c0 = 0;
       next_slot = slot + 1 == Tile::kSpanSlots ? 0 : slot + 1;
     }
-    if (tid == 0 && next_span != span && next_span < num_spans)
+    if (tid < 32 && next_span != span && next_span < num_spans)
       read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
                 tl.span + 3 * next_slot);
     async_copy_wait<0>();

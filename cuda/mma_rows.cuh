@@ -55,36 +55,65 @@ __device__ __forceinline__ int row_keys_in_chunk(int64_t cn, int64_t count, int6
 }
 
 // s: the chunk's scores <q, k> (kTiles C fragments: the lane's keys are c = 8n + 2t + (e & 1)).
-// Scaled by score_pre; a key at or past the row's keys0 / keys1 (row_keys_in_chunk) is -inf,
-// by selection, so a NaN key masked out stays out: one 32-bit compare per score, against the
-// row's count less 2t. Then softmax_rules.h's online update: s becomes P (unnormalised, base
-// 2), O and l rescaled by alpha and l += the chunk's row sums. The caller adds P V to O.
+// A key at or past the row's keys0 / keys1 (row_keys_in_chunk) is -inf, by selection, so a NaN
+// key masked out stays out: one 32-bit compare per score, against the row's count less 2t,
+// made only when one of the lane's rows stops inside the chunk. Then softmax_rules.h's online
+// update: s becomes P (unnormalised, base 2), O and l rescaled by alpha and l += the chunk's row
+// sums. The caller adds P V to O.
+//
+// The work per score is what bounds these kernels (tensor cores wait on it), so the usual case
+// takes four instructions: with pre > 0 the scaled maximum is pre times the unscaled one (f32
+// multiplication by a positive number keeps order, so m is bitwise max(pre s)), and with post = 1
+// each probability is online_prob_fused's one fused multiply-add and 2^x; then the row sum. O is
+// rescaled only when some row of the warp moved its maximum (alpha = 1 multiplies exactly, so
+// skipping it changes no bit). A negative pre, post != 1 or a scaled maximum that overflowed takes
+// the general form, score by score as online_prob states it.
 template <int kTiles, int D>
 __device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)[kTiles][4],
                                               int keys0, int keys1, RowState<D>& st) {
+  constexpr int kKeys = kTiles * 8;
   const int t = static_cast<int>(threadIdx.x) & 3;
-  const int keep[2] = {keys0 - 2 * t, keys1 - 2 * t};
+  const float pre = p.score_pre, post = p.score_post;
+  const bool pre_positive = pre > 0.0f;
+  if (!pre_positive)
+    for (int n = 0; n < kTiles; ++n)
+      for (int e = 0; e < 4; ++e) s[n][e] *= pre;
+  if (keys0 < kKeys || keys1 < kKeys) {
+    const int keep[2] = {keys0 - 2 * t, keys1 - 2 * t};
+    for (int n = 0; n < kTiles; ++n)
+      for (int e = 0; e < 4; ++e)
+        s[n][e] = n * 8 + (e & 1) < keep[e >> 1] ? s[n][e] : -INFINITY;
+  }
   float chunk_max[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kTiles; ++n)
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = n * 8 + (e & 1) < keep[e >> 1] ? s[n][e] * p.score_pre : -INFINITY;
-      chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
-    }
+    for (int e = 0; e < 4; ++e) chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
   float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
   for (int r = 0; r < 2; ++r) {
-    const float m_new = max_nan(st.m[r], row_max_nan(chunk_max[r]));
+    const float scaled_max = pre_positive ? row_max_nan(chunk_max[r]) * pre
+                                          : row_max_nan(chunk_max[r]);
+    const float m_new = max_nan(st.m[r], scaled_max);
     shift[r] = online_shift(m_new);
-    alpha[r] = online_rescale(st.m[r], m_new, p.score_post);
+    alpha[r] = online_rescale(st.m[r], m_new, post);
     st.m[r] = m_new;
   }
-  for (int n = 0; n < kTiles; ++n)
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = online_prob(s[n][e], shift[e >> 1], p.score_post);
-      sum[e >> 1] += s[n][e];
-    }
+  if (pre_positive && post == 1.0f && shift[0] != INFINITY && shift[1] != INFINITY) {
+    for (int n = 0; n < kTiles; ++n)
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = online_prob_fused(s[n][e], pre, shift[e >> 1]);
+        sum[e >> 1] += s[n][e];
+      }
+  } else {
+    const float factor = pre_positive ? pre : 1.0f;  // a negative pre is in s already
+    for (int n = 0; n < kTiles; ++n)
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = online_prob(s[n][e] * factor, shift[e >> 1], post);
+        sum[e >> 1] += s[n][e];
+      }
+  }
   for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + row_sum(sum[r]);
-  for (int nd = 0; nd < D / 8; ++nd)
-    for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+    for (int nd = 0; nd < D / 8; ++nd)
+      for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
 }
 
 // Row r (0 or 1) of the lane, query row i (-1: none): one branch writes O / l and LSE to the

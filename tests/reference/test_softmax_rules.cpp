@@ -52,6 +52,12 @@ int main() {
   expect("online_prob(-inf, 0, 1)", online_prob(-kInf, 0.0, 1.0), 0.0);
   expect("online_prob(3, 1, 0.5) = 2", online_prob(3.0, 1.0, 0.5), 2.0);
   expect("online_prob(NaN, 0, 1)", online_prob(kNaN, 0.0, 1.0), kNaN);
+  // online_prob_fused: 2^(pre s - shift) from the unscaled score, post = 1.
+  expect("online_prob_fused(4, 0.5, 1) = 2", online_prob_fused(4.0, 0.5, 1.0), 2.0);
+  expect("online_prob_fused f32 (3, 2, 4) = 4", online_prob_fused(3.0f, 2.0f, 4.0f), 4.0, 1e-6);
+  expect("online_prob_fused(-inf, 2, 5)", online_prob_fused(-kInf, 2.0, 5.0), 0.0);
+  expect("online_prob_fused(NaN, 1, 0)", online_prob_fused(kNaN, 1.0, 0.0), kNaN);
+  expect("online_prob_fused(inf, 1, inf)", online_prob_fused(kInf, 1.0, kInf), kNaN);
 
   // online_rescale: 1 when m did not move, 0 from -inf, 2^(post (m_old - m_new)), NaN kept.
   expect("online_rescale(2, 2)", online_rescale(2.0, 2.0, 7.0), 1.0);
