@@ -51,7 +51,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from . import _abi, _cints
-from ._errors import Error, check, error_for
+from ._errors import check, error_for
 from ._numpy import same_dtype
 from ._plan import Options, Plan
 from .torch import (_TORCH_DTYPES, _aligned, _dtype_name, _on_device, _one_device,
@@ -200,8 +200,8 @@ def _global_rank(group, rank):
 
 
 def _describe_error(e):
-    status = e.status if isinstance(e, Error) else None
-    return (status, f"{type(e).__name__}: {e}")
+    """What the other ranks' errors say of this rank's exception."""
+    return f"{type(e).__name__}: {e}"
 
 
 class _Ring:
@@ -239,7 +239,7 @@ class _Ring:
             raise own_error
         r = failed[0]
         raise error_for("DILATTN_ERROR_COMM",
-                        f"ring_attention: rank {r} failed: {gathered[r]['error'][1]}")
+                        f"ring_attention: rank {r} failed: {gathered[r]['error']}")
 
     def _agree(self, call, tensors, device):
         """Checks this rank's input, then agrees with the other ranks on it (one all_gather);
@@ -274,6 +274,9 @@ class _Ring:
             raise error_for("DILATTN_ERROR_SHAPE_MISMATCH" if rows[self.rank] != want[self.rank]
                             else "DILATTN_ERROR_COMM", message)
         self.N, self.rows, self.ranges = N, rows, ranges
+        agreed = gathered[0]
+        self.B, self.H, self.Hkv, self.D = (agreed[f] for f in ("batch", "heads_q", "heads_kv",
+                                                                "head_dim"))
 
     def _check(self, tensors):
         """This rank's input checked on its own; the fields the ranks must agree on."""
@@ -335,16 +338,14 @@ class _Ring:
         return dist.batch_isend_irecv(ops) if ops else []
 
     # -------------------------------------------------------- sub-problems
-    def _setup(self, q, k):
-        B, _, H, D = q.shape
-        self.B, self.H, self.Hkv, self.D = B, H, k.shape[2], D
+    def _setup(self, q):
         self.device, self.dtype = q.device, q.dtype
         self.dtype_name = _dtype_name("q", q)
         self.plans = {}
         # The whole problem's plan: the library checks the options and sizes (segments,
         # dilations, head counts, backend limits) once, with its own messages.
-        self.full_plan = Plan(self.opts, (B, self.N, self.N, H, self.Hkv, D),
-                              _dtype_name("q", q), self.backend)
+        self.full_plan = Plan(self.opts, (self.B, self.N, self.N, self.H, self.Hkv, self.D),
+                              self.dtype_name, self.backend)
         self.lse_dtype = _TORCH_DTYPES[self.full_plan.lse_dtype()]
 
     def _plan(self, nq, nk, heads, kv_heads, causal):
@@ -411,20 +412,20 @@ class _Ring:
         self._agree("forward", [("q", q), ("k", k), ("v", v)], device)
         P, me = self.num_ranks, self.rank
         q, k, v = _aligned(q), _aligned(k), _aligned(v)
-        B, rows, H, D = q.shape
         failure = None
         with _on_device(device):
             kv = torch.stack((k, v))
             acc_o = torch.zeros(q.shape, dtype=_accumulator_dtype(q), device=device)
-            acc_lse = torch.full((B, H, rows), NEG_INF, dtype=acc_o.dtype, device=device)
+            acc_lse = torch.full((self.B, self.H, q.shape[1]), NEG_INF, dtype=acc_o.dtype,
+                                 device=device)
             try:
-                self._setup(q, k)
+                self._setup(q)
             except Exception as e:  # noqa: BLE001 - the ranks agree on it after the ring
                 failure = e
             for s in range(P):
                 requests, received = [], None
                 if s + 1 < P:
-                    received = torch.empty((2, B, self.rows[(me - s - 1) % P], k.shape[2], D),
+                    received = torch.empty(self._shard_shape((me - s - 1) % P),
                                            dtype=q.dtype, device=device)
                     requests = self._shift(kv, received, _TAG_KV)
                 if failure is None:
@@ -451,7 +452,7 @@ class _Ring:
             dq = torch.zeros(q.shape, dtype=lse.dtype, device=device)
             dkv = torch.zeros(self._shard_shape(me), dtype=lse.dtype, device=device)
             try:
-                self._setup(q, k)
+                self._setup(q)
             except Exception as e:  # noqa: BLE001 - the ranks agree on it after the ring
                 failure = e
             for s in range(P):
