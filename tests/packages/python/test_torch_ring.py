@@ -4,7 +4,8 @@ being processes (torch_ring_ranks.py launches them, each test within a deadline)
     dilated (mod, block, groups; causal and not): every rank's rows of O, LSE, dQ, dK and dV,
     put back in place, equal the single-process dilattn.torch.attention on the full tensors
     (backend ref, f64: the SPEC 8 reference) within SPEC 8 for f32 and f16 on the cpu backend,
-    and within 1e-12 for f64 on the ref backend; a second run gives the same bits;
+    and within 1e-12 for f64 on the ref backend; a second run gives the same bits; ranks that
+    hold no row (N < 2P) take part;
   * bad input on one rank (a row too many, another head_dim, an unknown or a different split,
     a backend that fails once the ring started) fails every rank with an error naming it, and
     a good call right after runs (the ranks stay in step); bad options fail every rank;
@@ -39,6 +40,9 @@ CASES = [
      dict(segments=[6, 13], dilations=[2, 3], heads_mode="block", causal=True)),
     ("dilated_groups_causal", (2, 16, 5, 5, 4),
      dict(segments=[4, 8, 16], dilations=[1, 2, 4], heads_mode="groups", causal=True)),
+    # N < 2P: some ranks hold no row (SPEC 5.1), their shards are empty
+    ("dense_causal_short", (1, 3, 2, 1, 4), dict(causal=True)),
+    ("dilated_short", (1, 3, 2, 2, 4), dict(segments=[2], dilations=[2])),
 ]
 # (dtype, backend, (atol, rtol) against the f64 reference; LSE: SPEC 8's 1e-4, or 1e-12)
 PATHS = [
