@@ -6,6 +6,7 @@ being processes (torch_ring_ranks.py launches them, each test within a deadline)
     (backend ref, f64: the SPEC 8 reference) within SPEC 8 for f32 and f16 on the cpu backend,
     and within 1e-12 for f64 on the ref backend; a second run gives the same bits; ranks that
     hold no row (N < 2P) take part;
+  * a ring on a group of some of the ranks (torch.distributed.new_group);
   * bad input on one rank (a row too many, another head_dim, an unknown or a different split,
     a backend that fails once the ring started) fails every rank with an error naming it, and
     a good call right after runs (the ranks stay in step); bad options fail every rank;
@@ -34,7 +35,7 @@ import torch_ring_ranks as ranks  # noqa: E402
 # (name, sizes (B, N, H, Hkv, D), options)
 CASES = [
     ("dense_causal_gqa", (2, 22, 4, 2, 5), dict(causal=True)),
-    ("dense_gqa", (2, 22, 4, 2, 5), dict()),
+    ("dense_gqa_scale", (2, 22, 4, 2, 5), dict(scale=0.3)),
     ("dilated_mod_gqa", (1, 24, 4, 2, 4), dict(segments=[6, 12], dilations=[1, 2])),
     ("dilated_block_causal_gqa", (1, 26, 4, 2, 3),
      dict(segments=[6, 13], dilations=[2, 3], heads_mode="block", causal=True)),
@@ -107,6 +108,16 @@ def test_ring_equals_the_single_process_call(P, tmp_path):
     results = ranks.launch(P, "ring_cases", (cases,), tmp_path)
     for i, check in enumerate(checks):
         _check_case(*check, [results[r][i] for r in range(P)])
+
+
+def test_ring_on_a_group_of_some_ranks(tmp_path):
+    # Global ranks 2 and 3 of 4 form the ring: its peers are named by their global ranks.
+    name, sizes, options = CASES[0]
+    case = (sizes, 7, torch.float32, "zigzag", dict(options, backend="cpu"))
+    results = ranks.launch(4, "ring_cases", ([case], "cpu", [2, 3]), tmp_path)
+    assert results[0] is None and results[1] is None
+    _check_case(f"{name} zigzag f32 cpu on ranks 2, 3", sizes, 7, torch.float32,
+                TOLERANCE["f32"], 1e-4, options, [results[2][0], results[3][0]])
 
 
 @pytest.mark.parametrize("P", [2, 3])

@@ -82,16 +82,23 @@ def _ring_once(q, k, v, do, **kw):
 
 
 # ---------------------------------------------------------------- rank functions
-def ring_cases(rank, world, cases, device="cpu"):
+def ring_cases(rank, world, cases, device="cpu", group_ranks=None):
     """For each (sizes, seed, dtype, split, options): this rank's rows and its (o, lse, dq, dk,
-    dv) of ring_attention, and whether a second run gave the same bits."""
+    dv) of ring_attention, and whether a second run gave the same bits. With group_ranks, the
+    ring runs on the group of those global ranks (dist.new_group) and the others return None."""
+    group = None
+    if group_ranks is not None:
+        group = dist.new_group(group_ranks)  # every rank of the world takes part
+        if rank not in group_ranks:
+            return None
+        rank, world = dist.get_rank(group), len(group_ranks)
+    if device == "cuda":
+        device = torch.device("cuda", rank)
     results = []
     for sizes, seed, dtype, split, options in cases:
-        if device == "cuda":
-            device = torch.device("cuda", rank)
         rows, (q, k, v, do) = shard(rank, world, split, full_inputs(sizes, seed, dtype), device)
-        first = _ring_once(q, k, v, do, split=split, **options)
-        second = _ring_once(q, k, v, do, split=split, **options)
+        first = _ring_once(q, k, v, do, split=split, group=group, **options)
+        second = _ring_once(q, k, v, do, split=split, group=group, **options)
         results.append(dict(rows=rows, got=first,
                             repeat_equal=all(torch.equal(a, b) for a, b in zip(first, second))))
     return results
