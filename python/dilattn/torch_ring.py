@@ -286,8 +286,9 @@ class _Ring:
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
                             f"split={self.split!r}: expected one of "
                             f"{sorted(_abi.RING_SPLITS)}")
-        backend = dist.get_backend(self.group)
-        if (device.type, backend) not in (("cuda", "nccl"), ("cpu", "gloo")):
+        # A group may carry several backends ("cpu:gloo,cuda:nccl" in newer torch).
+        backend = str(dist.get_backend(self.group))
+        if {"cuda": "nccl", "cpu": "gloo"}[device.type] not in backend:
             raise error_for("DILATTN_ERROR_DEVICE_MISMATCH",
                             f"ring_attention: the tensors are on {device} but the process "
                             f"group's backend is {backend}: CPU tensors need a gloo group, "

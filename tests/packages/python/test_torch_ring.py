@@ -12,6 +12,7 @@ being processes (torch_ring_ranks.py launches them, each test within a deadline)
     a good call right after runs (the ranks stay in step); bad options fail every rank;
   * RingDilatedAttention and RingMultiheadDilatedAttention given a group of 2 ranks equal the
     single-process modules (outputs, input and parameter gradients);
+  * CPU tensors on a group without gloo are refused, naming both;
   * NCCL: CUDA tensors, one GPU per rank (as many ranks as GPUs, at most 4; one GPU gives one
     rank, since NCCL ranks cannot share a GPU), within SPEC 8 and bitwise repeatable. Skipped
     without CUDA torch, NCCL, a GPU or a library built with CUDA (DILATTN_REQUIRE_CUDA=1 makes
@@ -189,6 +190,21 @@ def test_ring_modules_given_a_group_equal_the_single_process_modules(split, tmp_
     for name, p in mha.named_parameters():  # each rank holds its rows' share of the gradient
         summed = sum(r["multi"]["param_grads"][name] for r in results)
         assert torch.allclose(summed, p.grad, atol=1e-11, rtol=0), name
+
+
+def test_cpu_tensors_on_a_group_without_gloo_are_refused(tmp_path, monkeypatch):
+    # One rank in this process; the group claims NCCL only, which cannot move CPU tensors.
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        q, k, v, _ = ranks.full_inputs((1, 4, 2, 2, 3), seed=1)
+        assert dt.ring_attention(q, k, v, backend="ref").shape == q.shape
+        monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+        with pytest.raises(dilattn.DeviceError, match="tensors are on cpu but the process "
+                                                      "group's backend is nccl"):
+            dt.ring_attention(q, k, v)
+    finally:
+        dist.destroy_process_group()
 
 
 def _why_no_nccl():
