@@ -15,14 +15,16 @@ What each argument means here:
 - Masks as tensors (attention_mask, attn_mask, key_padding_mask) and need_weights=True are
   refused with NotImplementedError: dilattn takes causal, dilated and block-sparse structure,
   never materialises the weights, and that package ignores or approximates those masks.
-- The ring classes take the torch.distributed process group (group=, default: the default
-  group). In a group of several ranks each rank passes its rows of the sequence (the rows of
-  dilattn.ring.shard_rows(N, P, rank, split), split= "zigzag" by default) and gets its rows
-  of the exact single-device result through dilattn.torch.ring_attention (torch_ring.py),
-  forward and backward; the forward and the backward are collective. On one process (no
-  process group, or one of one rank) they compute the single-device result directly.
-  ring_size is accepted and changes nothing. The block-sparse classes have no ring: in a
-  group of several ranks they raise NotImplementedError.
+- The ring classes take a torch.distributed process group (group=, e.g.
+  torch.distributed.group.WORLD). Given a group of several ranks, each rank passes its rows
+  of the sequence (the rows of dilattn.ring.shard_rows(N, P, rank, split), split= "zigzag" by
+  default) and gets its rows of the exact single-device result through
+  dilattn.torch.ring_attention (torch_ring.py); forward and backward are collective. Without
+  group= they compute the single-device result on one process, and raise NotImplementedError
+  when the default group has several ranks: the ranks of a data-parallel job hold different
+  sequences, so splitting the sequence is asked for by naming the group. ring_size is accepted
+  and changes nothing. The block-sparse classes have no ring: in a group of several ranks they
+  raise NotImplementedError.
 - The block-sparse classes build the mask of the sparse pattern with the library's builders
   (dilattn.mask, SPEC 4); segment_lengths are accepted and unused there, as in that package.
 
@@ -81,6 +83,22 @@ def process_group_size(group=None):
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return 1
     return dist.get_world_size(group)
+
+
+def _ring_group(cls_name, group):
+    """The group a ring class splits the sequence over, or None for the single-device result;
+    refuses the default group of several ranks when no group was named (see the module's
+    text)."""
+    ranks = process_group_size(group)
+    if ranks <= 1:
+        return None
+    if group is None:
+        raise error_for("DILATTN_ERROR_UNSUPPORTED",
+                        f"{cls_name}: torch.distributed has a process group of {ranks} ranks; "
+                        "pass group= (e.g. torch.distributed.group.WORLD) to split the "
+                        "sequence over its ranks with dilattn.torch.ring_attention, each rank "
+                        "passing its rows, or run the module in a single process")
+    return group
 
 
 def _refuse_multi_rank(cls_name, group):
@@ -159,9 +177,9 @@ class ImprovedMultiheadDilatedAttention(_SeedMultihead):
 
 # ---------------------------------------------------------------- ring
 class RingDilatedAttention(DilatedAttention):
-    """That package's RingDilatedAttention arguments. group: the torch.distributed process
-    group (default: the default group); with several ranks, forward takes this rank's rows
-    (split: "zigzag" or "contiguous", as dilattn.ring.shard_rows) and computes through
+    """That package's RingDilatedAttention arguments. group: a torch.distributed process group;
+    given one of several ranks, forward takes this rank's rows (split: "zigzag" or
+    "contiguous", as dilattn.ring.shard_rows) and computes through
     dilattn.torch.ring_attention, else the single-device dilated attention (see the module's
     text)."""
 
@@ -181,8 +199,9 @@ class RingDilatedAttention(DilatedAttention):
                 is_causal: bool = False,
                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _refuse_tensor_masks(type(self).__name__, attention_mask=attention_mask)
-        if process_group_size(self.group) > 1:
-            return ring_attention(query, key, value, group=self.group, split=self.split,
+        group = _ring_group(type(self).__name__, self.group)
+        if group is not None:
+            return ring_attention(query, key, value, group=group, split=self.split,
                                   segments=self.segment_lengths, dilations=self.dilation_rates,
                                   heads_mode=self.heads_mode, causal=is_causal,
                                   scale=self.softmax_scale, backend=self.backend)

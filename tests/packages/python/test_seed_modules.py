@@ -223,20 +223,27 @@ def test_dropout_tensor_masks_and_weights_are_refused():
             q, k, v, return_attention_weights=True)
 
 
-def test_block_sparse_refuses_and_ring_classes_take_a_group_of_several_ranks(monkeypatch):
-    # The ring classes of several ranks go to dilattn.torch.ring_attention (test_torch_ring.py
-    # runs it on real ranks); without an initialised process group it says so.
+def test_ring_classes_of_several_ranks_need_a_named_group(monkeypatch):
+    # Given group= of several ranks the ring classes go to dilattn.torch.ring_attention
+    # (test_torch_ring.py runs it on real ranks), which here finds no initialised group.
     monkeypatch.setattr(seed_modules, "process_group_size", lambda group=None: 2)
     with pytest.raises(NotImplementedError, match="2 ranks.*no torch.distributed ring for "
                                                   "block-sparse"):
         dt.BlockSparseRingDilatedAttention([4], [1], block_size=4)
     q, k, v = _qkv(1, 8, 2, 4, seed=48)
-    for module, args in ((dt.RingDilatedAttention([4], [1]), (q, k, v)),
-                         (dt.RingMultiheadDilatedAttention(8, 2, [1], [4], dtype=torch.float64),
-                          (q.reshape(1, 8, 8),))):
-        with pytest.raises(ValueError, match="ring_attention needs an initialised "
-                                             "torch.distributed process group"):
-            module(*args)
+    x = q.reshape(1, 8, 8)
+    for group in (None, "a group"):
+        for module, args in ((dt.RingDilatedAttention([4], [1], group=group), (q, k, v)),
+                             (dt.RingMultiheadDilatedAttention(8, 2, [1], [4], group=group,
+                                                               dtype=torch.float64), (x,))):
+            if group is None:
+                with pytest.raises(NotImplementedError, match="process group of 2 ranks; pass "
+                                                              "group="):
+                    module(*args)
+            else:
+                with pytest.raises(ValueError, match="ring_attention needs an initialised "
+                                                     "torch.distributed process group"):
+                    module(*args)
     monkeypatch.setattr(seed_modules, "process_group_size", lambda group=None: 1)
     assert dt.RingDilatedAttention([4], [1], backend="ref")(q, k, v).shape == q.shape
 

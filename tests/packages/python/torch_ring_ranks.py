@@ -165,8 +165,8 @@ def modules(rank, world, split, sizes, seed):
     single = dict(out=out.detach(), grads=[t.grad for t in (q, k, v)])
 
     torch.manual_seed(seed)  # the same parameters on every rank and in the test
-    mha = dt.RingMultiheadDilatedAttention(H * D, H, [1, 2], [4, 8], group=None, split=split,
-                                           dtype=torch.float64, backend="ref")
+    mha = dt.RingMultiheadDilatedAttention(H * D, H, [1, 2], [4, 8], group=dist.group.WORLD,
+                                           split=split, dtype=torch.float64, backend="ref")
     x = q.detach().reshape(B, -1, H * D).clone().requires_grad_()
     y, _ = mha(x, is_causal=True)
     y.backward(do.reshape(B, -1, H * D))
