@@ -87,10 +87,6 @@ def shard_ranges(seqlen: int, num_ranks: int, rank: int, split: str) -> List[Tup
 _Block = collections.namedtuple("_Block", "q k heads kv_heads causal")
 
 
-def _count(sl, n):
-    return len(range(*sl.indices(n)))
-
-
 def _branch_heads(options, H, branch, r):
     """(query heads slice, offset) pairs of a dilated branch (SPEC 3.2)."""
     if options.heads_mode == "mod":
