@@ -7,8 +7,10 @@ Kinds: "standard" (DilatedAttention / MultiheadDilatedAttention), "improved", "r
 package's factory guide describes, from the sequence length and the process group: "ring"
 above 100_000 tokens, or above 50_000 tokens when torch.distributed has a process group of
 several ranks (the guide's "distributed" kind; dilattn has one ring kind), else "improved".
-It never chooses the block-sparse kind, so "auto" always computes exact attention; a ring
-module in a process group of several ranks raises NotImplementedError (seed_modules.py).
+It never chooses the block-sparse kind, so "auto" always computes exact attention. A ring
+module given group= of several ranks takes each rank's rows of the sequence and runs
+dilattn.torch.ring_attention; without group= it raises NotImplementedError in a process group
+of several ranks (seed_modules.py).
 The sequence length is the seq_len keyword (dilattn's addition) when given, else
 max(segment_lengths), the length that package's factory also takes as the sequence length.
 

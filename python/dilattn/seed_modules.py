@@ -15,11 +15,16 @@ What each argument means here:
 - Masks as tensors (attention_mask, attn_mask, key_padding_mask) and need_weights=True are
   refused with NotImplementedError: dilattn takes causal, dilated and block-sparse structure,
   never materialises the weights, and that package ignores or approximates those masks.
-- The ring classes compute on one process the exact single-device result (ring_size is
-  accepted and changes nothing). dilattn.torch has no torch.distributed ring: in a process
-  group of several ranks they raise NotImplementedError (at construction and at forward)
-  rather than compute another result than that package's sequence-split ring; rings on numpy
-  shards are dilattn.ring.
+- The ring classes take a torch.distributed process group (group=, e.g.
+  torch.distributed.group.WORLD). Given a group of several ranks, each rank passes its rows
+  of the sequence (the rows of dilattn.ring.shard_rows(N, P, rank, split), split= "zigzag" by
+  default) and gets its rows of the exact single-device result through
+  dilattn.torch.ring_attention (torch_ring.py); forward and backward are collective. Without
+  group= they compute the single-device result on one process, and raise NotImplementedError
+  when the default group has several ranks: the ranks of a data-parallel job hold different
+  sequences, so splitting the sequence is asked for by naming the group. ring_size is accepted
+  and changes nothing. The block-sparse classes have no ring: in a group of several ranks they
+  raise NotImplementedError.
 - The block-sparse classes build the mask of the sparse pattern with the library's builders
   (dilattn.mask, SPEC 4); segment_lengths are accepted and unused there, as in that package.
 
@@ -35,6 +40,7 @@ from . import mask as _mask
 from ._errors import error_for
 from .torch import (DilatedAttention, MultiheadDilatedAttention, _add_input_projections,
                      _no_dropout, attention)
+from .torch_ring import ring_attention
 
 # Flags of that package that select its memory pools, caches, profiling or kernels. They have
 # no counterpart that could change a dilattn result, so they are accepted and ignored.
@@ -79,15 +85,31 @@ def process_group_size(group=None):
     return dist.get_world_size(group)
 
 
+def _ring_group(cls_name, group):
+    """The group a ring class splits the sequence over, or None for the single-device result;
+    refuses the default group of several ranks when no group was named (see the module's
+    text)."""
+    ranks = process_group_size(group)
+    if ranks <= 1:
+        return None
+    if group is None:
+        raise error_for("DILATTN_ERROR_UNSUPPORTED",
+                        f"{cls_name}: torch.distributed has a process group of {ranks} ranks; "
+                        "pass group= (e.g. torch.distributed.group.WORLD) to split the "
+                        "sequence over its ranks with dilattn.torch.ring_attention, each rank "
+                        "passing its rows, or run the module in a single process")
+    return group
+
+
 def _refuse_multi_rank(cls_name, group):
     ranks = process_group_size(group)
     if ranks > 1:
         raise error_for("DILATTN_ERROR_UNSUPPORTED",
                         f"{cls_name}: torch.distributed has a process group of {ranks} ranks, "
-                        "but dilattn.torch has no torch.distributed ring attention: it would "
-                        "not split the sequence over the ranks as that package's ring does. "
-                        "Use the module in a single process (exact single-device result), or "
-                        "dilattn.ring for rings on numpy shards")
+                        "but dilattn.torch has no torch.distributed ring for block-sparse "
+                        "masks (dilattn.torch.ring_attention takes dense and dilated "
+                        "attention). Use the module in a single process (exact single-device "
+                        "result)")
 
 
 # ---------------------------------------------------------------- improved
@@ -155,56 +177,68 @@ class ImprovedMultiheadDilatedAttention(_SeedMultihead):
 
 # ---------------------------------------------------------------- ring
 class RingDilatedAttention(DilatedAttention):
-    """That package's RingDilatedAttention arguments; on one process the exact single-device
-    dilated attention. group: the torch.distributed process group to check (default: the
-    default group); several ranks raise NotImplementedError (see the module's text)."""
+    """That package's RingDilatedAttention arguments. group: a torch.distributed process group;
+    given one of several ranks, forward takes this rank's rows (split: "zigzag" or
+    "contiguous", as dilattn.ring.shard_rows) and computes through
+    dilattn.torch.ring_attention, else the single-device dilated attention (see the module's
+    text)."""
 
     def __init__(self, segment_lengths: Sequence[int], dilation_rates: Sequence[int],
                  dropout: float = 0.0, ring_size: Optional[int] = None, device: Any = None,
                  dtype: Optional[torch.dtype] = None, *, group: Any = None,
-                 softmax_scale: Optional[float] = None, heads_mode: str = "groups",
-                 backend: str = "auto", **flags: Any) -> None:
+                 split: str = "zigzag", softmax_scale: Optional[float] = None,
+                 heads_mode: str = "groups", backend: str = "auto", **flags: Any) -> None:
         _accept_flags(type(self).__name__, flags)
-        _refuse_multi_rank(type(self).__name__, group)
         super().__init__(segment_lengths, dilation_rates, softmax_scale=softmax_scale,
                          attention_dropout=dropout, heads_mode=heads_mode, backend=backend)
         self.ring_size = ring_size
         self.group = group
+        self.split = split
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 is_causal: bool = False,
                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        _refuse_multi_rank(type(self).__name__, self.group)
         _refuse_tensor_masks(type(self).__name__, attention_mask=attention_mask)
+        group = _ring_group(type(self).__name__, self.group)
+        if group is not None:
+            return ring_attention(query, key, value, group=group, split=self.split,
+                                  segments=self.segment_lengths, dilations=self.dilation_rates,
+                                  heads_mode=self.heads_mode, causal=is_causal,
+                                  scale=self.softmax_scale, backend=self.backend)
         return super().forward(query, key, value, is_causal=is_causal)
 
 
 class RingMultiheadDilatedAttention(_SeedMultihead):
-    """That package's RingMultiheadDilatedAttention arguments; on one process the exact
-    single-device result, forward returns (out, None); several ranks raise
-    NotImplementedError."""
+    """That package's RingMultiheadDilatedAttention arguments; forward returns (out, None).
+    Its attention is a RingDilatedAttention with group and split: in a group of several ranks
+    query, key and value are this rank's rows [B, rows, embed_dim] and out its rows; each rank's
+    parameter gradients are its rows' share (sum them over the ranks, as DistributedDataParallel
+    does)."""
 
     def __init__(self, embed_dim: int, num_heads: int, dilation_rates: Sequence[int],
                  segment_lengths: Sequence[int], dropout: float = 0.0, bias: bool = True,
                  layer_norm: bool = True, layer_norm_eps: float = 1e-5, gamma_init: float = 1.0,
                  device: Any = None, dtype: Optional[torch.dtype] = None,
                  ring_size: Optional[int] = None, *, group: Any = None,
-                 heads_mode: str = "groups", backend: str = "auto", **flags: Any) -> None:
+                 split: str = "zigzag", heads_mode: str = "groups", backend: str = "auto",
+                 **flags: Any) -> None:
         _accept_flags(type(self).__name__, flags)
-        _refuse_multi_rank(type(self).__name__, group)
         super().__init__(embed_dim, num_heads, dilation_rates, segment_lengths, dropout=dropout,
                          bias=bias, layer_norm=layer_norm, layer_norm_eps=layer_norm_eps,
                          gamma_init=gamma_init, device=device, dtype=dtype,
                          heads_mode=heads_mode, backend=backend)
+        self.attention = RingDilatedAttention(segment_lengths, dilation_rates, dropout=dropout,
+                                              group=group, split=split, heads_mode=heads_mode,
+                                              backend=backend)
         self.ring_size = ring_size
         self.group = group
+        self.split = split
 
     def forward(self, query: torch.Tensor, key: Optional[torch.Tensor] = None,
                 value: Optional[torch.Tensor] = None,
                 key_padding_mask: Optional[torch.Tensor] = None, need_weights: bool = False,
                 attn_mask: Optional[torch.Tensor] = None, is_causal: bool = False,
                 average_attn_weights: bool = True) -> Tuple[torch.Tensor, None]:
-        _refuse_multi_rank(type(self).__name__, self.group)
         return self._attend(query, key, value, is_causal, key_padding_mask, need_weights,
                             attn_mask), None
 
@@ -285,7 +319,7 @@ class BlockSparseRingDilatedAttention(nn.Module):
     BlockSparseRingDilatedAttention: the mask of sparse_config (or of the pattern_type,
     sparsity_ratio, block_size, local_window_size, global_tokens keywords), built per sequence
     length and kept. forward(q, k, v, is_causal=False, return_attention_weights=False).
-    One process only, as the ring classes."""
+    One process only: in a process group of several ranks it raises NotImplementedError."""
 
     def __init__(self, segment_lengths: Sequence[int], dilation_rates: Sequence[int],
                  sparse_config: Union[SparsePatternConfig, Dict[str, Any], None] = None, *,

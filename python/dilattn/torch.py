@@ -328,3 +328,4 @@ from .seed_modules import (  # noqa: E402
     ImprovedDilatedAttention, ImprovedMultiheadDilatedAttention, RingDilatedAttention,
     RingMultiheadDilatedAttention, SparsePatternConfig)
 from .factory import create_dilated_attention, create_multihead_dilated_attention  # noqa: E402
+from .torch_ring import ring_attention  # noqa: E402  (torch.distributed ring, torch_ring.py)

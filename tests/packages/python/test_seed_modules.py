@@ -1,7 +1,8 @@
 """test_seed_modules.py - the DarcStar dilated-attention-pytorch module family and factories
 in dilattn.torch: outputs against SPEC 3-4 (tests/common/spec_numpy.py), the block patterns
 against a transcription of that package's pattern rules, the kinds "auto" chooses, the
-signatures, the no-op flags, and the refusals (dropout, tensor masks, weights, several ranks)."""
+signatures, the no-op flags, and the refusals (dropout, tensor masks, weights, block-sparse on
+several ranks)."""
 import inspect
 
 import numpy as np
@@ -222,19 +223,29 @@ def test_dropout_tensor_masks_and_weights_are_refused():
             q, k, v, return_attention_weights=True)
 
 
-def test_ring_classes_refuse_a_process_group_of_several_ranks(monkeypatch):
+def test_ring_classes_of_several_ranks_need_a_named_group(monkeypatch):
+    # Given group= of several ranks the ring classes go to dilattn.torch.ring_attention
+    # (test_torch_ring.py runs it on real ranks), which here finds no initialised group.
     monkeypatch.setattr(seed_modules, "process_group_size", lambda group=None: 2)
-    for make in (lambda: dt.RingDilatedAttention([4], [1]),
-                 lambda: dt.RingMultiheadDilatedAttention(8, 2, [1], [4]),
-                 lambda: dt.BlockSparseRingDilatedAttention([4], [1], block_size=4)):
-        with pytest.raises(NotImplementedError, match="2 ranks.*no torch.distributed ring"):
-            make()
-    monkeypatch.setattr(seed_modules, "process_group_size", lambda group=None: 1)
-    module = dt.RingDilatedAttention([4], [1])
-    monkeypatch.setattr(seed_modules, "process_group_size", lambda group=None: 3)
+    with pytest.raises(NotImplementedError, match="2 ranks.*no torch.distributed ring for "
+                                                  "block-sparse"):
+        dt.BlockSparseRingDilatedAttention([4], [1], block_size=4)
     q, k, v = _qkv(1, 8, 2, 4, seed=48)
-    with pytest.raises(NotImplementedError, match="3 ranks"):
-        module(q, k, v)
+    x = q.reshape(1, 8, 8)
+    for group in (None, "a group"):
+        for module, args in ((dt.RingDilatedAttention([4], [1], group=group), (q, k, v)),
+                             (dt.RingMultiheadDilatedAttention(8, 2, [1], [4], group=group,
+                                                               dtype=torch.float64), (x,))):
+            if group is None:
+                with pytest.raises(NotImplementedError, match="process group of 2 ranks; pass "
+                                                              "group="):
+                    module(*args)
+            else:
+                with pytest.raises(ValueError, match="ring_attention needs an initialised "
+                                                     "torch.distributed process group"):
+                    module(*args)
+    monkeypatch.setattr(seed_modules, "process_group_size", lambda group=None: 1)
+    assert dt.RingDilatedAttention([4], [1], backend="ref")(q, k, v).shape == q.shape
 
 
 def test_process_group_size_reads_torch_distributed(tmp_path):
