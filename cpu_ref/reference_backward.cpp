@@ -6,7 +6,8 @@
 //
 // SPEC 10.1: S_ij is the softcapped, ALiBi-biased score (the window only selects the keys);
 // the softcap multiplies dS by its derivative 1 - tanh^2(scale <q, k> / c) before dQ and dK,
-// and the ALiBi bias has no gradient.
+// and the ALiBi bias has no gradient. SPEC 10.2: in a packed batch a row's keys all lie in its
+// own sequence (row_key_groups), so a key's gradient comes from its sequence's rows alone.
 //
 // LSE is the combined one the forward returned, so dilated branches need no extra weights: a
 // key reached by two branches is two occurrences. dK and dV sum over the query heads of a kv
@@ -43,6 +44,7 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
       for (int64_t i = 0; i < p.Nq; ++i) {
         row_key_groups(p, h, i, &groups);
         if (groups.empty()) continue;  // A(i) empty: no term
+        const SequenceFrame f = p.frame_of_row(b, i);  // SPEC 10.2: the row's sequence
         load_row(*a.q, b, i, h, D, q_row.data());
         load_row(*a.o, b, i, h, D, o_row.data());
         load_row(*a.d_o, b, i, h, D, do_row.data());
@@ -58,11 +60,11 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
               load_row(*a.k, b, j, kvh, D, k_row.data());
               load_row(*a.v, b, j, kvh, D, v_row.data());
               const double s = p.scale * dot(q_row.data(), k_row.data(), D);
-              const double P = std::exp(variant_score(p, b, h, i, j, s) - lse);
+              const double P = std::exp(variant_score(p, f, h, i, j, s) - lse);
               double dP = dot(do_row.data(), v_row.data(), D);
               double P_kept = P;  // P_ij M_ij: the weight v_j had in O_i
               if (dropout.active) {
-                const double factor = dropout.factor(b, h, i, j);
+                const double factor = dropout.factor(f, h, i, j);
                 dP *= factor;
                 P_kept *= factor;
               }

@@ -1,6 +1,7 @@
 // reference_forward.cpp - the f64 reference forward: SPEC 2 (dense softmax), 3 (dilated
-// branches combined by LSE), 4 (block-sparse), 10.1 (window, softcap, ALiBi) and 11 (dropout),
-// written to be read, not to be fast.
+// branches combined by LSE), 4 (block-sparse), 10.1 (window, softcap, ALiBi), 10.2 (packed
+// batches: each row within its own sequence) and 11 (dropout), written to be read, not to be
+// fast.
 //
 // For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
@@ -36,13 +37,14 @@ void for_each_key(const KeyGroup& group, F&& f) {
 // With an active dropout mask each weight is multiplied by its factor M_ij (SPEC 11): a
 // dropped key adds 0 * v_j, as the formula writes it, and LSE is the softmax's, before dropout.
 void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k,
-                  const dilattn_tensor& v, int64_t b, int64_t h, int64_t i, int64_t kvh,
-                  const KeyGroup& group, const DropoutMask& dropout, double* o, double* lse) {
+                  const dilattn_tensor& v, int64_t b, const SequenceFrame& f, int64_t h,
+                  int64_t i, int64_t kvh, const KeyGroup& group, const DropoutMask& dropout,
+                  double* o, double* lse) {
   const int64_t D = p.D;
   std::vector<double> key(static_cast<size_t>(D)), scores;
   for_each_key(group, [&](int64_t j) {
     load_row(k, b, j, kvh, D, key.data());
-    scores.push_back(variant_score(p, b, h, i, j, p.scale * dot(q_row, key.data(), D)));
+    scores.push_back(variant_score(p, f, h, i, j, p.scale * dot(q_row, key.data(), D)));
   });
   double max_score = kNegInf;
   for (double s : scores) max_score = max_nan(max_score, s);
@@ -59,7 +61,7 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
   size_t n = 0;
   for_each_key(group, [&](int64_t j) {
     double weight = std::exp(scores[n++] - max_score) / sum;
-    if (dropout.active) weight *= dropout.factor(b, h, i, j);
+    if (dropout.active) weight *= dropout.factor(f, h, i, j);
     load_row(v, b, j, kvh, D, value.data());
     for (int64_t d = 0; d < D; ++d) o[d] += weight * value[d];
   });
@@ -74,13 +76,14 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
   const int64_t kvh = kv_head_of(h, p.H, p.Hkv);
   std::vector<KeyGroup> groups;
   row_key_groups(p, h, i, &groups);
+  const SequenceFrame f = p.frame_of_row(b, i);
 
   std::vector<double> q_row(static_cast<size_t>(D));
   load_row(q, b, i, h, D, q_row.data());
   std::vector<double> group_o(groups.size() * static_cast<size_t>(D));
   std::vector<double> group_lse(groups.size());
   for (size_t g = 0; g < groups.size(); ++g)
-    attend_group(p, q_row.data(), k, v, b, h, i, kvh, groups[g], dropout, &group_o[g * D],
+    attend_group(p, q_row.data(), k, v, b, f, h, i, kvh, groups[g], dropout, &group_o[g * D],
                  &group_lse[g]);
 
   // SPEC 3: LSE = log sum_g exp(LSE^g), O = sum_g exp(LSE^g - LSE) O^g, the weights formed as
