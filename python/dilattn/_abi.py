@@ -135,6 +135,7 @@ SIGNATURES = {
     "dilattn_desc_set_window": ([_P, _I64, _I64], _ST),
     "dilattn_desc_set_softcap": ([_P, C.c_double], _ST),
     "dilattn_desc_set_alibi": ([_P, C.POINTER(C.c_double), _I64], _ST),
+    "dilattn_desc_set_varlen": ([_P, _I64, C.POINTER(C.c_int64), C.POINTER(C.c_int64)], _ST),
     "dilattn_shape_make": ([_I64, _I64, _I64, _I64, _I64, _I64], Shape),
     "dilattn_plan_create": ([_PP, _P, C.POINTER(Shape), C.c_int, C.c_int], _ST),
     "dilattn_plan_destroy": ([_P], _ST),

@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import error_for
 from ._plan import Options, Plan
 
@@ -114,6 +114,34 @@ def _dropout_call(options, seed, offset):
     return seed, offset
 
 
+def _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k):
+    """For a packed batch (SPEC 10.2): whether q comes without the batch axis, as
+    FlashAttention's varlen functions take it ([total_q, H, D]); and max_seqlen_q/k, which
+    FlashAttention takes as bounds, checked against the offsets. False without packing."""
+    if options.cu_seqlens_q is None:
+        for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            if value is not None:
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"{name}={value!r} without cu_seqlens_q/k: it bounds the "
+                                "sequences of a packed batch")
+        return False
+    for name, value, cu in (("max_seqlen_q", max_seqlen_q, options.cu_seqlens_q),
+                            ("max_seqlen_k", max_seqlen_k, options.cu_seqlens_k)):
+        if value is None:
+            continue
+        longest = max(b - a for a, b in zip(cu, cu[1:]))
+        if _cints.int64(value, name) < longest:
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"{name}={value!r}: the longest packed sequence has {longest} rows")
+    return np.ndim(q) == 3
+
+
+def _add_batch(x):
+    """A packed tensor without its batch axis, viewed with a batch of 1."""
+    _refuse_torch("tensor", x)
+    return np.asarray(x)[None]
+
+
 def _dtype_names(named):
     return [(name, str(array.dtype.newbyteorder("="))) for name, array in named]
 
@@ -124,7 +152,9 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
             backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
             seed: Optional[int] = None, offset: int = 0,
             window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
-            alibi_slopes: Optional[Sequence[float]] = None) -> Tuple[np.ndarray, np.ndarray]:
+            alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
+            cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
+            max_seqlen_k: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
@@ -144,11 +174,21 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     Variants (docs/spec.md section 10.1, backend "ref" only; "auto" picks it for them):
     window_size=(left, right) keeps keys i + d - left <= j <= i + d + right (-1: unbounded);
     softcap=c > 0 caps scores as c * tanh(s / c); alibi_slopes (H values, or B * H as [B][H])
-    add -m * |i + d - j| after the softcap (d = Nk - Nq)."""
+    add -m * |i + d - j| after the softcap (d = Nk - Nq).
+
+    Packed batches (docs/spec.md section 10.2, backend "ref" only), as FlashAttention's varlen
+    functions: q [total_q, H, D], k, v [total_k, Hkv, D] (or the same with a leading batch of
+    1), cu_seqlens_q and cu_seqlens_k the n + 1 offsets of n sequences; each sequence attends
+    only within itself. o is then [total_q, H, D] and lse [H, total_q] for 3-d inputs.
+    max_seqlen_q/k, when given, must be at least the longest sequence."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
-                      alibi_slopes=alibi_slopes)
+                      alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                      cu_seqlens_k=cu_seqlens_k)
     dropout = _dropout_call(options, seed, offset)
+    unbatched = _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k)
+    if unbatched:
+        q, k, v = (_add_batch(x) for x in (q, k, v))
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v))))
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
@@ -160,7 +200,7 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
                      dropout=dropout)
     finally:
         plan.close()
-    return o, lse[..., 0]
+    return (o[0], lse[0, ..., 0]) if unbatched else (o, lse[..., 0])
 
 
 def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
@@ -170,16 +210,23 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
              backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
              seed: Optional[int] = None, offset: int = 0,
              window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
-             alibi_slopes: Optional[Sequence[float]] = None
+             alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
+             cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
+             max_seqlen_k: Optional[int] = None
              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
     the output gradient do (SPEC 6, and SPEC 10.1 for window_size, softcap and alibi_slopes).
     Deterministic: the same inputs give the same bits. With dropout, pass the forward's
-    dropout_p, seed and offset (SPEC 11.3)."""
+    dropout_p, seed and offset (SPEC 11.3). A packed batch (SPEC 10.2) takes the forward's
+    cu_seqlens_q/k and, with 3-d q, its 2-d lse [H, total_q]."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
-                      alibi_slopes=alibi_slopes)
+                      alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                      cu_seqlens_k=cu_seqlens_k)
     dropout = _dropout_call(options, seed, offset)
+    unbatched = _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k)
+    if unbatched:
+        q, k, v, o, do, lse = (_add_batch(x) for x in (q, k, v, o, do, lse))
     q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                                    ("do", do)))
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v), ("o", o), ("do", do))))
@@ -192,4 +239,4 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
                       view("dv", dv), dropout=dropout)
     finally:
         plan.close()
-    return dq, dk, dv
+    return (dq[0], dk[0], dv[0]) if unbatched else (dq, dk, dv)

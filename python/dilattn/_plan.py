@@ -15,6 +15,9 @@ dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset (SPEC 
 Variants (SPEC 10.1, computed by backend "ref" only; "auto" then resolves to it, the other
 backends refuse): window_size=(left, right), each >= 0 or -1 for unbounded; softcap=c (0 off);
 alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch element and head).
+Packed batches (SPEC 10.2, "ref" only): cu_seqlens_q and cu_seqlens_k, n + 1 offsets each
+(from 0, never decreasing, ending at the packed seqlens), with batch 1; ALiBi may then give
+n * H slopes ([n][H]).
 
 A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaStream_t as an
 int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
@@ -33,7 +36,8 @@ class Options:
 
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
                  scale=None, mask=None, backend="auto", pool=None, dropout_p=0.0, *,
-                 window_size=None, softcap=0.0, alibi_slopes=None):
+                 window_size=None, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
+                 cu_seqlens_k=None):
         def as_list(name, value):
             return None if value is None else _cints.int64_list(value, name)
 
@@ -89,6 +93,19 @@ class Options:
         self.alibi_slopes = None
         if alibi_slopes is not None:
             self.alibi_slopes = [float(m) for m in _flat(alibi_slopes)]
+        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            "cu_seqlens_q and cu_seqlens_k: a packed batch needs both "
+                            "(n + 1 offsets each), an unpacked one neither")
+        self.cu_seqlens_q = self.cu_seqlens_k = None
+        if cu_seqlens_q is not None:
+            self.cu_seqlens_q = _cints.int64_list(_flat(cu_seqlens_q), "cu_seqlens_q")
+            self.cu_seqlens_k = _cints.int64_list(_flat(cu_seqlens_k), "cu_seqlens_k")
+            if len(self.cu_seqlens_q) != len(self.cu_seqlens_k) or not self.cu_seqlens_q:
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"cu_seqlens_q has {len(self.cu_seqlens_q)} entries, "
+                                f"cu_seqlens_k {len(self.cu_seqlens_k)}: both need n + 1 >= 2 "
+                                "(one more than the number of sequences)")
         self.heads_mode = heads_mode
         self.causal = bool(causal)
         self.scale = None if scale is None else float(scale)
@@ -146,6 +163,11 @@ class Plan(HandleOwner):
                 n = len(options.alibi_slopes)
                 slopes = (C.c_double * n)(*options.alibi_slopes)
                 check(L.dilattn_desc_set_alibi(desc, slopes, n))
+            if options.cu_seqlens_q is not None:
+                n = len(options.cu_seqlens_q)
+                cu_q = (C.c_int64 * n)(*options.cu_seqlens_q)
+                cu_k = (C.c_int64 * n)(*options.cu_seqlens_k)
+                check(L.dilattn_desc_set_varlen(desc, n - 1, cu_q, cu_k))
             with contextlib.ExitStack() as uses:
                 if options.pool is not None:
                     check(L.dilattn_desc_set_pool(desc, uses.enter_context(options.pool._use())))
