@@ -3,7 +3,8 @@
 // and leave the description as it was (no variant: the plan still resolves to a fast backend
 // and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
 // at plan creation naming the counts; every backend but ref, and the ring, refuses a plan with
-// an option, naming it; AUTO resolves such a plan to ref.
+// an option, naming it; AUTO resolves such a plan to ref. The packed batch of SPEC 10.2 is
+// one more such option here (its own arguments: test_varlen_arguments.cpp).
 #include <cmath>
 #include <limits>
 
@@ -114,6 +115,10 @@ const Variant kVariants[] = {
     {"ALiBi", [](dilattn_desc d) {
        const double slopes[2] = {0.5, 0.25};
        return dilattn_desc_set_alibi(d, slopes, 2);
+     }},
+    {"a packed batch (varlen)", [](dilattn_desc d) {  // SPEC 10.2, on the N = 4 problems below
+       const int64_t cu[3] = {0, 1, 4};
+       return dilattn_desc_set_varlen(d, 2, cu, cu);
      }},
 };
 
