@@ -6,7 +6,8 @@
 //      fails before any work);
 //   3. read Q, K, V (and dO, O, LSE) and check dtypes and shapes against each other, naming the file;
 //   4. describe the attention (dense, dilated, block-sparse from --mask or --pattern; the SPEC
-//      10.1 window, softcap and ALiBi slopes), make a plan;
+//      10.1 window, softcap and ALiBi slopes; the SPEC 10.2 packed batch's offsets), make a
+//      plan;
 //   5. run forward (backward: the given O and LSE, or a forward run first when they are absent);
 //   6. write every output, then rename them all into place.
 // LSE is written <f8 when the plan runs on ref (its f64 LSE), else <f4 (SPEC 1).
@@ -44,7 +45,8 @@ const FlagSpec kCommonFlags[] = {
     {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
     {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true},
     {"ring-timeout", true}, {"dropout", true}, {"seed", true}, {"offset", true},
-    {"window", true}, {"softcap", true}, {"alibi-slopes", true}};
+    {"window", true}, {"softcap", true}, {"alibi-slopes", true}, {"cu-seqlens-q", true},
+    {"cu-seqlens-k", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -93,6 +95,8 @@ struct Settings {
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   std::vector<double> alibi_slopes;
+  // SPEC 10.2 (ref only): --cu-seqlens-q/-k, n + 1 offsets each, or both empty.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 };
 
 // A finite number of flag --name, the whole text consumed.
@@ -154,6 +158,51 @@ void parse_alibi_slopes(const Flags& f, Settings* s) {
     }
   }
   if (s->alibi_slopes.empty()) fail_input("flag --alibi-slopes: " + text + " holds no slope");
+}
+
+// --cu-seqlens-q/-k: a 1-D .npy of <i4 or <i8 offsets, or a comma list of integers. Their
+// order and ends are the library's to check (SPEC 10.2), which names the index.
+std::vector<int64_t> parse_offsets(const Flags& f, const std::string& name) {
+  const std::string text = f.get(name, "");
+  const std::string suffix = ".npy";
+  std::vector<int64_t> out;
+  if (text.size() > suffix.size() &&
+      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const NpyArray a = read_npy_file(text);
+    if (a.shape.size() != 1)
+      fail_input(text + ": shape " + shape_string(a.shape) + ", --" + name +
+                 " needs a 1-D array of offsets");
+    for (int64_t e = 0; e < a.numel(); ++e) out.push_back(a.get_index(e, text));
+  } else {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = text.find(',', start);
+      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                               : comma - start);
+      int64_t v = 0;
+      if (!parse_int(item, &v))
+        fail_input("flag --" + name + ": '" + item + "' in '" + text + "' is not an integer");
+      out.push_back(v);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (out.size() < 2)
+    fail_input("flag --" + name + ": " + std::to_string(out.size()) +
+               " offsets, a packed batch of n sequences needs n + 1 >= 2");
+  return out;
+}
+
+void parse_packed(const Flags& f, Settings* s) {
+  if (f.has("cu-seqlens-q") != f.has("cu-seqlens-k"))
+    fail_input("flags --cu-seqlens-q and --cu-seqlens-k go together (a packed batch needs both)");
+  if (!f.has("cu-seqlens-q")) return;
+  s->cu_seqlens_q = parse_offsets(f, "cu-seqlens-q");
+  s->cu_seqlens_k = parse_offsets(f, "cu-seqlens-k");
+  if (s->cu_seqlens_q.size() != s->cu_seqlens_k.size())
+    fail_input("flag --cu-seqlens-k: " + std::to_string(s->cu_seqlens_k.size()) +
+               " offsets, --cu-seqlens-q has " + std::to_string(s->cu_seqlens_q.size()) +
+               " (one more than the number of sequences, each)");
 }
 
 Settings parse_settings(const Flags& f) {
@@ -219,6 +268,7 @@ Settings parse_settings(const Flags& f) {
   if (f.has("window")) parse_window(f, &s);
   s.softcap = f.get_double("softcap", 0.0, true);
   if (f.has("alibi-slopes")) parse_alibi_slopes(f, &s);
+  parse_packed(f, &s);
   if (f.has("ring-split")) {
     if (!s.ring.any()) fail_input("flag --ring-split needs --ring-threads or --ring mpi");
     const std::string split = f.get("ring-split", "");
@@ -358,6 +408,11 @@ void make_plan(const Settings& s, const Operands& o, const MaskHandle& file_mask
     check_status(dilattn_desc_set_alibi(desc.get(), s.alibi_slopes.data(),
                                         static_cast<int64_t>(s.alibi_slopes.size())),
                  "--alibi-slopes");
+  if (!s.cu_seqlens_q.empty())
+    check_status(dilattn_desc_set_varlen(desc.get(),
+                                         static_cast<int64_t>(s.cu_seqlens_q.size()) - 1,
+                                         s.cu_seqlens_q.data(), s.cu_seqlens_k.data()),
+                 "--cu-seqlens-q/--cu-seqlens-k");
   if (!s.segments.empty()) {
     check_status(dilattn_desc_set_dilated(desc.get(), static_cast<int32_t>(s.segments.size()),
                                           s.segments.data(), s.dilations.data(), s.head_mode),
