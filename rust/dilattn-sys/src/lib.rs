@@ -227,6 +227,12 @@ extern "C" {
         slopes: *const f64,
         count: i64,
     ) -> dilattn_status;
+    pub fn dilattn_desc_set_varlen(
+        desc: dilattn_desc,
+        num_seqs: i64,
+        cu_seqlens_q: *const i64,
+        cu_seqlens_k: *const i64,
+    ) -> dilattn_status;
     pub fn dilattn_shape_make(
         batch: i64,
         seqlen_q: i64,
