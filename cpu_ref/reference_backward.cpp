@@ -15,6 +15,8 @@
 // Dropout (SPEC 11.3) regenerates each pair's factor M_ij from the call's seed and offset:
 //   dV_j += P_ij M_ij dO_i,  dS_ij = P_ij (M_ij <dO_i, v_j> - D_i),  D_i = <dO_i, O_i> of the
 //   dropped output the forward returned.
+// SPEC 10.3: P_ij uses the forward's LSE, which holds the sink, so the pair terms are as above;
+// the sink adds d sigma_h = -sum_i exp(sigma_h - LSE_i) D_i over the rows of head h.
 // Checked by tests/reference/test_gradients_finite_difference.cpp (finite differences in f64).
 #include <cmath>
 
@@ -37,21 +39,27 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
 
   const DropoutMask dropout(p, a.dropout);
   std::vector<double> q_row(D), o_row(D), do_row(D), k_row(D), v_row(D);
+  std::vector<double> d_sink_acc(static_cast<size_t>(p.H), 0.0);  // SPEC 10.3, per query head
   std::vector<KeyGroup> groups;
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
       const int64_t kvh = kv_head_of(h, p.H, p.Hkv);
       for (int64_t i = 0; i < p.Nq; ++i) {
+        const double lse = load_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i));
+        // A row the forward found empty (LSE = -inf) has no term: P would be -inf - -inf.
+        if (row_is_empty(lse)) continue;
         row_key_groups(p, h, i, &groups);
-        if (groups.empty()) continue;  // A(i) empty: no term
+        // A row with no key has no pair term; with sinks it still has the sink's (O = 0 there
+        // when O is the forward's, so that term is 0 too).
+        if (groups.empty() && a.sinks.d_values == nullptr) continue;
         const SequenceFrame f = p.frame_of_row(b, i);  // SPEC 10.2: the row's sequence
         load_row(*a.q, b, i, h, D, q_row.data());
         load_row(*a.o, b, i, h, D, o_row.data());
         load_row(*a.d_o, b, i, h, D, do_row.data());
-        const double lse = load_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i));
-        // A row the forward found empty (LSE = -inf) has no term: P would be -inf - -inf.
-        if (row_is_empty(lse)) continue;
         const double D_i = dot(do_row.data(), o_row.data(), D);
+        // SPEC 10.3: dO_i / dsigma_h = -exp(sigma_h - LSE_i) O_i.
+        if (a.sinks.d_values != nullptr)
+          d_sink_acc[static_cast<size_t>(h)] -= std::exp(a.sinks.values[h] - lse) * D_i;
         double* dq_i = dq_acc + q_at(b, i, h);
         for (const KeyGroup& group : groups)
           for (const KeyProgression& kp : group)
@@ -81,6 +89,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
       }
     }
 
+  if (a.sinks.d_values != nullptr)
+    for (int64_t h = 0; h < p.H; ++h) a.sinks.d_values[h] = d_sink_acc[static_cast<size_t>(h)];
   for (int64_t b = 0; b < p.B; ++b) {
     for (int64_t i = 0; i < p.Nq; ++i)
       for (int64_t h = 0; h < p.H; ++h) store_row(*a.dq, b, i, h, D, dq_acc + q_at(b, i, h));

@@ -1,7 +1,7 @@
 // reference_forward.cpp - the f64 reference forward: SPEC 2 (dense softmax), 3 (dilated
 // branches combined by LSE), 4 (block-sparse), 10.1 (window, softcap, ALiBi), 10.2 (packed
-// batches: each row within its own sequence) and 11 (dropout), written to be read, not to be
-// fast.
+// batches: each row within its own sequence), 10.3 (sinks, in the merge) and 11 (dropout),
+// written to be read, not to be fast.
 //
 // For each (b, h, i): split A(i) into softmax groups (reference_key_sets.cpp), compute each group's
 // (O^g, LSE^g) exactly as SPEC 2 writes it, then combine the groups as SPEC 3 writes it.
@@ -71,7 +71,7 @@ void attend_group(const Problem& p, const double* q_row, const dilattn_tensor& k
 
 void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
                  const dilattn_tensor& v, int64_t b, int64_t h, int64_t i,
-                 const DropoutMask& dropout, double* o, double* lse) {
+                 const DropoutMask& dropout, double sink, double* o, double* lse) {
   const int64_t D = p.D;
   const int64_t kvh = kv_head_of(h, p.H, p.Hkv);
   std::vector<KeyGroup> groups;
@@ -87,16 +87,18 @@ void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor
                  &group_lse[g]);
 
   // SPEC 3: LSE = log sum_g exp(LSE^g), O = sum_g exp(LSE^g - LSE) O^g, the weights formed as
-  // exp(LSE^g - max) / sum for the reason attend_group gives. No group: O = 0, LSE = -inf
-  // (SPEC 2, empty A(i)).
-  double max_lse = kNegInf;
+  // exp(LSE^g - max) / sum for the reason attend_group gives. SPEC 10.3: the sink is one more
+  // term of the sum, once per row after the merge, with no value (-inf when there is none).
+  // No group and no sink: O = 0, LSE = -inf (SPEC 2, empty A(i)); no group but a sink:
+  // O = 0, LSE = sink.
+  double max_lse = sink;
   for (double l : group_lse) max_lse = max_nan(max_lse, l);
   for (int64_t d = 0; d < D; ++d) o[d] = 0;
-  if (row_is_empty(max_lse)) {  // no group, or none that reached anything
+  if (row_is_empty(max_lse)) {  // no group, or none that reached anything, and no sink
     *lse = kNegInf;
     return;
   }
-  double sum = 0;
+  double sum = std::exp(sink - max_lse);
   for (double l : group_lse) sum += std::exp(l - max_lse);
   *lse = max_lse + std::log(sum);
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -120,7 +122,8 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < p.Nq; ++i) {
         double lse;
-        forward_row(p, *a.q, *a.k, *a.v, b, h, i, dropout, o.data(), &lse);
+        forward_row(p, *a.q, *a.k, *a.v, b, h, i, dropout, sink_of(a.sinks, h), o.data(),
+                    &lse);
         store_row(*a.o, b, i, h, p.D, o.data());
         if (a.lse) store_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i), lse);
       }
@@ -136,7 +139,7 @@ dilattn_status forward_rows(const Problem& p, const dilattn_tensor& q, const dil
       for (int64_t r = 0; r < num_rows; ++r) {
         double lse;
         double* o = o_rows + ((b * num_rows + r) * p.H + h) * p.D;
-        forward_row(p, q, k, v, b, h, rows[r], no_dropout, o, &lse);
+        forward_row(p, q, k, v, b, h, rows[r], no_dropout, kNegInf, o, &lse);  // no sinks here
         if (lse_rows) lse_rows[(b * p.H + h) * num_rows + r] = lse;
       }
   return DILATTN_SUCCESS;

@@ -2,6 +2,7 @@
 #ifndef DILATTN_REFERENCE_ROWS_H
 #define DILATTN_REFERENCE_ROWS_H
 
+#include <limits>
 #include <vector>
 
 #include "backend.h"
@@ -71,10 +72,16 @@ struct DropoutMask {
 };
 
 // SPEC 2 and 3 for one query row: O_i (D values) and LSE_i, in f64; with an active mask, each
-// key's weight times its factor (SPEC 11; LSE unchanged).
+// key's weight times its factor (SPEC 11; LSE unchanged). sink: the head's sink logit joining
+// the merged softmax once (SPEC 10.3), -inf for none.
 void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
                  const dilattn_tensor& v, int64_t b, int64_t h, int64_t i,
-                 const DropoutMask& dropout, double* o, double* lse);
+                 const DropoutMask& dropout, double sink, double* o, double* lse);
+
+// SPEC 10.3: the sink logit of head h in a call, -inf (no sink) for a plan without sinks.
+inline double sink_of(const SinksCall& sinks, int64_t h) {
+  return sinks.values != nullptr ? sinks.values[h] : -std::numeric_limits<double>::infinity();
+}
 
 }  // namespace dilattn::ref
 

@@ -235,3 +235,15 @@ extern "C" dilattn_status dilattn_desc_set_varlen(dilattn_desc desc, int64_t num
   return DILATTN_SUCCESS;
   DILATTN_ABI_END
 }
+
+// SPEC 10.3: the plan has sinks; their values come with each call (dilattn_call_options).
+extern "C" dilattn_status dilattn_desc_set_sinks(dilattn_desc desc, int32_t enabled) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (enabled != 0 && enabled != 1)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'enabled' = %d: must be 0 or 1",
+                     static_cast<int>(enabled));
+  desc->sinks = enabled == 1;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}

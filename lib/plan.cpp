@@ -214,6 +214,7 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   p.alibi_slopes = desc->alibi_slopes;
   p.cu_seqlens_q = desc->cu_seqlens_q;
   p.cu_seqlens_k = desc->cu_seqlens_k;
+  p.sinks = desc->sinks;
   if ((s = check_sizes(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_packed(p)) != DILATTN_SUCCESS) return s;

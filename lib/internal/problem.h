@@ -79,6 +79,8 @@ struct Problem {
   // SPEC 10.2: a packed batch, num_seqs + 1 offsets each (B == 1, the last offsets Nq and Nk,
   // checked by plan.cpp), or both empty.
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
+  // SPEC 10.3: every call carries H sink logits (dispatch.cpp checks them).
+  bool sinks = false;
 
   int64_t num_branches() const { return static_cast<int64_t>(branches.size()); }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
@@ -106,13 +108,14 @@ struct Problem {
     return SequenceFrame{lo, cu_seqlens_q[s], cu_seqlens_k[s], cu_seqlens_q[s + 1] - cu_seqlens_q[s],
                          cu_seqlens_k[s + 1] - cu_seqlens_k[s]};
   }
-  // The first SPEC 10.1 or 10.2 option the problem uses, as a refusal names it ("a window"), or
+  // The first SPEC 10.1, 10.2 or 10.3 option the problem uses, as a refusal names it ("a window"), or
   // null.
   const char* first_variant() const {
     if (has_window()) return "a window";
     if (softcap != 0) return "a softcap";
     if (!alibi_slopes.empty()) return "ALiBi";
     if (is_packed()) return "a packed batch (varlen)";
+    if (sinks) return "sinks";
     return nullptr;
   }
 };
