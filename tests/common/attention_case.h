@@ -51,6 +51,8 @@ struct AttentionCase {
   std::vector<double> alibi_slopes;
   // SPEC 10.2 packed batch (ref only): num_seqs + 1 offsets each, or both empty (off). B = 1.
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
+  // SPEC 10.3 (ref only): the plan has sinks; their values go with each call (_ex).
+  bool sinks = false;
 
   // Tensors of this case's shapes: Q and O [B, Nq, H, D], K and V [B, Nk, Hkv, D],
   // LSE [B, H, Nq, 1].
@@ -116,6 +118,7 @@ class Desc {
     if (s == DILATTN_SUCCESS && !c.cu_seqlens_q.empty())
       s = dilattn_desc_set_varlen(desc_, static_cast<int64_t>(c.cu_seqlens_q.size()) - 1,
                                   c.cu_seqlens_q.data(), c.cu_seqlens_k.data());
+    if (s == DILATTN_SUCCESS && c.sinks) s = dilattn_desc_set_sinks(desc_, 1);
     if (s == DILATTN_SUCCESS) s = dilattn_desc_set_num_threads(desc_, num_threads);
     return s;
   }
