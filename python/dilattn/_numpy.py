@@ -15,6 +15,7 @@ do) must share one dtype; a mismatch is named in those terms ("k is float32 but 
 torch tensors are refused with a TypeError naming dilattn.torch.attention, the function for them:
 converted here they would come back as numpy arrays, without autograd and off their device.
 """
+import ctypes as C
 import sys
 from typing import Any, Optional, Sequence, Tuple
 
@@ -114,6 +115,24 @@ def _dropout_call(options, seed, offset):
     return seed, offset
 
 
+def _sink_array(sinks, H):
+    """The H sink logits (SPEC 10.3) as a ctypes double array, or None. The count is checked
+    here: the library reads exactly heads_q values."""
+    if sinks is None:
+        return None
+    _refuse_torch("sinks", sinks)
+    try:
+        values = np.asarray(sinks, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"sinks={sinks!r}: expected {H} numbers (one per query head)") from None
+    if values.size != H:
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"sinks has {values.size} values, need heads_q = {H} (one per query "
+                        "head)")
+    return (C.c_double * H)(*values)
+
+
 def _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k):
     """For a packed batch (SPEC 10.2): whether q comes without the batch axis, as
     FlashAttention's varlen functions take it ([total_q, H, D]); and max_seqlen_q/k, which
@@ -154,7 +173,8 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
             window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
             alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
             cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
-            max_seqlen_k: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+            max_seqlen_k: Optional[int] = None,
+            sinks: Any = None) -> Tuple[np.ndarray, np.ndarray]:
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
@@ -180,11 +200,15 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     functions: q [total_q, H, D], k, v [total_k, Hkv, D] (or the same with a leading batch of
     1), cu_seqlens_q and cu_seqlens_k the n + 1 offsets of n sequences; each sequence attends
     only within itself. o is then [total_q, H, D] and lse [H, total_q] for 3-d inputs.
-    max_seqlen_q/k, when given, must be at least the longest sequence."""
+    max_seqlen_q/k, when given, must be at least the longest sequence.
+
+    Sinks (docs/spec.md section 10.3, backend "ref" only): sinks, H logits (one per query head,
+    finite or -inf), join every row's softmax once with no value; lse includes them, and a row
+    with no key gets o = 0, lse = sinks[h]."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-                      cu_seqlens_k=cu_seqlens_k)
+                      cu_seqlens_k=cu_seqlens_k, sinks=sinks is not None)
     dropout = _dropout_call(options, seed, offset)
     unbatched = _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k)
     if unbatched:
@@ -197,7 +221,7 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
         o = np.empty(q.shape, dtype=q.dtype)
         lse = np.empty((B, H, Nq, 1), dtype=_NUMPY_DTYPES[plan.lse_dtype()])
         plan.forward(view("q", q), view("k", k), view("v", v), view("o", o), view("lse", lse),
-                     dropout=dropout)
+                     dropout=dropout, sinks=_sink_array(sinks, H))
     finally:
         plan.close()
     return (o[0], lse[0, ..., 0]) if unbatched else (o, lse[..., 0])
@@ -212,17 +236,18 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
              window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
              alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
              cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
-             max_seqlen_k: Optional[int] = None
-             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+             max_seqlen_k: Optional[int] = None, sinks: Any = None
+             ) -> Tuple[np.ndarray, ...]:
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
     the output gradient do (SPEC 6, and SPEC 10.1 for window_size, softcap and alibi_slopes).
     Deterministic: the same inputs give the same bits. With dropout, pass the forward's
     dropout_p, seed and offset (SPEC 11.3). A packed batch (SPEC 10.2) takes the forward's
-    cu_seqlens_q/k and, with 3-d q, its 2-d lse [H, total_q]."""
+    cu_seqlens_q/k and, with 3-d q, its 2-d lse [H, total_q]. With sinks (SPEC 10.3) it
+    returns (dq, dk, dv, d_sinks), d_sinks [H] the sinks' gradient."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-                      cu_seqlens_k=cu_seqlens_k)
+                      cu_seqlens_k=cu_seqlens_k, sinks=sinks is not None)
     dropout = _dropout_call(options, seed, offset)
     unbatched = _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k)
     if unbatched:
@@ -234,9 +259,13 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
     try:
         dq, dk, dv = (np.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
+        H = q.shape[2]
+        d_sinks = None if sinks is None else (C.c_double * H)()
         plan.backward(view("q", q), view("k", k), view("v", v), view("o", o),
                       view("lse", lse), view("do", do), view("dq", dq), view("dk", dk),
-                      view("dv", dv), dropout=dropout)
+                      view("dv", dv), dropout=dropout, sinks=_sink_array(sinks, H),
+                      d_sinks=d_sinks)
     finally:
         plan.close()
-    return (dq[0], dk[0], dv[0]) if unbatched else (dq, dk, dv)
+    grads = (dq[0], dk[0], dv[0]) if unbatched else (dq, dk, dv)
+    return grads if sinks is None else grads + (np.array(d_sinks[:], dtype=np.float64),)
