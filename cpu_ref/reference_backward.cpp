@@ -6,7 +6,8 @@
 //
 // SPEC 10.1: S_ij is the softcapped, ALiBi-biased score (the window only selects the keys);
 // the softcap multiplies dS by its derivative 1 - tanh^2(scale <q, k> / c) before dQ and dK,
-// and the ALiBi bias has no gradient.
+// and the ALiBi bias has no gradient. SPEC 10.2: in a packed batch a row's keys all lie in its
+// own sequence (row_key_groups), so a key's gradient comes from its sequence's rows alone.
 //
 // LSE is the combined one the forward returned, so dilated branches need no extra weights: a
 // key reached by two branches is two occurrences. dK and dV sum over the query heads of a kv
@@ -14,6 +15,8 @@
 // Dropout (SPEC 11.3) regenerates each pair's factor M_ij from the call's seed and offset:
 //   dV_j += P_ij M_ij dO_i,  dS_ij = P_ij (M_ij <dO_i, v_j> - D_i),  D_i = <dO_i, O_i> of the
 //   dropped output the forward returned.
+// SPEC 10.3: P_ij uses the forward's LSE, which holds the sink, so the pair terms are as above;
+// the sink adds d sigma_h = -sum_i exp(sigma_h - LSE_i) D_i over the rows of head h.
 // Checked by tests/reference/test_gradients_finite_difference.cpp (finite differences in f64).
 #include <cmath>
 
@@ -36,20 +39,27 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
 
   const DropoutMask dropout(p, a.dropout);
   std::vector<double> q_row(D), o_row(D), do_row(D), k_row(D), v_row(D);
+  std::vector<double> d_sink_acc(static_cast<size_t>(p.H), 0.0);  // SPEC 10.3, per query head
   std::vector<KeyGroup> groups;
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
       const int64_t kvh = kv_head_of(h, p.H, p.Hkv);
       for (int64_t i = 0; i < p.Nq; ++i) {
-        row_key_groups(p, h, i, &groups);
-        if (groups.empty()) continue;  // A(i) empty: no term
-        load_row(*a.q, b, i, h, D, q_row.data());
-        load_row(*a.o, b, i, h, D, o_row.data());
-        load_row(*a.d_o, b, i, h, D, do_row.data());
         const double lse = load_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i));
         // A row the forward found empty (LSE = -inf) has no term: P would be -inf - -inf.
         if (row_is_empty(lse)) continue;
+        row_key_groups(p, h, i, &groups);
+        // A row with no key has no pair term; with sinks it still has the sink's (O = 0 there
+        // when O is the forward's, so that term is 0 too).
+        if (groups.empty() && a.sinks.d_values == nullptr) continue;
+        const SequenceFrame f = p.frame_of_row(b, i);  // SPEC 10.2: the row's sequence
+        load_row(*a.q, b, i, h, D, q_row.data());
+        load_row(*a.o, b, i, h, D, o_row.data());
+        load_row(*a.d_o, b, i, h, D, do_row.data());
         const double D_i = dot(do_row.data(), o_row.data(), D);
+        // SPEC 10.3: dO_i / dsigma_h = -exp(sigma_h - LSE_i) O_i.
+        if (a.sinks.d_values != nullptr)
+          d_sink_acc[static_cast<size_t>(h)] -= std::exp(a.sinks.values[h] - lse) * D_i;
         double* dq_i = dq_acc + q_at(b, i, h);
         for (const KeyGroup& group : groups)
           for (const KeyProgression& kp : group)
@@ -58,11 +68,11 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
               load_row(*a.k, b, j, kvh, D, k_row.data());
               load_row(*a.v, b, j, kvh, D, v_row.data());
               const double s = p.scale * dot(q_row.data(), k_row.data(), D);
-              const double P = std::exp(variant_score(p, b, h, i, j, s) - lse);
+              const double P = std::exp(variant_score(p, f, h, i, j, s) - lse);
               double dP = dot(do_row.data(), v_row.data(), D);
               double P_kept = P;  // P_ij M_ij: the weight v_j had in O_i
               if (dropout.active) {
-                const double factor = dropout.factor(b, h, i, j);
+                const double factor = dropout.factor(f, h, i, j);
                 dP *= factor;
                 P_kept *= factor;
               }
@@ -79,6 +89,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
       }
     }
 
+  if (a.sinks.d_values != nullptr)
+    for (int64_t h = 0; h < p.H; ++h) a.sinks.d_values[h] = d_sink_acc[static_cast<size_t>(h)];
   for (int64_t b = 0; b < p.B; ++b) {
     for (int64_t i = 0; i < p.Nq; ++i)
       for (int64_t h = 0; h < p.H; ++h) store_row(*a.dq, b, i, h, D, dq_acc + q_at(b, i, h));

@@ -1,5 +1,5 @@
 // reference_key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4), cut to the
-// sliding window of SPEC 10.1.
+// sliding window of SPEC 10.1, within the row's own sequence of a packed batch (SPEC 10.2).
 #include "reference_key_sets.h"
 
 namespace dilattn::ref {
@@ -7,19 +7,38 @@ namespace dilattn::ref {
 namespace {
 
 // SPEC 10.1: the window intersects the kind's keys (positions before dilation); without one,
-// kp as it is.
-KeyProgression in_window(const Problem& p, int64_t i, const KeyProgression& kp) {
+// kp as it is. kp and li are in the sequence's positions (SPEC 10.2).
+KeyProgression in_window(const Problem& p, const SequenceFrame& f, int64_t li,
+                         const KeyProgression& kp) {
   if (!p.has_window()) return kp;
-  return window_cut(kp, i, p.Nq, p.Nk, p.window_left, p.window_right);
+  return window_cut(kp, li, f.nq, f.nk, p.window_left, p.window_right);
+}
+
+// SPEC 4 and 10.2: the keys of listed block jb for packed row i, as sequence positions. The
+// block indexes the packed tensor; its keys outside the row's sequence go, then causal cuts in
+// the sequence's own alignment. Without packing this is block_keys as SPEC 4 writes it.
+KeyProgression sequence_block_keys(const Problem& p, const SequenceFrame& f, int64_t i,
+                                   int64_t jb) {
+  if (!p.is_packed()) return block_keys(i, jb, p.mask->bk, p.Nq, p.Nk, p.causal);
+  const int64_t li = i - f.q0;
+  int64_t last = f.nk - 1;
+  if (p.causal) last = min_i64(last, causal_last_key(li, f.nq, f.nk));
+  const KeyProgression packed = block_keys(i, jb, p.mask->bk, p.Nq, p.Nk, false);
+  return range_cut(shifted(packed, -f.k0), 0, last);
 }
 
 }  // namespace
 
 void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup>* groups) {
   groups->clear();
+  // The index rules run in the sequence's positions (the whole batch element without packing);
+  // the keys found move back to the packed tensor's positions.
+  const SequenceFrame f = p.frame_of_row(0, i);
+  const int64_t li = i - f.q0;
+  auto packed = [&](const KeyProgression& kp) { return shifted(in_window(p, f, li, kp), f.k0); };
   switch (p.kind) {
     case DILATTN_KIND_DENSE: {  // SPEC 2
-      const KeyProgression kp = in_window(p, i, dense_keys(i, p.Nq, p.Nk, p.causal));
+      const KeyProgression kp = packed(dense_keys(li, f.nq, f.nk, p.causal));
       if (kp.count > 0) groups->push_back({kp});
       return;
     }
@@ -29,8 +48,9 @@ void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup
         if (!head_uses_branch(p.head_mode, h, branch_index, p.H, m)) continue;
         const Branch& branch = p.branches[static_cast<size_t>(branch_index)];
         const int64_t o = head_offset(p.head_mode, h, branch_index, branch.r, p.H);
+        // Every sequence is square here (plan.cpp), so nq is its N.
         const KeyProgression kp =
-            in_window(p, i, dilated_keys(i, p.Nq, branch.w, branch.r, o, p.causal));
+            packed(dilated_keys(li, f.nq, branch.w, branch.r, o, p.causal));
         if (kp.count > 0) groups->push_back({kp});
       }
       return;
@@ -40,8 +60,7 @@ void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup
       const int64_t* cols = p.mask->row_cols(h, i / p.mask->bq, &count);
       KeyGroup group;
       for (int64_t e = 0; e < count; ++e) {
-        const KeyProgression kp =
-            in_window(p, i, block_keys(i, cols[e], p.mask->bk, p.Nq, p.Nk, p.causal));
+        const KeyProgression kp = packed(sequence_block_keys(p, f, i, cols[e]));
         if (kp.count > 0) group.push_back(kp);
       }
       if (!group.empty()) groups->push_back(std::move(group));

@@ -2,6 +2,7 @@
 #ifndef DILATTN_REFERENCE_ROWS_H
 #define DILATTN_REFERENCE_ROWS_H
 
+#include <limits>
 #include <vector>
 
 #include "backend.h"
@@ -32,11 +33,14 @@ inline double dot(const double* a, const double* b, int64_t D) {
 }
 
 // SPEC 10.1: the score S_ij from the scaled product s = scale * <q_i, k_j>: softcapped, then
-// the ALiBi bias of (b, h) added. Without either option, s itself.
-inline double variant_score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j,
-                            double s) {
+// the ALiBi bias of (sequence, h) added, its distance taken in the sequence's own positions
+// (SPEC 10.2; f = p.frame_of_row(b, i), i and j positions of the tensors). Without either
+// option, s itself.
+inline double variant_score(const Problem& p, const SequenceFrame& f, int64_t h, int64_t i,
+                            int64_t j, double s) {
   double score = softcapped(s, p.softcap);
-  if (!p.alibi_slopes.empty()) score += alibi_bias(p.alibi_slope(b, h), i, j, p.Nq, p.Nk);
+  if (!p.alibi_slopes.empty())
+    score += alibi_bias(p.alibi_slope(f.seq, h), i - f.q0, j - f.k0, f.nq, f.nk);
   return score;
 }
 
@@ -59,16 +63,25 @@ struct DropoutMask {
       : active(p.dropout_p > 0), seed(call.seed), offset(call.offset),
         threshold(dropout_threshold(p.dropout_p)), keep_scale(1.0 / (1.0 - p.dropout_p)),
         H(p.H) {}
-  double factor(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return dropout_keep(seed, offset, b, h, H, i, j, threshold) ? keep_scale : 0.0;
+  // The factor of pair (i, j) of a row in frame f: the draw takes the sequence and the
+  // positions within it (SPEC 10.2, 11.1), which without packing are (b, i, j) themselves.
+  double factor(const SequenceFrame& f, int64_t h, int64_t i, int64_t j) const {
+    return dropout_keep(seed, offset, f.seq, h, H, i - f.q0, j - f.k0, threshold) ? keep_scale
+                                                                                   : 0.0;
   }
 };
 
 // SPEC 2 and 3 for one query row: O_i (D values) and LSE_i, in f64; with an active mask, each
-// key's weight times its factor (SPEC 11; LSE unchanged).
+// key's weight times its factor (SPEC 11; LSE unchanged). sink: the head's sink logit joining
+// the merged softmax once (SPEC 10.3), -inf for none.
 void forward_row(const Problem& p, const dilattn_tensor& q, const dilattn_tensor& k,
                  const dilattn_tensor& v, int64_t b, int64_t h, int64_t i,
-                 const DropoutMask& dropout, double* o, double* lse);
+                 const DropoutMask& dropout, double sink, double* o, double* lse);
+
+// SPEC 10.3: the sink logit of head h in a call, -inf (no sink) for a plan without sinks.
+inline double sink_of(const SinksCall& sinks, int64_t h) {
+  return sinks.values != nullptr ? sinks.values[h] : -std::numeric_limits<double>::infinity();
+}
 
 }  // namespace dilattn::ref
 

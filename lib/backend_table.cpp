@@ -39,8 +39,8 @@ const Backend* find_backend(int32_t id) {
 }
 
 dilattn_status backend_can_run(const Backend& b, const Problem& p) {
-  // SPEC 10.1: only the reference computes windows, softcap and ALiBi; every other backend
-  // refuses them here, in one place, before its own checks.
+  // SPEC 10.1 and 10.2: only the reference computes windows, softcap, ALiBi and packed
+  // batches; every other backend refuses them here, in one place, before its own checks.
   const char* variant = p.first_variant();
   if (variant != nullptr && b.id != DILATTN_BACKEND_REF)
     return set_error(DILATTN_ERROR_UNSUPPORTED,

@@ -190,3 +190,60 @@ extern "C" dilattn_status dilattn_desc_set_alibi(dilattn_desc desc, const double
   return DILATTN_SUCCESS;
   DILATTN_ABI_END
 }
+
+namespace {
+
+// SPEC 10.2: an offsets array starts at 0 and never decreases; its end is checked against the
+// shape by dilattn_plan_create.
+dilattn_status check_offsets(const int64_t* cu, int64_t num_seqs, const char* name) {
+  if (cu == nullptr)
+    return set_error(DILATTN_ERROR_NULL_POINTER, "argument '%s' is NULL with num_seqs = %lld",
+                     name, static_cast<long long>(num_seqs));
+  if (cu[0] != 0)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "%s[0] = %lld: the first offset must be 0",
+                     name, static_cast<long long>(cu[0]));
+  for (int64_t b = 1; b <= num_seqs; ++b)
+    if (cu[b] < cu[b - 1])
+      return set_error(DILATTN_ERROR_INVALID_VALUE,
+                       "%s[%lld] = %lld is below %s[%lld] = %lld: offsets never decrease", name,
+                       static_cast<long long>(b), static_cast<long long>(cu[b]), name,
+                       static_cast<long long>(b - 1), static_cast<long long>(cu[b - 1]));
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" dilattn_status dilattn_desc_set_varlen(dilattn_desc desc, int64_t num_seqs,
+                                                  const int64_t* cu_seqlens_q,
+                                                  const int64_t* cu_seqlens_k) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (num_seqs < 0)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'num_seqs' = %lld: must be >= 0 (0 turns packing off)",
+                     static_cast<long long>(num_seqs));
+  if (num_seqs == 0) {
+    desc->cu_seqlens_q.clear();
+    desc->cu_seqlens_k.clear();
+    return DILATTN_SUCCESS;
+  }
+  dilattn_status s = check_offsets(cu_seqlens_q, num_seqs, "cu_seqlens_q");
+  if (s != DILATTN_SUCCESS) return s;
+  if ((s = check_offsets(cu_seqlens_k, num_seqs, "cu_seqlens_k")) != DILATTN_SUCCESS) return s;
+  desc->cu_seqlens_q.assign(cu_seqlens_q, cu_seqlens_q + num_seqs + 1);
+  desc->cu_seqlens_k.assign(cu_seqlens_k, cu_seqlens_k + num_seqs + 1);
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}
+
+// SPEC 10.3: the plan has sinks; their values come with each call (dilattn_call_options).
+extern "C" dilattn_status dilattn_desc_set_sinks(dilattn_desc desc, int32_t enabled) {
+  DILATTN_ABI_BEGIN
+  CHECK_DESC(desc);
+  if (enabled != 0 && enabled != 1)
+    return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'enabled' = %d: must be 0 or 1",
+                     static_cast<int>(enabled));
+  desc->sinks = enabled == 1;
+  return DILATTN_SUCCESS;
+  DILATTN_ABI_END
+}

@@ -147,7 +147,7 @@ typedef struct dilattn_mask_s* dilattn_mask; /* dilattn_mask.h */
 typedef struct dilattn_pool_s* dilattn_pool; /* dilattn_pool.h */
 
 /* A new description: dense, not causal, scale 1/sqrt(D), default threads, default pool, no
- * window, softcap or ALiBi. */
+ * window, softcap or ALiBi, no packed batch, no sinks. */
 DILATTN_API dilattn_status dilattn_desc_create(dilattn_desc* desc);
 DILATTN_API dilattn_status dilattn_desc_destroy(dilattn_desc desc);
 DILATTN_API dilattn_status dilattn_desc_set_dense(dilattn_desc desc);
@@ -184,6 +184,19 @@ DILATTN_API dilattn_status dilattn_desc_set_softcap(dilattn_desc desc, double so
  * it off. */
 DILATTN_API dilattn_status dilattn_desc_set_alibi(dilattn_desc desc, const double* slopes,
                                                   int64_t count);
+/* Packed (variable-length) batch (docs/spec.md section 10.2): num_seqs sequences laid end to
+ * end, sequence b owning query rows [cu_seqlens_q[b], cu_seqlens_q[b+1]) and keys
+ * [cu_seqlens_k[b], cu_seqlens_k[b+1]); each array holds num_seqs + 1 offsets, starts at 0 and
+ * never decreases (copied and checked here). The plan needs batch = 1 and the last offsets equal
+ * to seqlen_q and seqlen_k. Each sequence attends only within itself, with causal, windows,
+ * ALiBi and dilated segments taken per sequence. num_seqs = 0 turns it off. */
+/* Attention sinks (docs/spec.md section 10.3): enabled = 1 gives every row of head h one more
+ * softmax term exp(sinks[h]) with no value; the values travel per call in
+ * dilattn_call_options.sinks (and their gradient in d_sinks). 0 (the default) turns it off. */
+DILATTN_API dilattn_status dilattn_desc_set_sinks(dilattn_desc desc, int32_t enabled);
+DILATTN_API dilattn_status dilattn_desc_set_varlen(dilattn_desc desc, int64_t num_seqs,
+                                                   const int64_t* cu_seqlens_q,
+                                                   const int64_t* cu_seqlens_k);
 
 /* ---------------------------------------------------------------- plans */
 typedef enum dilattn_backend {
@@ -279,6 +292,13 @@ typedef struct dilattn_call_options {
   size_t struct_size;
   uint64_t dropout_seed;
   uint64_t dropout_offset;
+  /* Attention sinks (docs/spec.md section 10.3), for a plan made with dilattn_desc_set_sinks:
+   * sinks holds heads_q logits in host memory (finite or -inf), d_sinks heads_q values the
+   * backward writes (NULL: not wanted; the forward ignores it). Both NULL otherwise. A
+   * struct_size of the fields up to dropout_offset (the first version) is accepted and reads
+   * as both NULL. */
+  const double* sinks;
+  double* d_sinks;
 } dilattn_call_options;
 
 DILATTN_API dilattn_call_options dilattn_call_options_make(void);

@@ -185,6 +185,20 @@ DILATTN_HD KeyProgression window_cut(const KeyProgression& kp, int64_t i, int64_
   return KeyProgression{progression_at(kp, t_lo), kp.step, t_hi - t_lo};
 }
 
+// ---------------------------------------------------------------- SPEC 10.2: packed sequences
+// The terms of kp (ascending keys) in [lo, hi]: still one progression.
+DILATTN_HD KeyProgression range_cut(const KeyProgression& kp, int64_t lo, int64_t hi) {
+  const int64_t t_lo = first_term_at_least(kp, lo);
+  const int64_t t_hi = terms_at_most(kp, hi);
+  if (t_hi <= t_lo) return KeyProgression{kp.first, kp.step, 0};
+  return KeyProgression{progression_at(kp, t_lo), kp.step, t_hi - t_lo};
+}
+// kp moved by delta positions: a sequence's keys into the packed tensor (delta = its first
+// key) or back (delta = minus it).
+DILATTN_HD KeyProgression shifted(const KeyProgression& kp, int64_t delta) {
+  return KeyProgression{kp.first + delta, kp.step, kp.count};
+}
+
 // SPEC 4: the rows (or keys) of block jb of size bs, cut at n.
 DILATTN_HD KeyProgression block_range(int64_t jb, int64_t bs, int64_t n) {
   const int64_t first = jb * bs;

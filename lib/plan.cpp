@@ -100,19 +100,69 @@ dilattn_status check_dropout_bounds(const dilattn::Problem& p) {
                      "batch * heads_q = %lld * %lld: dropout needs batch * heads_q <= 2^32 "
                      "(SPEC 11.1)",
                      static_cast<long long>(p.B), static_cast<long long>(p.H));
+  // SPEC 10.2: in a packed batch the draw's batch word is the sequence.
+  if (p.num_seqs() > two32 / p.H)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "num_seqs * heads_q = %lld * %lld: dropout needs num_seqs * heads_q <= 2^32 "
+                     "(SPEC 10.2, 11.1)",
+                     static_cast<long long>(p.num_seqs()), static_cast<long long>(p.H));
   return DILATTN_SUCCESS;
 }
 
-// SPEC 10.1: the ALiBi slopes are one per head or one per (batch element, head).
+// SPEC 10.2: a packed batch is one batch element whose offsets end at the plan's seqlens;
+// dilated attention needs every sequence square, i.e. equal offsets.
+dilattn_status check_packed(const dilattn::Problem& p) {
+  if (!p.is_packed()) return DILATTN_SUCCESS;
+  const int64_t n = p.num_seqs();
+  if (p.B != 1)
+    return set_error(DILATTN_ERROR_SHAPE_MISMATCH,
+                     "batch = %lld: a packed batch (dilattn_desc_set_varlen) needs batch = 1, "
+                     "its sequences lie along seqlen",
+                     static_cast<long long>(p.B));
+  const int64_t last_q = p.cu_seqlens_q.back(), last_k = p.cu_seqlens_k.back();
+  if (last_q != p.Nq)
+    return set_error(DILATTN_ERROR_SHAPE_MISMATCH,
+                     "cu_seqlens_q[%lld] = %lld: the last offset must equal seqlen_q = %lld",
+                     static_cast<long long>(n), static_cast<long long>(last_q),
+                     static_cast<long long>(p.Nq));
+  if (last_k != p.Nk)
+    return set_error(DILATTN_ERROR_SHAPE_MISMATCH,
+                     "cu_seqlens_k[%lld] = %lld: the last offset must equal seqlen_k = %lld",
+                     static_cast<long long>(n), static_cast<long long>(last_k),
+                     static_cast<long long>(p.Nk));
+  if (p.kind == DILATTN_KIND_DILATED)
+    for (int64_t b = 0; b < n; ++b) {
+      const size_t x = static_cast<size_t>(b);
+      const int64_t nq = p.cu_seqlens_q[x + 1] - p.cu_seqlens_q[x];
+      const int64_t nk = p.cu_seqlens_k[x + 1] - p.cu_seqlens_k[x];
+      if (nq != nk)
+        return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
+                         "packed sequence %lld: dilated attention needs seqlen_q == seqlen_k "
+                         "per sequence, got %lld and %lld",
+                         static_cast<long long>(b), static_cast<long long>(nq),
+                         static_cast<long long>(nk));
+    }
+  return DILATTN_SUCCESS;
+}
+
+// SPEC 10.1: the ALiBi slopes are one per head or one per (batch element, head); in a packed
+// batch (SPEC 10.2) one per (sequence, head).
 dilattn_status check_variants(const dilattn::Problem& p) {
   const int64_t n = static_cast<int64_t>(p.alibi_slopes.size());
-  if (n != 0 && n != p.H && n != p.B * p.H)
+  if (n == 0 || n == p.H || n == p.B * p.H) return DILATTN_SUCCESS;
+  if (p.is_packed()) {
+    if (n / p.H == p.num_seqs() && n % p.H == 0) return DILATTN_SUCCESS;
     return set_error(DILATTN_ERROR_INVALID_VALUE,
                      "ALiBi slopes: count = %lld, need heads_q = %lld (one per head) or "
-                     "batch * heads_q = %lld (one per batch element and head)",
+                     "num_seqs * heads_q = %lld (one per packed sequence and head)",
                      static_cast<long long>(n), static_cast<long long>(p.H),
-                     static_cast<long long>(p.B * p.H));
-  return DILATTN_SUCCESS;
+                     static_cast<long long>(p.num_seqs() * p.H));
+  }
+  return set_error(DILATTN_ERROR_INVALID_VALUE,
+                   "ALiBi slopes: count = %lld, need heads_q = %lld (one per head) or "
+                   "batch * heads_q = %lld (one per batch element and head)",
+                   static_cast<long long>(n), static_cast<long long>(p.H),
+                   static_cast<long long>(p.B * p.H));
 }
 
 }  // namespace
@@ -162,8 +212,12 @@ extern "C" dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc d
   p.window_right = desc->window_right;
   p.softcap = desc->softcap;
   p.alibi_slopes = desc->alibi_slopes;
+  p.cu_seqlens_q = desc->cu_seqlens_q;
+  p.cu_seqlens_k = desc->cu_seqlens_k;
+  p.sinks = desc->sinks;
   if ((s = check_sizes(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_kind(p)) != DILATTN_SUCCESS) return s;
+  if ((s = check_packed(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_dropout_bounds(p)) != DILATTN_SUCCESS) return s;
   if ((s = check_variants(p)) != DILATTN_SUCCESS) return s;
   p.scale = desc->has_scale ? desc->scale : 1.0 / std::sqrt(static_cast<double>(p.D));

@@ -6,7 +6,8 @@
 //      fails before any work);
 //   3. read Q, K, V (and dO, O, LSE) and check dtypes and shapes against each other, naming the file;
 //   4. describe the attention (dense, dilated, block-sparse from --mask or --pattern; the SPEC
-//      10.1 window, softcap and ALiBi slopes), make a plan;
+//      10.1 window, softcap and ALiBi slopes; the SPEC 10.2 packed batch's offsets; SPEC 10.3
+//      sinks), make a plan;
 //   5. run forward (backward: the given O and LSE, or a forward run first when they are absent);
 //   6. write every output, then rename them all into place.
 // LSE is written <f8 when the plan runs on ref (its f64 LSE), else <f4 (SPEC 1).
@@ -15,6 +16,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -44,7 +47,8 @@ const FlagSpec kCommonFlags[] = {
     {"threads", true}, {"block-size", true}, {"block-size-k", true}, {"mask", true},
     {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true},
     {"ring-timeout", true}, {"dropout", true}, {"seed", true}, {"offset", true},
-    {"window", true}, {"softcap", true}, {"alibi-slopes", true}};
+    {"window", true}, {"softcap", true}, {"alibi-slopes", true}, {"cu-seqlens-q", true},
+    {"cu-seqlens-k", true}, {"sinks", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -85,14 +89,25 @@ struct Settings {
   double dropout_p = 0.0;
   dilattn_call_options call_options = dilattn_call_options_make();
 
-  // The options of dilattn_forward_ex / dilattn_backward_ex, or null without --dropout.
-  const dilattn_call_options* options() const { return dropout ? &call_options : nullptr; }
+  // --sinks: SPEC 10.3, H logits that every call carries (call_options.sinks points here).
+  std::vector<double> sinks;
+
+  // The options of dilattn_forward_ex / dilattn_backward_ex, or null without --dropout and
+  // --sinks. The sink pointer is set here, from this object's own vector.
+  dilattn_call_options call() const {
+    dilattn_call_options c = call_options;
+    c.sinks = sinks.empty() ? nullptr : sinks.data();
+    return c;
+  }
+  bool needs_options() const { return dropout || !sinks.empty(); }
 
   // SPEC 10.1 (ref only; AUTO resolves to it): --window L,R, --softcap C, --alibi-slopes.
   bool has_window = false;
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   std::vector<double> alibi_slopes;
+  // SPEC 10.2 (ref only): --cu-seqlens-q/-k, n + 1 offsets each, or both empty.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 };
 
 // A finite number of flag --name, the whole text consumed.
@@ -154,6 +169,84 @@ void parse_alibi_slopes(const Flags& f, Settings* s) {
     }
   }
   if (s->alibi_slopes.empty()) fail_input("flag --alibi-slopes: " + text + " holds no slope");
+}
+
+// --cu-seqlens-q/-k: a 1-D .npy of <i4 or <i8 offsets, or a comma list of integers. Their
+// order and ends are the library's to check (SPEC 10.2), which names the index.
+std::vector<int64_t> parse_offsets(const Flags& f, const std::string& name) {
+  const std::string text = f.get(name, "");
+  const std::string suffix = ".npy";
+  std::vector<int64_t> out;
+  if (text.size() > suffix.size() &&
+      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const NpyArray a = read_npy_file(text);
+    if (a.shape.size() != 1)
+      fail_input(text + ": shape " + shape_string(a.shape) + ", --" + name +
+                 " needs a 1-D array of offsets");
+    for (int64_t e = 0; e < a.numel(); ++e) out.push_back(a.get_index(e, text));
+  } else {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = text.find(',', start);
+      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                               : comma - start);
+      int64_t v = 0;
+      if (!parse_int(item, &v))
+        fail_input("flag --" + name + ": '" + item + "' in '" + text + "' is not an integer");
+      out.push_back(v);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (out.size() < 2)
+    fail_input("flag --" + name + ": " + std::to_string(out.size()) +
+               " offsets, a packed batch of n sequences needs n + 1 >= 2");
+  return out;
+}
+
+// --sinks: H logits (SPEC 10.3), a comma list or a 1-D .npy of floats; each finite or -inf
+// ("-inf" in a list). The count is checked against H once Q is read.
+void parse_sinks(const Flags& f, Settings* s) {
+  const std::string text = f.get("sinks", "");
+  const std::string suffix = ".npy";
+  if (text.size() > suffix.size() &&
+      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const NpyArray a = read_npy_file(text);
+    if (a.type != NpyType::f2 && a.type != NpyType::f4 && a.type != NpyType::f8)
+      fail_input(text + ": dtype " + std::string(npy_descr(a.type)) +
+                 ", sinks must be <f2, <f4 or <f8");
+    if (a.shape.size() != 1)
+      fail_input(text + ": shape " + shape_string(a.shape) + ", sinks are [H]");
+    for (int64_t e = 0; e < a.numel(); ++e) s->sinks.push_back(a.get(e));
+  } else {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = text.find(',', start);
+      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                               : comma - start);
+      s->sinks.push_back(item == "-inf" ? -std::numeric_limits<double>::infinity()
+                                        : parse_finite("sinks", item, text));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  for (size_t e = 0; e < s->sinks.size(); ++e)
+    if (std::isnan(s->sinks[e]) || s->sinks[e] == std::numeric_limits<double>::infinity())
+      fail_input("flag --sinks: value " + std::to_string(e) + " of " + text +
+                 " is not finite or -inf");
+  if (s->sinks.empty()) fail_input("flag --sinks: " + text + " holds no value");
+}
+
+void parse_packed(const Flags& f, Settings* s) {
+  if (f.has("cu-seqlens-q") != f.has("cu-seqlens-k"))
+    fail_input("flags --cu-seqlens-q and --cu-seqlens-k go together (a packed batch needs both)");
+  if (!f.has("cu-seqlens-q")) return;
+  s->cu_seqlens_q = parse_offsets(f, "cu-seqlens-q");
+  s->cu_seqlens_k = parse_offsets(f, "cu-seqlens-k");
+  if (s->cu_seqlens_q.size() != s->cu_seqlens_k.size())
+    fail_input("flag --cu-seqlens-k: " + std::to_string(s->cu_seqlens_k.size()) +
+               " offsets, --cu-seqlens-q has " + std::to_string(s->cu_seqlens_q.size()) +
+               " (one more than the number of sequences, each)");
 }
 
 Settings parse_settings(const Flags& f) {
@@ -219,6 +312,8 @@ Settings parse_settings(const Flags& f) {
   if (f.has("window")) parse_window(f, &s);
   s.softcap = f.get_double("softcap", 0.0, true);
   if (f.has("alibi-slopes")) parse_alibi_slopes(f, &s);
+  parse_packed(f, &s);
+  if (f.has("sinks")) parse_sinks(f, &s);
   if (f.has("ring-split")) {
     if (!s.ring.any()) fail_input("flag --ring-split needs --ring-threads or --ring mpi");
     const std::string split = f.get("ring-split", "");
@@ -358,6 +453,17 @@ void make_plan(const Settings& s, const Operands& o, const MaskHandle& file_mask
     check_status(dilattn_desc_set_alibi(desc.get(), s.alibi_slopes.data(),
                                         static_cast<int64_t>(s.alibi_slopes.size())),
                  "--alibi-slopes");
+  if (!s.sinks.empty()) {
+    if (static_cast<int64_t>(s.sinks.size()) != o.H)
+      fail_input("flag --sinks: " + std::to_string(s.sinks.size()) + " values, need heads_q = " +
+                 std::to_string(o.H) + " (one per query head)");
+    check_status(dilattn_desc_set_sinks(desc.get(), 1), "--sinks");
+  }
+  if (!s.cu_seqlens_q.empty())
+    check_status(dilattn_desc_set_varlen(desc.get(),
+                                         static_cast<int64_t>(s.cu_seqlens_q.size()) - 1,
+                                         s.cu_seqlens_q.data(), s.cu_seqlens_k.data()),
+                 "--cu-seqlens-q/--cu-seqlens-k");
   if (!s.segments.empty()) {
     check_status(dilattn_desc_set_dilated(desc.get(), static_cast<int32_t>(s.segments.size()),
                                           s.segments.data(), s.dilations.data(), s.head_mode),
@@ -501,9 +607,12 @@ void run_forward(const MpiWorld& world, const PlanHandle& plan, const Settings& 
     ring_forward_mpi(world, plan.get(), ring, tq, tk, tv, to, tl);
   else if (ring.ranks > 0)
     ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl);
-  else
-    check_status(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, s.options(), nullptr, 0),
+  if (!ring.any()) {
+    const dilattn_call_options call = s.call();
+    check_status(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl,
+                                    s.needs_options() ? &call : nullptr, nullptr, 0),
                  "forward");
+  }
   bind.finish();
 }
 
@@ -551,7 +660,7 @@ int cmd_forward(int argc, char** argv, int first) {
 int cmd_backward(int argc, char** argv, int first) {
   const Flags f(argc, argv, first,
                 with_common({{"do", true}, {"dq", true}, {"dk", true}, {"dv", true},
-                             {"o", true}, {"lse", true}}),
+                             {"o", true}, {"lse", true}, {"d-sinks", true}}),
                 0);
   const Settings s = parse_settings(f);
   const std::string do_path = f.required("do");
@@ -559,10 +668,11 @@ int cmd_backward(int argc, char** argv, int first) {
     fail_input(std::string("flag --") + (f.has("o") ? "o" : "lse") + " needs --" +
                (f.has("o") ? "lse" : "o") + " (give both, or neither to recompute them)");
   check_launch(s);
+  if (f.has("d-sinks") && s.sinks.empty()) fail_input("flag --d-sinks needs --sinks");
   const MpiWorld world("backward", s.ring);  // --ring mpi: files on rank 0 only (ring_mpi.h)
   world.agree_on_command(f.values());
   OutputFiles outputs;
-  size_t dq_file = 0, dk_file = 0, dv_file = 0;
+  size_t dq_file = 0, dk_file = 0, dv_file = 0, d_sinks_file = 0;
   Operands o;
   MaskHandle mask;
   NpyArray d_o, out, lse;
@@ -574,6 +684,7 @@ int cmd_backward(int argc, char** argv, int first) {
     dq_file = outputs.reserve("dq", f.required("dq"));
     dk_file = outputs.reserve("dk", f.required("dk"));
     dv_file = outputs.reserve("dv", f.required("dv"));
+    if (f.has("d-sinks")) d_sinks_file = outputs.reserve("d-sinks", f.required("d-sinks"));
     o = read_operands(s);
     check_ring_rows(s, o);
     load_mask_file(s, o, &mask);
@@ -622,15 +733,24 @@ int cmd_backward(int argc, char** argv, int first) {
     ring_backward_mpi(world, plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   else if (s.ring.ranks > 0)
     ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
-  else
+  std::vector<double> d_sinks(s.sinks.size(), 0.0);
+  if (!s.ring.any()) {
+    dilattn_call_options call = s.call();
+    if (f.has("d-sinks")) call.d_sinks = d_sinks.data();  // SPEC 10.3
     check_status(dilattn_backward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk,
-                                     &tdv, s.options(), nullptr, 0),
+                                     &tdv, s.needs_options() ? &call : nullptr, nullptr, 0),
                  "backward");
+  }
   bind.finish();
   if (!world.root()) return kExitOk;
   outputs.write(dq_file, serialize_npy(dq));
   outputs.write(dk_file, serialize_npy(dk));
   outputs.write(dv_file, serialize_npy(dv));
+  if (f.has("d-sinks")) {
+    NpyArray ds = zeros(NpyType::f8, {static_cast<int64_t>(d_sinks.size())});
+    std::memcpy(ds.data.data(), d_sinks.data(), d_sinks.size() * sizeof(double));
+    outputs.write(d_sinks_file, serialize_npy(ds));
+  }
   outputs.commit();
   return kExitOk;
 }

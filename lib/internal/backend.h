@@ -35,6 +35,14 @@ struct DropoutCall {
   uint64_t offset = 0;
 };
 
+// SPEC 10.3: the sink logits of a call (H values, host memory) and where the backward writes
+// their gradient (null: not wanted). Both null for a plan without sinks; dispatch.cpp has
+// checked the values.
+struct SinksCall {
+  const double* values = nullptr;
+  double* d_values = nullptr;
+};
+
 struct ForwardArgs {
   const dilattn_tensor* q;
   const dilattn_tensor* k;
@@ -44,6 +52,7 @@ struct ForwardArgs {
   void* workspace;            // at least workspace_bytes(problem).forward bytes
   StreamArgs run;
   DropoutCall dropout = {};
+  SinksCall sinks = {};
 };
 
 struct BackwardArgs {
@@ -59,6 +68,7 @@ struct BackwardArgs {
   void* workspace;
   StreamArgs run;
   DropoutCall dropout = {};
+  SinksCall sinks = {};
 };
 
 struct WorkspaceBytes {

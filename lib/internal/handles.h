@@ -30,6 +30,9 @@ struct dilattn_desc_s {
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   std::vector<double> alibi_slopes;
+  // SPEC 10.2: num_seqs + 1 offsets each, or both empty (no packed batch).
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
+  bool sinks = false;  // SPEC 10.3: values per call
 };
 
 struct dilattn_mask_s {

@@ -39,6 +39,16 @@ struct BsrMask {
   }
 };
 
+// SPEC 10.2: where one query row's sequence lies. For a plan without a packed batch it is the
+// batch element itself (seq = b, offsets 0, lengths Nq and Nk); in a packed batch, the sequence
+// that owns the row. Index rules see a row as i - q0 of a problem (nq, nk) and its keys as
+// j - k0.
+struct SequenceFrame {
+  int64_t seq = 0;      // batch element, or the sequence of a packed batch (ALiBi, dropout)
+  int64_t q0 = 0, k0 = 0;
+  int64_t nq = 0, nk = 0;
+};
+
 // What a backend keeps per plan (device copies of the mask, ...): made at plan time by
 // Backend::prepare, shared by every copy of the Problem, used from several threads at once
 // (so const, or synchronised inside).
@@ -66,6 +76,11 @@ struct Problem {
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   std::vector<double> alibi_slopes;
+  // SPEC 10.2: a packed batch, num_seqs + 1 offsets each (B == 1, the last offsets Nq and Nk,
+  // checked by plan.cpp), or both empty.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
+  // SPEC 10.3: every call carries H sink logits (dispatch.cpp checks them).
+  bool sinks = false;
 
   int64_t num_branches() const { return static_cast<int64_t>(branches.size()); }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
@@ -75,11 +90,32 @@ struct Problem {
     const int64_t n = static_cast<int64_t>(alibi_slopes.size());
     return alibi_slopes[static_cast<size_t>(n == H ? h : b * H + h)];
   }
-  // The first SPEC 10.1 option the problem uses, as a refusal names it ("a window"), or null.
+  bool is_packed() const { return !cu_seqlens_q.empty(); }
+  // Sequences per batch element: 1, or the number of packed sequences (SPEC 10.2).
+  int64_t num_seqs() const {
+    return is_packed() ? static_cast<int64_t>(cu_seqlens_q.size()) - 1 : 1;
+  }
+  // The sequence of query row i of batch element b (SPEC 10.2). In a packed batch, the last
+  // sequence starting at or before i: empty sequences before it own no row.
+  SequenceFrame frame_of_row(int64_t b, int64_t i) const {
+    if (!is_packed()) return SequenceFrame{b, 0, 0, Nq, Nk};
+    int64_t lo = 0, hi = num_seqs() - 1;  // cu_q[lo] <= i < cu_q[hi + 1]
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (cu_seqlens_q[static_cast<size_t>(mid)] <= i) lo = mid; else hi = mid - 1;
+    }
+    const size_t s = static_cast<size_t>(lo);
+    return SequenceFrame{lo, cu_seqlens_q[s], cu_seqlens_k[s], cu_seqlens_q[s + 1] - cu_seqlens_q[s],
+                         cu_seqlens_k[s + 1] - cu_seqlens_k[s]};
+  }
+  // The first SPEC 10.1, 10.2 or 10.3 option the problem uses, as a refusal names it ("a window"), or
+  // null.
   const char* first_variant() const {
     if (has_window()) return "a window";
     if (softcap != 0) return "a softcap";
     if (!alibi_slopes.empty()) return "ALiBi";
+    if (is_packed()) return "a packed batch (varlen)";
+    if (sinks) return "sinks";
     return nullptr;
   }
 };

@@ -93,7 +93,7 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "the plan has dropout p = %g: ring attention does not run dropout",
                      p.dropout_p);
-  // SPEC 10.1: the ring's partial results know no window, softcap or ALiBi.
+  // SPEC 10.1, 10.2: the ring's partial results know no window, softcap, ALiBi or packed batch.
   if (const char* variant = p.first_variant())
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "ring attention does not support %s yet (docs/spec.md section 10)", variant);

@@ -67,9 +67,10 @@ class BsrView(C.Structure):
 
 
 class CallOptions(C.Structure):
-    """struct dilattn_call_options (SPEC 11.2); dilattn_call_options_make fills it."""
+    """struct dilattn_call_options (SPEC 11.2, 10.3); dilattn_call_options_make fills it."""
     _fields_ = [("struct_size", C.c_size_t), ("dropout_seed", C.c_uint64),
-                ("dropout_offset", C.c_uint64)]
+                ("dropout_offset", C.c_uint64), ("sinks", C.POINTER(C.c_double)),
+                ("d_sinks", C.POINTER(C.c_double))]
 
 
 class PoolOptions(C.Structure):
@@ -135,6 +136,8 @@ SIGNATURES = {
     "dilattn_desc_set_window": ([_P, _I64, _I64], _ST),
     "dilattn_desc_set_softcap": ([_P, C.c_double], _ST),
     "dilattn_desc_set_alibi": ([_P, C.POINTER(C.c_double), _I64], _ST),
+    "dilattn_desc_set_varlen": ([_P, _I64, C.POINTER(C.c_int64), C.POINTER(C.c_int64)], _ST),
+    "dilattn_desc_set_sinks": ([_P, _I32], _ST),
     "dilattn_shape_make": ([_I64, _I64, _I64, _I64, _I64, _I64], Shape),
     "dilattn_plan_create": ([_PP, _P, C.POINTER(Shape), C.c_int, C.c_int], _ST),
     "dilattn_plan_destroy": ([_P], _ST),

@@ -15,12 +15,13 @@ do) must share one dtype; a mismatch is named in those terms ("k is float32 but 
 torch tensors are refused with a TypeError naming dilattn.torch.attention, the function for them:
 converted here they would come back as numpy arrays, without autograd and off their device.
 """
+import ctypes as C
 import sys
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import error_for
 from ._plan import Options, Plan
 
@@ -114,6 +115,52 @@ def _dropout_call(options, seed, offset):
     return seed, offset
 
 
+def _sink_array(sinks, H):
+    """The H sink logits (SPEC 10.3) as a ctypes double array, or None. The count is checked
+    here: the library reads exactly heads_q values."""
+    if sinks is None:
+        return None
+    _refuse_torch("sinks", sinks)
+    try:
+        values = np.asarray(sinks, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"sinks={sinks!r}: expected {H} numbers (one per query head)") from None
+    if values.size != H:
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"sinks has {values.size} values, need heads_q = {H} (one per query "
+                        "head)")
+    return (C.c_double * H)(*values)
+
+
+def _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k):
+    """For a packed batch (SPEC 10.2): whether q comes without the batch axis, as
+    FlashAttention's varlen functions take it ([total_q, H, D]); and max_seqlen_q/k, which
+    FlashAttention takes as bounds, checked against the offsets. False without packing."""
+    if options.cu_seqlens_q is None:
+        for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            if value is not None:
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"{name}={value!r} without cu_seqlens_q/k: it bounds the "
+                                "sequences of a packed batch")
+        return False
+    for name, value, cu in (("max_seqlen_q", max_seqlen_q, options.cu_seqlens_q),
+                            ("max_seqlen_k", max_seqlen_k, options.cu_seqlens_k)):
+        if value is None:
+            continue
+        longest = max(b - a for a, b in zip(cu, cu[1:]))
+        if _cints.int64(value, name) < longest:
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            f"{name}={value!r}: the longest packed sequence has {longest} rows")
+    return np.ndim(q) == 3
+
+
+def _add_batch(x):
+    """A packed tensor without its batch axis, viewed with a batch of 1."""
+    _refuse_torch("tensor", x)
+    return np.asarray(x)[None]
+
+
 def _dtype_names(named):
     return [(name, str(array.dtype.newbyteorder("="))) for name, array in named]
 
@@ -124,7 +171,10 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
             backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
             seed: Optional[int] = None, offset: int = 0,
             window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
-            alibi_slopes: Optional[Sequence[float]] = None) -> Tuple[np.ndarray, np.ndarray]:
+            alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
+            cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
+            max_seqlen_k: Optional[int] = None,
+            sinks: Any = None) -> Tuple[np.ndarray, np.ndarray]:
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
@@ -144,11 +194,25 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     Variants (docs/spec.md section 10.1, backend "ref" only; "auto" picks it for them):
     window_size=(left, right) keeps keys i + d - left <= j <= i + d + right (-1: unbounded);
     softcap=c > 0 caps scores as c * tanh(s / c); alibi_slopes (H values, or B * H as [B][H])
-    add -m * |i + d - j| after the softcap (d = Nk - Nq)."""
+    add -m * |i + d - j| after the softcap (d = Nk - Nq).
+
+    Packed batches (docs/spec.md section 10.2, backend "ref" only), as FlashAttention's varlen
+    functions: q [total_q, H, D], k, v [total_k, Hkv, D] (or the same with a leading batch of
+    1), cu_seqlens_q and cu_seqlens_k the n + 1 offsets of n sequences; each sequence attends
+    only within itself. o is then [total_q, H, D] and lse [H, total_q] for 3-d inputs.
+    max_seqlen_q/k, when given, must be at least the longest sequence.
+
+    Sinks (docs/spec.md section 10.3, backend "ref" only): sinks, H logits (one per query head,
+    finite or -inf), join every row's softmax once with no value; lse includes them, and a row
+    with no key gets o = 0, lse = sinks[h]."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
-                      alibi_slopes=alibi_slopes)
+                      alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                      cu_seqlens_k=cu_seqlens_k, sinks=sinks is not None)
     dropout = _dropout_call(options, seed, offset)
+    unbatched = _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k)
+    if unbatched:
+        q, k, v = (_add_batch(x) for x in (q, k, v))
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v))))
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
@@ -157,10 +221,10 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
         o = np.empty(q.shape, dtype=q.dtype)
         lse = np.empty((B, H, Nq, 1), dtype=_NUMPY_DTYPES[plan.lse_dtype()])
         plan.forward(view("q", q), view("k", k), view("v", v), view("o", o), view("lse", lse),
-                     dropout=dropout)
+                     dropout=dropout, sinks=_sink_array(sinks, H))
     finally:
         plan.close()
-    return o, lse[..., 0]
+    return (o[0], lse[0, ..., 0]) if unbatched else (o, lse[..., 0])
 
 
 def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
@@ -170,16 +234,24 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
              backend: str = "auto", pool: Any = None, dropout_p: float = 0.0,
              seed: Optional[int] = None, offset: int = 0,
              window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
-             alibi_slopes: Optional[Sequence[float]] = None
-             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+             alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
+             cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
+             max_seqlen_k: Optional[int] = None, sinks: Any = None
+             ) -> Tuple[np.ndarray, ...]:
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
     the output gradient do (SPEC 6, and SPEC 10.1 for window_size, softcap and alibi_slopes).
     Deterministic: the same inputs give the same bits. With dropout, pass the forward's
-    dropout_p, seed and offset (SPEC 11.3)."""
+    dropout_p, seed and offset (SPEC 11.3). A packed batch (SPEC 10.2) takes the forward's
+    cu_seqlens_q/k and, with 3-d q, its 2-d lse [H, total_q]. With sinks (SPEC 10.3) it
+    returns (dq, dk, dv, d_sinks), d_sinks [H] the sinks' gradient."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
-                      alibi_slopes=alibi_slopes)
+                      alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                      cu_seqlens_k=cu_seqlens_k, sinks=sinks is not None)
     dropout = _dropout_call(options, seed, offset)
+    unbatched = _packed_unbatched(options, q, max_seqlen_q, max_seqlen_k)
+    if unbatched:
+        q, k, v, o, do, lse = (_add_batch(x) for x in (q, k, v, o, do, lse))
     q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                                    ("do", do)))
     same_dtype(_dtype_names((("q", q), ("k", k), ("v", v), ("o", o), ("do", do))))
@@ -187,9 +259,13 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
     plan = Plan(options, _sizes(q, k), dtype_name("q", q))
     try:
         dq, dk, dv = (np.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
+        H = q.shape[2]
+        d_sinks = None if sinks is None else (C.c_double * H)()
         plan.backward(view("q", q), view("k", k), view("v", v), view("o", o),
                       view("lse", lse), view("do", do), view("dq", dq), view("dk", dk),
-                      view("dv", dv), dropout=dropout)
+                      view("dv", dv), dropout=dropout, sinks=_sink_array(sinks, H),
+                      d_sinks=d_sinks)
     finally:
         plan.close()
-    return dq, dk, dv
+    grads = (dq[0], dk[0], dv[0]) if unbatched else (dq, dk, dv)
+    return grads if sinks is None else grads + (np.array(d_sinks[:], dtype=np.float64),)

@@ -15,6 +15,11 @@ dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset (SPEC 
 Variants (SPEC 10.1, computed by backend "ref" only; "auto" then resolves to it, the other
 backends refuse): window_size=(left, right), each >= 0 or -1 for unbounded; softcap=c (0 off);
 alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch element and head).
+Sinks (SPEC 10.3, "ref" only): Options(sinks=True) makes a plan whose calls carry H sink
+logits (Plan.forward/backward's sinks=), the backward also their gradient (d_sinks=).
+Packed batches (SPEC 10.2, "ref" only): cu_seqlens_q and cu_seqlens_k, n + 1 offsets each
+(from 0, never decreasing, ending at the packed seqlens), with batch 1; ALiBi may then give
+n * H slopes ([n][H]).
 
 A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaStream_t as an
 int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
@@ -33,7 +38,8 @@ class Options:
 
     def __init__(self, segments=None, dilations=None, heads_mode="mod", causal=False,
                  scale=None, mask=None, backend="auto", pool=None, dropout_p=0.0, *,
-                 window_size=None, softcap=0.0, alibi_slopes=None):
+                 window_size=None, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
+                 cu_seqlens_k=None, sinks=False):
         def as_list(name, value):
             return None if value is None else _cints.int64_list(value, name)
 
@@ -89,6 +95,20 @@ class Options:
         self.alibi_slopes = None
         if alibi_slopes is not None:
             self.alibi_slopes = [float(m) for m in _flat(alibi_slopes)]
+        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+            raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                            "cu_seqlens_q and cu_seqlens_k: a packed batch needs both "
+                            "(n + 1 offsets each), an unpacked one neither")
+        self.cu_seqlens_q = self.cu_seqlens_k = None
+        if cu_seqlens_q is not None:
+            self.cu_seqlens_q = _cints.int64_list(_flat(cu_seqlens_q), "cu_seqlens_q")
+            self.cu_seqlens_k = _cints.int64_list(_flat(cu_seqlens_k), "cu_seqlens_k")
+            if len(self.cu_seqlens_q) != len(self.cu_seqlens_k) or not self.cu_seqlens_q:
+                raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                                f"cu_seqlens_q has {len(self.cu_seqlens_q)} entries, "
+                                f"cu_seqlens_k {len(self.cu_seqlens_k)}: both need n + 1 >= 2 "
+                                "(one more than the number of sequences)")
+        self.sinks = bool(sinks)  # SPEC 10.3: the values come with each call
         self.heads_mode = heads_mode
         self.causal = bool(causal)
         self.scale = None if scale is None else float(scale)
@@ -146,6 +166,13 @@ class Plan(HandleOwner):
                 n = len(options.alibi_slopes)
                 slopes = (C.c_double * n)(*options.alibi_slopes)
                 check(L.dilattn_desc_set_alibi(desc, slopes, n))
+            if options.sinks:
+                check(L.dilattn_desc_set_sinks(desc, 1))
+            if options.cu_seqlens_q is not None:
+                n = len(options.cu_seqlens_q)
+                cu_q = (C.c_int64 * n)(*options.cu_seqlens_q)
+                cu_k = (C.c_int64 * n)(*options.cu_seqlens_k)
+                check(L.dilattn_desc_set_varlen(desc, n - 1, cu_q, cu_k))
             with contextlib.ExitStack() as uses:
                 if options.pool is not None:
                     check(L.dilattn_desc_set_pool(desc, uses.enter_context(options.pool._use())))
@@ -198,21 +225,31 @@ class Plan(HandleOwner):
         return uses, plan
 
     @staticmethod
-    def _call_options(dropout):
-        """dilattn_call_options for dropout = (seed, offset)."""
-        seed, offset = dropout
+    def _call_options(dropout, sinks, d_sinks):
+        """dilattn_call_options for dropout = (seed, offset) and sink logits (a ctypes double
+        array of H values, SPEC 10.3) with d_sinks (one to write the gradient into), or None
+        when there is nothing to carry. The caller keeps the arrays alive through the call."""
+        if dropout is None and sinks is None:
+            return None
         options = _abi.lib().dilattn_call_options_make()
-        options.dropout_seed = _cints.uint64(seed, "seed")
-        options.dropout_offset = _cints.uint64(offset, "offset")
+        if dropout is not None:
+            seed, offset = dropout
+            options.dropout_seed = _cints.uint64(seed, "seed")
+            options.dropout_offset = _cints.uint64(offset, "offset")
+        as_pointer = C.POINTER(C.c_double)
+        if sinks is not None:
+            options.sinks = C.cast(sinks, as_pointer)
+        if d_sinks is not None:
+            options.d_sinks = C.cast(d_sinks, as_pointer)
         return options
 
-    def forward(self, q, k, v, o, lse, stream=None, dropout=None):
+    def forward(self, q, k, v, o, lse, stream=None, dropout=None, sinks=None):
         """Views (dilattn_tensor) in, results written into the views o and lse; on the CUDA
-        stream `stream` when it is not None; with dropout = (seed, offset) through
-        dilattn_forward_ex (no stream)."""
+        stream `stream` when it is not None; with dropout = (seed, offset) or sinks (a ctypes
+        array of H doubles) through dilattn_forward_ex (no stream)."""
         views = [C.byref(t) for t in (q, k, v, o, lse)]
         L = _abi.lib()
-        call_options = None if dropout is None else self._call_options(dropout)
+        call_options = self._call_options(dropout, sinks, None)
         uses, plan = self._uses()
         with uses:
             if call_options is not None:
@@ -222,10 +259,12 @@ class Plan(HandleOwner):
             else:
                 check(L.dilattn_forward_on_stream(plan, stream, *views, None, 0))
 
-    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, stream=None, dropout=None):
+    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, stream=None, dropout=None, sinks=None,
+                 d_sinks=None):
+        """As forward; d_sinks (a ctypes array of H doubles) receives the sinks' gradient."""
         views = [C.byref(t) for t in (q, k, v, o, lse, d_o, dq, dk, dv)]
         L = _abi.lib()
-        call_options = None if dropout is None else self._call_options(dropout)
+        call_options = self._call_options(dropout, sinks, d_sinks)
         uses, plan = self._uses()
         with uses:
             if call_options is not None:

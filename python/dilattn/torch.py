@@ -196,7 +196,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
               causal: bool = False, scale: Optional[float] = None, mask: Any = None,
               backend: str = "auto", pool: Any = None, return_lse: bool = False,
               window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
-              alibi_slopes: Optional[Sequence[float]] = None
+              alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
+              cu_seqlens_k: Any = None
               ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Differentiable attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4, 6),
     on the tensors' device (CPU or CUDA, see the module's text).
@@ -205,12 +206,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     o [B, Nq, H, D] in q's dtype, or (o, lse) with return_lse=True (lse [B, H, Nq], not
     differentiable). window_size, softcap and alibi_slopes (a sequence or a CPU tensor of H or
     B * H slopes) are docs/spec.md section 10.1's variants, computed by backend "ref" only (CPU
-    tensors; "auto" picks it for them); the slopes get no gradient."""
+    tensors; "auto" picks it for them); the slopes get no gradient. cu_seqlens_q/k (n + 1
+    offsets each, a sequence or a tensor) make it a packed batch (section 10.2, "ref" only), as
+    FlashAttention's varlen functions: q [total_q, H, D] gives o [total_q, H, D] and lse
+    [H, total_q] (4-d tensors with a batch of 1 work too)."""
     if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
         alibi_slopes = alibi_slopes.detach().cpu().numpy()
+    cu_seqlens_q, cu_seqlens_k = (x.tolist() if hasattr(x, "tolist") else x
+                                  for x in (cu_seqlens_q, cu_seqlens_k))
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
-                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    unbatched = options.cu_seqlens_q is not None and q.dim() == 3
+    if unbatched:
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     o, lse = _Attention.apply(q, k, v, options)
+    if unbatched:
+        o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o
 
 

@@ -49,6 +49,10 @@ struct AttentionCase {
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   std::vector<double> alibi_slopes;
+  // SPEC 10.2 packed batch (ref only): num_seqs + 1 offsets each, or both empty (off). B = 1.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
+  // SPEC 10.3 (ref only): the plan has sinks; their values go with each call (_ex).
+  bool sinks = false;
 
   // Tensors of this case's shapes: Q and O [B, Nq, H, D], K and V [B, Nk, Hkv, D],
   // LSE [B, H, Nq, 1].
@@ -111,6 +115,10 @@ class Desc {
     if (s == DILATTN_SUCCESS && !c.alibi_slopes.empty())
       s = dilattn_desc_set_alibi(desc_, c.alibi_slopes.data(),
                                  static_cast<int64_t>(c.alibi_slopes.size()));
+    if (s == DILATTN_SUCCESS && !c.cu_seqlens_q.empty())
+      s = dilattn_desc_set_varlen(desc_, static_cast<int64_t>(c.cu_seqlens_q.size()) - 1,
+                                  c.cu_seqlens_q.data(), c.cu_seqlens_k.data());
+    if (s == DILATTN_SUCCESS && c.sinks) s = dilattn_desc_set_sinks(desc_, 1);
     if (s == DILATTN_SUCCESS) s = dilattn_desc_set_num_threads(desc_, num_threads);
     return s;
   }

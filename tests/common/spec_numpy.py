@@ -17,6 +17,16 @@ SPEC 10.1 variants: window=(left, right) filters A(i) by i + d - left <= j <= i 
 (-1 unbounded) on positions before dilation; softcap c > 0 replaces the scaled score s by
 c tanh(s / c); alibi_slopes (shape [H] or [B, H]) adds -m |i + d - j| after the softcap. The
 backward multiplies dS by 1 - tanh^2(s / c) under a softcap; ALiBi adds no gradient.
+
+SPEC 10.2 packed batches: varlen_attention cuts the packed tensors into their sequences and runs
+each as the independent problem the spec makes it (its own Nq, Nk, d, segments, window, ALiBi
+row of [n, H] slopes, dropout batch word), except that a block-sparse mask indexes the packed
+tensor: varlen_mask_counts keeps the mask's keys inside the row's sequence, then applies causal
+and the window in the sequence's positions.
+
+SPEC 10.3 sinks: sinks [H] add exp(sinks[h]) to every row's sum (in its maximum too) with no
+value, so LSE includes it and a row with no key gets O = 0, LSE = sinks[h]; the backward adds
+d_sinks[h] = -sum_i exp(sinks[h] - LSE_i) <dO_i, O_i>.
 """
 import math
 
@@ -166,13 +176,17 @@ def dropout_factors(p, seed, offset, b, h, H, Nq, Nk):
 
 
 def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None, softcap=0.0,
-                    alibi_slopes=None):
+                    alibi_slopes=None, dropout_batch=None, sinks=None):
     """SPEC 2 forward and SPEC 6 backward in f64 over the multiset counts[h, i, j], with the
     SPEC 10.1 softcap and ALiBi slopes ([H] or [B, H]) when given.
     Returns O [B, Nq, H, D], LSE [B, H, Nq] and, with d_o, dQ, dK, dV. A row with no key gets
     O = 0 and LSE = -inf; GQA: query head h reads kv head h // (H // Hkv).
     dropout = (p, seed, offset): SPEC 11, the pair's whole probability P_ij (all its
-    occurrences) times M_ij in O, and SPEC 11.3's backward; LSE unchanged."""
+    occurrences) times M_ij in O, and SPEC 11.3's backward; LSE unchanged. dropout_batch, when
+    given, is the batch word of the draw (a packed sequence's index, SPEC 10.2) for B == 1.
+    sinks ([H], SPEC 10.3): one more term exp(sinks[h]) in every row's sum, with no value; with
+    d_o the result gains d_sinks [H] = -sum_{b, i} exp(sinks[h] - LSE_i) <dO_i, O_i> over the
+    rows whose LSE is not -inf."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, Nq, H, D = q.shape
     Hkv, Nk = k.shape[2], k.shape[1]
@@ -184,6 +198,8 @@ def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None, softcap
     o = np.zeros_like(q)
     lse = np.full((B, H, Nq), -np.inf)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    sink = np.full(H, -np.inf) if sinks is None else np.asarray(sinks, dtype=np.float64)
+    d_sinks = np.zeros(H)
     for b in range(B):
         for h in range(H):
             hk = h // (H // Hkv)
@@ -193,27 +209,33 @@ def attention_numpy(q, k, v, counts, scale=None, d_o=None, dropout=None, softcap
             if slopes is not None:
                 s = s - slopes[b, h] * distance
             smax = np.where(c > 0, s, -np.inf).max(axis=1, keepdims=True)
+            smax = np.maximum(smax, sink[h])                 # the sink is in the row's maximum
             smax = np.where(np.isfinite(smax), smax, 0.0)
             with np.errstate(over="ignore", invalid="ignore"):
                 total = np.where(c > 0, c * np.exp(s - smax), 0.0).sum(axis=1)
+                total = total + np.exp(sink[h] - smax[:, 0])
             rows = total > 0
             lse[b, h, rows] = np.log(total[rows]) + smax[rows, 0]
             p = np.zeros_like(s)
             p[rows] = np.where(c[rows] > 0, c[rows] * np.exp(s[rows] - lse[b, h, rows][:, None]), 0.0)
             m = np.ones_like(p)
             if dropout is not None and dropout[0] > 0:
-                m = dropout_factors(dropout[0], dropout[1], dropout[2], b, h, H, Nq, k.shape[1])
+                word = b if dropout_batch is None else dropout_batch
+                m = dropout_factors(dropout[0], dropout[1], dropout[2], word, h, H, Nq, k.shape[1])
             o[b, :, h] = (p * m) @ v[b, :, hk]
             if d_o is not None:
                 g = np.asarray(d_o[b, :, h], dtype=np.float64)
                 dv[b, :, hk] += (p * m).T @ g
                 d_i = (g * o[b, :, h]).sum(axis=1)
+                d_sinks[h] -= (np.exp(sink[h] - lse[b, h, rows]) * d_i[rows]).sum()
                 ds = p * (m * (g @ v[b, :, hk].T) - d_i[:, None])
                 if softcap > 0:
                     ds = ds * (1 - np.tanh(raw / softcap) ** 2)
                 dq[b, :, h] = scale * ds @ k[b, :, hk]
                 dk[b, :, hk] += scale * ds.T @ q[b, :, h]
-    return (o, lse) if d_o is None else (o, lse, dq, dk, dv)
+    if d_o is None:
+        return o, lse
+    return (o, lse, dq, dk, dv) if sinks is None else (o, lse, dq, dk, dv, d_sinks)
 
 
 def _counts_of(q, k, config):
@@ -221,18 +243,91 @@ def _counts_of(q, k, config):
     return key_counts(Nq, k.shape[1], H, **config)
 
 
-def forward(q, k, v, scale=None, dropout=None, softcap=0.0, alibi_slopes=None, **config):
+def forward(q, k, v, scale=None, dropout=None, softcap=0.0, alibi_slopes=None, sinks=None,
+            **config):
     """O [B, Nq, H, D] and LSE [B, H, Nq] in f64. config: allowed_keys' keywords; dropout:
-    (p, seed, offset) or None."""
+    (p, seed, offset) or None; sinks: [H] or None."""
     return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, dropout=dropout,
-                           softcap=softcap, alibi_slopes=alibi_slopes)
+                           softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
 
 
-def backward(q, k, v, d_o, scale=None, dropout=None, softcap=0.0, alibi_slopes=None, **config):
-    """dQ, dK, dV in f64 by SPEC 6 (SPEC 11.3 with dropout), from a fresh forward of the same
-    inputs."""
+def backward(q, k, v, d_o, scale=None, dropout=None, softcap=0.0, alibi_slopes=None,
+             sinks=None, **config):
+    """dQ, dK, dV (and d_sinks with sinks) in f64 by SPEC 6 (SPEC 11.3 with dropout, 10.3 with
+    sinks), from a fresh forward of the same inputs."""
     return attention_numpy(q, k, v, _counts_of(q, k, config), scale=scale, d_o=d_o,
-                           dropout=dropout, softcap=softcap, alibi_slopes=alibi_slopes)[2:]
+                           dropout=dropout, softcap=softcap, alibi_slopes=alibi_slopes,
+                           sinks=sinks)[2:]
+
+
+# ---------------------------------------------------------------- packed batches (SPEC 10.2)
+
+
+def varlen_mask_counts(i0, nq, k0, nk, H, Nq_total, Nk_total, mask, causal, window):
+    """counts[h, i', j'] of one packed sequence (rows [i0, i0 + nq), keys [k0, k0 + nk)) under a
+    block-sparse mask over the packed tensor: the mask's keys of packed row i0 + i' that lie in
+    the sequence, then causal (j' <= i' + d) and the window in the sequence's positions."""
+    counts = np.zeros((H, nq, nk), dtype=np.int64)
+    d = nk - nq
+    for h in range(H):
+        for li in range(nq):
+            keys = _kind_keys(i0 + li, h, Nq_total, Nk_total, H, None, None, "mod", False, mask)
+            for j in keys:
+                lj = j - k0
+                if not 0 <= lj < nk or (causal and lj > li + d):
+                    continue
+                if window is not None:
+                    left, right = window
+                    if (left >= 0 and lj < li + d - left) or (right >= 0 and lj > li + d + right):
+                        continue
+                counts[h, li, lj] += 1
+    return counts
+
+
+def varlen_attention(q, k, v, cu_q, cu_k, scale=None, d_o=None, dropout=None, softcap=0.0,
+                     alibi_slopes=None, sinks=None, **config):
+    """SPEC 10.2: packed q [1, total_q, H, D], k, v [1, total_k, Hkv, D] and offsets cu_q, cu_k
+    (n + 1 each). Each sequence b is run alone: rows [cu_q[b], cu_q[b+1]) against keys
+    [cu_k[b], cu_k[b+1]), with config (allowed_keys' keywords) in its own positions, ALiBi slopes
+    [H] or [n, H] (row b), dropout's batch word b. A sequence with no key leaves its rows at
+    O = 0, LSE = -inf (LSE = sinks[h] with sinks, SPEC 10.3). Returns what attention_numpy
+    returns for the packed tensors; d_sinks sums over the sequences."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    _, Nq, H, _ = q.shape
+    Nk = k.shape[1]
+    n = len(cu_q) - 1
+    slopes = None
+    if alibi_slopes is not None and len(np.ravel(alibi_slopes)) > 0:
+        slopes = np.broadcast_to(np.asarray(alibi_slopes, dtype=np.float64).reshape(-1, H), (n, H))
+    o = np.zeros_like(q)
+    lse = np.full((1, H, Nq), -np.inf)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    d_sinks = np.zeros(H)
+    if sinks is not None:   # a row with no key: O = 0, LSE = its head's sink
+        lse[:] = np.asarray(sinks, dtype=np.float64)[None, :, None]
+    for b in range(n):
+        q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+        if q1 == q0 or k1 == k0:
+            continue                     # no row, or rows with no key: O = 0, LSE as above
+        nq, nk = q1 - q0, k1 - k0
+        if config.get("mask") is not None:
+            counts = varlen_mask_counts(q0, nq, k0, nk, H, Nq, Nk, config["mask"],
+                                        config.get("causal", False), config.get("window"))
+        else:
+            counts = key_counts(nq, nk, H, **config)
+        out = attention_numpy(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], counts, scale=scale,
+                              d_o=None if d_o is None else np.asarray(d_o)[:, q0:q1],
+                              dropout=dropout, softcap=softcap,
+                              alibi_slopes=None if slopes is None else slopes[b],
+                              dropout_batch=b, sinks=sinks)
+        o[:, q0:q1], lse[:, :, q0:q1] = out[0], out[1]
+        if d_o is not None:
+            dq[:, q0:q1], dk[:, k0:k1], dv[:, k0:k1] = out[2], out[3], out[4]
+            if sinks is not None:
+                d_sinks += out[5]
+    if d_o is None:
+        return o, lse
+    return (o, lse, dq, dk, dv) if sinks is None else (o, lse, dq, dk, dv, d_sinks)
 
 
 # ---------------------------------------------------------------- comparison (SPEC 8)

@@ -3,7 +3,9 @@
 // and leave the description as it was (no variant: the plan still resolves to a fast backend
 // and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
 // at plan creation naming the counts; every backend but ref, and the ring, refuses a plan with
-// an option, naming it; AUTO resolves such a plan to ref.
+// an option, naming it; AUTO resolves such a plan to ref. The packed batch of SPEC 10.2 and the
+// sinks of SPEC 10.3 are two more such options here (their own arguments:
+// test_varlen_arguments.cpp, test_sinks_arguments.cpp).
 #include <cmath>
 #include <limits>
 
@@ -115,6 +117,11 @@ const Variant kVariants[] = {
        const double slopes[2] = {0.5, 0.25};
        return dilattn_desc_set_alibi(d, slopes, 2);
      }},
+    {"a packed batch (varlen)", [](dilattn_desc d) {  // SPEC 10.2, on the N = 4 problems below
+       const int64_t cu[3] = {0, 1, 4};
+       return dilattn_desc_set_varlen(d, 2, cu, cu);
+     }},
+    {"sinks", [](dilattn_desc d) { return dilattn_desc_set_sinks(d, 1); }},  // SPEC 10.3
 };
 
 void other_backends_refuse_naming_the_option() {

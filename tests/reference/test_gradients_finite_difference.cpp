@@ -8,7 +8,8 @@
 // Cases: dense, causal with Nq != Nk, GQA, and dilated in each head mode with partial segments;
 // then SPEC 10.1's window, softcap and ALiBi (alone and together) on dense, GQA, dilated and
 // block-sparse plans. The softcap cases use scale 2 so that tanh is well into its curve: a
-// missing 1 - tanh^2 factor is then far outside the tolerance.
+// missing 1 - tanh^2 factor is then far outside the tolerance. Last, SPEC 10.2's packed
+// batches with each kind and the variants.
 #include <cmath>
 #include <cstdio>
 
@@ -111,5 +112,39 @@ int main() {
   w.alibi_slopes = {0.4, 0.2};
   w.name = "all three, block-sparse";
   check(w, 76);
+
+  // SPEC 10.2 packed batches: an empty sequence, a sequence with no key, Nq != Nk per
+  // sequence (causal bottom-right in each), GQA; then every variant with slopes per sequence,
+  // dilated with segments restarting per sequence, and a block-sparse mask over the packed
+  // tensor.
+  AttentionCase pk;
+  pk.dtype = DILATTN_F64;
+  pk.B = 1; pk.H = 2; pk.Hkv = 1; pk.D = 3;
+  pk.cu_seqlens_q = {0, 3, 3, 5, 9};
+  pk.cu_seqlens_k = {0, 4, 6, 6, 8};
+  pk.Nq = 9; pk.Nk = 8; pk.causal = true;
+  pk.name = "packed, causal, GQA";
+  check(pk, 81);
+  pk.causal = false;
+  pk.window_left = 1; pk.window_right = 1; pk.softcap = 0.8; pk.scale = 2;
+  pk.alibi_slopes = {0.3, 0.7, 0.1, 0.5, 0.2, 0.6, 0.4, 0.9};  // [4 sequences][H]
+  pk.name = "packed, all three";
+  check(pk, 82);
+  pk.window_left = pk.window_right = -1; pk.softcap = 0; pk.scale = 0;
+  pk.alibi_slopes.clear();
+  pk.kind = DILATTN_KIND_DILATED;
+  pk.cu_seqlens_q = pk.cu_seqlens_k = {0, 5, 5, 12};
+  pk.Nq = pk.Nk = 12; pk.H = 3; pk.causal = true;
+  pk.segments = {4, 7}; pk.dilations = {2, 3};
+  pk.head_mode = DILATTN_HEADS_BLOCK;
+  pk.name = "packed, dilated block";
+  check(pk, 83);
+  pk.kind = DILATTN_KIND_BLOCK_SPARSE;
+  pk.cu_seqlens_q = {0, 4, 9};
+  pk.cu_seqlens_k = {0, 5, 8};
+  pk.Nq = 9; pk.Nk = 8; pk.H = 2;
+  pk.mask.bq = 2; pk.mask.bk = 3; pk.mask.pattern = "local:1+sink:1";
+  pk.name = "packed, block-sparse, causal";
+  check(pk, 84);
   return finish("backward_matches_finite_differences");
 }

@@ -137,14 +137,17 @@ pub struct dilattn_shape {
 }
 
 /// Per-call options of dilattn_forward_ex / dilattn_backward_ex (SPEC 11.2): the dropout seed
-/// and offset (below 2^32). struct_size = size_of::<dilattn_call_options>()
-/// (dilattn_call_options_make sets it).
+/// and offset (below 2^32); for a plan with sinks (SPEC 10.3) the heads_q sink logits and where
+/// the backward writes their gradient (null: not wanted). struct_size =
+/// size_of::<dilattn_call_options>() (dilattn_call_options_make sets it and nulls the pointers).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct dilattn_call_options {
     pub struct_size: usize,
     pub dropout_seed: u64,
     pub dropout_offset: u64,
+    pub sinks: *const f64,
+    pub d_sinks: *mut f64,
 }
 
 /// A caller's BSR arrays (dilattn_mask.h). struct_size = size_of::<dilattn_bsr_view>().
@@ -226,6 +229,13 @@ extern "C" {
         desc: dilattn_desc,
         slopes: *const f64,
         count: i64,
+    ) -> dilattn_status;
+    pub fn dilattn_desc_set_sinks(desc: dilattn_desc, enabled: i32) -> dilattn_status;
+    pub fn dilattn_desc_set_varlen(
+        desc: dilattn_desc,
+        num_seqs: i64,
+        cu_seqlens_q: *const i64,
+        cu_seqlens_k: *const i64,
     ) -> dilattn_status;
     pub fn dilattn_shape_make(
         batch: i64,
