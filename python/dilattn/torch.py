@@ -97,14 +97,14 @@ def _one_device(named):
     return first.device
 
 
-def _plan_backend(device, options):
-    """The backend a plan for tensors on device asks for: options.backend on the CPU, cuda for
-    CUDA tensors (the only backend that reads device memory, SPEC 1)."""
+def _plan_backend(device, backend):
+    """The backend a plan for tensors on device asks for: backend (the option's) on the CPU,
+    cuda for CUDA tensors (the only backend that reads device memory, SPEC 1)."""
     if device.type != "cuda":
-        return options.backend
-    if options.backend not in ("auto", "cuda"):
+        return backend
+    if backend not in ("auto", "cuda"):
         raise error_for("DILATTN_ERROR_DEVICE_MISMATCH",
-                        f"backend={options.backend!r} runs on host memory but the tensors are "
+                        f"backend={backend!r} runs on host memory but the tensors are "
                         f"on {device}: use backend='auto' or 'cuda', or move them to the CPU")
     if not backend_available("cuda"):
         facts = dict(line.split(": ", 1) for line in build_info().splitlines() if ": " in line)
@@ -129,6 +129,12 @@ def _stream(device):
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
 
+DOUBLE_BACKWARD_MESSAGE = (
+    "dilattn.torch.attention: double backward (the gradient of a gradient, e.g. "
+    "torch.autograd.grad(..., create_graph=True) then backward, or gradgradcheck) is "
+    "not implemented; the library computes first derivatives only (SPEC 6)")
+
+
 class _Attention(torch.autograd.Function):
     """O, LSE = attention(Q, K, V); the backward reads the saved O and LSE (SPEC 6)."""
 
@@ -137,7 +143,7 @@ class _Attention(torch.autograd.Function):
         device = _one_device([("q", q), ("k", k), ("v", v)])
         same_dtype([(name, str(t.dtype).replace("torch.", "")) for name, t in
                     (("q", q), ("k", k), ("v", v))])
-        backend = _plan_backend(device, options)
+        backend = _plan_backend(device, options.backend)
         q, k, v = _aligned(q), _aligned(k), _aligned(v)
         B, Nq, H, D = q.shape
         with _on_device(device):
@@ -184,10 +190,7 @@ class _AttentionBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        raise NotImplementedError(
-            "dilattn.torch.attention: double backward (the gradient of a gradient, e.g. "
-            "torch.autograd.grad(..., create_graph=True) then backward, or gradgradcheck) is "
-            "not implemented; the library computes first derivatives only (SPEC 6)")
+        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
@@ -210,7 +213,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         alibi_slopes = alibi_slopes.detach().cpu().numpy()
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
-    o, lse = _Attention.apply(q, k, v, options)
+    if _torch_ops.AVAILABLE and pool is None:
+        o, lse = _torch_ops.attention(q, k, v, options)
+    else:
+        o, lse = _Attention.apply(q, k, v, options)
     return (o, lse) if return_lse else o
 
 
@@ -321,8 +327,9 @@ class MultiheadDilatedAttention(nn.Module):
         return self.out_proj(x), None
 
 
-# The seed package's module family and factories (seed_modules.py, factory.py), imported last:
-# they build on the modules above.
+# The custom operators (torch >= 2.4) and the seed package's module family and factories
+# (seed_modules.py, factory.py), imported last: they build on the helpers and modules above.
+from . import _torch_ops  # noqa: E402
 from .seed_modules import (  # noqa: E402
     BlockSparseRingDilatedAttention, BlockSparseRingMultiheadDilatedAttention,
     ImprovedDilatedAttention, ImprovedMultiheadDilatedAttention, RingDilatedAttention,
