@@ -96,7 +96,10 @@ def _opcheck_cases():
     return cases
 
 
-OPCHECK_CASES = _opcheck_cases()
+# The reference-only variants run on CPU tensors alone (SPEC 10): no CUDA case for them.
+OPCHECK_PARAMS = [pytest.param(name, sizes, options, device, id=f"{name}-{device}")
+                  for name, sizes, options in _opcheck_cases() for device in DEVICES
+                  if not (device == "cuda" and options.get("backend") == "ref")]
 
 
 def _op_arguments(options):
@@ -108,12 +111,9 @@ def _op_arguments(options):
     return tuple(op_args(Options(**options)))
 
 
-@pytest.mark.parametrize("device_name", DEVICES)
-@pytest.mark.parametrize("name,sizes,options", OPCHECK_CASES, ids=[c[0] for c in OPCHECK_CASES])
+@pytest.mark.parametrize("name,sizes,options,device_name", OPCHECK_PARAMS)
 def test_opcheck_forward_and_backward_operators(name, sizes, options, device_name):
     device = _device(device_name)
-    if device.type == "cuda" and options.get("backend") == "ref":
-        pytest.skip("the reference-only variants run on CPU tensors")
     dtype = torch.float64 if device.type == "cpu" else torch.float32
     q, k, v, do = (torch.tensor(x, dtype=dtype, device=device) for x in inputs(sizes, seed=71))
     params = _op_arguments(options)
