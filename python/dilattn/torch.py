@@ -2,10 +2,13 @@
 
     o = dilattn.torch.attention(q, k, v, segments=[8, 16], dilations=[1, 2], causal=True)
 
-attention() is a torch.autograd.Function: the forward saves O and LSE, the backward calls the
-library's backward (SPEC 6). The library has first derivatives only: a double backward (the
-gradient of a gradient) raises NotImplementedError saying so. Tensors are passed as views (torch strides are in elements and
-never negative, as the C ABI wants), in float32, float64, float16 or bfloat16. A tensor whose
+attention() is differentiable: the forward saves O and LSE, the backward calls the library's
+backward (SPEC 6). With torch >= 2.4 it runs the custom operators of _torch_ops.py, which
+torch.compile keeps in one graph; with an older torch, or with a pool, the
+torch.autograd.Function _Attention below. The library has first derivatives only: a double
+backward (the gradient of a gradient) raises NotImplementedError saying so. Tensors are passed
+as views (torch strides are in elements and never negative, as the C ABI wants), in float32,
+float64, float16 or bfloat16. A tensor whose
 data pointer is not a multiple of its element size (torch.frombuffer at an odd offset), which
 the library refuses (SPEC 1), is cloned to an aligned one first.
 
