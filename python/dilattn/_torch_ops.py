@@ -28,7 +28,7 @@ from ._plan import Plan
 from ._plan_cache import PlanCache
 
 AVAILABLE = all(hasattr(torch.library, name)
-                for name in ("custom_op", "register_fake", "register_autograd", "opcheck"))
+                for name in ("custom_op", "register_fake", "register_autograd"))
 
 _PLANS = PlanCache()
 
@@ -41,7 +41,7 @@ def _check_inputs(named):
     """The device of the (name, tensor) pairs; the errors of dilattn.torch.attention for two
     devices, a device or dtype dilattn cannot take, and dtypes that differ."""
     device = _dt._one_device(named)
-    first_name, first = named[0]
+    first = named[0][1]
     if any(t.dtype != first.dtype for _, t in named):
         _dt.same_dtype([(name, str(t.dtype).replace("torch.", "")) for name, t in named])
     return device
@@ -84,8 +84,7 @@ def _forward_fake(q, k, v, *params):
 def _backward(q, k, v, o, lse, grad_o, *params):
     args = OpArgs(*params)
     # o and lse are the forward's, made on q's device; autograd may hand grad_o elsewhere.
-    device = _check_inputs([("q", q), ("k", k), ("v", v)])
-    _dt._one_device([("q", q), ("grad of o", grad_o)])
+    device = _dt._one_device([("q", q), ("k", k), ("v", v), ("grad of o", grad_o)])
     backend = _dt._plan_backend(device, args.backend)
     q, k, v = _dt._aligned(q), _dt._aligned(k), _dt._aligned(v)
     grad_o = _dt._aligned(grad_o.to(o.dtype))
