@@ -245,6 +245,21 @@ def test_fullgraph_aot_eager_equals_eager_bitwise_and_the_reference(name, device
     _assert_within_reference(compiled, _reference(model, x))
 
 
+def test_new_sequence_lengths_recompile_with_dynamic_shapes_and_equal_eager(quiet):
+    # A second length makes dynamo trace again with the sequence dimension symbolic: the fake
+    # functions then see symbolic sizes, and later lengths reuse that graph.
+    _reset()
+    stats = torch._dynamo.utils.counters["stats"]
+    graphs_before = stats["unique_graphs"]
+    model = _models()["multihead"]
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    for n in (16, 24, 40):
+        x = torch.randn(2, n, 16, generator=torch.Generator().manual_seed(n))
+        for i, (c, e) in enumerate(zip(_run(compiled, x), _run(model, x))):
+            assert torch.equal(c, e), (n, i)
+    assert stats["unique_graphs"] - graphs_before == 2
+
+
 def test_fullgraph_inductor_equals_eager_and_the_reference(quiet):
     # Inductor's own kernels for the LayerNorms, the MLP and the projections add and multiply
     # in their own order, so compiled and eager agree within f32 rounding; the attention
