@@ -275,7 +275,7 @@ def test_fullgraph_inductor_equals_eager_and_the_reference(quiet):
     _assert_within_reference(compiled, _reference(model, x))
 
 
-def test_compiled_block_sparse_module_equals_eager():
+def test_compiled_block_sparse_module_equals_eager(quiet):
     # A mask travels as its BSR arrays, which are read through ctypes: dynamo breaks the graph
     # there (docs/bindings.md), and the result is still the eager one.
     _reset()
