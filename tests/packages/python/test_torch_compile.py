@@ -7,9 +7,10 @@ Checks, on the CPU and, where torch has CUDA and the library its cuda backend, o
   block-sparse and the reference-only variants;
 - MultiheadDilatedAttention, the factory's modules and a small transformer block (attention,
   MLP, LayerNorm) trace into one graph with no break, and compile with fullgraph=True;
-- the compiled forward and the gradients through it equal the eager ones (bitwise where the
-  compiler runs the same kernels, aot_eager; within float rounding with inductor's own
-  kernels for the linear layers) and the f64 reference (backend "ref") within SPEC 8;
+- the compiled forward and the gradients through it equal the eager ones (the attention bit
+  for bit under aot_eager, which runs the same kernels; whole modules within f32 rounding,
+  also with inductor's own kernels for the linear layers) and the f64 reference (backend
+  "ref") within SPEC 8;
 - compiling prints no "Exception ignored" and leaves no unraisable exception.
 
 Needs torch >= 2.4 (torch.library.custom_op). With an older torch every test here is skipped,
@@ -229,11 +230,37 @@ def test_factory_modules_trace_into_one_graph(kind, quiet):
 
 
 @pytest.mark.parametrize("device_name", DEVICES)
-@pytest.mark.parametrize("name", ["multihead", "block"])
-def test_fullgraph_aot_eager_equals_eager_bitwise_and_the_reference(name, device_name, quiet):
+def test_compiled_attention_equals_eager_bitwise(device_name, quiet):
     # aot_eager runs the graph that dynamo and AOT autograd made (the operators' fake
-    # functions, autograd registration and backward included) with eager kernels: the same
-    # numbers as eager, bit for bit.
+    # functions, autograd registration and backward included) with eager kernels: the
+    # operators make the same library calls, so the same bits, forward and backward.
+    device = _device(device_name)
+    _reset()
+    name, sizes, options = CASES[3]                  # dilated, block heads, causal, GQA
+    q, k, v, do = (torch.tensor(x, dtype=torch.float32, device=device)
+                   for x in inputs(sizes, seed=78))
+
+    def attend(q, k, v):
+        return dt.attention(q, k, v, return_lse=True, **options)
+
+    def run(fn):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        o, lse = fn(*leaves)
+        o.backward(do)
+        return [o.detach(), lse] + [t.grad for t in leaves]
+
+    eager = run(attend)
+    compiled = run(torch.compile(attend, fullgraph=True, backend="aot_eager"))
+    for i, (c, e) in enumerate(zip(compiled, eager)):
+        assert torch.equal(c, e), i
+
+
+@pytest.mark.parametrize("device_name", DEVICES)
+@pytest.mark.parametrize("name", ["multihead", "block"])
+def test_fullgraph_aot_eager_equals_eager_and_the_reference(name, device_name, quiet):
+    # The same kernels as eager, but the graph's own buffers: a BLAS library (MKL, cuBLAS)
+    # may take another kernel for the projections at another alignment, so the modules are
+    # held to f32 rounding of eager rather than to its bits.
     device = _device(device_name)
     _reset()
     model = _models()[name].to(device)
@@ -241,7 +268,7 @@ def test_fullgraph_aot_eager_equals_eager_bitwise_and_the_reference(name, device
     eager = _run(model, x)
     compiled = _run(torch.compile(model, fullgraph=True, backend="aot_eager"), x)
     for i, (c, e) in enumerate(zip(compiled, eager)):
-        assert torch.equal(c, e), i
+        assert torch.allclose(c, e, atol=1e-6, rtol=1e-5), (i, (c - e).abs().max().item())
     _assert_within_reference(compiled, _reference(model, x))
 
 
