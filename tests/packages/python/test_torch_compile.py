@@ -11,6 +11,8 @@ Checks, on the CPU and, where torch has CUDA and the library its cuda backend, o
   for bit under aot_eager, which runs the same kernels; whole modules within f32 rounding,
   also with inductor's own kernels for the linear layers) and the f64 reference (backend
   "ref") within SPEC 8;
+- a second sequence length recompiles with symbolic sizes and still equals eager;
+- a block-sparse module compiles (with graph breaks at its mask) to eager's result;
 - compiling prints no "Exception ignored" and leaves no unraisable exception.
 
 Needs torch >= 2.4 (torch.library.custom_op). With an older torch every test here is skipped,
