@@ -244,6 +244,14 @@ class RingMultiheadDilatedAttention(_SeedMultihead):
 
 
 # ---------------------------------------------------------------- block-sparse
+def _outside_the_graph(fn):
+    """fn, run as plain Python under torch.compile (one graph break; torch.compiler.disable
+    where torch has it): building a mask calls the library through ctypes, which dynamo
+    cannot trace."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return fn if disable is None else disable(fn)
+
+
 @dataclasses.dataclass
 class SparsePatternConfig:
     """That package's sparse pattern settings. pattern_type: "local_window", "global_local",
@@ -348,6 +356,7 @@ class BlockSparseRingDilatedAttention(nn.Module):
         # A bad pattern is refused here, not at the first forward.
         self.mask_for(self.block_size, self.block_size)
 
+    @_outside_the_graph
     def mask_for(self, seqlen_q: int, seqlen_k: int) -> _mask.Mask:
         """The mask for these sequence lengths (built once per pair)."""
         key = (seqlen_q, seqlen_k)

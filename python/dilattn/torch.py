@@ -2,10 +2,13 @@
 
     o = dilattn.torch.attention(q, k, v, segments=[8, 16], dilations=[1, 2], causal=True)
 
-attention() is a torch.autograd.Function: the forward saves O and LSE, the backward calls the
-library's backward (SPEC 6). The library has first derivatives only: a double backward (the
-gradient of a gradient) raises NotImplementedError saying so. Tensors are passed as views (torch strides are in elements and
-never negative, as the C ABI wants), in float32, float64, float16 or bfloat16. A tensor whose
+attention() is differentiable: the forward saves O and LSE, the backward calls the library's
+backward (SPEC 6). With torch >= 2.4 it runs the custom operators of _torch_ops.py, which
+torch.compile keeps in one graph; with an older torch, or with a pool, the
+torch.autograd.Function _Attention below. The library has first derivatives only: a double
+backward (the gradient of a gradient) raises NotImplementedError saying so. Tensors are passed
+as views (torch strides are in elements and never negative, as the C ABI wants), in float32,
+float64, float16 or bfloat16. A tensor whose
 data pointer is not a multiple of its element size (torch.frombuffer at an odd offset), which
 the library refuses (SPEC 1), is cloned to an aligned one first.
 
@@ -97,14 +100,14 @@ def _one_device(named):
     return first.device
 
 
-def _plan_backend(device, options):
-    """The backend a plan for tensors on device asks for: options.backend on the CPU, cuda for
-    CUDA tensors (the only backend that reads device memory, SPEC 1)."""
+def _plan_backend(device, backend):
+    """The backend a plan for tensors on device asks for: backend (the option's) on the CPU,
+    cuda for CUDA tensors (the only backend that reads device memory, SPEC 1)."""
     if device.type != "cuda":
-        return options.backend
-    if options.backend not in ("auto", "cuda"):
+        return backend
+    if backend not in ("auto", "cuda"):
         raise error_for("DILATTN_ERROR_DEVICE_MISMATCH",
-                        f"backend={options.backend!r} runs on host memory but the tensors are "
+                        f"backend={backend!r} runs on host memory but the tensors are "
                         f"on {device}: use backend='auto' or 'cuda', or move them to the CPU")
     if not backend_available("cuda"):
         facts = dict(line.split(": ", 1) for line in build_info().splitlines() if ": " in line)
@@ -129,6 +132,12 @@ def _stream(device):
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
 
+DOUBLE_BACKWARD_MESSAGE = (
+    "dilattn.torch.attention: double backward (the gradient of a gradient, e.g. "
+    "torch.autograd.grad(..., create_graph=True) then backward, or gradgradcheck) is "
+    "not implemented; the library computes first derivatives only (SPEC 6)")
+
+
 class _Attention(torch.autograd.Function):
     """O, LSE = attention(Q, K, V); the backward reads the saved O and LSE (SPEC 6)."""
 
@@ -137,7 +146,7 @@ class _Attention(torch.autograd.Function):
         device = _one_device([("q", q), ("k", k), ("v", v)])
         same_dtype([(name, str(t.dtype).replace("torch.", "")) for name, t in
                     (("q", q), ("k", k), ("v", v))])
-        backend = _plan_backend(device, options)
+        backend = _plan_backend(device, options.backend)
         q, k, v = _aligned(q), _aligned(k), _aligned(v)
         B, Nq, H, D = q.shape
         with _on_device(device):
@@ -184,10 +193,7 @@ class _AttentionBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        raise NotImplementedError(
-            "dilattn.torch.attention: double backward (the gradient of a gradient, e.g. "
-            "torch.autograd.grad(..., create_graph=True) then backward, or gradgradcheck) is "
-            "not implemented; the library computes first derivatives only (SPEC 6)")
+        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
@@ -220,7 +226,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     unbatched = options.cu_seqlens_q is not None and q.dim() == 3
     if unbatched:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    o, lse = _Attention.apply(q, k, v, options)
+    # The custom operators (torch >= 2.4) carry the plan's parameters as arguments; a pool (an
+    # object) and a packed batch's offsets are not among them, so those calls take the Function.
+    if _torch_ops.AVAILABLE and pool is None and options.cu_seqlens_q is None:
+        o, lse = _torch_ops.attention(q, k, v, options)
+    else:
+        o, lse = _Attention.apply(q, k, v, options)
     if unbatched:
         o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o
@@ -333,8 +344,9 @@ class MultiheadDilatedAttention(nn.Module):
         return self.out_proj(x), None
 
 
-# The seed package's module family and factories (seed_modules.py, factory.py), imported last:
-# they build on the modules above.
+# The custom operators (torch >= 2.4) and the seed package's module family and factories
+# (seed_modules.py, factory.py), imported last: they build on the helpers and modules above.
+from . import _torch_ops  # noqa: E402
 from .seed_modules import (  # noqa: E402
     BlockSparseRingDilatedAttention, BlockSparseRingMultiheadDilatedAttention,
     ImprovedDilatedAttention, ImprovedMultiheadDilatedAttention, RingDilatedAttention,

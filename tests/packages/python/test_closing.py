@@ -194,9 +194,14 @@ def test_a_pool_used_after_close_is_refused_by_every_method():
 def test_half_built_objects_close_and_collect_quietly(monkeypatch):
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    # __init__ fails before any handle exists: a size that is not an integer, a bad growth.
+    # __init__ fails before any handle exists: a size that is not an integer, a segment the
+    # library refuses (dilattn_plan_create fails), a bad growth.
     with pytest.raises(dilattn.InvalidArgumentError):
         _plan.Plan(_plan.Options(), ("8", 8, 8, 1, 1, 4), "f32")
+    with pytest.raises(dilattn.InvalidArgumentError) as info:
+        _plan.Plan(_plan.Options(segments=[0], dilations=[1]), (1, 8, 8, 1, 1, 4), "f32")
+    assert info.value.status_name == "DILATTN_ERROR_BAD_SEGMENT", info.value
+    del info
     with pytest.raises(dilattn.InvalidArgumentError):
         dilattn.Pool(4096, growth="sometimes")
     # __init__ never ran at all.
@@ -204,6 +209,7 @@ def test_half_built_objects_close_and_collect_quietly(monkeypatch):
         half = cls.__new__(cls)
         half.close()
         half.close()
+        half.__del__()
         del half
     half_mask = dilattn.mask.Mask.__new__(dilattn.mask.Mask)
     del half_mask

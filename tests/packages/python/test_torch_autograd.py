@@ -1,7 +1,7 @@
-"""test_torch_autograd.py - dilattn.torch.attention as a torch.autograd.Function: gradcheck in
-f64 on the reference backend (dense, dilated in every head mode, block-sparse), agreement with
-the numpy API, bf16/f16 on the cpu backend within SPEC 8. Devices: test_torch_devices.py and
-test_torch_cuda.py."""
+"""test_torch_autograd.py - dilattn.torch.attention's autograd (its custom operators with
+torch >= 2.4, its torch.autograd.Function before): gradcheck in f64 on the reference backend
+(dense, dilated in every head mode, block-sparse), agreement with the numpy API, bf16/f16 on
+the cpu backend within SPEC 8. Devices: test_torch_devices.py and test_torch_cuda.py."""
 import numpy as np
 import pytest
 

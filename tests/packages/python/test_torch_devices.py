@@ -18,6 +18,7 @@ same calls on a real GPU.
 """
 import contextlib
 import ctypes as C
+import functools
 import types
 
 import pytest
@@ -30,8 +31,10 @@ import dilattn.torch as dt  # noqa: E402
 from dilattn import _abi  # noqa: E402
 
 
+@functools.lru_cache(maxsize=None)
 def _fake_cuda(index):
-    """A tensor subclass whose memory is on the host but whose .device is cuda:index."""
+    """A tensor subclass whose memory is on the host but whose .device is cuda:index; one class
+    per index, so that torch's dispatch of an operator on several of them finds one type."""
     class FakeCudaTensor(torch.Tensor):
         @property
         def device(self):
