@@ -209,16 +209,18 @@ step_ring_py() {
   # From an empty folder, so `import dilattn` finds python/ alone. A skip fails (-rs lists
   # each), except the one a single-GPU machine must take: "one GPU only" (the second-GPU test).
   # test_torch_compile.py needs torch >= 2.4 (its custom operators): with an older torch
-  # DILATTN_REQUIRE_TORCH_COMPILE=1 fails it instead of skipping.
+  # DILATTN_REQUIRE_TORCH_COMPILE=1 fails it instead of skipping. The torch.distributed ring's
+  # NCCL test runs one rank per GPU (one rank on a one-GPU machine).
   if (cd "$work" && PYTHONPATH="$repo/python" DILATTN_LIB="$lib" DILATTN_REQUIRE_CUDA=1 \
       DILATTN_REQUIRE_TORCH=1 DILATTN_REQUIRE_TORCH_COMPILE=1 PYTHONDONTWRITEBYTECODE=1 \
       timeout -k 5 $((budget - ring_s - 10)) python3 -m pytest -q -rs -p no:cacheprovider \
-      "$py/test_torch_cuda.py" "$py/test_torch_compile.py") \
+      "$py/test_torch_cuda.py" "$py/test_torch_compile.py" \
+      "$py/test_torch_ring.py::test_nccl_ring_on_cuda_tensors") \
       >"$work/pytest.log" 2>&1 && grep -q " passed" "$work/pytest.log" &&
       ! grep "^SKIPPED" "$work/pytest.log" | grep -qv "one GPU only"; then
-    detail="$detail; python cuda and torch.compile ok"
+    detail="$detail; python cuda, torch.compile, nccl ring ok"
   else
-    status=fail; detail="$detail; python cuda or torch.compile failed or skipped"
+    status=fail; detail="$detail; python cuda, torch.compile or nccl ring failed or skipped"
   fi
   cat "$work/pytest.log" >>"$log"
   record ring_py "$status" $((SECONDS - t0)) "$detail"
