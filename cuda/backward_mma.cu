@@ -23,7 +23,7 @@
 // Launched through mma_backward (kernels.h). Checked by tests/kernels/test_backward_kernels.cpp
 // and test_backward_nonfinite_kernels.cpp (emulator, three thread orders, against the reference;
 // on a GPU by bench/gpu/first_light.sh) and tests/kernels/check_ptxas_spills.py (nvcc, no
-// spills). Timed on an H100: bench/results/gpu_bench.h100-sxm.json.
+// spills). Timed on an H200: bench/results/gpu_bench.h200.json.
 #include "kernels.h"
 #include "ldmatrix.cuh"
 #include "mma_backward_loop.cuh"

@@ -2,8 +2,8 @@
 // dilated or block-sparse attention (SPEC 2-4) for f16 and bf16, head dims 64 and 128, on
 // mma.sync m16n8k16 (cuda/mma_sync.cuh) with f32 accumulation.
 //
-// One block per (query tile of BR rows, batch, head); one warp per 16 query rows (BR = 128
-// rows and 8 warps for D = 64, 64 rows and 4 warps for D = 128); chunks of BC = 64 keys.
+// One block per (query tile of BR = 64 rows, batch, head); one warp per 16 query rows (4 warps);
+// chunks of BC = 64 keys.
 //   1. The tile's rows (tile_row, attention_tile.cuh); with one branch the dilated gaps
 //      (forward_outputs.cuh). Q through shared memory into registers, as mma A fragments
 //      (ldmatrix, cuda/ldmatrix.cuh), for the whole tile.
@@ -51,10 +51,13 @@ namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
 // ---------------------------------------------------------------- the tile's shape
-// 8 warps (128 query rows) at D = 64, 4 (64 rows) at D = 128; 64-key chunks; rows padded by 8
-// elements (mma_tile_smem.cuh: 71 KB at D = 128, 37 KB at D = 64).
+// 4 warps (64 query rows), 64-key chunks; rows padded by 8 elements (mma_tile_smem.cuh: 71 KB
+// at D = 128, 37 KB at D = 64). Measured on an H200 (bench_gpu, N=8192, f16): at D = 64, 4
+// warps of 158 registers let three blocks share an SM (12 warps, against 8 for one 8-warp
+// block) and ran dense 25%, causal 28%, block-sparse 44% and dilated 21% faster than 8 warps;
+// 128-key chunks with 8 warps gained less (21% dense) and lost on block-sparse spans.
 template <class T, int D>
-using MmaTile = MmaTileSmem<T, D == 64 ? 8 : 4, 64, D + 8>;
+using MmaTile = MmaTileSmem<T, 4, 64, D + 8>;
 
 template <class T, int D>
 inline size_t mma_smem_bytes() {

@@ -70,12 +70,12 @@ DEVICES = {
 
 # ---------------------------------------------------------------- kernels
 # The tiles of the library's forward kernels (cuda/forward_simt.cu's SimtProducts,
-# forward_mma.cu's MmaTile: kBr, kBc, kThreads). forward_mma's depends on D: 128 rows and 8 warps
-# at D = 64, 64 rows and 4 warps at D = 128 (a function of D here). Another kernel:
+# forward_mma.cu's MmaTile: kBr, kBc, kThreads): forward_mma has 64 rows and 4 warps at both
+# head dims; forward_mma_tf32's tile depends on D (a function of D here). Another kernel:
 # --tile family=BR,BC,THREADS.
 TILES = {
     "forward_simt_kernel": (16, 32, 128),
-    "forward_mma_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 64, 128),
+    "forward_mma_kernel": (64, 64, 128),
     # forward_mma_tf32.cu's Tf32Tile: f32 tiles, so 32 keys a chunk at D = 128.
     "forward_mma_tf32_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 32, 128),
 }

@@ -145,7 +145,7 @@ def test_mma_fragment_reads_are_conflict_free_with_padded_rows():
     # forward_mma.cu's rows of D + 8 16-bit elements: each 8x8 matrix ldmatrix reads of K (plain)
     # and V (.trans), 8 rows x 4 words, fills the 32 banks; unpadded (rows of 128 or 256 bytes,
     # all starting in bank 0) 8-way.
-    for D, tile in ((64, (128, 64, 256)), (128, (64, 64, 128))):
+    for D, tile in ((64, (64, 64, 128)), (128, (64, 64, 128))):
         assert sass_model.tile_of(sass_model.TILES["forward_mma_kernel"], D) == tile
         pitch = sass_model.eval_pitch(sass_model.PITCH_RULES["forward_mma_kernel"](None), D)
         assert pitch == D + 8
