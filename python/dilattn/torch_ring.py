@@ -304,7 +304,7 @@ class _Ring:
         opts = self.options
         self.opts = Options(opts["segments"], opts["dilations"], opts["heads_mode"],
                             opts["causal"], opts["scale"], None, opts["backend"])
-        self.backend = _plan_backend(device, self.opts)
+        self.backend = _plan_backend(device, self.opts.backend)
         return {"batch": q.shape[0], "heads_q": q.shape[2], "heads_kv": k.shape[2],
                 "head_dim": q.shape[3], "dtype": str(q.dtype).replace("torch.", ""),
                 "device": device.type, "split": self.split, "rows": q.shape[1],
