@@ -177,9 +177,18 @@ class Plan(HandleOwner):
                 if options.pool is not None:
                     check(L.dilattn_desc_set_pool(desc, uses.enter_context(options.pool._use())))
                 shape = _abi.shape(*self.sizes)
-                check(L.dilattn_plan_create(C.byref(handle), desc, C.byref(shape),
-                                            _abi.DTYPES[dtype],
-                                            _abi.BACKENDS[backend or options.backend]))
+                # A Plan's tensors are in host memory unless the caller names cuda (the torch
+                # path does for CUDA tensors), so "auto" is AUTO over the host backends, in
+                # AUTO's order (SPEC 14): the library's AUTO would take a GPU where one can run
+                # the problem, and a cuda plan refuses host pointers.
+                requested = backend or options.backend
+                names = ("cpu", "ref") if requested == "auto" else (requested,)
+                for name in names:
+                    status = L.dilattn_plan_create(C.byref(handle), desc, C.byref(shape),
+                                                   _abi.DTYPES[dtype], _abi.BACKENDS[name])
+                    if status in (_abi.SUCCESS, _abi.STATUS["DILATTN_ERROR_INVALID_VALUE"]):
+                        break
+                check(status)
         finally:
             L.dilattn_desc_destroy(desc)
         self._owned = OwnedHandle(handle, L.dilattn_plan_destroy, _closed_error)
