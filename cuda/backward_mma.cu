@@ -16,8 +16,7 @@
 // check_ptxas_spills.py): 32 keys (D = 64) or 64 (D = 128) in the dQ pass; 32 query rows (D = 64)
 // or 16 (D = 128) in the dK/dV pass, where dK and dV take 2 x D / 2 registers a lane. The
 // kernels say __launch_bounds__(128, 1): with the block size alone ptxas aimed at three blocks an
-// SM (168 registers) and spilled; the dQ pass at D = 64 fits three blocks without spilling (162
-// registers) and asks for them, so 12 warps share an SM instead of 8.
+// SM (168 registers) and spilled.
 // Shared memory rows are padded by 8 elements (16 bytes) so each ldmatrix reads 8 rows in 32
 // distinct banks, as in forward_mma.cu.
 //
@@ -101,7 +100,7 @@ struct MmaBackwardProducts {
 };
 
 template <class T, int D>
-__global__ void __launch_bounds__(128, D == 64 ? 3 : 1) backward_dq_mma_kernel(BackwardParams bp) {
+__global__ void __launch_bounds__(128, 1) backward_dq_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   mma_backward_dq<MmaBackwardProducts<T, D>>(bp, smem);
 }

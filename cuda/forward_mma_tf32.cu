@@ -17,9 +17,9 @@
 // double-buffered by cp.async in the same chunk loop (cuda/mma_chunk_loop.cuh), the online
 // softmax base 2 (cuda/mma_rows.cuh), one branch writes O and LSE directly, several merge into
 // the workspace. What differs (issue_tf32_chunk, tf32_warp_chunk):
-//   - Tiles. f32 rows are twice f16's bytes. 4 warps, BR = 64 rows (as forward_mma.cu: three
-//     blocks an SM); BC = 64 keys a chunk at D = 64, 32 at D = 128. Shared memory (two chunks
-//     of K and V, Q staged through the second): about 70 and 68 KiB a block,
+//   - Tiles. f32 rows are twice f16's bytes. D = 64: 8 warps, BR = 128 rows, BC = 64 keys;
+//     D = 128: 4 warps, BR = 64, BC = 32 keys a chunk. Shared memory (two chunks of K and V,
+//     Q staged through the second): 72 KiB (73,856 bytes) and 68 KiB (69,760 bytes) a block,
 //     within the 99 KB opt-in of sm_86/89, sm_80's 163 KB and sm_90's 227 KB. (BC = 64 at
 //     D = 128 would need 132 KiB; D = 128 keeps double buffering and halves the chunk.)
 //   - Rows are padded by 4 floats (stride = 4 banks mod 32): K's fragment words (row g,
@@ -56,10 +56,10 @@ namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
 // ---------------------------------------------------------------- the tile's shape
-// 4 warps; 64-key chunks at D = 64, 32 at D = 128 (header); rows padded by 4 floats
-// (mma_tile_smem.cuh).
+// D = 64: 8 warps, 64-key chunks; D = 128: 4 warps, 32-key chunks (header); rows padded by 4
+// floats (mma_tile_smem.cuh).
 template <int D>
-using Tf32Tile = MmaTileSmem<float, 4, D == 64 ? 64 : 32, D + 4>;
+using Tf32Tile = MmaTileSmem<float, D == 64 ? 8 : 4, D == 64 ? 64 : 32, D + 4>;
 
 template <int D>
 inline size_t tf32_smem_bytes() {

@@ -77,7 +77,7 @@ TILES = {
     "forward_simt_kernel": (16, 32, 128),
     "forward_mma_kernel": (64, 64, 128),
     # forward_mma_tf32.cu's Tf32Tile: f32 tiles, so 32 keys a chunk at D = 128.
-    "forward_mma_tf32_kernel": lambda D: (64, 64, 128) if D == 64 else (64, 32, 128),
+    "forward_mma_tf32_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 32, 128),
 }
 
 # The input dtype of a family whose template arguments do not name one (f32, as 3xTF32).
