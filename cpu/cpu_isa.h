@@ -9,7 +9,7 @@
 //     this CPU runs it; otherwise no table, and the cpu backend refuses every plan with a
 //     message naming the value (never an illegal instruction).
 // Results are bitwise identical across thread counts for each ISA; different ISAs differ in
-// the last bits (vector width changes the order of sums), all within SPEC 8.
+// the last bits (vector width changes the order of sums), all within SPEC 8 (SPEC 12 for f64).
 // Checked by tests/cpu/test_cpu_isa.cpp (every ISA this CPU runs, and the refusals).
 #ifndef DILATTN_CPU_ISA_H
 #define DILATTN_CPU_ISA_H
