@@ -11,8 +11,8 @@
 //   - the f64 copy (f64 inputs are computed in f64, SPEC 12): relative error <= 4e-16 (a few
 //     ulp) over [-1022, 1023] against the long double exp2, within 2^-1022 below that down to
 //     -1023.5; exactly 1 at 0, exactly 0 below -1022.5 and at -inf, NaN for NaN, 2^1023 for
-//     x >= 1023. A Taylor polynomial one degree shorter (12) would still pass; an f32-grade
-//     one (degree 5) fails by five orders of magnitude.
+//     x >= 1023. Degree 13 gives 1.6e-16 with FMA (AVX2) and 1.9e-16 without (SSE2); degree
+//     12 gives 3.6e-16 and 4.0e-16 (it fails here without FMA), degree 5 3.2e-6.
 // Internal: includes cpu_isa.h for the per-ISA tables.
 #include <cmath>
 #include <cstdio>
