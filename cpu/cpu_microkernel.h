@@ -1,9 +1,9 @@
 // cpu_microkernel.h - the hot loops of the cpu backend: S = pre * Q K^T, O += A B, a
 // vectorised exp2 (SPEC 2), and the lane shuffles they need (horizontal max/sum by a fixed tree,
-// an in-register kW x kW transpose), all templates on the compute type T: float for f32, f16
-// and bf16 inputs (accumulated in f32 as SPEC 1 allows for fast paths), double for f64 inputs
-// (computed in f64, SPEC 12). The same code serves both; only the vector helpers (one
-// instruction each) and exp2's constants are written per type.
+// an in-register transpose of a square block of lanes), all templates on the compute type T:
+// float for f32, f16 and bf16 inputs (accumulated in f32 as SPEC 1 allows for fast paths),
+// double for f64 inputs (computed in f64, SPEC 12). The same code serves both; only the vector
+// helpers (one instruction each) and exp2's constants are written per type.
 //
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while
 // the shared dimension streams through, so each loaded K (or V) vector feeds kMR FMAs and each
@@ -56,7 +56,6 @@ using ivec = typename Simd<T>::ivec;
 template <class T>
 using segvec = typename Simd<T>::seg;
 typedef vec<float> vfloat;
-typedef ivec<float> vint;
 
 template <class T>
 constexpr int kW = kVecBytes / static_cast<int>(sizeof(T));  // lanes of a vector of T
@@ -223,8 +222,8 @@ inline V zip_halves(V a, V b) {
   return zip_halves<kHigh>(a, b, std::make_integer_sequence<int, lanes_of<V>>{});
 }
 
-// Horizontal reduction of one vector by a fixed tree: combine each lane with the lane kW/2
-// away, then kW/4, ... 1, all in registers. Every lane ends with the result; the order of the
+// Horizontal reduction of one vector of n lanes by a fixed tree: combine each lane with the lane
+// n/2 away, then n/4, ... 1, all in registers. Every lane ends with the result; the order of the
 // operations is fixed by the width alone, so results never depend on the thread count.
 template <class V, class Op>
 inline auto reduce_lanes(V v, Op op) {
