@@ -4,9 +4,11 @@
 //
 // It runs every kind, dtype, stride and head count the plan validates; it refuses head dims
 // above kMaxHeadDim (its tiles are sized for at most that) and every plan when DILATTN_CPU_ISA
-// names an instruction set it cannot use. Workspace: one set of f32 tiles per thread
-// (cpu_workspace.h), O(threads x tile), independent of N, plus the one-pass backward's
-// accumulators of one kv head's dK and dV per worker.
+// names an instruction set it cannot use. f32, f16 and bf16 are computed in f32, f64 in f64
+// (SPEC 12; cpu_forward.cpp and cpu_backward.cpp pick the compute type from the plan's dtype).
+// Workspace: one set of tiles of the compute type per thread (cpu_workspace.h),
+// O(threads x tile), independent of N, plus the one-pass backward's accumulators of one kv
+// head's dK and dV per worker.
 // Checked by tests/cpu/test_cpu_forward.cpp (can_run refusal, AUTO choice) and
 // tests/cpu/test_cpu_isa.cpp (the ISA refusals).
 #include "backend.h"

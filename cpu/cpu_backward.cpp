@@ -1,4 +1,5 @@
-// cpu_backward.cpp - the cpu backend's backward, SPEC 6, tiled, deterministic, no atomics.
+// cpu_backward.cpp - the cpu backend's backward, SPEC 6, tiled, deterministic, no atomics, in
+// the compute type T (f32; f64 for f64 inputs, SPEC 12), one template for both.
 // Read it beside reference_backward.cpp: the same terms, grouped so that every output row has
 // one owner and one summation order.
 //
@@ -45,15 +46,16 @@ namespace {
 // Per query row t < count of term first + t of `rows`: D_t = <dO_t, O_t> (dO already in
 // `d_o`, ld Dp) and the LSE in the score domain (lse_in_score_domain: +inf where LSE = -inf,
 // a row with no key, so every P is 0, never NaN).
+template <class T>
 void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
-               const KeyProgression& rows, int64_t first, int64_t count, float post,
-               const float* d_o, float* o_tile, float* di, float* lse_s) {
+               const KeyProgression& rows, int64_t first, int64_t count, T post, const T* d_o,
+               T* o_tile, T* di, T* lse_s) {
   const int64_t D = p.D, Dp = padded(D);
   for (int64_t t0 = 0; t0 < count; t0 += kBR) {
     const int64_t n = min_i64(kBR, count - t0);
     gather_rows(*a.o, b, h, rows, first + t0, n, D, o_tile, Dp);
     for (int64_t t = 0; t < n; ++t) {
-      float s = 0;
+      T s = 0;
       for (int64_t d = 0; d < D; ++d) s += d_o[(t0 + t) * Dp + d] * o_tile[t * Dp + d];
       di[t0 + t] = s;
     }
@@ -70,15 +72,15 @@ void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
 // dP becomes dS = P (dP - D_t). In a cut tile (mask_tile) P and dS are 0 past each row's
 // allowed keys, and at pairs of weight 0, whatever dP or lse_s hold.
 // kWeights: 0 = every weight 1, 1 = one weight for the tile, 2 = a weight per pair.
-template <int kWeights>
-void probabilities_and_ds_weighted(float* S, float* dP, int64_t rows, float post,
-                                   const float* lse_s, const float* di, bool cut,
-                                   const int64_t* allowed, const PairWeights& pw) {
-  const vfloat vpost = splat(post), uniform = splat(pw.uniform);
+template <int kWeights, class T>
+void probabilities_and_ds_weighted(T* S, T* dP, int64_t rows, T post, const T* lse_s,
+                                   const T* di, bool cut, const int64_t* allowed,
+                                   const PairWeights<T>& pw) {
+  const vec<T> vpost = splat(post), uniform = splat(pw.uniform);
   for (int64_t t = 0; t < rows; ++t) {
-    const vfloat l = splat(lse_s[t]), dt = splat(di[t]);
-    for (int c = 0; c < kBC; c += kW) {
-      vfloat prob = exp2v(vpost * (vload(S + t * kBC + c) - l));
+    const vec<T> l = splat(lse_s[t]), dt = splat(di[t]);
+    for (int c = 0; c < kBC; c += kW<T>) {
+      vec<T> prob = exp2v(vpost * (vload(S + t * kBC + c) - l));
       if (kWeights == 1) prob *= uniform;
       if (kWeights == 2) prob *= vload(pw.per_pair + t * kBC + c);
       vstore(S + t * kBC + c, prob);
@@ -88,16 +90,16 @@ void probabilities_and_ds_weighted(float* S, float* dP, int64_t rows, float post
       for (int64_t c = allowed[t]; c < kBC; ++c) S[t * kBC + c] = dP[t * kBC + c] = 0;
     if (pw.has_zero)
       for (int64_t c = 0; c < kBC; ++c)
-        if (pw.per_pair[t * kBC + c] == 0.0f) S[t * kBC + c] = dP[t * kBC + c] = 0;
+        if (pw.per_pair[t * kBC + c] == T(0)) S[t * kBC + c] = dP[t * kBC + c] = 0;
   }
 }
 
-void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const float* lse_s,
-                          const float* di, bool cut, const int64_t* allowed,
-                          const PairWeights& pw) {
+template <class T>
+void probabilities_and_ds(T* S, T* dP, int64_t rows, T post, const T* lse_s, const T* di,
+                          bool cut, const int64_t* allowed, const PairWeights<T>& pw) {
   if (pw.per_pair != nullptr)
     return probabilities_and_ds_weighted<2>(S, dP, rows, post, lse_s, di, cut, allowed, pw);
-  if (pw.uniform != 1.0f)
+  if (pw.uniform != T(1))
     return probabilities_and_ds_weighted<1>(S, dP, rows, post, lse_s, di, cut, allowed, pw);
   probabilities_and_ds_weighted<0>(S, dP, rows, post, lse_s, di, cut, allowed, pw);
 }
@@ -106,10 +108,11 @@ void probabilities_and_ds(float* S, float* dP, int64_t rows, float post, const f
 // Rows [i0, i1) of head h: dQ of the block, stored at the end. In the one pass the workspace
 // has key accumulators (w.keys_dk, w.keys_dv: row j holds the running dK_j, dV_j of the item's
 // kv head), and the same S and dS also give dV += P^T dO and dK += dS^T Q for each tile's keys.
-void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b,
+template <class T>
+void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
                  int64_t h, int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
-  const ScoreScale scaling = score_scale(p.scale);
+  const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR];
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
 
@@ -121,11 +124,12 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
     // Rare, so checked once per piece: an empty row, a nonfinite Q or dO row (drop_empty_rows,
     // accumulate_keys_allowed).
     bool has_empty = false;
-    for (int64_t t = 0; t < own.count; ++t) has_empty |= w.row_b[t] == __builtin_inff();
+    for (int64_t t = 0; t < own.count; ++t)
+      has_empty |= w.row_b[t] == std::numeric_limits<T>::infinity();
     const bool careful = w.keys_dk != nullptr && (!rows_finite(w.block_a, Dp, own.count, Dp) ||
                                                   !rows_finite(w.block_b, Dp, own.count, Dp));
     const int64_t ldo = row_stride(own) * Dp;
-    float* dq = w.block_c + (own.first - i0) * Dp;
+    T* dq = w.block_c + (own.first - i0) * Dp;
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
       const int64_t ldk = row_stride(keys) * Dp;  // the keys' rows in keys_dk, keys_dv
@@ -143,13 +147,13 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
-          const PairWeights pw =
+          const PairWeights<T> pw =
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
           scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           if (has_empty) cut = drop_empty_rows(w.row_b + t0, rows, allowed, cut);
-          scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, 1.0f, w.dp);
+          scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp);
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
           accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
@@ -166,7 +170,7 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
     });
   });
 
-  const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
+  const T scale = static_cast<T>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t t = 0; t < i1 - i0; ++t) store_row(*a.dq, b, i0 + t, h, D, w.block_c + t * Dp, scale);
 }
 
@@ -174,26 +178,28 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace& w, in
 // Every query head of g in order, every query block of it in order (query_block with the key
 // accumulators): each tile pair's S and dS are formed once. dK and dV of all Nk keys are
 // stored when the whole head group is done.
-void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b,
+template <class T>
+void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
                       int64_t g) {
-  const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv, T = block_rows(p);
+  const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv, block = block_rows(p);
   for (int64_t x = 0; x < p.Nk * Dp; ++x) w.keys_dk[x] = w.keys_dv[x] = 0;
   for (int64_t h = g * group; h < (g + 1) * group; ++h)
-    for (int64_t i0 = 0; i0 < p.Nq; i0 += T)
-      query_block(p, a, w, b, h, i0, min_i64(i0 + T, p.Nq));
+    for (int64_t i0 = 0; i0 < p.Nq; i0 += block)
+      query_block(p, a, w, b, h, i0, min_i64(i0 + block, p.Nq));
 
-  const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
+  const T scale = static_cast<T>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t j = 0; j < p.Nk; ++j) {
     store_row(*a.dk, b, j, g, D, w.keys_dk + j * Dp, scale);
-    store_row(*a.dv, b, j, g, D, w.keys_dv + j * Dp, 1.0f);
+    store_row(*a.dv, b, j, g, D, w.keys_dv + j * Dp, T(1));
   }
 }
 
 // ---------------------------------------------------------------- dK, dV, per key block
-void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int64_t b, int64_t g,
-                int64_t j0, int64_t j1) {
+template <class T>
+void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
+                int64_t g, int64_t j0, int64_t j1) {
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
-  const ScoreScale scaling = score_scale(p.scale);
+  const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR];
   for (int64_t x = 0; x < (j1 - j0) * Dp; ++x) w.block_a[x] = w.block_b[x] = 0;
 
@@ -201,8 +207,8 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
     for_each_piece(p, h, j0, j1, false, [&](const Piece& piece) {
       const KeyProgression& own = piece.own;
       const int64_t ldo = row_stride(own) * Dp;
-      float* dk = w.block_a + (own.first - j0) * Dp;
-      float* dv = w.block_b + (own.first - j0) * Dp;
+      T* dk = w.block_a + (own.first - j0) * Dp;
+      T* dv = w.block_b + (own.first - j0) * Dp;
       // K^T and V^T of all the piece's key tiles, gathered once; the query tiles stream past.
       for (int64_t k0 = 0; k0 < own.count; k0 += kBC) {
         const int64_t kcount = min_i64(kBC, own.count - k0);
@@ -222,20 +228,21 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
           row_terms(p, a, b, h, queries, t0, rows, scaling.post, w.tile_do, w.tile_o, w.row_a,
                     w.row_b);
           bool has_empty = false;  // as in query_block
-          for (int64_t t = 0; t < rows; ++t) has_empty |= w.row_b[t] == __builtin_inff();
+          for (int64_t t = 0; t < rows; ++t)
+            has_empty |= w.row_b[t] == std::numeric_limits<T>::infinity();
           const bool careful =
               !rows_finite(w.tile_q, Dp, rows, Dp) || !rows_finite(w.tile_do, Dp, rows, Dp);
           for (int64_t k0 = 0; k0 < own.count; k0 += kBC) {
             // Keys ascend: once a tile is past every row's limit, so are the later ones.
             if (tile_skipped(p, queries, t0, rows, own, k0)) break;
             const int64_t kcount = min_i64(kBC, own.count - k0);
-            const PairWeights pw =
+            const PairWeights<T> pw =
                 pair_weights(p, h, piece.branch, queries, t0, rows, own, k0, kcount, w.pair_weights);
             if (pw.skip) continue;
             scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
             bool cut = mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
             if (has_empty) cut = drop_empty_rows(w.row_b, rows, allowed, cut);
-            scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, 1.0f, w.dp);
+            scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp);
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
             // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
@@ -249,39 +256,46 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace& w, int
     });
   }
 
-  const float scale = static_cast<float>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
+  const T scale = static_cast<T>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t t = 0; t < j1 - j0; ++t) {
     store_row(*a.dk, b, j0 + t, g, D, w.block_a + t * Dp, scale);
-    store_row(*a.dv, b, j0 + t, g, D, w.block_b + t * Dp, 1.0f);
+    store_row(*a.dv, b, j0 + t, g, D, w.block_b + t * Dp, T(1));
   }
 }
 
-}  // namespace
-
-dilattn_status backward(const Problem& p, const BackwardArgs& a) {
+template <class V>
+dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
   ThreadPool pool(p.num_threads);
   const int64_t T = block_rows(p), q_blocks = ceil_div(p.Nq, T), k_blocks = ceil_div(p.Nk, T);
-  if (backward_one_pass(p)) {  // from the shape alone (cpu_tile_loop.h)
-    const int64_t key_floats = key_accumulator_floats(p);
+  if (backward_one_pass<V>(p)) {  // from the shape alone (cpu_tile_loop.h)
+    const int64_t key_values = key_accumulator_values(p);
     pool.run(p.B * p.Hkv, [&](int64_t item, int worker) {
-      const Workspace w = carve_workspace(a.workspace, worker, p.D, T, key_floats);
+      const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T, key_values);
       kv_head_one_pass(p, a, w, item / p.Hkv, item % p.Hkv);
     });
     return DILATTN_SUCCESS;
   }
   pool.run(p.B * p.H * q_blocks, [&](int64_t item, int worker) {
-    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
+    const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;
     const int64_t i0 = blk * T;
     query_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
   });
   pool.run(p.B * p.Hkv * k_blocks, [&](int64_t item, int worker) {
-    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
+    const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % k_blocks, bg = item / k_blocks;
     const int64_t j0 = blk * T;
     dkdv_block(p, a, w, bg / p.Hkv, bg % p.Hkv, j0, min_i64(j0 + T, p.Nk));
   });
   return DILATTN_SUCCESS;
+}
+
+}  // namespace
+
+// f64 inputs are computed in f64 (SPEC 12), every other dtype in f32 (SPEC 1).
+dilattn_status backward(const Problem& p, const BackwardArgs& a) {
+  if (p.dtype == DILATTN_F64) return backward_in<double>(p, a);
+  return backward_in<float>(p, a);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

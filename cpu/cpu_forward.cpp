@@ -1,11 +1,12 @@
 // cpu_forward.cpp - the cpu backend's forward: SPEC 2 (dense), 3 (dilated), 4 (block-sparse)
-// as tiled online softmax, in f32, on a pool of threads. Read it beside reference_forward.cpp:
+// as tiled online softmax, on a pool of threads, in the compute type T: f32 (f32, f16 and bf16
+// inputs, SPEC 1), f64 for f64 inputs (SPEC 12); one template serves both. Read it beside reference_forward.cpp:
 // the reference computes each softmax group of a row exactly and combines the groups by LSE;
 // this file streams the same keys through one running (max, sum, O) per row.
 //
 // Work item = (batch b, head h, block of block_rows(p) query rows). For each piece of the block
 // (cpu_tile_loop.h: the rows one dilated branch selects in one segment, or the whole block)
-// and each key tile of kBC keys it meets (gathered with the branch's stride, converted to f32),
+// and each key tile of kBC keys it meets (gathered with the branch's stride, converted to T),
 // with the softmax rules of lib/softmax_rules.h (pre * post = scale * log2(e), score_scale):
 //   S = pre * Q K^T                                 (cpu_microkernel.h, register-blocked;
 //                                                    a piece of <= 4 rows, decode: dot
@@ -41,56 +42,58 @@ namespace {
 // and later tiles see m = NaN (SPEC 13; tests/cpu/test_cpu_nan_inputs.cpp).
 // Pair weights (cpu_pair_weights.h) multiply each probability after the exponent: kWeights
 // 0 = none, 1 = one weight for the tile, 2 = a weight per pair.
-template <bool kPostIsOne, int kWeights>
-void online_softmax_rows(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
-                         float* alpha, const PairWeights& pw) {
-  const vfloat uniform = splat(pw.uniform);
-  const vfloat vpost = splat(post);
+template <bool kPostIsOne, int kWeights, class T>
+void online_softmax_rows(T* S, int64_t rows, T post, T* m, T* l, int64_t stride, T* alpha,
+                         const PairWeights<T>& pw) {
+  const vec<T> uniform = splat(pw.uniform);
+  const vec<T> vpost = splat(post);
   for (int64_t t = 0; t < rows; ++t) {
-    float* s = S + t * kBC;
-    vfloat vm = vload(s);
-    for (int c = kW; c < kBC; c += kW) vm = vmax_plain(vm, vload(s + c));
-    const float m_old = m[t * stride];
-    float m_new = max_nan(m_old, hmax_plain(vm));
-    const vfloat shift = splat(online_shift(m_new));
-    vfloat sum = vfloat{};
-    for (int c = 0; c < kBC; c += kW) {
-      const vfloat x = vload(s + c) - shift;
-      vfloat e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
+    T* s = S + t * kBC;
+    vec<T> vm = vload(s);
+    for (int c = kW<T>; c < kBC; c += kW<T>) vm = vmax_plain(vm, vload(s + c));
+    const T m_old = m[t * stride];
+    T m_new = max_nan(m_old, hmax_plain(vm));
+    const vec<T> shift = splat(online_shift(m_new));
+    vec<T> sum = vec<T>{};
+    for (int c = 0; c < kBC; c += kW<T>) {
+      const vec<T> x = vload(s + c) - shift;
+      vec<T> e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
       if (kWeights == 1) e *= uniform;
       if (kWeights == 2) e *= vload(pw.per_pair + t * kBC + c);
       vstore(s + c, e);
       sum += e;
     }
-    const float tile_sum = hsum(sum);
-    if (tile_sum != tile_sum) m_new = std::numeric_limits<float>::quiet_NaN();
+    const T tile_sum = hsum(sum);
+    if (tile_sum != tile_sum) m_new = std::numeric_limits<T>::quiet_NaN();
     alpha[t] = online_rescale(m_old, m_new, post);
     l[t * stride] = l[t * stride] * alpha[t] + tile_sum;
     m[t * stride] = m_new;
   }
 }
 
-template <bool kPostIsOne>
-void online_softmax_post(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
-                         float* alpha, const PairWeights& pw) {
+template <bool kPostIsOne, class T>
+void online_softmax_post(T* S, int64_t rows, T post, T* m, T* l, int64_t stride, T* alpha,
+                         const PairWeights<T>& pw) {
   if (pw.per_pair != nullptr)
     return online_softmax_rows<kPostIsOne, 2>(S, rows, post, m, l, stride, alpha, pw);
-  if (pw.uniform != 1.0f)
+  if (pw.uniform != T(1))
     return online_softmax_rows<kPostIsOne, 1>(S, rows, post, m, l, stride, alpha, pw);
   online_softmax_rows<kPostIsOne, 0>(S, rows, post, m, l, stride, alpha, pw);
 }
 
-void online_softmax(float* S, int64_t rows, float post, float* m, float* l, int64_t stride,
-                    float* alpha, const PairWeights& pw) {
-  if (post == 1.0f) return online_softmax_post<true>(S, rows, post, m, l, stride, alpha, pw);
+template <class T>
+void online_softmax(T* S, int64_t rows, T post, T* m, T* l, int64_t stride, T* alpha,
+                    const PairWeights<T>& pw) {
+  if (post == T(1)) return online_softmax_post<true>(S, rows, post, m, l, stride, alpha, pw);
   online_softmax_post<false>(S, rows, post, m, l, stride, alpha, pw);
 }
 
-void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t width) {
+template <class T>
+void scale_rows(T* O, int64_t ldo, int64_t rows, const T* alpha, int64_t width) {
   for (int64_t t = 0; t < rows; ++t) {
-    if (alpha[t] == 1.0f) continue;
-    const vfloat a = splat(alpha[t]);
-    for (int64_t d = 0; d < width; d += kW) vstore(O + t * ldo + d, vload(O + t * ldo + d) * a);
+    if (alpha[t] == T(1)) continue;
+    const vec<T> a = splat(alpha[t]);
+    for (int64_t d = 0; d < width; d += kW<T>) vstore(O + t * ldo + d, vload(O + t * ldo + d) * a);
   }
 }
 
@@ -99,13 +102,14 @@ void scale_rows(float* O, int64_t ldo, int64_t rows, const float* alpha, int64_t
 constexpr int64_t kDecodeRows = kMR;
 
 // One work item: rows [i0, i1) of head h, batch b.
-void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, int64_t b,
+template <class T>
+void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w, int64_t b,
                    int64_t h, int64_t i0, int64_t i1) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
-  const ScoreScale scaling = score_scale(p.scale);
+  const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR];
   for (int64_t t = 0; t < i1 - i0; ++t) {
-    w.row_a[t] = -std::numeric_limits<float>::infinity();
+    w.row_a[t] = -std::numeric_limits<T>::infinity();
     w.row_b[t] = 0;
   }
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
@@ -115,12 +119,12 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
     gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
     // This piece's rows in the block state: `stride` rows apart.
     const int64_t at = own.first - i0, stride = row_stride(own), ldo = stride * Dp;
-    float* acc = w.block_c + at * Dp;
-    float* m = w.row_a + at;
-    float* l = w.row_b + at;
+    T* acc = w.block_c + at * Dp;
+    T* m = w.row_a + at;
+    T* l = w.row_b + at;
     // A piece of a few rows (decode) reads K rows in place: no transposed key tile.
-    const bool decode = own.count <= kDecodeRows && rows_are_f32_vectors(*a.k, D);
-    const float* k_rows[kBC];
+    const bool decode = own.count <= kDecodeRows && rows_are_vectors<T>(*a.k, D);
+    const T* k_rows[kBC];
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
       for (int64_t k0 = 0; k0 < keys.count && !done; k0 += kBC) {
@@ -139,7 +143,7 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
-          const PairWeights pw =
+          const PairWeights<T> pw =
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
           if (decode)
@@ -159,7 +163,7 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
 
   // Empty by the index rules alone: m stays -inf only when no key reached the row (SPEC 2).
   for (int64_t t = 0; t < i1 - i0; ++t) {
-    const float m = w.row_a[t], l = w.row_b[t];
+    const T m = w.row_a[t], l = w.row_b[t];
     store_row(*a.o, b, i0 + t, h, D, w.block_c + t * Dp, finalize_o_factor(m, l));
     if (a.lse)
       store_element(a.lse->data, a.lse->dtype, element_offset(*a.lse, b, h, i0 + t, 0),
@@ -167,18 +171,25 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace& w, i
   }
 }
 
-}  // namespace
-
-dilattn_status forward(const Problem& p, const ForwardArgs& a) {
+template <class V>
+dilattn_status forward_in(const Problem& p, const ForwardArgs& a) {
   const int64_t T = block_rows(p), blocks = ceil_div(p.Nq, T);
   ThreadPool pool(p.num_threads);
   pool.run(p.B * p.H * blocks, [&](int64_t item, int worker) {
-    const Workspace w = carve_workspace(a.workspace, worker, p.D, T);
+    const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % blocks, bh = item / blocks;
     const int64_t i0 = blk * T;
     forward_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
   });
   return DILATTN_SUCCESS;
+}
+
+}  // namespace
+
+// f64 inputs are computed in f64 (SPEC 12), every other dtype in f32 (SPEC 1).
+dilattn_status forward(const Problem& p, const ForwardArgs& a) {
+  if (p.dtype == DILATTN_F64) return forward_in<double>(p, a);
+  return forward_in<float>(p, a);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -9,7 +9,7 @@
 //     this CPU runs it; otherwise no table, and the cpu backend refuses every plan with a
 //     message naming the value (never an illegal instruction).
 // Results are bitwise identical across thread counts for each ISA; different ISAs differ in
-// the last bits (vector width changes the order of sums), all within SPEC 8.
+// the last bits (vector width changes the order of sums), all within SPEC 8 (SPEC 12 for f64).
 // Checked by tests/cpu/test_cpu_isa.cpp (every ISA this CPU runs, and the refusals).
 #ifndef DILATTN_CPU_ISA_H
 #define DILATTN_CPU_ISA_H
@@ -57,9 +57,11 @@ struct IsaKernels {
   WorkspaceBytes (*workspace_bytes)(const Problem& p);  // the plan's workspace query
   dilattn_status (*forward)(const Problem& p, const ForwardArgs& a);
   dilattn_status (*backward)(const Problem& p, const BackwardArgs& a);
-  // y[i] = 2^x[i], i < n, by the vector exp2 the softmax uses (cpu_microkernel.h, exp2v):
-  // exposed so tests/cpu/test_cpu_exp2.cpp can sweep every instruction set's copy.
+  // y[i] = 2^x[i], i < n, by the vector exp2 the softmax uses (cpu_microkernel.h, exp2v), in
+  // f32 and in f64 (the f64 path, SPEC 12): exposed so tests/cpu/test_cpu_exp2.cpp can sweep
+  // every instruction set's copy.
   void (*exp2)(const float* x, float* y, int64_t n);
+  void (*exp2_f64)(const double* x, double* y, int64_t n);
 };
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is

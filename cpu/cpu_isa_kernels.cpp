@@ -15,17 +15,19 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a);  // cpu_backwa
 
 namespace {
 // exp2v over an array, a vector at a time (the tail through a zero-padded vector).
-void exp2_array(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += kW) {
-    float in[kW] = {}, out[kW];
-    std::memcpy(in, x + i, sizeof(float) * static_cast<size_t>(min_i64(kW, n - i)));
+template <class T>
+void exp2_array(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kW<T>) {
+    T in[kW<T>] = {}, out[kW<T>];
+    std::memcpy(in, x + i, sizeof(T) * static_cast<size_t>(min_i64(kW<T>, n - i)));
     vstore(out, exp2v(vload(in)));
-    std::memcpy(y + i, out, sizeof(float) * static_cast<size_t>(min_i64(kW, n - i)));
+    std::memcpy(y + i, out, sizeof(T) * static_cast<size_t>(min_i64(kW<T>, n - i)));
   }
 }
 }  // namespace
 
 extern const IsaKernels kKernels = {DILATTN_CPU_ISA_NAME, DILATTN_CPU_REQUIRED, kVecBytes,
-                                    workspace_sizes, forward, backward, exp2_array};
+                                    workspace_sizes,      forward,              backward,
+                                    exp2_array<float>,    exp2_array<double>};
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -1,47 +1,84 @@
 // cpu_microkernel.h - the hot loops of the cpu backend: S = pre * Q K^T, O += A B, a
-// vectorised exp2 (SPEC 2, accumulated in f32 as SPEC 1 allows for fast paths), and the lane
-// shuffles they need (horizontal max/sum by a fixed tree, an in-register kW x kW transpose).
+// vectorised exp2 (SPEC 2), and the lane shuffles they need (horizontal max/sum by a fixed tree,
+// an in-register transpose of a square block of lanes), all templates on the compute type T:
+// float for f32, f16 and bf16 inputs (accumulated in f32 as SPEC 1 allows for fast paths),
+// double for f64 inputs (computed in f64, SPEC 12). The same code serves both; only the vector
+// helpers (one instruction each) and exp2's constants are written per type.
 //
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while
 // the shared dimension streams through, so each loaded K (or V) vector feeds kMR FMAs and each
 // broadcast Q (or P) value feeds several vectors. The vectors are GCC/Clang vector extensions
-// sized from the target this file is compiled for (cpu_isa_target.h): 16 floats with AVX-512,
-// 8 with AVX2, 4 otherwise (SSE2, NEON); one build holds several targets and picks one at run
-// time (cpu_isa.h). FMA instructions are used where the target has them (the library builds
-// with -std=c++17, where GCC does not contract a*b+c on its own).
+// sized from the target this file is compiled for (cpu_isa_target.h): 64 bytes with AVX-512
+// (16 floats or 8 doubles), 32 with AVX2, 16 otherwise (SSE2, NEON); one build holds several
+// targets and picks one at run time (cpu_isa.h). FMA instructions are used where the target has
+// them (the library builds with -std=c++17, where GCC does not contract a*b+c on its own).
 //
-// Layouts, all f32 and row-major: Q rows [rows][ldq]; K transposed Kt [D][kBC] (a key per
+// Layouts, all in T and row-major: Q rows [rows][ldq]; K transposed Kt [D][kBC] (a key per
 // column, so S rows are vectors over keys; cpu_tile_io.h transposes K in registers) or, for a
 // few rows (decode), K rows read in place; S [rows][kBC]; A of O += A B row-major or
 // transposed (a_step); its right-hand side [count][ldb] with ldb a multiple of 16 (rows padded
 // with zeros past D).
 // Checked through tests/cpu/ (every result against the f64 reference); exp2v alone, on every
-// instruction set, by tests/cpu/test_cpu_exp2.cpp.
+// instruction set and for both types, by tests/cpu/test_cpu_exp2.cpp.
 #ifndef DILATTN_CPU_MICROKERNEL_H
 #define DILATTN_CPU_MICROKERNEL_H
+
+#include <type_traits>
+#include <utility>
 
 #include "cpu_isa_target.h"  // first: see there
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 constexpr int kVecBytes = DILATTN_CPU_VEC_BYTES;
-typedef float vfloat __attribute__((vector_size(kVecBytes)));
-typedef int32_t vint __attribute__((vector_size(kVecBytes)));
-typedef uint32_t vuint __attribute__((vector_size(kVecBytes)));
-constexpr int kW = kVecBytes / 4;  // floats per vector
+
+// The vectors of compute type T: values (vec), lane masks and integers of the same width
+// (ivec, what a comparison gives), and int32 lanes as many as vec has (seg, the pair weights'
+// segment numbers, cpu_pair_weights.h).
+template <class T>
+struct Simd;
+template <>
+struct Simd<float> {
+  typedef float vec __attribute__((vector_size(kVecBytes)));
+  typedef int32_t ivec __attribute__((vector_size(kVecBytes)));
+  typedef int32_t seg __attribute__((vector_size(kVecBytes)));
+};
+template <>
+struct Simd<double> {
+  typedef double vec __attribute__((vector_size(kVecBytes)));
+  typedef int64_t ivec __attribute__((vector_size(kVecBytes)));
+  typedef int32_t seg __attribute__((vector_size(kVecBytes / 2)));
+};
+template <class T>
+using vec = typename Simd<T>::vec;
+template <class T>
+using ivec = typename Simd<T>::ivec;
+template <class T>
+using segvec = typename Simd<T>::seg;
+typedef vec<float> vfloat;
+
+template <class T>
+constexpr int kW = kVecBytes / static_cast<int>(sizeof(T));  // lanes of a vector of T
+
+// The dtype whose tensors hold T itself (read and written without conversion).
+template <class T>
+constexpr dilattn_dtype kComputeDtype = std::is_same<T, double>::value ? DILATTN_F64 : DILATTN_F32;
 
 constexpr int kBC = 64;  // keys per key tile: the columns of S
 constexpr int kBR = 64;  // query rows per S tile
 constexpr int kMR = 4;   // rows held in registers by both kernels
-// Vectors per register block: kMR x kNV accumulators fit the register file (32 zmm, 16 ymm/xmm).
-constexpr int kNV = kW == 16 ? 4 : 2;
-constexpr int kPad = 16;  // row lengths (D) are padded to a multiple of this
+// Vectors per register block: kMR x kNV accumulators fit the register file (32 zmm, 16 ymm/xmm),
+// whatever the lane type.
+constexpr int kNV = kVecBytes == 64 ? 4 : 2;
+constexpr int kPad = 16;  // row lengths (D) are padded to a multiple of this (of every kW)
 
 inline int64_t padded(int64_t D) { return (D + kPad - 1) / kPad * kPad; }
 
 // ---------------------------------------------------------------- vector helpers
-inline vfloat vload(const float* p) { vfloat v; std::memcpy(&v, p, sizeof v); return v; }
-inline void vstore(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
+template <class T>
+inline vec<T> vload(const T* p) { vec<T> v; std::memcpy(&v, p, sizeof v); return v; }
+template <class T>
+inline void vstore(T* p, vec<T> v) { std::memcpy(p, &v, sizeof v); }
 inline vfloat splat(float x) {  // one broadcast instruction
 #if DILATTN_CPU_VEC_BYTES == 64
   return (vfloat)_mm512_set1_ps(x);
@@ -53,9 +90,21 @@ inline vfloat splat(float x) {  // one broadcast instruction
   return vfloat{} + x;
 #endif
 }
+inline vec<double> splat(double x) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vec<double>)_mm512_set1_pd(x);
+#elif DILATTN_CPU_VEC_BYTES == 32
+  return (vec<double>)_mm256_set1_pd(x);
+#elif defined(__SSE2__)
+  return (vec<double>)_mm_set1_pd(x);
+#else
+  return vec<double>{} + x;
+#endif
+}
 // Pins a loaded vector in a register. Without it the compiler folds the load into every FMA
 // that uses it (kMR loads of the same vector per step), which makes the kernels load-bound.
-inline vfloat in_register(vfloat v) {
+template <class V>
+inline V in_register(V v) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   __asm__("" : "+v"(v));
 #endif
@@ -72,13 +121,24 @@ inline vfloat madd(vfloat a, vfloat b, vfloat c) {
   return a * b + c;
 #endif
 }
+inline vec<double> madd(vec<double> a, vec<double> b, vec<double> c) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vec<double>)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif DILATTN_CPU_FMA && DILATTN_CPU_VEC_BYTES == 32
+  return (vec<double>)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+  return a * b + c;
+#endif
+}
 
 // Lane-wise max that keeps a NaN from either side, as softmax_rules.h's max_nan does: a NaN
 // score must reach the row's running max (SPEC 13), where a plain compare or
 // max instruction would drop it.
-inline vfloat vmax(vfloat a, vfloat b) {
-  const vint take_b = (b > a) | (b != b);
-  return (vfloat)(((vint)b & take_b) | ((vint)a & ~take_b));
+template <class V>
+inline V vmax(V a, V b) {
+  typedef decltype(a > b) mask;
+  const mask take_b = (b > a) | (b != b);
+  return (V)(((mask)b & take_b) | ((mask)a & ~take_b));
 }
 
 // Lane-wise max in one instruction (x86 max semantics: where a lane is NaN, b's lane wins), so
@@ -98,6 +158,17 @@ inline vfloat vmax_plain(vfloat a, vfloat b) {
   return a > b ? a : b;
 #endif
 }
+inline vec<double> vmax_plain(vec<double> a, vec<double> b) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vec<double>)_mm512_mask_max_pd((__m512d)a, 0xFF, (__m512d)a, (__m512d)b);
+#elif DILATTN_CPU_VEC_BYTES == 32
+  return (vec<double>)_mm256_max_pd((__m256d)a, (__m256d)b);
+#elif defined(__SSE2__)
+  return (vec<double>)_mm_max_pd((__m128d)a, (__m128d)b);
+#else
+  return a > b ? a : b;
+#endif
+}
 // The same for min (where a lane is NaN, b's lane wins).
 inline vfloat vmin_plain(vfloat a, vfloat b) {
 #if DILATTN_CPU_VEC_BYTES == 64
@@ -110,134 +181,190 @@ inline vfloat vmin_plain(vfloat a, vfloat b) {
   return a < b ? a : b;
 #endif
 }
+inline vec<double> vmin_plain(vec<double> a, vec<double> b) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vec<double>)_mm512_mask_min_pd((__m512d)a, 0xFF, (__m512d)a, (__m512d)b);
+#elif DILATTN_CPU_VEC_BYTES == 32
+  return (vec<double>)_mm256_min_pd((__m256d)a, (__m256d)b);
+#elif defined(__SSE2__)
+  return (vec<double>)_mm_min_pd((__m128d)a, (__m128d)b);
+#else
+  return a < b ? a : b;
+#endif
+}
 
 // ---------------------------------------------------------------- lane shuffles
-// Lane index lists for __builtin_shufflevector (GCC >= 12, Clang), per vector width:
-//   SWAP_h:  each lane i takes lane i ^ h (the two halves of every 2h lanes trade places);
-//   ZIP_LO / ZIP_HI: the low (high) halves of a and b interleaved, a0 b0 a1 b1 ...
-// (b's lanes are numbered kW .. 2 kW - 1).
-#if DILATTN_CPU_VEC_BYTES == 64
-#define DILATTN_SWAP_8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
-#define DILATTN_SWAP_4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
-#define DILATTN_SWAP_2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
-#define DILATTN_SWAP_1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
-#define DILATTN_ZIP_LO 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
-#define DILATTN_ZIP_HI 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
-#elif DILATTN_CPU_VEC_BYTES == 32
-#define DILATTN_SWAP_4 4, 5, 6, 7, 0, 1, 2, 3
-#define DILATTN_SWAP_2 2, 3, 0, 1, 6, 7, 4, 5
-#define DILATTN_SWAP_1 1, 0, 3, 2, 5, 4, 7, 6
-#define DILATTN_ZIP_LO 0, 8, 1, 9, 2, 10, 3, 11
-#define DILATTN_ZIP_HI 4, 12, 5, 13, 6, 14, 7, 15
-#else
-#define DILATTN_SWAP_2 2, 3, 0, 1
-#define DILATTN_SWAP_1 1, 0, 3, 2
-#define DILATTN_ZIP_LO 0, 4, 1, 5
-#define DILATTN_ZIP_HI 2, 6, 3, 7
-#endif
+// Lane index lists for __builtin_shufflevector (GCC >= 12, Clang), from a vector's lane count
+// n (b's lanes of a two-source shuffle are numbered n .. 2n - 1):
+//   swap_lane<h>: each lane i takes lane i ^ h (the two halves of every 2h lanes trade places);
+//   zip_lane<n, 0> / zip_lane<n, 1>: the low (high) halves of a and b interleaved, a0 b0 a1 b1 ...
+template <int kHalf>
+constexpr int swap_lane(int i) { return i ^ kHalf; }
+template <int kLanes, int kHigh>
+constexpr int zip_lane(int i) { return (i % 2 ? kLanes : 0) + kHigh * kLanes / 2 + i / 2; }
+template <class V>
+constexpr int lanes_of = static_cast<int>(sizeof(V) / sizeof(std::declval<V>()[0]));
 
-// Horizontal reduction of one vector by a fixed tree: combine each lane with the lane kW/2
-// away, then kW/4, ... 1, all in registers. Every lane ends with the result; the order of the
+template <int kHalf, class V, int... I>
+inline V swap_halves(V v, std::integer_sequence<int, I...>) {
+  return __builtin_shufflevector(v, v, swap_lane<kHalf>(I)...);
+}
+template <int kHalf, class V>
+inline V swap_halves(V v) {
+  return swap_halves<kHalf>(v, std::make_integer_sequence<int, lanes_of<V>>{});
+}
+template <int kHigh, class V, int... I>
+inline V zip_halves(V a, V b, std::integer_sequence<int, I...>) {
+  return __builtin_shufflevector(a, b, zip_lane<lanes_of<V>, kHigh>(I)...);
+}
+template <int kHigh, class V>
+inline V zip_halves(V a, V b) {
+  return zip_halves<kHigh>(a, b, std::make_integer_sequence<int, lanes_of<V>>{});
+}
+
+// Horizontal reduction of one vector of n lanes by a fixed tree: combine each lane with the lane
+// n/2 away, then n/4, ... 1, all in registers. Every lane ends with the result; the order of the
 // operations is fixed by the width alone, so results never depend on the thread count.
-template <class Op>
-inline float reduce_lanes(vfloat v, Op op) {
-#if DILATTN_CPU_VEC_BYTES == 64
-  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_8));
-#endif
-#if DILATTN_CPU_VEC_BYTES >= 32
-  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_4));
-#endif
-  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_2));
-  v = op(v, __builtin_shufflevector(v, v, DILATTN_SWAP_1));
+template <class V, class Op>
+inline auto reduce_lanes(V v, Op op) {
+  if constexpr (lanes_of<V> >= 16) v = op(v, swap_halves<8>(v));
+  if constexpr (lanes_of<V> >= 8) v = op(v, swap_halves<4>(v));
+  if constexpr (lanes_of<V> >= 4) v = op(v, swap_halves<2>(v));
+  v = op(v, swap_halves<1>(v));
   return v[0];
 }
 // Max (NaN-keeping, as vmax) and sum of the lanes of one vector. (Function objects, not
 // lambdas: a lambda's body would be compiled without this file's target instructions.)
 struct MaxOp {
-  vfloat operator()(vfloat a, vfloat b) const { return vmax(a, b); }
+  template <class V>
+  V operator()(V a, V b) const { return vmax(a, b); }
 };
 struct PlainMaxOp {
-  vfloat operator()(vfloat a, vfloat b) const { return vmax_plain(a, b); }
+  template <class V>
+  V operator()(V a, V b) const { return vmax_plain(a, b); }
 };
 struct AddOp {
-  vfloat operator()(vfloat a, vfloat b) const { return a + b; }
+  template <class V>
+  V operator()(V a, V b) const { return a + b; }
 };
-inline float hmax(vfloat v) { return reduce_lanes(v, MaxOp{}); }
-inline float hmax_plain(vfloat v) { return reduce_lanes(v, PlainMaxOp{}); }
-inline float hsum(vfloat v) { return reduce_lanes(v, AddOp{}); }
+template <class V>
+inline auto hmax(V v) { return reduce_lanes(v, MaxOp{}); }
+template <class V>
+inline auto hmax_plain(V v) { return reduce_lanes(v, PlainMaxOp{}); }
+template <class V>
+inline auto hsum(V v) { return reduce_lanes(v, AddOp{}); }
 
-// Transposes the kW x kW block held in v[0 .. kW) (v[i] = row i): afterwards v[i] is column i.
-// log2(kW) rounds of interleaving row i with row i + kW/2 (a perfect shuffle of the lanes each
-// time), kW two-source shuffles per round.
-inline void transpose_block(vfloat* v) {
-  for (int round = 1; round < kW; round *= 2) {
-    vfloat out[kW];
-    for (int i = 0; i < kW / 2; ++i) {
-      out[2 * i] = __builtin_shufflevector(v[i], v[i + kW / 2], DILATTN_ZIP_LO);
-      out[2 * i + 1] = __builtin_shufflevector(v[i], v[i + kW / 2], DILATTN_ZIP_HI);
+// Transposes the n x n block held in v[0 .. n) (v[i] = row i, n lanes): afterwards v[i] is
+// column i. log2(n) rounds of interleaving row i with row i + n/2 (a perfect shuffle of the
+// lanes each time), n two-source shuffles per round.
+template <class V>
+inline void transpose_block(V* v) {
+  constexpr int n = lanes_of<V>;
+  for (int round = 1; round < n; round *= 2) {
+    V out[n];
+    for (int i = 0; i < n / 2; ++i) {
+      out[2 * i] = zip_halves<0>(v[i], v[i + n / 2]);
+      out[2 * i + 1] = zip_halves<1>(v[i], v[i + n / 2]);
     }
-    for (int i = 0; i < kW; ++i) v[i] = out[i];
+    for (int i = 0; i < n; ++i) v[i] = out[i];
   }
 }
 
 // ---------------------------------------------------------------- exp2
 // 2^x for the online softmax (softmax_rules.h's online_prob, a vector at a time): x clamped to
-// [-127, 127], rounded to the nearest integer n by adding and subtracting 1.5 * 2^23 (the sum's
-// low mantissa bits are then n itself, which also gives 2^n's exponent bits), 2^(x - n) by a
-// degree-4 polynomial on [-1/2, 1/2] (relative-error minimax fit, constant term exactly 1 so
-// 2^0 = 1 exactly), times 2^n.
-// Maximum relative error 2.9e-6 for x in [-126, 127] (tests/cpu/test_cpu_exp2.cpp sweeps every
-// instruction set over the whole range), far inside SPEC 8's f32 rtol = 1e-4; a fifth degree
-// would buy 1.7e-7 for one more FMA per vector in the softmax's hottest loop.
-// Exactly 0 for x < -126.5 and for -inf (a masked score), NaN for NaN (a NaN score's
-// probability stays NaN: both clamps are one max or min instruction that passes a NaN in its
-// second operand through), 2^127 for x >= 127 (the softmax's x is <= 0; the backward's
-// exponent comes from the caller's LSE, so it is clamped too).
-inline vfloat exp2v(vfloat x) {
-  x = vmax_plain(splat(-127.0f), x);
-  x = vmin_plain(splat(127.0f), x);
-  const vfloat round = splat(12582912.0f);  // 1.5 * 2^23
-  const vfloat t = x + round;               // low mantissa bits: 2^22 + n, n = round(x)
-  const vfloat f = x - (t - round);         // x - n, exact, in [-1/2, 1/2]
-  vfloat p = splat(9.582851082e-3f);
-  p = madd(p, f, splat(5.590642244e-2f));
-  p = madd(p, f, splat(2.402409911e-1f));
-  p = madd(p, f, splat(6.931241751e-1f));
-  p = madd(p, f, splat(1.0f));
-  // (2^22 + n) << 23 leaves n << 23 (2^45 falls off); plus the bias: n + 127 in [0, 254], and
-  // a biased exponent of 0 makes 2^n exactly +0, so x < -126.5 (n = -127) gives 0.
-  const vint two_n = ((vint)t << 23) + (127 << 23);
-  return p * (vfloat)two_n;
+// [-kMaxExponent, kMaxExponent], rounded to the nearest integer n by adding and subtracting
+// 1.5 * 2^kMantissaBits (the sum's low mantissa bits are then n itself, which also gives 2^n's
+// exponent bits), 2^(x - n) by a polynomial on [-1/2, 1/2] (constant term exactly 1 so 2^0 = 1
+// exactly), times 2^n. Exactly 0 for x < -(kMaxExponent - 1/2) and for -inf (a masked score),
+// NaN for NaN (a NaN score's probability stays NaN: both clamps are one max or min
+// instruction that passes a NaN in its second operand through), 2^kMaxExponent for
+// x >= kMaxExponent (the softmax's x is <= 0; the backward's exponent comes from the caller's
+// LSE, so it is clamped too). tests/cpu/test_cpu_exp2.cpp sweeps every instruction set's copy
+// over the whole range, for both types.
+template <class T>
+struct Exp2Constants;
+// f32: degree 4, a relative-error minimax fit: at most 2.9e-6 relative for x in [-126, 127],
+// far inside SPEC 8's f32 rtol = 1e-4; a fifth degree would buy 1.7e-7 for one more FMA per
+// vector in the softmax's hottest loop.
+template <>
+struct Exp2Constants<float> {
+  static constexpr float kMaxExponent = 127.0f;
+  static constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  static constexpr int kMantissaBits = 23;
+  static constexpr int32_t kBias = 127;
+  static constexpr int kDegree = 4;
+  static constexpr float kPoly[kDegree + 1] = {9.582851082e-3f, 5.590642244e-2f,
+                                                2.402409911e-1f, 6.931241751e-1f, 1.0f};
+};
+// f64: f64 inputs are computed in f64 (SPEC 12), held to 1e-10 of the reference, so the
+// probabilities must be good to f64 rounding, not to f32's: degree 13, the Taylor coefficients
+// ln(2)^k / k! of 2^f = e^(f ln 2) (rounded to f64). On |f| <= 1/2 the first term left out,
+// (ln(2) / 2)^14 / 14!, is 4e-18 relative, below half an ulp (1.1e-16), so what remains is the
+// rounding of the evaluation: 1.6e-16 with FMA, 1.9e-16 without (tests/cpu/test_cpu_exp2.cpp
+// holds it to 4e-16, which degree 12 already misses without FMA). A vector polynomial rather
+// than std::exp2 per lane: a libm call per score would cost more than the score's products.
+template <>
+struct Exp2Constants<double> {
+  static constexpr double kMaxExponent = 1023.0;
+  static constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52
+  static constexpr int kMantissaBits = 52;
+  static constexpr int64_t kBias = 1023;
+  static constexpr int kDegree = 13;
+  static constexpr double kPoly[kDegree + 1] = {
+      1.3691488853904128e-12, 2.5678435993488206e-11, 4.4455382718708116e-10,
+      7.054911620801123e-09,  1.01780860092397e-07,   1.321548679014431e-06,
+      1.5252733804059841e-05, 0.0001540353039338161,  0.0013333558146428443,
+      0.009618129107628477,   0.05550410866482158,    0.24022650695910072,
+      0.6931471805599453,     1.0};
+};
+
+template <class V>
+inline V exp2v(V x) {
+  typedef std::remove_cv_t<std::remove_reference_t<decltype(x[0])>> T;
+  typedef Exp2Constants<T> C;
+  x = vmax_plain(splat(-C::kMaxExponent), x);
+  x = vmin_plain(splat(C::kMaxExponent), x);
+  const V round = splat(C::kRound);
+  const V t = x + round;        // low mantissa bits: 2^(kMantissaBits - 1) + n, n = round(x)
+  const V f = x - (t - round);  // x - n, exact, in [-1/2, 1/2]
+  V p = splat(C::kPoly[0]);
+  for (int k = 1; k <= C::kDegree; ++k) p = madd(p, f, splat(C::kPoly[k]));
+  // (2^(kMantissaBits - 1) + n) << kMantissaBits leaves n << kMantissaBits (the high bit falls
+  // off); plus the bias: n + kBias in [0, 2 kBias], and a biased exponent of 0 makes 2^n
+  // exactly +0, so x < -(kMaxExponent - 1/2) (n = -kBias) gives 0.
+  typedef ivec<T> I;
+  const I two_n = ((I)t << C::kMantissaBits) + (C::kBias << C::kMantissaBits);
+  return p * (V)two_n;
 }
 
 // ---------------------------------------------------------------- S = pre * Q Kt
 // kMR_ rows of S (all kBC columns): the K vector of a column block is loaded once per d and
 // multiplied by kMR_ broadcast Q values.
-template <int kMR_>
-inline void scores_rows(const float* Q, int64_t ldq, const float* Kt, int64_t D, float pre,
-                        float* S) {
-  constexpr int kCols = kNV * kW;
+template <int kMR_, class T>
+inline void scores_rows(const T* Q, int64_t ldq, const T* Kt, int64_t D, T pre, T* S) {
+  constexpr int kCols = kNV * kW<T>;
   for (int cb = 0; cb < kBC; cb += kCols) {
-    vfloat acc[kMR_][kNV];
+    vec<T> acc[kMR_][kNV];
     for (int r = 0; r < kMR_; ++r)
-      for (int n = 0; n < kNV; ++n) acc[r][n] = vfloat{};
+      for (int n = 0; n < kNV; ++n) acc[r][n] = vec<T>{};
     for (int64_t d = 0; d < D; ++d) {
-      vfloat k[kNV];
-      for (int n = 0; n < kNV; ++n) k[n] = in_register(vload(Kt + d * kBC + cb + n * kW));
+      vec<T> k[kNV];
+      for (int n = 0; n < kNV; ++n) k[n] = in_register(vload(Kt + d * kBC + cb + n * kW<T>));
       for (int r = 0; r < kMR_; ++r) {
-        const vfloat q = splat(Q[r * ldq + d]);
+        const vec<T> q = splat(Q[r * ldq + d]);
         for (int n = 0; n < kNV; ++n) acc[r][n] = madd(q, k[n], acc[r][n]);
       }
     }
     for (int r = 0; r < kMR_; ++r)
-      for (int n = 0; n < kNV; ++n) vstore(S + r * kBC + cb + n * kW, acc[r][n] * pre);
+      for (int n = 0; n < kNV; ++n) vstore(S + r * kBC + cb + n * kW<T>, acc[r][n] * pre);
   }
 }
 
 // S[r][c] = pre * <Q_r, Kt[:, c]> for r < rows, every c < kBC (pre: softmax_rules.h's
 // score_scale; 1 for dO V^T).
-inline void scores_tile(const float* Q, int64_t ldq, int64_t rows, const float* Kt, int64_t D,
-                        float pre, float* S) {
+template <class T>
+inline void scores_tile(const T* Q, int64_t ldq, int64_t rows, const T* Kt, int64_t D, T pre,
+                        T* S) {
   int64_t r = 0;
   for (; r + kMR <= rows; r += kMR) scores_rows<kMR>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC);
   switch (rows - r) {
@@ -248,16 +375,17 @@ inline void scores_tile(const float* Q, int64_t ldq, int64_t rows, const float* 
   }
 }
 
-// S[r][c] = pre * <Q_r, K_c> for r < rows, c < count, with K_c a key row of D floats read in
-// place (D a multiple of kW): one dot product per pair, reduced across D by reduce_lanes. For a
+// S[r][c] = pre * <Q_r, K_c> for r < rows, c < count, with K_c a key row of D values read in
+// place (D a multiple of kW<T>): one dot product per pair, reduced across D by reduce_lanes. For a
 // few query rows (decode, Nq small) this is cheaper than transposing the key tile for
 // scores_tile, a cost the few rows could not amortise. Columns from count on are not written.
-inline void scores_from_rows(const float* Q, int64_t ldq, int64_t rows, const float* const* K,
-                             int64_t count, int64_t D, float pre, float* S) {
+template <class T>
+inline void scores_from_rows(const T* Q, int64_t ldq, int64_t rows, const T* const* K,
+                             int64_t count, int64_t D, T pre, T* S) {
   for (int64_t c = 0; c < count; ++c)
     for (int64_t r = 0; r < rows; ++r) {
-      vfloat acc = vfloat{};
-      for (int64_t d = 0; d < D; d += kW) acc = madd(vload(Q + r * ldq + d), vload(K[c] + d), acc);
+      vec<T> acc = vec<T>{};
+      for (int64_t d = 0; d < D; d += kW<T>) acc = madd(vload(Q + r * ldq + d), vload(K[c] + d), acc);
       S[r * kBC + c] = hsum(acc) * pre;
     }
 }
@@ -269,47 +397,48 @@ inline void scores_from_rows(const float* Q, int64_t ldq, int64_t rows, const fl
 // same.
 // kMR_ rows of O, kNV_ vectors of columns: for every shared index c, kNV_ vectors of B row c
 // are loaded once and multiplied by kMR_ broadcast A values.
-template <int kMR_, int kNV_>
-inline void accumulate_block(float* O, int64_t ldo, const float* A, int64_t lda, int64_t a_step,
-                             int64_t count, const float* Bm, int64_t ldb) {
+template <int kMR_, int kNV_, class T>
+inline void accumulate_block(T* O, int64_t ldo, const T* A, int64_t lda, int64_t a_step,
+                             int64_t count, const T* Bm, int64_t ldb) {
   // Nothing to add without keys. Returning first also keeps the accumulators in registers
   // alone: with the zero-trip path joining the loop's exit, GCC 12 kept a second copy of them
   // on the stack, copied in and out on every call (README "Performance").
   if (count <= 0) return;
-  vfloat acc[kMR_][kNV_];
+  vec<T> acc[kMR_][kNV_];
   for (int r = 0; r < kMR_; ++r)
-    for (int n = 0; n < kNV_; ++n) acc[r][n] = vload(O + r * ldo + n * kW);
+    for (int n = 0; n < kNV_; ++n) acc[r][n] = vload(O + r * ldo + n * kW<T>);
   for (int64_t c = 0; c < count; ++c) {
-    vfloat b[kNV_];
-    for (int n = 0; n < kNV_; ++n) b[n] = in_register(vload(Bm + c * ldb + n * kW));
+    vec<T> b[kNV_];
+    for (int n = 0; n < kNV_; ++n) b[n] = in_register(vload(Bm + c * ldb + n * kW<T>));
     for (int r = 0; r < kMR_; ++r) {
-      const vfloat a = splat(A[r * lda + c * a_step]);
+      const vec<T> a = splat(A[r * lda + c * a_step]);
       for (int n = 0; n < kNV_; ++n) acc[r][n] = madd(a, b[n], acc[r][n]);
     }
   }
   for (int r = 0; r < kMR_; ++r)
-    for (int n = 0; n < kNV_; ++n) vstore(O + r * ldo + n * kW, acc[r][n]);
+    for (int n = 0; n < kNV_; ++n) vstore(O + r * ldo + n * kW<T>, acc[r][n]);
 }
 
-template <int kMR_>
-inline void accumulate_rows(float* O, int64_t ldo, const float* A, int64_t lda, int64_t a_step,
-                            int64_t count, const float* Bm, int64_t ldb, int64_t width) {
+template <int kMR_, class T>
+inline void accumulate_rows(T* O, int64_t ldo, const T* A, int64_t lda, int64_t a_step,
+                            int64_t count, const T* Bm, int64_t ldb, int64_t width) {
   int64_t d = 0;
-  for (; d + kNV * kW <= width; d += kNV * kW)
+  for (; d + kNV * kW<T> <= width; d += kNV * kW<T>)
     accumulate_block<kMR_, kNV>(O + d, ldo, A, lda, a_step, count, Bm + d, ldb);
-  for (; d < width; d += kW)
+  for (; d < width; d += kW<T>)
     accumulate_block<kMR_, 1>(O + d, ldo, A, lda, a_step, count, Bm + d, ldb);
 }
 
 // O[r][0:width) += sum_{c < count} A(r, c) * Bm[c][0:width) for r < rows; width is a multiple
 // of kPad. Rows of O are ldo apart (a dilated branch's rows are r rows apart in the block).
-inline void accumulate_tile(float* O, int64_t ldo, int64_t rows, const float* A, int64_t lda,
-                            int64_t a_step, int64_t count, const float* Bm, int64_t ldb,
+template <class T>
+inline void accumulate_tile(T* O, int64_t ldo, int64_t rows, const T* A, int64_t lda,
+                            int64_t a_step, int64_t count, const T* Bm, int64_t ldb,
                             int64_t width) {
   int64_t r = 0;
   for (; r + kMR <= rows; r += kMR)
     accumulate_rows<kMR>(O + r * ldo, ldo, A + r * lda, lda, a_step, count, Bm, ldb, width);
-  const float* a = A + r * lda;
+  const T* a = A + r * lda;
   switch (rows - r) {
     case 3: accumulate_rows<3>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;
     case 2: accumulate_rows<2>(O + r * ldo, ldo, a, lda, a_step, count, Bm, ldb, width); break;

@@ -33,12 +33,14 @@
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
-// The weights of one S tile [rows][kBC]: skip (every weight 0), or `uniform` for every pair
-// (per_pair null), or per_pair[t * kBC + c]; has_zero: some per-pair weight is 0.
+// The weights of one S tile [rows][kBC], in the compute type T: skip (every weight 0), or
+// `uniform` for every pair (per_pair null), or per_pair[t * kBC + c]; has_zero: some per-pair
+// weight is 0.
+template <class T>
 struct PairWeights {
   bool skip = false;
-  float uniform = 1.0f;
-  const float* per_pair = nullptr;
+  T uniform = 1;
+  const T* per_pair = nullptr;
   bool has_zero = false;
 };
 
@@ -126,24 +128,26 @@ inline void progression_segments(const BranchView& c, const KeyProgression& kp, 
 // (carve_workspace sets it).
 constexpr int kMemoBranches = 8;
 constexpr int kMemoInts = 1 + 4 + kMemoBranches * (2 + kBR + kBC);
+template <class T>
 struct PairWeightsMemo {
-  float* weights;  // [kBR][kBC]
+  T* weights;      // [kBR][kBC]
   int32_t* key;    // [kMemoInts]
 };
 
 // Weights pair by pair for branch c, into `weights`, the slow and general way (more branches
 // set pair by pair than the memo keeps, or segment numbers past 32 bits): cleared where c
 // holds the pair (c earlier than the tile's branch) or one more (c later).
+template <class T>
 inline void apply_branch_one_by_one(const BranchView& c, bool earlier, const KeyProgression& q,
                                     int64_t q0, int64_t rows, const KeyProgression& k,
-                                    int64_t k0, int64_t kcount, float* weights) {
+                                    int64_t k0, int64_t kcount, T* weights) {
   for (int64_t t = 0; t < rows; ++t) {
     const int64_t row_seg = selected_segment(progression_at(q, q0 + t), c.wc, c.r, c.o);
     for (int64_t col = 0; col < kcount; ++col) {
       if (row_seg < 0 || selected_segment(progression_at(k, k0 + col), c.wc, c.r, c.o) != row_seg)
         continue;
-      float& w = weights[t * kBC + col];
-      w = earlier ? 0.0f : w + 1.0f;
+      T& w = weights[t * kBC + col];
+      w = earlier ? T(0) : w + T(1);
     }
   }
 }
@@ -151,31 +155,36 @@ inline void apply_branch_one_by_one(const BranchView& c, bool earlier, const Key
 // The weights a key describes (see PairWeightsMemo), a row at a time in registers: start
 // from the uniform part, one more where a later branch holds the pair, 0 where an earlier
 // one does. Segment numbers are relative to the tile's first one, -1 (a row) and -2 (a key)
-// mark unselected terms: they never match.
-inline void weights_from_key(const int32_t* key, float* weights) {
+// mark unselected terms: they never match. The int32 segment numbers of kW<T> keys are
+// compared at once and the result widened to T's lanes (for f32 the same vector).
+template <class T>
+inline void weights_from_key(const int32_t* key, T* weights) {
+  typedef ivec<T> mask;
   const int32_t rows = key[1], branches = key[4];
-  const vfloat base = splat(static_cast<float>(key[3]));
-  const vint one = (vint)splat(1.0f);
+  const vec<T> base = splat(static_cast<T>(key[3]));
+  const mask one = (mask)splat(T(1));
   for (int32_t t = 0; t < rows; ++t)
-    for (int col = 0; col < kBC; col += kW) {
-      vfloat w = base;
+    for (int col = 0; col < kBC; col += kW<T>) {
+      vec<T> w = base;
       const int32_t* b = key + 5;
       for (int32_t x = 0; x < branches; ++x, b += 2 + rows + kBC) {
-        vint segs;
+        segvec<T> segs;
         std::memcpy(&segs, b + 2 + rows + col, sizeof segs);
-        const vint hit = segs == vint{} + b[2 + t];  // all ones where the branch holds the pair
-        w = b[1] ? (vfloat)((vint)w & ~hit) : w + (vfloat)(hit & one);
+        // All ones where the branch holds the pair.
+        const mask hit = __builtin_convertvector(segs == segvec<T>{} + b[2 + t], mask);
+        w = b[1] ? (vec<T>)((mask)w & ~hit) : w + (vec<T>)(hit & one);
       }
       vstore(weights + t * kBC + col, w);
     }
 }
 
 // The tile's pair weights for branch `branch` of head h (-1: not a dilated piece, weight 1).
-inline PairWeights pair_weights(const Problem& p, int64_t h, int64_t branch,
-                                const KeyProgression& q, int64_t q0, int64_t rows,
-                                const KeyProgression& k, int64_t k0, int64_t kcount,
-                                const PairWeightsMemo& memo) {
-  PairWeights pw;
+template <class T>
+inline PairWeights<T> pair_weights(const Problem& p, int64_t h, int64_t branch,
+                                   const KeyProgression& q, int64_t q0, int64_t rows,
+                                   const KeyProgression& k, int64_t k0, int64_t kcount,
+                                   const PairWeightsMemo<T>& memo) {
+  PairWeights<T> pw;
   if (branch < 0) return pw;
   const int64_t m = p.num_branches();
   int64_t pair_by_pair = 0;
@@ -186,7 +195,7 @@ inline PairWeights pair_weights(const Problem& p, int64_t h, int64_t branch,
       pw.skip = true;
       return pw;
     }
-    if (holds == Holds::all) pw.uniform += 1.0f;
+    if (holds == Holds::all) pw.uniform += T(1);
     pair_by_pair += holds == Holds::some;
   }
   if (pair_by_pair == 0) return pw;
@@ -228,7 +237,7 @@ inline PairWeights pair_weights(const Problem& p, int64_t h, int64_t branch,
   memo.key[0] = -1;  // the weights below are not described by a key
   pw.has_zero = false;
   for (int64_t t = 0; t < rows; ++t)
-    for (int c = 0; c < kBC; c += kW) vstore(memo.weights + t * kBC + c, splat(pw.uniform));
+    for (int c = 0; c < kBC; c += kW<T>) vstore(memo.weights + t * kBC + c, splat(pw.uniform));
   for (int64_t c = m - 1; c >= 0; --c) {
     if (c == branch || !head_uses_branch(p.head_mode, h, c, p.H, m)) continue;
     const BranchView view = branch_view(p, h, c);

@@ -65,7 +65,7 @@ inline int64_t block_rows(const Problem& p) {
 // the thread count, so a shape's result is bitwise the same for any number of threads:
 //   one pass: work item (b, kv head g), the whole sequence: S and dS once per tile pair, five
 //     products (S, dP, dV, dK, dQ); dK and dV of all Nk keys accumulate in the worker's
-//     workspace (2 x Nk x padded(D) floats);
+//     workspace (2 x Nk x padded(D) values of the compute type);
 //   two passes: a dQ pass per (b, h, query block), a dK/dV pass per (b, g, key block): S and dS
 //     twice, seven products, but B x H x blocks items and a workspace independent of N.
 // One pass needs enough (b, g) items to keep the threads busy (an item is a whole kv head; it
@@ -76,12 +76,14 @@ inline int64_t block_rows(const Problem& p) {
 // kOnePassMinItems = 8 keeps it ahead on machines up to 11 threads; with more threads and
 // 8 <= B x Hkv < 0.7 x threads it still uses less CPU time but more wall time than the two
 // passes would. (The thread count itself may not decide: results would then depend on it.)
-// kOnePassMaxKeyFloats caps the accumulators at 64 MiB per worker (Nk <= 131072 at D = 64);
-// longer sequences take the two passes.
+// kOnePassMaxKeyBytes caps the accumulators (in the compute type T) at 64 MiB per worker
+// (Nk <= 131072 at D = 64 in f32, half that in f64); longer sequences take the two passes.
 constexpr int64_t kOnePassMinItems = 8;
-constexpr int64_t kOnePassMaxKeyFloats = int64_t{16} << 20;  // dK and dV together: 64 MiB
+constexpr int64_t kOnePassMaxKeyBytes = int64_t{64} << 20;  // dK and dV together
+template <class T>
 inline bool backward_one_pass(const Problem& p) {
-  return p.B * p.Hkv >= kOnePassMinItems && p.Nk <= kOnePassMaxKeyFloats / (2 * padded(p.D));
+  constexpr int64_t max_key_values = kOnePassMaxKeyBytes / static_cast<int64_t>(sizeof(T));
+  return p.B * p.Hkv >= kOnePassMinItems && p.Nk <= max_key_values / (2 * padded(p.D));
 }
 
 // How far apart a piece's rows lie in the block state. A one-row piece's step may be near
@@ -172,14 +174,15 @@ inline bool tile_skipped(const Problem& p, const KeyProgression& q, int64_t q0, 
 // some row sees fewer than kcount: such a tile is multiplied row by row over its allowed keys
 // (accumulate_allowed), because a masked key's V or K must not enter a row even as 0 * x,
 // which is NaN for x = NaN or inf (SPEC 13).
-inline bool mask_tile(float* S, int64_t lds, const KeyProgression& q, int64_t q0, int64_t rows,
+template <class T>
+inline bool mask_tile(T* S, int64_t lds, const KeyProgression& q, int64_t q0, int64_t rows,
                       const KeyProgression& k, int64_t k0, int64_t kcount, int64_t width,
                       const Problem& p, int64_t* allowed) {
   const bool cut = p.causal && progression_at(k, k0 + kcount - 1) >
                                    causal_last_key(progression_at(q, q0), p.Nq, p.Nk);
   for (int64_t t = 0; t < rows; ++t) allowed[t] = kcount;
   if (!cut && kcount == width) return false;
-  const float neg_inf = -__builtin_inff();
+  const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int64_t t = 0; t < rows; ++t) {
     if (cut) {
       const int64_t limit = causal_last_key(progression_at(q, q0 + t), p.Nq, p.Nk);
@@ -194,16 +197,17 @@ inline bool mask_tile(float* S, int64_t lds, const KeyProgression& q, int64_t q0
 // register-blocked call when every row sees all kcount keys, else one call per row. Pairs of
 // weight 0 (computed in another branch, cpu_pair_weights.h) are left out as masked keys are,
 // a run of keys at a time: their B row must not enter even as 0 * x.
-inline void accumulate_allowed(float* O, int64_t ldo, int64_t rows, const float* A, int64_t lda,
-                               bool cut, const int64_t* allowed, int64_t kcount, const float* Bm,
-                               int64_t ldb, int64_t width, const PairWeights& pw) {
+template <class T>
+inline void accumulate_allowed(T* O, int64_t ldo, int64_t rows, const T* A, int64_t lda,
+                               bool cut, const int64_t* allowed, int64_t kcount, const T* Bm,
+                               int64_t ldb, int64_t width, const PairWeights<T>& pw) {
   if (pw.has_zero) {
     for (int64_t t = 0; t < rows; ++t) {
-      const float* w = pw.per_pair + t * kBC;
+      const T* w = pw.per_pair + t * kBC;
       for (int64_t c = 0; c < allowed[t];) {
-        if (w[c] == 0.0f) { ++c; continue; }
+        if (w[c] == T(0)) { ++c; continue; }
         int64_t e = c + 1;
-        while (e < allowed[t] && w[e] != 0.0f) ++e;
+        while (e < allowed[t] && w[e] != T(0)) ++e;
         accumulate_tile(O + t * ldo, ldo, 1, A + t * lda + c, lda, 1, e - c, Bm + c * ldb, ldb,
                         width);
         c = e;
@@ -216,25 +220,27 @@ inline void accumulate_allowed(float* O, int64_t ldo, int64_t rows, const float*
     accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, 1, allowed[t], Bm, ldb, width);
 }
 
-// True when rows [0, rows) of Bm (ldb apart, `width` floats each) are all finite.
-inline bool rows_finite(const float* Bm, int64_t ldb, int64_t rows, int64_t width) {
-  vfloat bad = vfloat{};
+// True when rows [0, rows) of Bm (ldb apart, `width` values each) are all finite.
+template <class T>
+inline bool rows_finite(const T* Bm, int64_t ldb, int64_t rows, int64_t width) {
+  vec<T> bad = vec<T>{};
   for (int64_t t = 0; t < rows; ++t)
-    for (int64_t d = 0; d < width; d += kW) {
-      const vfloat x = vload(Bm + t * ldb + d);
+    for (int64_t d = 0; d < width; d += kW<T>) {
+      const vec<T> x = vload(Bm + t * ldb + d);
       bad += x - x;  // 0 for a finite lane, NaN for an infinite or NaN one
     }
-  for (int c = 0; c < kW; ++c)
-    if (bad[c] != 0.0f) return false;
+  for (int c = 0; c < kW<T>; ++c)
+    if (bad[c] != T(0)) return false;
   return true;
 }
 
 // Rows the forward found empty (lse_s = +inf: LSE = -inf, every score -inf) have no term, as
 // in the reference: allowed[t] = 0 for them, and the tile counts as cut. Their P and dS are 0
 // already; leaving them out keeps a nonfinite K, V, Q or dO value from entering as 0 x inf.
-inline bool drop_empty_rows(const float* lse_s, int64_t rows, int64_t* allowed, bool cut) {
+template <class T>
+inline bool drop_empty_rows(const T* lse_s, int64_t rows, int64_t* allowed, bool cut) {
   for (int64_t t = 0; t < rows; ++t)
-    if (lse_s[t] == __builtin_inff()) {
+    if (lse_s[t] == std::numeric_limits<T>::infinity()) {
       allowed[t] = 0;
       cut = true;
     }
@@ -248,14 +254,15 @@ inline bool drop_empty_rows(const float* lse_s, int64_t rows, int64_t* allowed, 
 // finite (`careful`, known per query tile), such a pair must not enter even as 0 x inf = NaN
 // (SPEC 13): a tile with such pairs is then summed key by key over the runs of rows
 // that see the key.
-inline void accumulate_keys_allowed(float* O, int64_t ldo, int64_t kcount, const float* A,
+template <class T>
+inline void accumulate_keys_allowed(T* O, int64_t ldo, int64_t kcount, const T* A,
                                     int64_t rows, bool cut, const int64_t* allowed,
-                                    const float* Bm, int64_t ldb, int64_t width,
-                                    const PairWeights& pw, bool careful) {
+                                    const T* Bm, int64_t ldb, int64_t width,
+                                    const PairWeights<T>& pw, bool careful) {
   if (!careful || (!cut && !pw.has_zero))
     return accumulate_tile(O, ldo, kcount, A, 1, kBC, rows, Bm, ldb, width);
   auto sees = [&](int64_t t, int64_t c) {
-    return c < allowed[t] && !(pw.has_zero && pw.per_pair[t * kBC + c] == 0.0f);
+    return c < allowed[t] && !(pw.has_zero && pw.per_pair[t * kBC + c] == T(0));
   };
   for (int64_t c = 0; c < kcount; ++c)
     for (int64_t t = 0; t < rows;) {

@@ -1,13 +1,14 @@
-// cpu_workspace.h - each worker's f32 tiles, carved from the plan's workspace.
+// cpu_workspace.h - each worker's tiles, in the compute type T (float, or double for f64
+// inputs), carved from the plan's workspace.
 //
-// The workspace is workers x floats_per_worker(D, T, key_floats) floats, T = block_rows(p) <=
+// The workspace is workers x values_per_worker(D, T, key_values) values, T = block_rows(p) <=
 // 1024: O(threads x tile), never O(N^2) and never O(N x segment), except that the one-pass
 // backward (backward_one_pass, cpu_tile_loop.h) adds its dK and dV accumulators of all Nk keys,
-// 2 x Nk x padded(D) floats per worker (key_floats each), on at most min(threads, B x Hkv)
-// workers: at most the size of dK and dV in f32, and at most 64 MiB per worker. Tiles start
-// on 64-byte boundaries. One layout serves forward and backward (the forward leaves some tiles
-// unused). The plan sizes it once (workspace_sizes, cpu_backend.cpp); the hot loops never
-// allocate.
+// 2 x Nk x padded(D) values per worker (key_values each), on at most min(threads, B x Hkv)
+// workers: at most the size of dK and dV in the compute type, and at most 64 MiB per worker.
+// Tiles start on 64-byte boundaries. One layout serves forward and backward (the forward
+// leaves some tiles unused). The plan sizes it once (workspace_sizes, cpu_backend.cpp); the hot
+// loops never allocate.
 #ifndef DILATTN_CPU_WORKSPACE_H
 #define DILATTN_CPU_WORKSPACE_H
 
@@ -18,65 +19,74 @@
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
+template <class T>
 struct Workspace {
   // T = block_rows(p) rows each:
-  float* block_a;  // [T][Dp]: Q of a piece (forward, dQ); dK accumulator (dK/dV)
-  float* block_b;  // [T][Dp]: dO of a piece (dQ); dV accumulator (dK/dV)
-  float* block_c;  // [T][Dp]: O accumulator (forward); dQ accumulator (dQ); K^T tiles (dK/dV)
-  float* block_d;  // [T][Dp]: V^T tiles of a piece's keys (dK/dV)
-  float* row_a;    // [T]: running max (forward); D_i = <dO_i, O_i> (backward)
-  float* row_b;    // [T]: running sum (forward); LSE_i * log2(e) (backward)
-  float* kt;       // [Dp][kBC]: K transposed
-  float* vt;       // [Dp][kBC]: V transposed (backward)
-  float* kv;       // [kBC][Dp]: V rows (forward), K rows (dQ)
-  float* s;        // [kBR][kBC]: scores, then probabilities
-  float* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
-  PairWeightsMemo pair_weights;  // per-pair weights of the last tile that had them, and its key
-  float* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
-  float* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
-  float* tile_o;   // [kBR][Dp]: O rows while D_i is formed
-  float* small;    // [kBR]: per-row factors
-  // key_floats each, one-pass backward only (null otherwise):
-  float* keys_dk;  // [Nk][Dp]: dK of every key of the item's kv head
-  float* keys_dv;  // [Nk][Dp]: dV of every key of the item's kv head
+  T* block_a;  // [T][Dp]: Q of a piece (forward, dQ); dK accumulator (dK/dV)
+  T* block_b;  // [T][Dp]: dO of a piece (dQ); dV accumulator (dK/dV)
+  T* block_c;  // [T][Dp]: O accumulator (forward); dQ accumulator (dQ); K^T tiles (dK/dV)
+  T* block_d;  // [T][Dp]: V^T tiles of a piece's keys (dK/dV)
+  T* row_a;    // [T]: running max (forward); D_i = <dO_i, O_i> (backward)
+  T* row_b;    // [T]: running sum (forward); LSE_i * log2(e) (backward)
+  T* kt;       // [Dp][kBC]: K transposed
+  T* vt;       // [Dp][kBC]: V transposed (backward)
+  T* kv;       // [kBC][Dp]: V rows (forward), K rows (dQ)
+  T* s;        // [kBR][kBC]: scores, then probabilities
+  T* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
+  PairWeightsMemo<T> pair_weights;  // per-pair weights of the last tile that had them, and its key
+  T* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
+  T* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
+  T* tile_o;   // [kBR][Dp]: O rows while D_i is formed
+  T* small;    // [kBR]: per-row factors
+  // key_values each, one-pass backward only (null otherwise):
+  T* keys_dk;  // [Nk][Dp]: dK of every key of the item's kv head
+  T* keys_dv;  // [Nk][Dp]: dV of every key of the item's kv head
 };
 
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// Floats of one of the one-pass backward's key accumulators (keys_dk, keys_dv).
-inline int64_t key_accumulator_floats(const Problem& p) { return round16(p.Nk * padded(p.D)); }
+// Values of one of the one-pass backward's key accumulators (keys_dk, keys_dv).
+inline int64_t key_accumulator_values(const Problem& p) { return round16(p.Nk * padded(p.D)); }
 
-inline int64_t floats_per_worker(int64_t D, int64_t T, int64_t key_floats = 0) {
+// (kMemoInts int32 keys take as many values of T: room to spare for double.)
+inline int64_t values_per_worker(int64_t D, int64_t T, int64_t key_values = 0) {
   const int64_t Dp = padded(D);
   return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
-         3 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_floats +
+         3 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_values +
          16;  // +16: alignment
 }
 
-// The plan's workspace query: what forward() and backward() carve, for the workers they run.
+// The plan's workspace query: what forward() and backward() carve, for the workers they run,
+// in the compute type V of the plan's dtype.
 // The forward and the two-pass backward size for every thread; the one-pass backward for
 // min(threads, B x Hkv), the most workers its B x Hkv items can use (cpu_thread_pool.h).
-inline WorkspaceBytes workspace_sizes(const Problem& p) {
+template <class V>
+inline WorkspaceBytes workspace_sizes_in(const Problem& p) {
   const int64_t threads = p.num_threads < 1 ? 1 : p.num_threads, T = block_rows(p);
   WorkspaceBytes w;
-  w.forward = sizeof(float) * static_cast<size_t>(threads * floats_per_worker(p.D, T));
+  w.forward = sizeof(V) * static_cast<size_t>(threads * values_per_worker(p.D, T));
   w.backward = w.forward;
-  if (backward_one_pass(p))
-    w.backward = sizeof(float) *
+  if (backward_one_pass<V>(p))
+    w.backward = sizeof(V) *
                  static_cast<size_t>(min_i64(threads, p.B * p.Hkv) *
-                                     floats_per_worker(p.D, T, key_accumulator_floats(p)));
+                                     values_per_worker(p.D, T, key_accumulator_values(p)));
   return w;
 }
+inline WorkspaceBytes workspace_sizes(const Problem& p) {
+  if (p.dtype == DILATTN_F64) return workspace_sizes_in<double>(p);  // computed in f64
+  return workspace_sizes_in<float>(p);
+}
 
-inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t T,
-                                 int64_t key_floats = 0) {
+template <class V>
+inline Workspace<V> carve_workspace(void* workspace, int worker, int64_t D, int64_t T,
+                                    int64_t key_values = 0) {
   const int64_t Dp = padded(D);
-  uintptr_t at = reinterpret_cast<uintptr_t>(static_cast<float*>(workspace) +
-                                             worker * floats_per_worker(D, T, key_floats));
+  uintptr_t at = reinterpret_cast<uintptr_t>(static_cast<V*>(workspace) +
+                                             worker * values_per_worker(D, T, key_values));
   at = (at + 63) / 64 * 64;
-  float* next = reinterpret_cast<float*>(at);
-  auto take = [&](int64_t n) { float* t = next; next += round16(n); return t; };
-  Workspace s;
+  V* next = reinterpret_cast<V*>(at);
+  auto take = [&](int64_t n) { V* t = next; next += round16(n); return t; };
+  Workspace<V> s;
   s.block_a = take(T * Dp);
   s.block_b = take(T * Dp);
   s.block_c = take(T * Dp);
@@ -95,8 +105,8 @@ inline Workspace carve_workspace(void* workspace, int worker, int64_t D, int64_t
   s.tile_do = take(kBR * Dp);
   s.tile_o = take(kBR * Dp);
   s.small = take(kBR);
-  s.keys_dk = key_floats > 0 ? take(key_floats) : nullptr;
-  s.keys_dv = key_floats > 0 ? take(key_floats) : nullptr;
+  s.keys_dk = key_values > 0 ? take(key_values) : nullptr;
+  s.keys_dv = key_values > 0 ? take(key_values) : nullptr;
   return s;
 }
 

@@ -33,13 +33,10 @@ namespace dilattn {
 
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
-// The same constants rounded to f32, the ones the f32 fast paths multiply by. score_scale,
-// finalize_lse and lse_in_score_domain use them, so the cpu backend's results with post = 1
-// are bitwise those it gave before these rules moved here (its scale was the f32 product
-// float(scale) * float(log2 e)); the difference from the f64 constants (3e-9 relative) is far
-// below f32 resolution.
-constexpr float kLog2eF = static_cast<float>(kLog2e);
-constexpr float kLn2F = static_cast<float>(kLn2);
+// score_scale_in, finalize_lse and lse_in_score_domain multiply by these constants rounded to
+// the compute type: the f32 paths by their f32 roundings (the scale is the f32 product
+// float(scale) * float(log2 e)), whose difference from the f64 constants (3e-9 relative) is far
+// below f32 resolution; the f64 paths by the f64 constants.
 // The largest head dimension the fast backends' tiles are sized for.
 constexpr int64_t kMaxHeadDim = 256;
 
@@ -47,19 +44,26 @@ constexpr int64_t kMaxHeadDim = 256;
 // Above this |scale * log2(e)| the scale moves after the max subtraction (see the top).
 constexpr double kMaxFoldedScale = 64.0;
 
-struct ScoreScale {
-  float pre;   // multiplies <q, k> in the score tile
-  float post;  // multiplies (s - m) in the exponent, and m in the LSE
+// In the compute type T: float for the f32 paths, double where f64 inputs are computed in f64
+// (the cpu backend, SPEC 12).
+template <class T>
+struct ScoreScaleOf {
+  T pre;   // multiplies <q, k> in the score tile
+  T post;  // multiplies (s - m) in the exponent, and m in the LSE
 };
+using ScoreScale = ScoreScaleOf<float>;
 
-inline ScoreScale score_scale(double scale) {
+template <class T>
+inline ScoreScaleOf<T> score_scale_in(double scale) {
   const double folded = scale * kLog2e;
   if (folded <= kMaxFoldedScale && folded >= -kMaxFoldedScale)
-    return ScoreScale{static_cast<float>(scale) * kLog2eF, 1.0f};
-  return ScoreScale{folded > 0 ? 1.0f : -1.0f, static_cast<float>(folded > 0 ? folded : -folded)};
+    return ScoreScaleOf<T>{static_cast<T>(scale) * static_cast<T>(kLog2e), T(1)};
+  return ScoreScaleOf<T>{folded > 0 ? T(1) : T(-1), static_cast<T>(folded > 0 ? folded : -folded)};
 }
+inline ScoreScale score_scale(double scale) { return score_scale_in<float>(scale); }
 
-// The fast backends compute in f32: |scale| * log2(e) must be a finite f32 (|scale| up to about
+// The fast backends compute in f32 (the cpu backend's f64 path keeps the same limit, so every
+// fast path takes the same scales): |scale| * log2(e) must be a finite f32 (|scale| up to about
 // 2.4e38) or the exponent's factor `post` overflows. Larger finite scales (SPEC 7 allows any
 // finite one) run on the f64 reference only; the fast backends' can_run refuses them.
 inline bool scale_fits_f32(double scale) {
@@ -142,21 +146,39 @@ template <class T>
 DILATTN_HD bool row_is_empty(T m) {
   return m == -static_cast<T>(INFINITY);
 }
-// The natural LSE of a finished row; -inf for an empty row, NaN for a NaN row.
-DILATTN_HD double finalize_lse(float m, float l, float post) {
+// The natural LSE of a finished row; -inf for an empty row, NaN for a NaN row. The state is in
+// the compute type T (float, or double where f64 is computed in f64), ln 2 rounded to T.
+template <class T>
+DILATTN_HD double finalize_lse_in(T m, T l, T post) {
   if (row_is_empty(m)) return -static_cast<double>(INFINITY);
   return (static_cast<double>(post) * static_cast<double>(m) + log2(static_cast<double>(l))) *
-         static_cast<double>(kLn2F);
+         static_cast<double>(static_cast<T>(kLn2));
+}
+DILATTN_HD double finalize_lse(float m, float l, float post) { return finalize_lse_in(m, l, post); }
+DILATTN_HD double finalize_lse(double m, double l, double post) {
+  return finalize_lse_in(m, l, post);
 }
 // The factor O is multiplied by at the end: 1/l, or 0 for an empty row (O = 0, SPEC 2).
-DILATTN_HD float finalize_o_factor(float m, float l) { return row_is_empty(m) ? 0.0f : 1.0f / l; }
+template <class T>
+DILATTN_HD T finalize_o_factor_in(T m, T l) { return row_is_empty(m) ? T(0) : T(1) / l; }
+DILATTN_HD float finalize_o_factor(float m, float l) { return finalize_o_factor_in(m, l); }
+DILATTN_HD double finalize_o_factor(double m, double l) { return finalize_o_factor_in(m, l); }
 
 // ---------------------------------------------------------------- backward: P from the LSE
 // The forward's natural LSE expressed in the s domain, so that P = 2^(post (s - lse_s))
-// (online_prob with shift = lse_s). An empty row gets +inf: every P is then 0, never NaN.
+// (online_prob with shift = lse_s). An empty row gets +inf: every P is then 0, never NaN. In
+// the compute type T of post, log2(e) rounded to T.
+template <class T>
+DILATTN_HD T lse_in_score_domain_in(double lse, T post) {
+  if (lse == -static_cast<double>(INFINITY)) return static_cast<T>(INFINITY);
+  return static_cast<T>(lse * static_cast<double>(static_cast<T>(kLog2e)) /
+                        static_cast<double>(post));
+}
 DILATTN_HD float lse_in_score_domain(double lse, float post) {
-  if (lse == -static_cast<double>(INFINITY)) return INFINITY;
-  return static_cast<float>(lse * static_cast<double>(kLog2eF) / static_cast<double>(post));
+  return lse_in_score_domain_in(lse, post);
+}
+DILATTN_HD double lse_in_score_domain(double lse, double post) {
+  return lse_in_score_domain_in(lse, post);
 }
 
 // ---------------------------------------------------------------- SPEC 3/5: merging partials

@@ -10,7 +10,8 @@
 //      sinks), make a plan;
 //   5. run forward (backward: the given O and LSE, or a forward run first when they are absent);
 //   6. write every output, then rename them all into place.
-// LSE is written <f8 when the plan runs on ref (its f64 LSE), else <f4 (SPEC 1).
+// LSE is written <f8 when the plan runs on ref or has f64 inputs (the cpu backend computes them
+// in f64, SPEC 12), else <f4 (SPEC 1).
 // Checked by tests/cli/test_cli_forward_backward.py against a numpy implementation of SPEC 2-4
 // and 6, and by test_cli_outputs.py (output rules).
 #include <cerrno>
@@ -586,23 +587,24 @@ NpyArray zeros(NpyType type, std::vector<int64_t> shape, bool allocate = true) {
   return a;
 }
 
-// O and LSE of the forward pass, LSE in the dtype the plan's backend writes.
+// O and LSE of the forward pass, LSE in the precision the plan computes it in: f64 on ref and
+// for f64 inputs, else f32.
 void run_forward(const MpiWorld& world, const PlanHandle& plan, const Settings& s, Operands& o,
                  NpyArray* out, NpyArray* lse) {
   const RingOptions& ring = s.ring;
-  const bool ref = plan_backend(plan) == DILATTN_BACKEND_REF;
+  const bool f64_lse = plan_backend(plan) == DILATTN_BACKEND_REF || o.dtype == DILATTN_F64;
   world.on_root([&] {
     *out = zeros(o.q.type, o.q.shape);
-    *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq});
+    *lse = zeros(f64_lse ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq});
   });
   if (!world.root()) {
     *out = zeros(o.q.type, o.q.shape, false);
-    *lse = zeros(ref ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq}, false);
+    *lse = zeros(f64_lse ? NpyType::f8 : NpyType::f4, {o.B, o.H, o.Nq}, false);
   }
   Binder bind(full_tensors_on_gpu(plan, ring));
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
-                       tl = bind.output(*lse, ref ? DILATTN_F64 : DILATTN_F32, 1);
+                       tl = bind.output(*lse, f64_lse ? DILATTN_F64 : DILATTN_F32, 1);
   if (ring.mpi)
     ring_forward_mpi(world, plan.get(), ring, tq, tk, tv, to, tl);
   else if (ring.ranks > 0)

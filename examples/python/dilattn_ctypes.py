@@ -175,9 +175,11 @@ def _plan_for(q, k, dtype, **config):
 
 def forward(q, k, v, dtype=None, lse_dtype=None, **config):
     """O [B, Nq, H, D] (q's dtype) and LSE [B, H, Nq] (lse_dtype: f32 or f64; default f64 on
-    the ref backend, else f32). config: segments, dilations, heads_mode, causal, scale, backend."""
+    the ref backend and for f64 inputs, which every backend computes in f64, else f32).
+    config: segments, dilations, heads_mode, causal, scale, backend."""
     if lse_dtype is None:
-        lse_dtype = np.float64 if config.get("backend", "ref") == "ref" else np.float32
+        f64 = config.get("backend", "ref") == "ref" or dtype_name(q, dtype) == "f64"
+        lse_dtype = np.float64 if f64 else np.float32
     plan = _plan_for(q, k, dtype, **config)
     B, Nq, H, D = q.shape
     o = np.zeros(q.shape, dtype=q.dtype)

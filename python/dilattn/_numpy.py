@@ -9,8 +9,9 @@ is copied to a new, aligned, contiguous array first, which the library refuses o
 
 dtypes: float32, float64 and float16; bf16 has no numpy dtype (use dilattn.torch). The
 outputs are new C-contiguous arrays: O, dQ in q's dtype, dK, dV in k's and v's; LSE is
-[B, H, Nq], float64 from the ref backend and float32 from the others (SPEC 1). q, k, v (and o,
-do) must share one dtype; a mismatch is named in those terms ("k is float32 but q is float64").
+[B, H, Nq], float64 from the ref backend and for float64 inputs (computed in f64, SPEC 12),
+float32 otherwise (SPEC 1). q, k, v (and o, do) must share one dtype; a mismatch is named in
+those terms ("k is float32 but q is float64").
 
 torch tensors are refused with a TypeError naming dilattn.torch.attention, the function for them:
 converted here they would come back as numpy arrays, without autograd and off their device.
@@ -188,8 +189,9 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     every training step and pass the same pair to backward. Only backend "ref" runs dropout.
 
     Precision: backend "ref" computes in f64 whatever the dtype; the fast "cpu" backend (what
-    "auto" picks without a GPU) computes float64 inputs in float32 (docs/spec.md section 12), so
-    pass backend="ref" when you need f64 accuracy (numpy's default dtype is float64).
+    "auto" picks for float64 inputs, which the GPU backends refuse) computes float64 inputs in
+    float64, within 1e-10 of "ref", and returns a float64 lse (docs/spec.md section 12);
+    float32 and float16 inputs are computed in float32 (SPEC 8's bounds).
 
     Variants (docs/spec.md section 10.1, backend "ref" only; "auto" picks it for them):
     window_size=(left, right) keeps keys i + d - left <= j <= i + d + right (-1: unbounded);

@@ -198,8 +198,9 @@ class Plan(HandleOwner):
         self.backend = _abi.BACKEND_NAMES[chosen.value]
 
     def lse_dtype(self):
-        """SPEC 1: LSE is f64 in the reference, f32 elsewhere."""
-        return "f64" if self.backend == "ref" else "f32"
+        """LSE is f64 from the reference and for f64 inputs (computed in f64, SPEC 12), f32
+        otherwise (SPEC 1)."""
+        return "f64" if self.backend == "ref" or self.dtype == "f64" else "f32"
 
     def close(self):
         """Destroys the plan once no call on another thread uses it; later calls raise.

@@ -66,8 +66,8 @@ def _forward(q, k, v, *params):
     with _dt._on_device(device):
         plan = _plan(args, q, k, backend, device)
         o = torch.empty(q.shape, dtype=q.dtype, device=device)
-        lse = torch.empty((B, H, Nq), dtype=_dt._TORCH_DTYPES[lse_dtype_name(args)],
-                          device=device)
+        lse_dtype = _dt._TORCH_DTYPES[lse_dtype_name(args, _dt._dtype_name("q", q))]
+        lse = torch.empty((B, H, Nq), dtype=lse_dtype, device=device)
         plan.forward(_dt._view("q", q, device), _dt._view("k", k, device),
                      _dt._view("v", v, device), _dt._view("o", o, device),
                      _dt._view("lse", lse.unsqueeze(3), device), stream=_dt._stream(device))
@@ -77,7 +77,8 @@ def _forward(q, k, v, *params):
 def _forward_fake(q, k, v, *params):
     B, Nq, H, _ = q.shape
     o = q.new_empty(q.shape)
-    lse = q.new_empty((B, H, Nq), dtype=_dt._TORCH_DTYPES[lse_dtype_name(OpArgs(*params))])
+    lse_dtype = lse_dtype_name(OpArgs(*params), _dt._dtype_name("q", q))
+    lse = q.new_empty((B, H, Nq), dtype=_dt._TORCH_DTYPES[lse_dtype])
     return o, lse
 
 

@@ -97,6 +97,29 @@ def test_f64_inputs_give_f64_output(tmp_path):
     assert_close(o, want[0], atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize("backend", ["auto", "cpu"])
+def test_f64_inputs_computed_in_f64_on_the_fast_backend(tmp_path, backend):
+    # SPEC 12: the cpu backend (what auto picks for f64) computes f64 inputs in f64: O, the <f8
+    # LSE and the gradients within 1e-12 of numpy's f64 (an f32 computation is ~1e-7 away).
+    arrs, paths = make_inputs(tmp_path, H=4, Hkv=2, dtype="<f8")
+    want = attention_numpy(arrs["q"], arrs["k"], arrs["v"], dense_counts(12, 12, 4, True),
+                           d_o=arrs["do"])
+    flags = ["--backend", backend, "--causal"]
+    out, lse_path = tmp_path / "o.npy", tmp_path / "lse.npy"
+    run("forward", *qkv_flags(paths), "--out", out, "--lse", lse_path, *flags, expect=0)
+    o, lse = np.load(out), np.load(lse_path)
+    assert o.dtype == np.float64 and lse.dtype == np.float64
+    assert_close(o, want[0], atol=1e-12, rtol=1e-12)
+    assert_close(lse, want[1], atol=1e-12, rtol=1e-12)
+    grads = [tmp_path / f"{n}.npy" for n in ("dq", "dk", "dv")]
+    run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", grads[0], "--dk", grads[1],
+        "--dv", grads[2], *flags, expect=0)
+    for path, ref in zip(grads, want[2:]):
+        got = np.load(path)
+        assert got.dtype == np.float64
+        assert_close(got, ref, atol=1e-12, rtol=1e-12)
+
+
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_block_sparse_mask_matches_numpy(tmp_path, index_dtype):
     # Nq = 10, Nk = 12, bq = 4, bk = 3: I = 3 row blocks, J = 4 key blocks; row block 1 is empty.

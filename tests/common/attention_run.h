@@ -4,8 +4,8 @@
 // make_inputs draws Q, K, V and dO from one SplitMix64 in the case's dtype (so f16/bf16 inputs
 // are already rounded when the reference reads them). run_forward / run_backward poison every
 // output first (tensor.h), so an element a backend forgets to write fails any comparison. O
-// and dQ, dK, dV have Q's dtype; LSE is f64 from the reference backend and f32 from every
-// other (SPEC 1). The reference writes contiguous views; every other backend writes through
+// and dQ, dK, dV have Q's dtype; LSE is f64 from the reference backend and for f64 inputs
+// (computed in f64, SPEC 12), f32 otherwise (SPEC 1). The reference writes contiguous views; every other backend writes through
 // the case's output_layout. A failed call is a failed check naming the case.
 #ifndef DILATTN_TESTS_ATTENTION_RUN_H
 #define DILATTN_TESTS_ATTENTION_RUN_H
@@ -44,8 +44,8 @@ inline Inputs widened_to_f64(const Inputs& in) {
           in.d_o.converted(DILATTN_F64)};
 }
 
-inline dilattn_dtype lse_dtype_of(dilattn_backend backend) {
-  return backend == DILATTN_BACKEND_REF ? DILATTN_F64 : DILATTN_F32;
+inline dilattn_dtype lse_dtype_of(dilattn_backend backend, dilattn_dtype input) {
+  return backend == DILATTN_BACKEND_REF || input == DILATTN_F64 ? DILATTN_F64 : DILATTN_F32;
 }
 
 inline Layout output_layout_of(const AttentionCase& c, dilattn_backend backend) {
@@ -62,7 +62,7 @@ inline Forward run_forward(const AttentionCase& c, const Inputs& in, dilattn_bac
   AttentionCase planned = c;
   planned.dtype = in.q.dtype();
   Forward out{c.q_like(in.q.dtype(), output_layout_of(c, backend)),
-              c.lse_like(lse_dtype_of(backend))};
+              c.lse_like(lse_dtype_of(backend, in.q.dtype()))};
   out.o.poison();
   out.lse.poison();
   Plan plan;

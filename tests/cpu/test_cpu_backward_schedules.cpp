@@ -7,7 +7,9 @@
 // forward needs. The backward runs in a caller workspace of exactly the queried size, so a
 // schedule that carves more than it asks for writes past a heap block (ASan in CI).
 // Cases: N above one work item's block (several query blocks per head), keys across 64-key
-// tiles, GQA, causal, dilated with several branches, per-head block-sparse, f16.
+// tiles, GQA, causal, dilated with several branches, per-head block-sparse, f16; dense and
+// dilated again in f64 (computed in f64, SPEC 12's bound; the one pass's accumulators of
+// doubles take twice the bytes).
 #include "../common/attention_run.h"
 #include "../common/compare.h"
 
@@ -16,7 +18,7 @@ using namespace harness;
 namespace {
 
 std::vector<AttentionCase> per_head_shapes() {
-  std::vector<AttentionCase> cases(5);
+  std::vector<AttentionCase> cases(7);
   cases[0].name = "dense_causal_gqa_nq_lt_nk";
   cases[0].Nq = 300; cases[0].Nk = 330; cases[0].H = 4; cases[0].Hkv = 2; cases[0].D = 40;
   cases[0].causal = true;
@@ -35,6 +37,11 @@ std::vector<AttentionCase> per_head_shapes() {
   cases[4].name = "dense_f16_nq_gt_nk";
   cases[4].Nq = 270; cases[4].Nk = 200; cases[4].H = 2; cases[4].Hkv = 2; cases[4].D = 100;
   cases[4].dtype = DILATTN_F16;
+  for (int x : {0, 1}) {
+    cases[5 + x] = cases[x];
+    cases[5 + x].name += "_f64";
+    cases[5 + x].dtype = DILATTN_F64;
+  }
   return cases;
 }
 

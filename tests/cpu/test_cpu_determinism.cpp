@@ -2,7 +2,8 @@
 // run and for 1, 2 and 7 threads (SPEC 6: no float atomics; every output row has one owner and
 // one summation order). The forward is checked the same way. Cases have several work items per
 // head (N above the 256-row block) so threads really split the work, and one has B x Hkv = 8
-// (the one-pass backward, one item per (b, kv head)); no reference needed.
+// (the one-pass backward, one item per (b, kv head)); each in f32 and in f64 (computed in f64,
+// SPEC 12); no reference needed.
 #include "../common/attention_run.h"
 
 using namespace harness;
@@ -33,6 +34,12 @@ int main() {
   cases[3] = cases[0];
   cases[3].name = "dilated_mod_causal_gqa_one_pass";
   cases[3].B = 4;
+  for (size_t x = 0; x < 4; ++x) {
+    AttentionCase f64 = cases[x];
+    f64.name += "_f64";
+    f64.dtype = DILATTN_F64;
+    cases.push_back(f64);
+  }
 
   for (const AttentionCase& c : cases) {
     CaseScope scope(c.name);

@@ -6,7 +6,9 @@
 // The same split at +-100 (past score_scale's fold limit) is checked forward and backward.
 // Backward at +-1e38 is not checked: P = exp(S - LSE) needs S - LSE of the best key to be
 // exactly 0, and f32 scores differ from the LSE by an ulp, which |scale| log2(e) turns into
-// P = 0 or inf (SPEC 13). Cases: dense, causal, dilated, block-sparse, both signs.
+// P = 0 or inf (SPEC 13). Cases: dense, causal, dilated, block-sparse, both signs; each again
+// with f64 inputs (computed in f64: the same split, SPEC 12's bound, relative to the scale
+// where the f32 bound is).
 #include <cmath>
 #include <cstdio>
 
@@ -47,6 +49,13 @@ std::vector<AttentionCase> huge_cases(double scale) {
   sparse.mask.bq = sparse.mask.bk = 32; sparse.mask.density = 0.5;
   cases.push_back(sparse);
 
+  const size_t f32_cases = cases.size();
+  for (size_t x = 0; x < f32_cases; ++x) {
+    AttentionCase f64 = cases[x];
+    f64.name += "_f64";
+    f64.dtype = DILATTN_F64;
+    cases.push_back(f64);
+  }
   for (AttentionCase& c : cases) {
     c.scale = scale;
     char tag[32];
@@ -73,7 +82,11 @@ int main() {
       // one f32 rounding of the largest score |scale| * 2 (2^-24 of it), absolute: where a
       // row's scores cancel to a small LSE, a bound relative to |LSE| alone is below the
       // rounding of the scores themselves.
-      CHECK_CLOSE("LSE", got.lse, want.lse, (Tolerance{std::ldexp(std::fabs(scale), -23), 1e-6}));
+      // f64: the same with f64's rounding (2^-52), and relative 1e-13.
+      const bool f64 = c.dtype == DILATTN_F64;
+      const Tolerance lse_tol = f64 ? Tolerance{std::ldexp(std::fabs(scale), -52), 1e-13}
+                                    : Tolerance{std::ldexp(std::fabs(scale), -23), 1e-6};
+      CHECK_CLOSE("LSE", got.lse, want.lse, lse_tol);
 
       if (std::fabs(scale) > 1e3) continue;  // see the top: backward only at +-100
       const Gradients gwant = run_backward(c, in, want, DILATTN_BACKEND_REF, 1);

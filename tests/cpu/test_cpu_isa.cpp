@@ -3,12 +3,13 @@
 //   <isa> this CPU runs (own cpuid check, not the library's): dilattn_cpu_isa() names it, and
 //         forward and backward match the f64 reference within SPEC 8 and are bitwise identical
 //         for 1, 2 and 3 threads (SPEC 6), for dense, dense causal and dilated (GQA, causal,
-//         a head dim that is no multiple of the vector width);
+//         a head dim that is no multiple of the vector width); the same with f64 inputs,
+//         computed in f64, within SPEC 12's 1e-10 (O, the f64 LSE, gradients);
 //   <isa> this CPU lacks, or an unknown name: the cpu backend refuses plans with
 //         DILATTN_ERROR_INVALID_VALUE and a message naming the value (AUTO too), dilattn_cpu_isa() is
 //         "none", and nothing runs (no illegal instruction);
 //   unset: the widest instruction set this CPU runs (x86-64: avx512, avx2, sse).
-// Public ABI only (dilattn.h) and SPEC 8's tolerances.
+// Public ABI only (dilattn.h) and SPEC 8's and 12's tolerances.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -135,7 +136,8 @@ bool run(const Case& c, dilattn_dtype dtype, dilattn_backend backend, int32_t th
   return ok;
 }
 
-void expect_close(const std::string& what, const std::vector<float>& got,
+template <class T>
+void expect_close(const std::string& what, const std::vector<T>& got,
                   const std::vector<double>& want, double atol, double rtol) {
   size_t bad = 0, worst_at = 0;
   double worst = 0;
@@ -147,13 +149,40 @@ void expect_close(const std::string& what, const std::vector<float>& got,
     }
   }
   if (bad)
-    fail(what + ": " + std::to_string(bad) + " elements out of SPEC 8 tolerance, e.g. [" +
+    fail(what + ": " + std::to_string(bad) + " elements out of SPEC 8/12 tolerance, e.g. [" +
          std::to_string(worst_at) + "] = " + std::to_string(got[worst_at]) + ", reference " +
          std::to_string(want[worst_at]));
 }
 
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(T) * a.size()) == 0;
+}
+
+// The cpu backend with dtype T's inputs (`in`): against the reference (rf forward, r
+// backward, both from rf's O and LSE), and bitwise across thread counts.
+template <class T>
+void check_cpu(const std::string& name, const Case& c, dilattn_dtype dtype, const Tensors<T>& in,
+               const Tensors<double>& rf, const Tensors<double>& r, spec8::Tolerance tol,
+               spec8::Tolerance lse_tol) {
+  const std::vector<T> o_ref(rf.o.begin(), rf.o.end()), lse_ref(rf.lse.begin(), rf.lse.end());
+  Tensors<T> one = in;
+  if (!run(c, dtype, DILATTN_BACKEND_CPU, 1, one, o_ref, lse_ref)) return;
+  expect_close(name + " O", one.o, rf.o, tol.atol, tol.rtol);
+  expect_close(name + " LSE", one.lse, rf.lse, lse_tol.atol, lse_tol.rtol);
+  expect_close(name + " dQ", one.dq, r.dq, tol.atol, tol.rtol);
+  expect_close(name + " dK", one.dk, r.dk, tol.atol, tol.rtol);
+  expect_close(name + " dV", one.dv, r.dv, tol.atol, tol.rtol);
+  for (int32_t threads : {2, 3}) {
+    Tensors<T> many = in;
+    if (!run(c, dtype, DILATTN_BACKEND_CPU, threads, many, o_ref, lse_ref)) continue;
+    const std::string at = name + " with " + std::to_string(threads) + " threads: ";
+    if (!same_bytes(many.o, one.o)) fail(at + "O differs from 1 thread");
+    if (!same_bytes(many.lse, one.lse)) fail(at + "LSE differs from 1 thread");
+    if (!same_bytes(many.dq, one.dq)) fail(at + "dQ differs from 1 thread");
+    if (!same_bytes(many.dk, one.dk)) fail(at + "dK differs from 1 thread");
+    if (!same_bytes(many.dv, one.dv)) fail(at + "dV differs from 1 thread");
+  }
 }
 
 // The cpu backend on this process's ISA: against the reference, and across thread counts.
@@ -179,26 +208,9 @@ void check_matches_reference_and_threads(const std::string& isa) {
              std::vector<double>(nl), false))
       continue;
     if (!run(c, DILATTN_F64, DILATTN_BACKEND_REF, 1, r, rf.o, rf.lse)) continue;
-    const std::vector<float> o_ref(rf.o.begin(), rf.o.end()), lse_ref(rf.lse.begin(), rf.lse.end());
-
-    Tensors<float> one = f;
-    if (!run(c, DILATTN_F32, DILATTN_BACKEND_CPU, 1, one, o_ref, lse_ref)) continue;
-    const spec8::Tolerance tol = spec8::of(DILATTN_F32);
-    expect_close(name + " O", one.o, rf.o, tol.atol, tol.rtol);
-    expect_close(name + " LSE", one.lse, rf.lse, spec8::kLseAtol, 0);
-    expect_close(name + " dQ", one.dq, r.dq, tol.atol, tol.rtol);
-    expect_close(name + " dK", one.dk, r.dk, tol.atol, tol.rtol);
-    expect_close(name + " dV", one.dv, r.dv, tol.atol, tol.rtol);
-    for (int32_t threads : {2, 3}) {
-      Tensors<float> many = f;
-      if (!run(c, DILATTN_F32, DILATTN_BACKEND_CPU, threads, many, o_ref, lse_ref)) continue;
-      const std::string at = name + " with " + std::to_string(threads) + " threads: ";
-      if (!same_bytes(many.o, one.o)) fail(at + "O differs from 1 thread");
-      if (!same_bytes(many.lse, one.lse)) fail(at + "LSE differs from 1 thread");
-      if (!same_bytes(many.dq, one.dq)) fail(at + "dQ differs from 1 thread");
-      if (!same_bytes(many.dk, one.dk)) fail(at + "dK differs from 1 thread");
-      if (!same_bytes(many.dv, one.dv)) fail(at + "dV differs from 1 thread");
-    }
+    check_cpu(name, c, DILATTN_F32, f, rf, r, spec8::of(DILATTN_F32), spec8::lse());
+    // The same values as f64 inputs: computed in f64 (SPEC 12).
+    check_cpu(name + " f64", c, DILATTN_F64, r, rf, r, spec8::kF64, spec8::kF64);
   }
 }
 

@@ -4,11 +4,13 @@
 // where the reference's are, SPEC 8 elsewhere. Backward (from the reference's O and LSE, SPEC 6):
 // dQ, dK, dV NaN exactly where the reference's are, SPEC 8 elsewhere. Cases: dense, causal
 // (rows before the key must stay finite: a masked key is never multiplied in), dilated
-// (causal, GQA) and block-sparse (causal). Also: a row whose only score is -inf (softmax_rules.h:
+// (causal, GQA) and block-sparse (causal), in f32 and again in f64 (computed in f64, SPEC 12's
+// bound), one case in bf16. Also: a row whose only score is -inf (softmax_rules.h:
 // m stays -inf) is empty, O = 0 and LSE = -inf, in the reference and the cpu backend alike;
 // a row whose only score is NaN is NaN, not empty.
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "../common/attention_run.h"
 #include "../common/compare.h"
@@ -50,6 +52,15 @@ std::vector<AttentionCase> nan_cases() {
   sparse.mask.bq = sparse.mask.bk = 32; sparse.mask.density = 0.5; sparse.causal = true;
   cases.push_back(sparse);
 
+  // Every case so far again with f64 inputs, computed in f64 (SPEC 12).
+  const size_t f32_cases = cases.size();
+  for (size_t x = 0; x < f32_cases; ++x) {
+    AttentionCase f64 = cases[x];
+    f64.name += "_f64";
+    f64.dtype = DILATTN_F64;
+    cases.push_back(f64);
+  }
+
   AttentionCase bf16 = causal;
   bf16.name = "dense_causal_bf16";
   bf16.dtype = DILATTN_BF16;
@@ -74,7 +85,7 @@ void check(AttentionCase c, bool in_v) {
             static_cast<long long>(nan_o), static_cast<long long>(all_o));
   const Forward got = run_forward(c, in, DILATTN_BACKEND_CPU, 2);
   CHECK_CLOSE("O", got.o, want.o, spec8::of(c.dtype));
-  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
+  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse(c.dtype));
 
   const Gradients gwant = run_backward(c, in, want, DILATTN_BACKEND_REF, 1);
   const Gradients ggot = run_backward(c, in, want, DILATTN_BACKEND_CPU, 2);
@@ -84,10 +95,10 @@ void check(AttentionCase c, bool in_v) {
 }
 
 // Causal row 0 sees key 0 alone; K row 0 = -inf and Q row 0 = 1 make its one score -inf.
-void check_all_neg_inf_row_is_empty() {
+void check_all_neg_inf_row_is_empty(dilattn_dtype t) {
   AttentionCase c;
-  c.name = "causal_row0_score_neg_inf";
-  c.Nq = c.Nk = 70; c.D = 4; c.causal = true;
+  c.name = std::string("causal_row0_score_neg_inf_") + (t == DILATTN_F64 ? "f64" : "f32");
+  c.Nq = c.Nk = 70; c.D = 4; c.causal = true; c.dtype = t;
   CaseScope scope(c.name);
   Inputs in = make_inputs(c, 6, 2.0);
   for (int64_t d = 0; d < c.D; ++d) {
@@ -102,17 +113,17 @@ void check_all_neg_inf_row_is_empty() {
   const Forward got = run_forward(c, in, DILATTN_BACKEND_CPU, 1);
   // Rows after 0 meet key 0 as a -inf score too: weight 0, finite results.
   CHECK_CLOSE("O", got.o, want.o, spec8::of(c.dtype));
-  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
+  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse(c.dtype));
 }
 
 // Causal row 0 sees key 0 alone, and its one score is NaN (K row 0 holds a NaN): the row is
 // NaN, not empty, though every other score of its tile is -inf (masked). The cpu forward's row
 // max may drop that NaN (vmax_plain) and must restore it from the row's sum; every later row
 // meets key 0 too, so the whole O and LSE are NaN, as in the reference.
-void check_nan_score_alone_is_nan_not_empty() {
+void check_nan_score_alone_is_nan_not_empty(dilattn_dtype t) {
   AttentionCase c;
-  c.name = "causal_row0_score_nan";
-  c.Nq = c.Nk = 70; c.D = 4; c.causal = true;
+  c.name = std::string("causal_row0_score_nan_") + (t == DILATTN_F64 ? "f64" : "f32");
+  c.Nq = c.Nk = 70; c.D = 4; c.causal = true; c.dtype = t;
   CaseScope scope(c.name);
   Inputs in = make_inputs(c, 7, 2.0);
   in.k.set(0, 0, 0, 1, std::numeric_limits<double>::quiet_NaN());
@@ -122,14 +133,16 @@ void check_nan_score_alone_is_nan_not_empty() {
             want.lse.at(0, 0, 0, 0));
   const Forward got = run_forward(c, in, DILATTN_BACKEND_CPU, 1);
   CHECK_CLOSE("O", got.o, want.o, spec8::of(c.dtype));
-  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
+  CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse(c.dtype));
 }
 
 }  // namespace
 
 int main() {
-  check_all_neg_inf_row_is_empty();
-  check_nan_score_alone_is_nan_not_empty();
+  for (dilattn_dtype t : {DILATTN_F32, DILATTN_F64}) {
+    check_all_neg_inf_row_is_empty(t);
+    check_nan_score_alone_is_nan_not_empty(t);
+  }
   for (const AttentionCase& c : nan_cases()) {
     check(c, false);
     check(c, true);

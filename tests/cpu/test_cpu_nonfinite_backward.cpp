@@ -4,10 +4,12 @@
 // that row, not even 0 x inf. For each case and each of NaN, +inf, -inf placed in one element
 // of one row (of Q, K, V or dO; a row inside a causal tile's cut, so masked pairs exist next to
 // it), the backward from the reference's forward must give dQ, dK, dV whose finite/nonfinite
-// pattern equals the reference's exactly, and whose finite values are within SPEC 8.
+// pattern equals the reference's exactly, and whose finite values are within SPEC 8 (SPEC 12
+// for f64 inputs, computed in f64).
 // Cases: dense causal N = 16 (row 3: keys 4..15 must stay finite), dense causal across tiles
 // (N = 150, Nq < Nk), dense without a mask, block-sparse causal local:1 (keys 4..7), dilated
-// causal (two passes) and dilated causal GQA with B x Hkv = 8 (the one pass). Runs once per
+// causal (two passes) and dilated causal GQA with B x Hkv = 8 (the one pass); the dense causal
+// across tiles, the block-sparse and both dilated cases again in f64. Runs once per
 // instruction set (DILATTN_CPU_ISA, tests/cpu/meson.build); an instruction set this CPU lacks is
 // a skip (exit 77), never a pass.
 #include <cmath>
@@ -59,10 +61,17 @@ std::vector<AttentionCase> cases() {
   one_pass.B = 4; one_pass.H = 4; one_pass.Hkv = 2; one_pass.Nq = one_pass.Nk = 130;
   one_pass.segments = {32, 130};
   all.push_back(one_pass);
+
+  for (const AttentionCase* c : {&wide, &sparse, &dilated, &one_pass}) {
+    AttentionCase f64 = *c;
+    f64.name += "_f64";
+    f64.dtype = DILATTN_F64;
+    all.push_back(f64);
+  }
   return all;
 }
 
-// The finite/nonfinite pattern exactly, the finite values within SPEC 8.
+// The finite/nonfinite pattern exactly, the finite values within SPEC 8 (SPEC 12 for f64).
 void check_gradient(const char* what, const Tensor& got, const Tensor& want, Tolerance tol) {
   int64_t pattern_misses = 0, value_misses = 0, nonfinite = 0;
   for (int64_t e = 0; e < want.count(); ++e) {
@@ -80,7 +89,7 @@ void check_gradient(const char* what, const Tensor& got, const Tensor& want, Tol
   }
   CHECK_MSG(pattern_misses == 0, "%s: %lld elements finite in one and not the other (%lld nonfinite in the reference)",
             what, static_cast<long long>(pattern_misses), static_cast<long long>(nonfinite));
-  CHECK_MSG(value_misses == 0, "%s: %lld finite elements out of SPEC 8", what,
+  CHECK_MSG(value_misses == 0, "%s: %lld finite elements out of SPEC 8/12", what,
             static_cast<long long>(value_misses));
 }
 

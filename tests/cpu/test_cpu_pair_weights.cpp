@@ -9,6 +9,8 @@
 // the forward's tiles, no pair is computed twice. (Block heads may select rows of a sparse
 // branch that only the densest branch shares; a tile then straddles two of its segments and
 // computes some pairs with weight 0.)
+// The weights are checked in both compute types (f32, and f64 for f64 inputs: the f64 path
+// compares int32 segment numbers a half-width vector at a time and widens the result).
 // Configurations: LongNet's nested geometric ones (tiles then hold all or none of another
 // branch's pairs: skipped and uniform tiles), repeated branches, segments that do not nest
 // (pair-by-pair weights with zeros), clipped segments, each head mode, random ones.
@@ -53,16 +55,18 @@ std::vector<int> multiplicity(const Problem& p, int64_t h) {
 }
 
 // Sum of the weights of every pair over every tile, tiles cut as the forward cuts them (work
-// items of `block` rows, row tiles of up to `tile_rows`, key tiles of up to `tile_keys`).
+// items of `block` rows, row tiles of up to `tile_rows`, key tiles of up to `tile_keys`), with
+// weights in the compute type T.
+template <class T>
 std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int64_t tile_rows,
                                 int64_t tile_keys, int* skip_violations, int* bad_values,
                                 int64_t* computed) {
   const int64_t N = p.Nq;
   std::vector<double> sum(static_cast<size_t>(N * N), 0.0);
-  alignas(64) static float weights[kBR * kBC];
+  alignas(64) static T weights[kBR * kBC];
   alignas(64) static int32_t key[kMemoInts];
   key[0] = -1;
-  const PairWeightsMemo buffer{weights, key};
+  const PairWeightsMemo<T> buffer{weights, key};
   for (int64_t i0 = 0; i0 < N; i0 += block) {
     for_each_piece(p, h, i0, std::min(i0 + block, N), true, [&](const Piece& piece) {
       const KeyProgression& own = piece.own;
@@ -73,15 +77,15 @@ std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int6
               pairs_computed_earlier(p, h, piece.branch, own, 0, own.count, keys, k0, kc);
           for (int64_t t0 = 0; t0 < own.count; t0 += tile_rows) {
             const int64_t rows = std::min(tile_rows, own.count - t0);
-            const PairWeights pw =
+            const PairWeights<T> pw =
                 pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kc, buffer);
             if (whole_skip && !pw.skip) ++*skip_violations;
             if (pw.skip) continue;
             *computed += rows * kc;
             for (int64_t t = 0; t < rows; ++t)
               for (int64_t c = 0; c < kc; ++c) {
-                const float w = pw.per_pair ? pw.per_pair[t * kBC + c] : pw.uniform;
-                if (w < 0 || w != static_cast<float>(static_cast<int>(w))) ++*bad_values;
+                const T w = pw.per_pair ? pw.per_pair[t * kBC + c] : pw.uniform;
+                if (w < 0 || w != static_cast<T>(static_cast<int>(w))) ++*bad_values;
                 const int64_t i = progression_at(own, t0 + t), j = progression_at(keys, k0 + c);
                 sum[static_cast<size_t>(i * N + j)] += w;
               }
@@ -93,7 +97,9 @@ std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int6
   return sum;
 }
 
+template <class T>
 void check_config(const Config& c) {
+  harness::CaseScope scope(sizeof(T) == sizeof(double) ? "f64 weights" : "f32 weights");
   Problem p;
   p.B = 1; p.Nq = p.Nk = c.N; p.H = c.H; p.Hkv = 1; p.D = 16;
   p.kind = DILATTN_KIND_DILATED;
@@ -109,7 +115,7 @@ void check_config(const Config& c) {
       int skip_violations = 0, bad_values = 0;
       int64_t computed = 0;
       const std::vector<double> got =
-          weight_sums(p, h, cut[0], cut[1], cut[2], &skip_violations, &bad_values, &computed);
+          weight_sums<T>(p, h, cut[0], cut[1], cut[2], &skip_violations, &bad_values, &computed);
       if (c.computes_distinct_pairs_only && n == 0) {
         int64_t distinct = 0;
         for (int x : want) distinct += x > 0;
@@ -190,6 +196,9 @@ int main() {
     }
     configs.push_back(c);
   }
-  for (const Config& c : configs) check_config(c);
+  for (const Config& c : configs) {
+    check_config<float>(c);
+    check_config<double>(c);
+  }
   return harness::finish("cpu_pair_weights_sum_to_multiplicity");
 }

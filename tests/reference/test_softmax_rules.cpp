@@ -1,7 +1,8 @@
 // test_softmax_rules.cpp - lib/softmax_rules.h against hand-computed values: the LSE merge of
 // SPEC 3/5, the online update and finalize of SPEC 2 (base-2 domain), the empty-row rule
 // (m = -inf: O = 0, LSE = -inf) and NaN propagation (SPEC 13: a NaN score makes its
-// row NaN; nothing here may drop it as fmax does), and where score_scale puts the scale.
+// row NaN; nothing here may drop it as fmax does), and where score_scale puts the scale; the
+// f64 forms (the cpu backend computes f64 inputs in f64, SPEC 12) to f64 precision.
 #include <cmath>
 
 #include "../common/check.h"
@@ -101,6 +102,23 @@ int main() {
   const ScoreScale huge_neg = score_scale(-1e38);
   expect("score_scale(-1e38).pre", huge_neg.pre, -1.0);
   expect("score_scale(-1e38).post", huge_neg.post, 1e38 * kLog2e, 1e-7);
+
+  // The f64 forms: the same rules, f64 constants, f64 precision (1e-15, where the f32 forms
+  // above are held to 1e-6 .. 1e-8).
+  expect("finalize_lse(2, 4) f64 = 4 ln 2", finalize_lse(2.0, 4.0, 1.0), 4 * std::log(2.0), 1e-15);
+  expect("finalize_lse(1, 1, post 3) f64", finalize_lse(1.0, 1.0, 3.0), 3 * std::log(2.0), 1e-15);
+  expect("finalize_lse(-inf, NaN) f64", finalize_lse(-kInf, kNaN, 1.0), -kInf);
+  expect("finalize_o_factor(1, 3) f64", finalize_o_factor(1.0, 3.0), 1.0 / 3.0, 1e-16);
+  expect("finalize_o_factor(-inf, 0) f64", finalize_o_factor(-kInf, 0.0), 0.0);
+  expect("lse_in_score_domain(3 ln 2) f64", lse_in_score_domain(3 * std::log(2.0), 1.0), 3.0,
+         1e-15);
+  expect("lse_in_score_domain(-inf) f64", lse_in_score_domain(-kInf, 1.0), kInf);
+  const ScoreScaleOf<double> ordinary64 = score_scale_in<double>(0.125);
+  expect("score_scale_in<double>(0.125).pre", ordinary64.pre, 0.125 * kLog2e, 1e-16);
+  expect("score_scale_in<double>(0.125).post", ordinary64.post, 1.0);
+  const ScoreScaleOf<double> big64 = score_scale_in<double>(-45.0);
+  expect("score_scale_in<double>(-45).pre", big64.pre, -1.0);
+  expect("score_scale_in<double>(-45).post", big64.post, 45 * kLog2e, 1e-16);
 
   return harness::finish("softmax_rules_hand_computed");
 }

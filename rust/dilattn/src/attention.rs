@@ -258,7 +258,8 @@ impl Plan {
         Ok((forward, backward))
     }
 
-    /// O (and LSE, [B, H, Nq, 1] in f32 or f64: f64 from the ref backend) = attention(Q, K, V).
+    /// O (and LSE, [B, H, Nq, 1] in f32 or f64: f64 from the ref backend and for f64 inputs,
+    /// which the cpu backend computes in f64) = attention(Q, K, V).
     pub fn forward<T: Element, L: Element>(&self, q: &Tensor<T>, k: &Tensor<T>, v: &Tensor<T>,
                                            o: &mut TensorMut<T>, lse: &mut TensorMut<L>)
         -> Result<()> {

@@ -201,8 +201,8 @@ pub fn shard_rows(seqlen: usize, num_ranks: usize, rank: usize, split: Split)
 }
 
 impl Plan {
-    /// This rank's O and LSE (`[B, H, rows, 1]`, f32 or f64: f64 from the ref backend) for its
-    /// shards of Q, K and V. Collective over `comm`'s ranks.
+    /// This rank's O and LSE (`[B, H, rows, 1]`, f32 or f64: f64 from the ref backend and for
+    /// f64 inputs) for its shards of Q, K and V. Collective over `comm`'s ranks.
     #[allow(clippy::too_many_arguments)]
     pub fn ring_forward<T: Element, L: Element>(&self, comm: &Comm, split: Split, q: &Tensor<T>,
                                                 k: &Tensor<T>, v: &Tensor<T>,

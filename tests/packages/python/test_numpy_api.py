@@ -1,6 +1,7 @@
 """test_numpy_api.py - dilattn.forward / dilattn.backward on numpy arrays: the ref backend
 against the independent numpy SPEC implementation (spec_numpy), the cpu backend against ref
-within SPEC 8, block-sparse masks against a numpy oracle, and the SPEC 2 empty-row rule."""
+within SPEC 8 (f32) and within 1e-12 with an f64 LSE (f64 inputs, SPEC 12), block-sparse
+masks against a numpy oracle, and the SPEC 2 empty-row rule."""
 import numpy as np
 import pytest
 
@@ -49,6 +50,25 @@ def test_cpu_f32_within_spec8_of_ref(name, sizes, options):
     for got, want in zip(grads, grads_ref):
         assert got.dtype == np.float32
         assert within(got, want, atol, rtol)
+
+
+@pytest.mark.parametrize("backend", ["auto", "cpu"])
+@pytest.mark.parametrize("name,sizes,options", CASES, ids=DENSE_DILATED_IDS)
+def test_f64_inputs_computed_in_f64_on_the_fast_backend(name, sizes, options, backend):
+    # SPEC 12: float64 inputs on the default backend (cpu: the GPU backends refuse f64) are
+    # computed in f64, and the LSE comes back in float64. A float32 computation would be
+    # ~1e-7 away; f64's is ~1e-15, so 1e-12 leaves room for summation order only.
+    q, k, v, do = inputs(sizes, seed=9)
+    o_ref, lse_ref = dilattn.forward(q, k, v, backend="ref", **options)
+    o, lse = dilattn.forward(q, k, v, backend=backend, **options)
+    assert o.dtype == np.float64 and lse.dtype == np.float64
+    assert within(o, o_ref, 1e-12, 1e-12), np.max(np.abs(o - o_ref))
+    assert within(lse, lse_ref, 1e-12, 1e-12), np.max(np.abs(lse - lse_ref))
+    grads_ref = dilattn.backward(q, k, v, o_ref, lse_ref, do, backend="ref", **options)
+    grads = dilattn.backward(q, k, v, o, lse, do, backend=backend, **options)
+    for got, want in zip(grads, grads_ref):
+        assert got.dtype == np.float64
+        assert within(got, want, 1e-12, 1e-12), np.max(np.abs(got - want))
 
 
 def test_auto_backend_is_cpu_where_no_gpu_runs():

@@ -1,6 +1,7 @@
 """test_torch_autograd.py - dilattn.torch.attention's autograd (its custom operators with
 torch >= 2.4, its torch.autograd.Function before): gradcheck in f64 on the reference backend
-(dense, dilated in every head mode, block-sparse), agreement with the numpy API, bf16/f16 on
+(dense, dilated in every head mode, block-sparse) and on the default backend (cpu, which
+computes f64 in f64), agreement with the numpy API, bf16/f16 on
 the cpu backend within SPEC 8. Devices: test_torch_devices.py and test_torch_cuda.py."""
 import numpy as np
 import pytest
@@ -22,6 +23,14 @@ def test_gradcheck_f64_reference(name, sizes, options):
     q, k, v = _tensors(sizes, seed=21)
     assert torch.autograd.gradcheck(lambda q, k, v: dt.attention(q, k, v, backend="ref",
                                                                  **options),
+                                    (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,sizes,options", CASES, ids=DENSE_DILATED_IDS)
+def test_gradcheck_f64_default_backend(name, sizes, options):
+    # The default backend (cpu for these host tensors) computes f64 inputs in f64 (SPEC 12).
+    q, k, v = _tensors(sizes, seed=25)
+    assert torch.autograd.gradcheck(lambda q, k, v: dt.attention(q, k, v, **options),
                                     (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
