@@ -4,13 +4,13 @@
 
 attention() is differentiable: the forward saves O and LSE, the backward calls the library's
 backward (SPEC 6). With torch >= 2.4 it runs the custom operators of _torch_ops.py, which
-torch.compile keeps in one graph; with an older torch, or with a pool, the
-torch.autograd.Function _Attention below. The library has first derivatives only: a double
-backward (the gradient of a gradient) raises NotImplementedError saying so. Tensors are passed
-as views (torch strides are in elements and never negative, as the C ABI wants), in float32,
-float64, float16 or bfloat16. A tensor whose
-data pointer is not a multiple of its element size (torch.frombuffer at an odd offset), which
-the library refuses (SPEC 1), is cloned to an aligned one first.
+torch.compile keeps in one graph; with an older torch, or with a pool, a packed batch or
+sinks, the torch.autograd.Function _Attention below. The library has first derivatives only: a
+double backward (the gradient of a gradient) raises NotImplementedError saying so. Tensors are
+passed as views (torch strides are in elements and never negative, as the C ABI wants), in
+float32, float64, float16 or bfloat16. A tensor whose data pointer is not a multiple of its
+element size (torch.frombuffer at an odd offset), which the library refuses (SPEC 1), is cloned
+to an aligned one first.
 
 Devices: q, k, v (and the incoming gradient) must be on one device, else DeviceError naming
 two of them. CPU tensors run on options.backend. CUDA tensors run on the library's cuda
@@ -27,6 +27,7 @@ exact softmax attention; docs/bindings.md ("PyTorch") states how the
 outputs differ from that package's (SPEC 9).
 """
 import contextlib
+import ctypes as C
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
@@ -35,7 +36,7 @@ from torch import nn
 from . import _abi
 from ._errors import error_for
 from ._info import backend_available, build_info
-from ._numpy import same_dtype
+from ._numpy import _sink_array, same_dtype
 from ._plan import Options, Plan
 
 _DTYPE_NAMES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
@@ -138,14 +139,48 @@ DOUBLE_BACKWARD_MESSAGE = (
     "not implemented; the library computes first derivatives only (SPEC 6)")
 
 
+def _check_sinks(sinks, H):
+    """sinks (SPEC 10.3): a floating tensor of shape [H], one logit per query head, on any
+    device; refused naming sinks otherwise (DTYPE_MISMATCH for a dtype, else INVALID_VALUE)."""
+    if not isinstance(sinks, torch.Tensor):
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"sinks is a {type(sinks).__name__}: expected a torch.Tensor of "
+                        f"shape [{H}] (one logit per query head)")
+    if not sinks.is_floating_point():
+        raise error_for("DILATTN_ERROR_DTYPE_MISMATCH",
+                        f"sinks has dtype {sinks.dtype}: expected a floating tensor")
+    if tuple(sinks.shape) != (H,):
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"sinks has shape {tuple(sinks.shape)}: expected [{H}] (heads_q = {H}, "
+                        "one logit per query head)")
+
+
+def _refuse_cuda_sinks(device):
+    """The cuda backend does not compute sinks (SPEC 10.3: backend "ref" only); moving the
+    tensors to the host behind the caller's back would hide a copy of the whole problem."""
+    if device.type == "cuda":
+        raise error_for("DILATTN_ERROR_UNSUPPORTED",
+                        f"sinks= with tensors on {device}: the cuda backend does not compute "
+                        "attention sinks (docs/spec.md section 10.3, backend 'ref' only); "
+                        "move q, k, v to the CPU to use them")
+
+
 class _Attention(torch.autograd.Function):
-    """O, LSE = attention(Q, K, V); the backward reads the saved O and LSE (SPEC 6)."""
+    """O, LSE = attention(Q, K, V) with optional sink logits; the backward reads the saved O
+    and LSE (SPEC 6) and gives the sinks their gradient (SPEC 10.3)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, options):
+    def forward(ctx, q, k, v, sinks, options):
         device = _one_device([("q", q), ("k", k), ("v", v)])
         same_dtype([(name, str(t.dtype).replace("torch.", "")) for name, t in
                     (("q", q), ("k", k), ("v", v))])
+        sink_values = None
+        if sinks is not None:
+            _refuse_cuda_sinks(device)
+            _check_sinks(sinks, q.shape[2])
+            # The library reads the logits as host f64 (dilattn_call_options.sinks).
+            sink_values = _sink_array(sinks.detach().to("cpu", torch.float64).numpy(),
+                                      q.shape[2])
         backend = _plan_backend(device, options.backend)
         q, k, v = _aligned(q), _aligned(k), _aligned(v)
         B, Nq, H, D = q.shape
@@ -157,8 +192,10 @@ class _Attention(torch.autograd.Function):
                               device=device)
             plan.forward(_view("q", q, device), _view("k", k, device), _view("v", v, device),
                          _view("o", o, device), _view("lse", lse, device),
-                         stream=_stream(device))
+                         stream=_stream(device), sinks=sink_values)
         ctx.plan = plan
+        ctx.sink_values = sink_values
+        ctx.sinks_like = None if sinks is None else (sinks.dtype, sinks.device)
         ctx.save_for_backward(q, k, v, o, lse)
         lse3 = lse.squeeze(3)
         ctx.mark_non_differentiable(lse3)
@@ -171,15 +208,20 @@ class _Attention(torch.autograd.Function):
             d_o = torch.zeros_like(o)
         # The gradients come from _AttentionBackward, so that differentiating them again (a
         # double backward) reaches its backward, which says that it is not implemented.
-        dq, dk, dv = _AttentionBackward.apply(q, k, v, o, lse, d_o, ctx.plan)
-        return dq, dk, dv, None
+        grads = _AttentionBackward.apply(q, k, v, o, lse, d_o, ctx.plan, ctx.sink_values)
+        d_sinks = None
+        if ctx.sinks_like is not None and ctx.needs_input_grad[3]:
+            dtype, device = ctx.sinks_like
+            d_sinks = grads[3].to(device=device, dtype=dtype)
+        return grads[0], grads[1], grads[2], d_sinks, None
 
 
 class _AttentionBackward(torch.autograd.Function):
-    """dQ, dK, dV = the library's backward (SPEC 6) of the forward that made o and lse."""
+    """dQ, dK, dV = the library's backward (SPEC 6) of the forward that made o and lse; with
+    sink_values (the forward's host f64 sinks) also dSinks, [H] f64 on the CPU (SPEC 10.3)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, o, lse, d_o, plan):
+    def forward(ctx, q, k, v, o, lse, d_o, plan, sink_values):
         # o and lse are the forward's, made on q's device; autograd may hand d_o elsewhere.
         device = _one_device([("q", q), ("k", k), ("v", v), ("grad of o", d_o)])
         d_o = _aligned(d_o.to(o.dtype))
@@ -187,9 +229,12 @@ class _AttentionBackward(torch.autograd.Function):
             dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
             named = (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("grad of o", d_o),
                      ("dq", dq), ("dk", dk), ("dv", dv))
+            d_sinks = None if sink_values is None else (C.c_double * len(sink_values))()
             plan.backward(*(_view(name, t, device) for name, t in named),
-                          stream=_stream(device))
-        return dq, dk, dv
+                          stream=_stream(device), sinks=sink_values, d_sinks=d_sinks)
+        if d_sinks is None:
+            return dq, dk, dv
+        return dq, dk, dv, torch.tensor(d_sinks[:], dtype=torch.float64)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -203,7 +248,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
               backend: str = "auto", pool: Any = None, return_lse: bool = False,
               window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
               alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
-              cu_seqlens_k: Any = None
+              cu_seqlens_k: Any = None, sinks: Optional[torch.Tensor] = None
               ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Differentiable attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4, 6),
     on the tensors' device (CPU or CUDA, see the module's text).
@@ -215,23 +260,36 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     tensors; "auto" picks it for them); the slopes get no gradient. cu_seqlens_q/k (n + 1
     offsets each, a sequence or a tensor) make it a packed batch (section 10.2, "ref" only), as
     FlashAttention's varlen functions: q [total_q, H, D] gives o [total_q, H, D] and lse
-    [H, total_q] (4-d tensors with a batch of 1 work too)."""
+    [H, total_q] (4-d tensors with a batch of 1 work too).
+
+    sinks: a floating tensor [H] of attention-sink logits (section 10.3, as gpt-oss's learnable
+    sinks), on any device, finite or -inf: each joins every row's softmax of its head once,
+    with no value, and lse includes it; with dilated attention a row has one sink after the
+    merge of its branches. Its values are copied to the host as f64 for the call; it gets a
+    gradient (in its own dtype and device) when it requires grad. Backend "ref" only: CPU
+    tensors ("auto" picks ref); CUDA q, k, v with sinks raise dilattn.UnsupportedError (the
+    cuda backend does not compute them, and nothing is copied to the host behind the caller's
+    back). Calls with sinks run the torch.autograd.Function on every torch, so torch.compile
+    breaks the graph there."""
     if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
         alibi_slopes = alibi_slopes.detach().cpu().numpy()
     cu_seqlens_q, cu_seqlens_k = (x.tolist() if hasattr(x, "tolist") else x
                                   for x in (cu_seqlens_q, cu_seqlens_k))
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                      cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+                      cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                      sinks=sinks is not None)
     unbatched = options.cu_seqlens_q is not None and q.dim() == 3
     if unbatched:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     # The custom operators (torch >= 2.4) carry the plan's parameters as arguments; a pool (an
-    # object) and a packed batch's offsets are not among them, so those calls take the Function.
-    if _torch_ops.AVAILABLE and pool is None and options.cu_seqlens_q is None:
+    # object), a packed batch's offsets and the sinks (a tensor with its own gradient, carried
+    # per call) are not among them, so those calls take the Function.
+    if (_torch_ops.AVAILABLE and pool is None and options.cu_seqlens_q is None
+            and sinks is None):
         o, lse = _torch_ops.attention(q, k, v, options)
     else:
-        o, lse = _Attention.apply(q, k, v, options)
+        o, lse = _Attention.apply(q, k, v, sinks, options)
     if unbatched:
         o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o
