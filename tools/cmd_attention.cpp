@@ -140,13 +140,31 @@ void parse_window(const Flags& f, Settings* s) {
   s->window_right = bounds[1];
 }
 
+// A flag's value that names a .npy file (anything longer than ".npy" ending in it), not a list.
+bool names_npy_file(const std::string& text) {
+  const std::string suffix = ".npy";
+  return text.size() > suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The items of a comma list, empty ones kept (the caller's parse refuses them by name).
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                  : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 // --alibi-slopes: a .npy file of H or B * H floats ([H] or [B, H]), or a comma list. The file
 // is read here, with the flags, so a bad one exits 2 before Q, K and V are read.
 void parse_alibi_slopes(const Flags& f, Settings* s) {
   const std::string text = f.get("alibi-slopes", "");
-  const std::string suffix = ".npy";
-  if (text.size() > suffix.size() &&
-      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+  if (names_npy_file(text)) {
     const NpyArray a = read_npy_file(text);
     if (a.type != NpyType::f2 && a.type != NpyType::f4 && a.type != NpyType::f8)
       fail_input(text + ": dtype " + std::string(npy_descr(a.type)) +
@@ -159,15 +177,8 @@ void parse_alibi_slopes(const Flags& f, Settings* s) {
       s->alibi_slopes.push_back(v);
     }
   } else {
-    size_t start = 0;
-    while (true) {
-      const size_t comma = text.find(',', start);
-      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                               : comma - start);
+    for (const std::string& item : comma_items(text))
       s->alibi_slopes.push_back(parse_finite("alibi-slopes", item, text));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
   }
   if (s->alibi_slopes.empty()) fail_input("flag --alibi-slopes: " + text + " holds no slope");
 }
@@ -176,27 +187,19 @@ void parse_alibi_slopes(const Flags& f, Settings* s) {
 // order and ends are the library's to check (SPEC 10.2), which names the index.
 std::vector<int64_t> parse_offsets(const Flags& f, const std::string& name) {
   const std::string text = f.get(name, "");
-  const std::string suffix = ".npy";
   std::vector<int64_t> out;
-  if (text.size() > suffix.size() &&
-      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+  if (names_npy_file(text)) {
     const NpyArray a = read_npy_file(text);
     if (a.shape.size() != 1)
       fail_input(text + ": shape " + shape_string(a.shape) + ", --" + name +
                  " needs a 1-D array of offsets");
     for (int64_t e = 0; e < a.numel(); ++e) out.push_back(a.get_index(e, text));
   } else {
-    size_t start = 0;
-    while (true) {
-      const size_t comma = text.find(',', start);
-      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                               : comma - start);
+    for (const std::string& item : comma_items(text)) {
       int64_t v = 0;
       if (!parse_int(item, &v))
         fail_input("flag --" + name + ": '" + item + "' in '" + text + "' is not an integer");
       out.push_back(v);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   }
   if (out.size() < 2)
@@ -209,9 +212,7 @@ std::vector<int64_t> parse_offsets(const Flags& f, const std::string& name) {
 // ("-inf" in a list). The count is checked against H once Q is read.
 void parse_sinks(const Flags& f, Settings* s) {
   const std::string text = f.get("sinks", "");
-  const std::string suffix = ".npy";
-  if (text.size() > suffix.size() &&
-      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+  if (names_npy_file(text)) {
     const NpyArray a = read_npy_file(text);
     if (a.type != NpyType::f2 && a.type != NpyType::f4 && a.type != NpyType::f8)
       fail_input(text + ": dtype " + std::string(npy_descr(a.type)) +
@@ -220,16 +221,9 @@ void parse_sinks(const Flags& f, Settings* s) {
       fail_input(text + ": shape " + shape_string(a.shape) + ", sinks are [H]");
     for (int64_t e = 0; e < a.numel(); ++e) s->sinks.push_back(a.get(e));
   } else {
-    size_t start = 0;
-    while (true) {
-      const size_t comma = text.find(',', start);
-      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                               : comma - start);
+    for (const std::string& item : comma_items(text))
       s->sinks.push_back(item == "-inf" ? -std::numeric_limits<double>::infinity()
                                         : parse_finite("sinks", item, text));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
   }
   for (size_t e = 0; e < s->sinks.size(); ++e)
     if (std::isnan(s->sinks[e]) || s->sinks[e] == std::numeric_limits<double>::infinity())
