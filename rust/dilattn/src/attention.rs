@@ -172,8 +172,8 @@ impl Attention {
     }
 
     /// ALiBi slopes (SPEC 10.1): S += -m * |i + d - j| after the softcap, with heads_q slopes
-    /// (one per head) or batch * heads_q (row-major [batch][heads_q]; in a packed batch,
-    /// [sequences][heads_q]); empty is none. The library checks the values and the count at
+    /// (one per head) or batch * heads_q (row-major `[batch][heads_q]`; in a packed batch,
+    /// `[sequences][heads_q]`); empty is none. The library checks the values and the count at
     /// Plan::new. Ref backend only (as for .window()).
     pub fn alibi(mut self, slopes: &[f64]) -> Attention {
         self.alibi = slopes.to_vec();
@@ -181,7 +181,7 @@ impl Attention {
     }
 
     /// A packed batch of variable-length sequences (SPEC 10.2): sequence b owns query rows
-    /// [cu_seqlens_q[b], cu_seqlens_q[b+1]) and keys [cu_seqlens_k[b], cu_seqlens_k[b+1]); both
+    /// `[cu_seqlens_q[b], cu_seqlens_q[b+1])` and keys `[cu_seqlens_k[b], cu_seqlens_k[b+1])`; both
     /// hold one offset more than there are sequences, start at 0 and never decrease, and the
     /// plan's shape has batch 1, seqlen_q and seqlen_k the last offsets. Each sequence attends
     /// only within itself. Two empty slices are no packed batch. Checked at Plan::new; ref
@@ -276,7 +276,8 @@ fn window_side(name: &str, side: Option<usize>) -> Result<i64> {
     match side {
         None => Ok(-1),
         Some(n) => i64::try_from(n).map_err(|_| {
-            Error::new(sys::DILATTN_ERROR_INVALID_VALUE, format!("window {name} = {n} is too large"))
+            Error::new(sys::DILATTN_ERROR_INVALID_VALUE,
+                       format!("window {name} = {n} is too large"))
         }),
     }
 }
@@ -465,7 +466,7 @@ pub struct CallOptions<'a> {
     pub dropout_seed: u64,
     /// The dropout offset, below 2^32: advance it every training step.
     pub dropout_offset: u64,
-    /// heads_q sink logits, sinks[h] for query head h, finite or -inf (no sink for that head),
+    /// heads_q sink logits, `sinks[h]` for query head h, finite or -inf (no sink for that head),
     /// for a plan with .sinks(true); None for a plan without.
     pub sinks: Option<&'a [f64]>,
 }

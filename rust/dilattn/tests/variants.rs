@@ -344,20 +344,21 @@ fn refusals_carry_the_library_status_and_message() {
                      Tensor::new(&p.v, dims).unwrap());
     let mut o = vec![-7.0; p.q.len()];
     let mut lse = vec![-7.0; 16];
-    let mut ov = TensorMut::new(&mut o, dims).unwrap();
-    let mut lv = TensorMut::new(&mut lse, [1, 2, 8, 1]).unwrap();
-    let e = plan.forward(&q, &k, &v, &mut ov, &mut lv).unwrap_err();
-    assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
-    assert!(e.message().contains("sinks"), "{}", e.message());
-    let e = plan.forward_ex(&CallOptions { sinks: Some(&[0.0]), ..NO_OPTIONS }, &q, &k, &v,
-                            &mut ov, &mut lv).unwrap_err();
-    assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
-    assert!(e.message().contains("sinks has 1 values but the plan's heads_q is 2"),
-            "{}", e.message());
-    let e = plan.forward_ex(&CallOptions { sinks: Some(&[0.0, f64::NAN]), ..NO_OPTIONS }, &q, &k,
-                            &v, &mut ov, &mut lv).unwrap_err();
-    assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
-    assert!(e.message().contains("sinks[1] = nan"), "{}", e.message());
-    drop((ov, lv));
+    {
+        let mut ov = TensorMut::new(&mut o, dims).unwrap();
+        let mut lv = TensorMut::new(&mut lse, [1, 2, 8, 1]).unwrap();
+        let e = plan.forward(&q, &k, &v, &mut ov, &mut lv).unwrap_err();
+        assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
+        assert!(e.message().contains("sinks"), "{}", e.message());
+        let e = plan.forward_ex(&CallOptions { sinks: Some(&[0.0]), ..NO_OPTIONS }, &q, &k, &v,
+                                &mut ov, &mut lv).unwrap_err();
+        assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
+        assert!(e.message().contains("sinks has 1 values but the plan's heads_q is 2"),
+                "{}", e.message());
+        let nan = CallOptions { sinks: Some(&[0.0, f64::NAN]), ..NO_OPTIONS };
+        let e = plan.forward_ex(&nan, &q, &k, &v, &mut ov, &mut lv).unwrap_err();
+        assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
+        assert!(e.message().contains("sinks[1] = nan"), "{}", e.message());
+    }
     assert!(o.iter().chain(&lse).all(|&x| x == -7.0));
 }
