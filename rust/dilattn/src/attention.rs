@@ -1,12 +1,12 @@
-//! What to compute (Attention: dense, dilated or block-sparse; causal; scale; a workspace
-//! pool), for which sizes (Shape), on which backend: a Plan, which runs forward and backward on
-//! tensor views.
+//! What to compute (Attention: dense, dilated or block-sparse; causal; scale; the variants of
+//! SPEC 10; dropout; a workspace pool), for which sizes (Shape), on which backend: a Plan, which
+//! runs forward and backward on tensor views, with per-call options (CallOptions) where needed.
 use std::ptr;
 use std::sync::Arc;
 
 use dilattn_sys as sys;
 
-use crate::error::{check, Result};
+use crate::error::{check, Error, Result};
 use crate::mask::Mask;
 use crate::pool::{self, Pool};
 use crate::tensor::{Dtype, Element, Tensor, TensorMut};
@@ -94,35 +94,44 @@ impl std::fmt::Debug for SharedPool {
     }
 }
 
-/// What a plan computes (SPEC 2-4): built as Attention::dense() and friends, then .causal(),
-/// .scale(), .dropout() and .pool().
+/// What a plan computes (SPEC 2-4, 10, 11): built as Attention::dense() and friends, then
+/// .causal(), .scale(), the variants (.window(), .softcap(), .alibi(), .varlen(), .sinks()),
+/// .dropout() and .pool().
 #[derive(Clone, Debug)]
 pub struct Attention {
     kind: Kind,
     causal: bool,
     scale: Option<f64>,
     dropout: f64,
+    window: Option<(Option<usize>, Option<usize>)>,
+    softcap: f64,
+    alibi: Vec<f64>,
+    varlen: Option<(Vec<usize>, Vec<usize>)>,
+    sinks: bool,
     pool: Option<SharedPool>,
 }
 
 impl Attention {
+    fn of_kind(kind: Kind) -> Attention {
+        Attention { kind, causal: false, scale: None, dropout: 0.0, window: None, softcap: 0.0,
+                    alibi: Vec::new(), varlen: None, sinks: false, pool: None }
+    }
+
     pub fn dense() -> Attention {
-        Attention { kind: Kind::Dense, causal: false, scale: None, dropout: 0.0, pool: None }
+        Attention::of_kind(Kind::Dense)
     }
 
     /// Branches (segment length w, dilation r); the library validates them at Plan::new.
     pub fn dilated(branches: &[(usize, usize)], mode: HeadMode) -> Attention {
-        let kind = Kind::Dilated {
+        Attention::of_kind(Kind::Dilated {
             segments: branches.iter().map(|b| b.0 as i64).collect(),
             dilations: branches.iter().map(|b| b.1 as i64).collect(),
             mode,
-        };
-        Attention { kind, causal: false, scale: None, dropout: 0.0, pool: None }
+        })
     }
 
     pub fn block_sparse(mask: &Mask) -> Attention {
-        Attention { kind: Kind::BlockSparse(mask.clone()), causal: false, scale: None,
-                    dropout: 0.0, pool: None }
+        Attention::of_kind(Kind::BlockSparse(mask.clone()))
     }
 
     /// Causal: key j allowed for row i iff j <= i + (Nk - Nq) (SPEC 2).
@@ -142,6 +151,52 @@ impl Attention {
     /// Plan::forward_dropout / Plan::backward_dropout, which carry the seed and offset.
     pub fn dropout(mut self, p: f64) -> Attention {
         self.dropout = p;
+        self
+    }
+
+    /// Sliding window (SPEC 10.1): key j is allowed for row i iff
+    /// i + d - left <= j <= i + d + right (d = Nk - Nq, per sequence in a packed batch), within
+    /// the kind's allowed keys; None is unbounded, (None, None) no window. Only Backend::Ref
+    /// computes it: the other backends refuse the plan with DILATTN_ERROR_UNSUPPORTED, so
+    /// Backend::Auto resolves to Ref.
+    pub fn window(mut self, left: Option<usize>, right: Option<usize>) -> Attention {
+        self.window = Some((left, right));
+        self
+    }
+
+    /// Softcap c (SPEC 10.1): S = c * tanh(scale <q, k> / c); 0 is none; the library refuses a
+    /// negative, NaN or infinite c at Plan::new. Ref backend only (as for .window()).
+    pub fn softcap(mut self, c: f64) -> Attention {
+        self.softcap = c;
+        self
+    }
+
+    /// ALiBi slopes (SPEC 10.1): S += -m * |i + d - j| after the softcap, with heads_q slopes
+    /// (one per head) or batch * heads_q (row-major `[batch][heads_q]`; in a packed batch,
+    /// `[sequences][heads_q]`); empty is none. The library checks the values and the count at
+    /// Plan::new. Ref backend only (as for .window()).
+    pub fn alibi(mut self, slopes: &[f64]) -> Attention {
+        self.alibi = slopes.to_vec();
+        self
+    }
+
+    /// A packed batch of variable-length sequences (SPEC 10.2): sequence b owns query rows
+    /// `[cu_seqlens_q[b], cu_seqlens_q[b+1])` and keys `[cu_seqlens_k[b], cu_seqlens_k[b+1])`; both
+    /// hold one offset more than there are sequences, start at 0 and never decrease, and the
+    /// plan's shape has batch 1, seqlen_q and seqlen_k the last offsets. Each sequence attends
+    /// only within itself. Two empty slices are no packed batch. Checked at Plan::new; ref
+    /// backend only (as for .window()).
+    pub fn varlen(mut self, cu_seqlens_q: &[usize], cu_seqlens_k: &[usize]) -> Attention {
+        self.varlen = Some((cu_seqlens_q.to_vec(), cu_seqlens_k.to_vec()));
+        self
+    }
+
+    /// Attention sinks (SPEC 10.3): one logit per query head joins every softmax of its head
+    /// with no value. The values come per call in CallOptions::sinks (Plan::forward_ex and
+    /// Plan::backward_ex, which returns their gradient); the plain calls refuse such a plan.
+    /// Ref backend only (as for .window()).
+    pub fn sinks(mut self, enabled: bool) -> Attention {
+        self.sinks = enabled;
         self
     }
 
@@ -180,11 +235,60 @@ impl Attention {
         if self.dropout != 0.0 {
             check(unsafe { sys::dilattn_desc_set_dropout(desc.0, self.dropout) })?;
         }
+        if let Some((left, right)) = self.window {
+            let (left, right) = (window_side("left", left)?, window_side("right", right)?);
+            check(unsafe { sys::dilattn_desc_set_window(desc.0, left, right) })?;
+        }
+        if self.softcap != 0.0 {
+            check(unsafe { sys::dilattn_desc_set_softcap(desc.0, self.softcap) })?;
+        }
+        if !self.alibi.is_empty() {
+            check(unsafe {
+                sys::dilattn_desc_set_alibi(desc.0, self.alibi.as_ptr(), self.alibi.len() as i64)
+            })?;
+        }
+        if let Some((cu_q, cu_k)) = &self.varlen {
+            // The library reads num_seqs + 1 offsets from each array.
+            if cu_q.len() != cu_k.len() {
+                return Err(Error::new(sys::DILATTN_ERROR_INVALID_VALUE, format!(
+                    "cu_seqlens_q has {} offsets but cu_seqlens_k has {}", cu_q.len(),
+                    cu_k.len())));
+            }
+            let cu_q = offsets("cu_seqlens_q", cu_q)?;
+            let cu_k = offsets("cu_seqlens_k", cu_k)?;
+            let num_seqs = cu_q.len().saturating_sub(1) as i64;
+            check(unsafe {
+                sys::dilattn_desc_set_varlen(desc.0, num_seqs, cu_q.as_ptr(), cu_k.as_ptr())
+            })?;
+        }
+        if self.sinks {
+            check(unsafe { sys::dilattn_desc_set_sinks(desc.0, 1) })?;
+        }
         if let Some(pool) = &self.pool {
             check(unsafe { sys::dilattn_desc_set_pool(desc.0, pool.0.raw()) })?;
         }
         Ok(desc)
     }
+}
+
+/// A window side for the C API: -1 is unbounded.
+fn window_side(name: &str, side: Option<usize>) -> Result<i64> {
+    match side {
+        None => Ok(-1),
+        Some(n) => i64::try_from(n).map_err(|_| {
+            Error::new(sys::DILATTN_ERROR_INVALID_VALUE,
+                       format!("window {name} = {n} is too large"))
+        }),
+    }
+}
+
+/// Offsets as the C API's int64.
+fn offsets(name: &str, values: &[usize]) -> Result<Vec<i64>> {
+    values.iter().enumerate().map(|(i, &v)| {
+        i64::try_from(v).map_err(|_| {
+            Error::new(sys::DILATTN_ERROR_INVALID_VALUE, format!("{name}[{i}] = {v} is too large"))
+        })
+    }).collect()
 }
 
 /// Owns a dilattn_desc for the duration of Plan::new.
@@ -291,18 +395,54 @@ impl Plan {
         })
     }
 
+    /// forward with per-call options (SPEC 11.2, 10.3): the dropout seed and offset of a plan
+    /// with .dropout(p), the sink logits of a plan with .sinks(true). Those plans need this
+    /// call; they run on Backend::Ref only (the other backends refuse them at Plan::new with
+    /// DILATTN_ERROR_UNSUPPORTED, so Backend::Auto resolves to Ref).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_ex<T: Element, L: Element>(&self, options: &CallOptions, q: &Tensor<T>,
+                                              k: &Tensor<T>, v: &Tensor<T>,
+                                              o: &mut TensorMut<T>, lse: &mut TensorMut<L>)
+        -> Result<()> {
+        let options = options.raw(self.shape, None)?;
+        let (q, k, v, o, lse) = (q.raw(), k.raw(), v.raw(), o.raw(), lse.raw());
+        check(unsafe {
+            sys::dilattn_forward_ex(self.raw, &q, &k, &v, &o, &lse, &options, ptr::null_mut(), 0)
+        })
+    }
+
+    /// backward of forward_ex, with the same options (SPEC 11.3, 10.3). Returns the sinks'
+    /// gradient (heads_q values, summed over batch and rows) when options.sinks is given, else
+    /// None. Backend::Ref only, as forward_ex.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_ex<T: Element, L: Element>(&self, options: &CallOptions, q: &Tensor<T>,
+                                               k: &Tensor<T>, v: &Tensor<T>, o: &Tensor<T>,
+                                               lse: &Tensor<L>, d_o: &Tensor<T>,
+                                               dq: &mut TensorMut<T>, dk: &mut TensorMut<T>,
+                                               dv: &mut TensorMut<T>)
+        -> Result<Option<Vec<f64>>> {
+        let mut d_sinks = options.sinks.map(|_| vec![0.0; self.shape.heads_q]);
+        let raw_options = options.raw(self.shape, d_sinks.as_deref_mut())?;
+        let inputs = [q.raw(), k.raw(), v.raw(), o.raw()];
+        let (lse, d_o) = (lse.raw(), d_o.raw());
+        let (dq, dk, dv) = (dq.raw(), dk.raw(), dv.raw());
+        check(unsafe {
+            sys::dilattn_backward_ex(self.raw, &inputs[0], &inputs[1], &inputs[2], &inputs[3],
+                                     &lse, &d_o, &dq, &dk, &dv, &raw_options, ptr::null_mut(), 0)
+        })?;
+        Ok(d_sinks)
+    }
+
     /// forward with the dropout mask of (seed, offset) (SPEC 11): offset below 2^32; advance
-    /// it every training step and give backward_dropout the same pair.
+    /// it every training step and give backward_dropout the same pair. forward_ex with only
+    /// the seed and offset.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_dropout<T: Element, L: Element>(&self, seed: u64, offset: u64, q: &Tensor<T>,
                                                    k: &Tensor<T>, v: &Tensor<T>,
                                                    o: &mut TensorMut<T>, lse: &mut TensorMut<L>)
         -> Result<()> {
-        let options = call_options(seed, offset);
-        let (q, k, v, o, lse) = (q.raw(), k.raw(), v.raw(), o.raw(), lse.raw());
-        check(unsafe {
-            sys::dilattn_forward_ex(self.raw, &q, &k, &v, &o, &lse, &options, ptr::null_mut(), 0)
-        })
+        let options = CallOptions { dropout_seed: seed, dropout_offset: offset, sinks: None };
+        self.forward_ex(&options, q, k, v, o, lse)
     }
 
     /// backward of forward_dropout with the same seed and offset (SPEC 11.3).
@@ -313,22 +453,44 @@ impl Plan {
                                                     d_o: &Tensor<T>, dq: &mut TensorMut<T>,
                                                     dk: &mut TensorMut<T>, dv: &mut TensorMut<T>)
         -> Result<()> {
-        let options = call_options(seed, offset);
-        let inputs = [q.raw(), k.raw(), v.raw(), o.raw()];
-        let (lse, d_o) = (lse.raw(), d_o.raw());
-        let (dq, dk, dv) = (dq.raw(), dk.raw(), dv.raw());
-        check(unsafe {
-            sys::dilattn_backward_ex(self.raw, &inputs[0], &inputs[1], &inputs[2], &inputs[3],
-                                     &lse, &d_o, &dq, &dk, &dv, &options, ptr::null_mut(), 0)
-        })
+        let options = CallOptions { dropout_seed: seed, dropout_offset: offset, sinks: None };
+        self.backward_ex(&options, q, k, v, o, lse, d_o, dq, dk, dv).map(|_| ())
     }
 }
 
-fn call_options(seed: u64, offset: u64) -> sys::dilattn_call_options {
-    let mut options = unsafe { sys::dilattn_call_options_make() };
-    options.dropout_seed = seed;
-    options.dropout_offset = offset;
-    options
+/// Per-call options of Plan::forward_ex and Plan::backward_ex (SPEC 11.2, 10.3). The default
+/// is seed 0, offset 0, no sinks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallOptions<'a> {
+    /// The dropout seed: any value (a plan with .dropout(p)).
+    pub dropout_seed: u64,
+    /// The dropout offset, below 2^32: advance it every training step.
+    pub dropout_offset: u64,
+    /// heads_q sink logits, `sinks[h]` for query head h, finite or -inf (no sink for that head),
+    /// for a plan with .sinks(true); None for a plan without.
+    pub sinks: Option<&'a [f64]>,
+}
+
+impl CallOptions<'_> {
+    /// The C options; d_sinks (heads_q values) receives the sinks' gradient in a backward.
+    fn raw(&self, shape: Shape, d_sinks: Option<&mut [f64]>) -> Result<sys::dilattn_call_options> {
+        let mut options = unsafe { sys::dilattn_call_options_make() };
+        options.dropout_seed = self.dropout_seed;
+        options.dropout_offset = self.dropout_offset;
+        if let Some(sinks) = self.sinks {
+            // The library reads heads_q values.
+            if sinks.len() != shape.heads_q {
+                return Err(Error::new(sys::DILATTN_ERROR_INVALID_VALUE, format!(
+                    "sinks has {} values but the plan's heads_q is {}", sinks.len(),
+                    shape.heads_q)));
+            }
+            options.sinks = sinks.as_ptr();
+        }
+        if let Some(d_sinks) = d_sinks {
+            options.d_sinks = d_sinks.as_mut_ptr();
+        }
+        Ok(options)
+    }
 }
 
 impl Drop for Plan {

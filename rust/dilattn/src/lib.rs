@@ -19,6 +19,10 @@
 //! Ring attention over P ranks (SPEC 5): the [`ring`] module ([`Comm`], [`Split`],
 //! [`ring::shard_rows`], [`Plan::ring_forward`], [`Plan::ring_backward`], [`ring::run_threads`]).
 //!
+//! The variants of SPEC 10 (windows, softcap, ALiBi, packed batches, sinks) and dropout (SPEC 11)
+//! are [`Attention`] options that the ref backend computes; sinks and dropout take per-call
+//! [`CallOptions`] through [`Plan::forward_ex`] and [`Plan::backward_ex`].
+//!
 //! Elements: f32, f64, and f16 / bf16 as [`F16`] / [`Bf16`] (u16 bits). Workspace memory:
 //! [`Pool`] (the library's buddy pool) attached with [`Attention::pool`].
 //!
@@ -32,7 +36,7 @@ mod pool;
 pub mod ring;
 mod tensor;
 
-pub use attention::{Attention, Backend, HeadMode, Plan, Shape};
+pub use attention::{Attention, Backend, CallOptions, HeadMode, Plan, Shape};
 pub use error::{Error, Result};
 pub use half::{Bf16, F16};
 pub use mask::{Bsr, Mask};
