@@ -7,7 +7,10 @@ What each argument means here:
 - segment_lengths, dilation_rates, is_causal, softmax_scale (default 1/sqrt(D)): as in
   dilattn.torch.DilatedAttention; heads split into len(segment_lengths) groups
   (heads_mode="groups", SPEC 3) unless heads_mode says otherwise.
-- dropout must be 0 (the torch modules take no attention dropout; NotImplementedError otherwise).
+- dropout in [0, 1): attention dropout (SPEC 11, backend "ref": CPU tensors) in training mode
+  only, as in dilattn.torch.DilatedAttention (a seed drawn from torch's generator at every
+  call; eval() turns it off). The torch.distributed ring has no dropout: a ring class with a
+  group of several ranks raises NotImplementedError in training mode with dropout > 0.
 - Memory-pool, profiling, caching and hardware flags of that package (NO_OP_FLAGS below) are
   accepted and change nothing: dilattn plans take their workspace from the library's pool
   (dilattn.Pool through pool=) and choose their kernels themselves, and no flag changes a
@@ -39,7 +42,7 @@ from torch import nn
 from . import mask as _mask
 from ._errors import error_for
 from .torch import (DilatedAttention, MultiheadDilatedAttention, _add_input_projections,
-                     _no_dropout, attention)
+                     _dropout_probability, _module_dropout, attention)
 from .torch_ring import ring_attention
 
 # Flags of that package that select its memory pools, caches, profiling or kernels. They have
@@ -99,6 +102,16 @@ def _ring_group(cls_name, group):
                         "sequence over its ranks with dilattn.torch.ring_attention, each rank "
                         "passing its rows, or run the module in a single process")
     return group
+
+
+def _refuse_ring_dropout(cls_name, p):
+    """dilattn.torch.ring_attention has no dropout (SPEC 11.2: ring attention refuses it)."""
+    if p != 0.0:
+        raise error_for("DILATTN_ERROR_UNSUPPORTED",
+                        f"{cls_name}: dropout={p} in training mode over a process group of "
+                        "several ranks: dilattn's ring attention has no attention dropout "
+                        "(docs/spec.md section 11.2); use dropout=0.0, eval(), or the module in "
+                        "a single process")
 
 
 def _refuse_multi_rank(cls_name, group):
@@ -201,6 +214,7 @@ class RingDilatedAttention(DilatedAttention):
         _refuse_tensor_masks(type(self).__name__, attention_mask=attention_mask)
         group = _ring_group(type(self).__name__, self.group)
         if group is not None:
+            _refuse_ring_dropout(type(self).__name__, _module_dropout(self))
             return ring_attention(query, key, value, group=group, split=self.split,
                                   segments=self.segment_lengths, dilations=self.dilation_rates,
                                   heads_mode=self.heads_mode, causal=is_causal,
@@ -339,7 +353,7 @@ class BlockSparseRingDilatedAttention(nn.Module):
             sparse_config = kwargs.pop("sparsity_config")
         settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SPARSE_FIELDS}
         _accept_flags(name, kwargs)
-        _no_dropout("dropout", dropout)
+        self.dropout_p = _dropout_probability("dropout", dropout)
         _refuse_multi_rank(name, group)
         if len(segment_lengths) != len(dilation_rates):
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
@@ -371,7 +385,8 @@ class BlockSparseRingDilatedAttention(nn.Module):
         _refuse_multi_rank(name, self.group)
         _refuse_weights(name, return_attention_weights)
         return attention(q, k, v, mask=self.mask_for(q.shape[1], k.shape[1]), causal=is_causal,
-                         scale=self.softmax_scale, backend=self.backend)
+                         scale=self.softmax_scale, backend=self.backend,
+                         dropout_p=_module_dropout(self))
 
 
 class BlockSparseRingMultiheadDilatedAttention(nn.Module):
@@ -386,7 +401,7 @@ class BlockSparseRingMultiheadDilatedAttention(nn.Module):
                  batch_first: bool = True, *, device: Any = None,
                  dtype: Optional[torch.dtype] = None, **kwargs: Any) -> None:
         super().__init__()
-        _no_dropout("dropout", dropout)
+        _dropout_probability("dropout", dropout)
         factory = dict(device=device, dtype=dtype)
         _add_input_projections(self, embed_dim, num_heads, bias, factory)
         self.embed_dim = embed_dim
@@ -394,7 +409,7 @@ class BlockSparseRingMultiheadDilatedAttention(nn.Module):
         self.batch_first = batch_first
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.sparse_attention = BlockSparseRingDilatedAttention(
-            segment_lengths, dilation_rates, sparse_config, **kwargs)
+            segment_lengths, dilation_rates, sparse_config, dropout=dropout, **kwargs)
 
     def forward(self, query: torch.Tensor, key: Optional[torch.Tensor] = None,
                 value: Optional[torch.Tensor] = None,

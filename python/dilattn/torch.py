@@ -4,13 +4,13 @@
 
 attention() is differentiable: the forward saves O and LSE, the backward calls the library's
 backward (SPEC 6). With torch >= 2.4 it runs the custom operators of _torch_ops.py, which
-torch.compile keeps in one graph; with an older torch, or with a pool, a packed batch or
-sinks, the torch.autograd.Function _Attention below. The library has first derivatives only: a
-double backward (the gradient of a gradient) raises NotImplementedError saying so. Tensors are
-passed as views (torch strides are in elements and never negative, as the C ABI wants), in
-float32, float64, float16 or bfloat16. A tensor whose data pointer is not a multiple of its
-element size (torch.frombuffer at an odd offset), which the library refuses (SPEC 1), is cloned
-to an aligned one first.
+torch.compile keeps in one graph; with an older torch, or with a pool, a packed batch, sinks
+or dropout, the torch.autograd.Function _Attention below. The library has first derivatives
+only: a double backward (the gradient of a gradient) raises NotImplementedError saying so.
+Tensors are passed as views (torch strides are in elements and never negative, as the C ABI
+wants), in float32, float64, float16 or bfloat16. A tensor whose data pointer is not a
+multiple of its element size (torch.frombuffer at an odd offset), which the library refuses
+(SPEC 1), is cloned to an aligned one first.
 
 Devices: q, k, v (and the incoming gradient) must be on one device, else DeviceError naming
 two of them. CPU tensors run on options.backend. CUDA tensors run on the library's cuda
@@ -24,7 +24,8 @@ one: pip install . -Csetup-args=-Dcuda=enabled.
 DilatedAttention and MultiheadDilatedAttention take the constructor and forward arguments of
 fkodom's dilated-attention-pytorch, with heads_mode="groups" (its head split), and compute
 exact softmax attention; docs/bindings.md ("PyTorch") states how the
-outputs differ from that package's (SPEC 9).
+outputs differ from that package's (SPEC 9). Their dropout applies in training mode only, as
+torch's modules do, with a seed drawn from torch's default generator at every call (SPEC 11).
 """
 import contextlib
 import ctypes as C
@@ -33,7 +34,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from . import _abi
+from . import _abi, _cints
 from ._errors import error_for
 from ._info import backend_available, build_info
 from ._numpy import _sink_array, same_dtype
@@ -165,12 +166,38 @@ def _refuse_cuda_sinks(device):
                         "move q, k, v to the CPU to use them")
 
 
+def _refuse_cuda_dropout(name, device):
+    """The cuda backend does not run dropout (SPEC 11.2: backend "ref" only); refused before
+    any seed is drawn, any plan made or anything copied."""
+    if device.type == "cuda":
+        raise error_for("DILATTN_ERROR_UNSUPPORTED",
+                        f"dropout_p > 0 with {name} on {device}: the cuda backend does not "
+                        "run attention dropout (docs/spec.md section 11, backend 'ref' only); "
+                        "move q, k, v to the CPU, or pass dropout_p=0 (a module: eval() or "
+                        "dropout 0)")
+
+
+def _dropout_call(dropout_p, seed, offset):
+    """(seed, offset) for the plan's calls, or None for no dropout. seed=None draws a seed from
+    torch's default CPU generator, so torch.manual_seed makes the masks reproducible; nothing
+    is drawn for dropout_p = 0, so a run without dropout leaves torch's generator untouched."""
+    if seed is not None:
+        seed = _cints.uint64(seed, "seed")
+    offset = _cints.uint64(offset, "offset")  # its bound (< 2**32) is the library's (SPEC 11.1)
+    if dropout_p == 0.0:
+        return None
+    if seed is None:
+        seed = int(torch.randint(0, 2**63 - 1, (1,), dtype=torch.int64).item())
+    return seed, offset
+
+
 class _Attention(torch.autograd.Function):
-    """O, LSE = attention(Q, K, V) with optional sink logits; the backward reads the saved O
-    and LSE (SPEC 6) and gives the sinks their gradient (SPEC 10.3)."""
+    """O, LSE = attention(Q, K, V) with optional sink logits and dropout = (seed, offset); the
+    backward reads the saved O and LSE (SPEC 6), regenerates the forward's dropout mask from
+    the same seed and offset (SPEC 11.3) and gives the sinks their gradient (SPEC 10.3)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, options):
+    def forward(ctx, q, k, v, sinks, options, dropout):
         device = _one_device([("q", q), ("k", k), ("v", v)])
         same_dtype([(name, str(t.dtype).replace("torch.", "")) for name, t in
                     (("q", q), ("k", k), ("v", v))])
@@ -192,8 +219,9 @@ class _Attention(torch.autograd.Function):
                               device=device)
             plan.forward(_view("q", q, device), _view("k", k, device), _view("v", v, device),
                          _view("o", o, device), _view("lse", lse, device),
-                         stream=_stream(device), sinks=sink_values)
+                         stream=_stream(device), dropout=dropout, sinks=sink_values)
         ctx.plan = plan
+        ctx.dropout = dropout
         ctx.sink_values = sink_values
         ctx.sinks_like = None if sinks is None else (sinks.dtype, sinks.device)
         ctx.save_for_backward(q, k, v, o, lse)
@@ -208,20 +236,22 @@ class _Attention(torch.autograd.Function):
             d_o = torch.zeros_like(o)
         # The gradients come from _AttentionBackward, so that differentiating them again (a
         # double backward) reaches its backward, which says that it is not implemented.
-        grads = _AttentionBackward.apply(q, k, v, o, lse, d_o, ctx.plan, ctx.sink_values)
+        grads = _AttentionBackward.apply(q, k, v, o, lse, d_o, ctx.plan, ctx.dropout,
+                                         ctx.sink_values)
         d_sinks = None
         if ctx.sinks_like is not None and ctx.needs_input_grad[3]:
             dtype, device = ctx.sinks_like
             d_sinks = grads[3].to(device=device, dtype=dtype)
-        return grads[0], grads[1], grads[2], d_sinks, None
+        return grads[0], grads[1], grads[2], d_sinks, None, None
 
 
 class _AttentionBackward(torch.autograd.Function):
-    """dQ, dK, dV = the library's backward (SPEC 6) of the forward that made o and lse; with
-    sink_values (the forward's host f64 sinks) also dSinks, [H] f64 on the CPU (SPEC 10.3)."""
+    """dQ, dK, dV = the library's backward (SPEC 6) of the forward that made o and lse, with
+    the forward's dropout = (seed, offset) or None (SPEC 11.3); with sink_values (the
+    forward's host f64 sinks) also dSinks, [H] f64 on the CPU (SPEC 10.3)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, o, lse, d_o, plan, sink_values):
+    def forward(ctx, q, k, v, o, lse, d_o, plan, dropout, sink_values):
         # o and lse are the forward's, made on q's device; autograd may hand d_o elsewhere.
         device = _one_device([("q", q), ("k", k), ("v", v), ("grad of o", d_o)])
         d_o = _aligned(d_o.to(o.dtype))
@@ -231,7 +261,8 @@ class _AttentionBackward(torch.autograd.Function):
                      ("dq", dq), ("dk", dk), ("dv", dv))
             d_sinks = None if sink_values is None else (C.c_double * len(sink_values))()
             plan.backward(*(_view(name, t, device) for name, t in named),
-                          stream=_stream(device), sinks=sink_values, d_sinks=d_sinks)
+                          stream=_stream(device), dropout=dropout, sinks=sink_values,
+                          d_sinks=d_sinks)
         if d_sinks is None:
             return dq, dk, dv
         return dq, dk, dv, torch.tensor(d_sinks[:], dtype=torch.float64)
@@ -248,7 +279,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
               backend: str = "auto", pool: Any = None, return_lse: bool = False,
               window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
               alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
-              cu_seqlens_k: Any = None, sinks: Optional[torch.Tensor] = None
+              cu_seqlens_k: Any = None, sinks: Optional[torch.Tensor] = None,
+              dropout_p: float = 0.0, seed: Optional[int] = None, offset: int = 0
               ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Differentiable attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4, 6),
     on the tensors' device (CPU or CUDA, see the module's text).
@@ -270,7 +302,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     tensors ("auto" picks ref); CUDA q, k, v with sinks raise dilattn.UnsupportedError (the
     cuda backend does not compute them, and nothing is copied to the host behind the caller's
     back). Calls with sinks run the torch.autograd.Function on every torch, so torch.compile
-    breaks the graph there."""
+    breaks the graph there.
+
+    dropout_p: attention dropout (section 11) in [0, 1): each (query, key) probability is
+    dropped with that chance and the kept ones are scaled by 1 / (1 - dropout_p); lse is
+    unaffected. It applies whenever dropout_p > 0 (this function has no training mode; the
+    modules below pass 0 in eval mode). The mask is a pure function of seed (0 .. 2**64 - 1)
+    and offset (0 .. 2**32 - 1); the backward regenerates the same mask. seed=None draws one
+    from torch's default CPU generator at each call (torch.randint), so torch.manual_seed
+    makes a run reproducible and every call gets a new mask; nothing is drawn when
+    dropout_p = 0, which is no dropout, bitwise. Backend "ref" only: CPU tensors ("auto" picks
+    ref); CUDA tensors with dropout_p > 0 raise dilattn.UnsupportedError. Calls with dropout run
+    the torch.autograd.Function on every torch."""
     if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
         alibi_slopes = alibi_slopes.detach().cpu().numpy()
     cu_seqlens_q, cu_seqlens_k = (x.tolist() if hasattr(x, "tolist") else x
@@ -278,29 +321,42 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                      sinks=sinks is not None)
+                      sinks=sinks is not None, dropout_p=dropout_p)
+    if options.dropout_p != 0.0:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if isinstance(t, torch.Tensor):
+                _refuse_cuda_dropout(name, t.device)
+    dropout = _dropout_call(options.dropout_p, seed, offset)
     unbatched = options.cu_seqlens_q is not None and q.dim() == 3
     if unbatched:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     # The custom operators (torch >= 2.4) carry the plan's parameters as arguments; a pool (an
-    # object), a packed batch's offsets and the sinks (a tensor with its own gradient, carried
-    # per call) are not among them, so those calls take the Function.
+    # object), a packed batch's offsets, the sinks (a tensor with its own gradient, carried
+    # per call) and dropout's seed and offset (per call) are not among them, so those calls
+    # take the Function.
     if (_torch_ops.AVAILABLE and pool is None and options.cu_seqlens_q is None
-            and sinks is None):
+            and sinks is None and dropout is None):
         o, lse = _torch_ops.attention(q, k, v, options)
     else:
-        o, lse = _Attention.apply(q, k, v, sinks, options)
+        o, lse = _Attention.apply(q, k, v, sinks, options, dropout)
     if unbatched:
         o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o
 
 
-def _no_dropout(name, p):
-    if p != 0.0:
-        raise error_for("DILATTN_ERROR_UNSUPPORTED",
-                        f"{name}={p}: dilattn's torch modules take no attention dropout "
-                        f"(dilattn.forward(..., dropout_p=) runs it on backend ref); pass "
-                        f"{name}=0.0 (or add dropout outside the attention)")
+def _dropout_probability(name, p):
+    """p as a float in [0, 1), the modules' dropout probability (SPEC 11.2), or
+    InvalidArgumentError naming the constructor argument."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise error_for("DILATTN_ERROR_INVALID_VALUE",
+                        f"{name}={p!r}: expected a dropout probability in [0, 1)")
+    return float(p)
+
+
+def _module_dropout(module):
+    """The dropout probability a module's call uses: its own in training mode, 0 in eval mode
+    (as torch's modules apply dropout)."""
+    return module.dropout_p if module.training else 0.0
 
 
 class DilatedAttention(nn.Module):
@@ -308,9 +364,11 @@ class DilatedAttention(nn.Module):
     DilatedAttention: branch b has segment length segment_lengths[b] and dilation
     dilation_rates[b]; with heads_mode="groups" head group b uses branch b (SPEC 3).
 
-    softmax_scale: default 1/sqrt(D). attention_dropout must be 0. op (an xformers operator in
-    that package) chooses a kernel there and is ignored here. heads_mode and backend are
-    dilattn's additions."""
+    softmax_scale: default 1/sqrt(D). attention_dropout in [0, 1) drops attention probabilities
+    in training mode only (SPEC 11, backend "ref": CPU tensors), with a seed drawn from torch's
+    generator at every call, so torch.manual_seed makes a run reproducible; eval() turns it
+    off. op (an xformers operator in that package) chooses a kernel there and is ignored here.
+    heads_mode and backend are dilattn's additions."""
 
     def __init__(self, segment_lengths: Sequence[int], dilation_rates: Sequence[int],
                  softmax_scale: Optional[float] = None, attention_dropout: float = 0.0,
@@ -320,11 +378,10 @@ class DilatedAttention(nn.Module):
             raise error_for("DILATTN_ERROR_INVALID_VALUE",
                             f"len(segment_lengths) ({len(segment_lengths)}) must be equal to "
                             f"len(dilation_rates) ({len(dilation_rates)})")
-        _no_dropout("attention_dropout", attention_dropout)
         self.segment_lengths = list(segment_lengths)
         self.dilation_rates = list(dilation_rates)
         self.softmax_scale = softmax_scale
-        self.dropout_p = attention_dropout
+        self.dropout_p = _dropout_probability("attention_dropout", attention_dropout)
         self.op = op
         self.heads_mode = heads_mode
         self.backend = backend
@@ -334,7 +391,8 @@ class DilatedAttention(nn.Module):
                 is_causal: bool = False) -> torch.Tensor:
         return attention(query, key, value, segments=self.segment_lengths,
                          dilations=self.dilation_rates, heads_mode=self.heads_mode,
-                         causal=is_causal, scale=self.softmax_scale, backend=self.backend)
+                         causal=is_causal, scale=self.softmax_scale, backend=self.backend,
+                         dropout_p=_module_dropout(self))
 
 
 def _add_input_projections(module, embed_dim, num_heads, bias, factory):
@@ -354,7 +412,7 @@ class MultiheadDilatedAttention(nn.Module):
     sub-LayerNorm before the output projection when layer_norm is True, and its
     initialisation (xavier normal, gain gamma_init on the value and output projections).
     forward(query, key, value, is_causal=False) returns (out, None) as that package does.
-    dropout must be 0."""
+    dropout is the attention dropout of its DilatedAttention (training mode only)."""
 
     def __init__(self, embed_dim: int, num_heads: int, dilation_rates: Sequence[int],
                  segment_lengths: Sequence[int], dropout: float = 0.0, bias: bool = True,
@@ -362,7 +420,7 @@ class MultiheadDilatedAttention(nn.Module):
                  device: Any = None, dtype: Optional[torch.dtype] = None, op: Any = None, *,
                  heads_mode: str = "groups", backend: str = "auto") -> None:
         super().__init__()
-        _no_dropout("dropout", dropout)
+        _dropout_probability("dropout", dropout)
         factory = dict(device=device, dtype=dtype)
         _add_input_projections(self, embed_dim, num_heads, bias, factory)
         self.num_heads = num_heads

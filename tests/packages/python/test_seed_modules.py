@@ -1,8 +1,8 @@
 """test_seed_modules.py - the DarcStar dilated-attention-pytorch module family and factories
 in dilattn.torch: outputs against SPEC 3-4 (tests/common/spec_numpy.py), the block patterns
 against a transcription of that package's pattern rules, the kinds "auto" chooses, the
-signatures, the no-op flags, and the refusals (dropout, tensor masks, weights, block-sparse on
-several ranks)."""
+signatures, the no-op flags, and the refusals (dropout outside [0, 1), tensor masks, weights,
+block-sparse on several ranks; test_torch_dropout.py has the dropout itself)."""
 import inspect
 
 import numpy as np
@@ -205,10 +205,10 @@ def test_memory_pool_and_hardware_flags_change_nothing():
 
 # ---------------------------------------------------------------- refusals
 def test_dropout_tensor_masks_and_weights_are_refused():
-    with pytest.raises(NotImplementedError, match="dropout=0.1"):
-        dt.ImprovedDilatedAttention([4], [1], dropout=0.1)
-    with pytest.raises(NotImplementedError, match="dropout=0.1"):
-        dt.BlockSparseRingMultiheadDilatedAttention(8, 2, [4], [1], dropout=0.1)
+    with pytest.raises(ValueError, match="dropout=1.5"):
+        dt.ImprovedDilatedAttention([4], [1], dropout=1.5)
+    with pytest.raises(ValueError, match="dropout=1.0"):
+        dt.BlockSparseRingMultiheadDilatedAttention(8, 2, [4], [1], dropout=1.0)
     q, k, v = _qkv(1, 8, 2, 4, seed=47)
     with pytest.raises(NotImplementedError, match="attention_mask"):
         dt.ImprovedDilatedAttention([4], [1])(q, k, v, attention_mask=torch.ones(8, 8))

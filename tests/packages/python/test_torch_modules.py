@@ -2,7 +2,8 @@
 outputs and gradients against SPEC 3 in PyTorch (autograd through a softmax over the
 multiset counts of tests/common/spec_numpy.py), the
 difference from dilated-attention-pytorch stated in the README (SPEC 9), the constructor and
-forward signatures of that package, and dropout refused by name."""
+forward signatures of that package, and a dropout outside [0, 1) refused by name
+(test_torch_dropout.py has the dropout itself)."""
 import inspect
 import math
 
@@ -146,11 +147,13 @@ def test_signatures_are_those_of_dilated_attention_pytorch():
     assert names(MultiheadDilatedAttention.forward) == ["query", "key", "value", "is_causal"]
 
 
-def test_dropout_is_refused_by_name():
-    with pytest.raises(NotImplementedError, match="attention_dropout=0.1"):
-        DilatedAttention([4], [1], attention_dropout=0.1)
-    with pytest.raises(dilattn.UnsupportedError, match="DILATTN_ERROR_UNSUPPORTED: dropout=0.2"):
-        MultiheadDilatedAttention(8, 2, [1], [4], dropout=0.2)
+def test_dropout_outside_0_1_is_refused_by_name():
+    with pytest.raises(ValueError, match="attention_dropout=1.0"):
+        DilatedAttention([4], [1], attention_dropout=1.0)
+    with pytest.raises(dilattn.InvalidArgumentError,
+                       match=r"DILATTN_ERROR_INVALID_VALUE: dropout=-0.2: expected a dropout "
+                             r"probability in \[0, 1\)"):
+        MultiheadDilatedAttention(8, 2, [1], [4], dropout=-0.2)
 
 
 def test_bad_configurations_are_refused():
