@@ -52,14 +52,20 @@ CASES = [
 DENSE_DILATED_IDS = [c[0] for c in CASES]
 
 
-def inputs(sizes, seed, dtype=np.float64):
+def inputs_and_rng(sizes, seed):
+    """q, k, v, dO in f64, uniform in [-1, 1), and the generator that drew them, for a test that
+    draws more (sinks, slopes) after them."""
     B, Nq, Nk, H, Hkv, D = sizes
     rng = np.random.default_rng(seed)
     q = rng.uniform(-1, 1, (B, Nq, H, D))
     k = rng.uniform(-1, 1, (B, Nk, Hkv, D))
     v = rng.uniform(-1, 1, (B, Nk, Hkv, D))
     do = rng.uniform(-1, 1, (B, Nq, H, D))
-    return tuple(x.astype(dtype) for x in (q, k, v, do))
+    return q, k, v, do, rng
+
+
+def inputs(sizes, seed, dtype=np.float64):
+    return tuple(x.astype(dtype) for x in inputs_and_rng(sizes, seed)[:4])
 
 
 def spec_config(options):

@@ -13,18 +13,14 @@ import pytest
 
 import dilattn
 from dilattn._plan import Options, Plan
-from helpers import spec_numpy
+from helpers import inputs_and_rng, spec_numpy
 
 F64_TOL = 1e-10
 
 
 def _inputs(sizes, seed):
-    B, Nq, Nk, H, Hkv, D = sizes
-    rng = np.random.default_rng(seed)
-    q = rng.uniform(-1, 1, (B, Nq, H, D))
-    k = rng.uniform(-1, 1, (B, Nk, Hkv, D))
-    v = rng.uniform(-1, 1, (B, Nk, Hkv, D))
-    do = rng.uniform(-1, 1, (B, Nq, H, D))
+    B, _, _, H, _, _ = sizes
+    q, k, v, do, rng = inputs_and_rng(sizes, seed)
     slopes_bh = rng.uniform(0.05, 0.8, (B, H))
     return q, k, v, do, slopes_bh
 
