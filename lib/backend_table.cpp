@@ -13,6 +13,11 @@ dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
 // A cudaStream_t of the caller's: the cuda backend enqueues on any.
 bool any_stream(void*) { return true; }
 
+// The SPEC 10 and 11 options each backend computes (Backend::runs_options). cuda and emu run the
+// same kernels, so they run the same options. The reference runs every one.
+constexpr uint32_t kKernelOptions = 0;
+constexpr uint32_t kCpuOptions = 0;
+
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
 // narrower_compute (the last field): null for every one. cpu computes f32, f16 and bf16 in f32
@@ -20,16 +25,16 @@ bool any_stream(void*) { return true; }
 const Backend kBackends[] = {
     {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
      cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops, nullptr,
-     cuda::device_report, any_stream, nullptr},
+     cuda::device_report, any_stream, nullptr, kKernelOptions},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
      cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops, cpu::isa_name, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, kCpuOptions},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
      ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr, nullptr,
-     nullptr},
+     nullptr, kOptionsAll},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
      emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops, nullptr,
-     emu::device_report, emu::runs_on_stream, nullptr},
+     emu::device_report, emu::runs_on_stream, nullptr, kKernelOptions},
 };
 
 }  // namespace
@@ -41,15 +46,13 @@ const Backend* find_backend(int32_t id) {
 }
 
 dilattn_status backend_can_run(const Backend& b, const Problem& p) {
-  // SPEC 10.1 and 10.2: only the reference computes windows, softcap, ALiBi and packed
-  // batches; every other backend refuses them here, in one place, before its own checks.
-  const char* variant = p.first_variant();
-  if (variant != nullptr && b.id != DILATTN_BACKEND_REF)
+  // SPEC 10 and 11: an option the backend does not compute is refused by name, in one place.
+  const uint32_t used = p.options_used();
+  if (const char* variant = Problem::first_option_outside(used & ~kOptionDropout, b.runs_options))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s' does not support %s yet (docs/spec.md section 10; use backend "
                      "ref)", b.name, variant);
-  // SPEC 11.2: the reference is the one backend that draws dropout decisions.
-  if (p.dropout_p > 0 && b.id != DILATTN_BACKEND_REF)
+  if ((used & kOptionDropout) && !(b.runs_options & kOptionDropout))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend %s does not run dropout (p = %g); backend ref does", b.name,
                      p.dropout_p);

@@ -113,13 +113,13 @@ struct Backend {
   std::string (*device_report)();
   bool (*runs_on_stream)(void* stream);
   const char* narrower_compute;
+  uint32_t runs_options;  // the ProblemOption bits (SPEC 10, 11) it computes; the rest refused
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.
 const Backend* find_backend(int32_t id);
-// Whether backend b can run p: its can_run, after the refusals every backend but ref shares
-// (dropout, SPEC 11.2; windows, softcap and ALiBi, SPEC 10.1), so no backend's own can_run
-// repeats them. plan.cpp and resolve_auto_backend ask a backend through this.
+// Whether backend b can run p: its can_run, after the refusal of any SPEC 10 or 11 option
+// outside b.runs_options, so no backend's own can_run repeats it. plan.cpp and resolve_auto_backend ask a backend through this.
 dilattn_status backend_can_run(const Backend& b, const Problem& p);
 // AUTO: the first backend, in the table's order of preference, that can run the problem; a
 // backend refusing with INVALID_VALUE (a bad setting) makes AUTO fail with its status.

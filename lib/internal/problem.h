@@ -56,6 +56,18 @@ struct PlanState {
   virtual ~PlanState() = default;
 };
 
+// The options of SPEC 10 (variants) and SPEC 11 (dropout) a problem may use; each backend states
+// the set it runs (Backend::runs_options), and backend_table.cpp refuses the rest by name.
+enum ProblemOption : uint32_t {
+  kOptionWindow = 1u << 0,
+  kOptionSoftcap = 1u << 1,
+  kOptionAlibi = 1u << 2,
+  kOptionPacked = 1u << 3,
+  kOptionSinks = 1u << 4,
+  kOptionDropout = 1u << 5,
+  kOptionsAll = (1u << 6) - 1,
+};
+
 struct Problem {
   int64_t B = 0, Nq = 0, Nk = 0, H = 0, Hkv = 0, D = 0;
   dilattn_dtype dtype = DILATTN_F32;  // of Q, K, V, O (and dO, dQ, dK, dV)
@@ -70,8 +82,7 @@ struct Problem {
   dilattn_backend backend = DILATTN_BACKEND_REF;  // resolved, never AUTO
   dilattn_pool pool = nullptr;         // workspace pool, NULL = default
   std::shared_ptr<PlanState> backend_state;  // Backend::prepare's, or null
-  // SPEC 10.1 variants (only the ref backend computes them; backend_table.cpp refuses the
-  // others). Window bounds are -1 (unbounded) or >= 0; softcap 0 is off; alibi_slopes is empty
+  // SPEC 10.1 variants (a backend that does not run one refuses it: Backend::runs_options). Window bounds are -1 (unbounded) or >= 0; softcap 0 is off; alibi_slopes is empty
   // (off), H slopes or B * H slopes ([B][H]), the count checked by plan.cpp.
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
@@ -108,14 +119,26 @@ struct Problem {
     return SequenceFrame{lo, cu_seqlens_q[s], cu_seqlens_k[s], cu_seqlens_q[s + 1] - cu_seqlens_q[s],
                          cu_seqlens_k[s + 1] - cu_seqlens_k[s]};
   }
-  // The first SPEC 10.1, 10.2 or 10.3 option the problem uses, as a refusal names it ("a window"), or
-  // null.
-  const char* first_variant() const {
-    if (has_window()) return "a window";
-    if (softcap != 0) return "a softcap";
-    if (!alibi_slopes.empty()) return "ALiBi";
-    if (is_packed()) return "a packed batch (varlen)";
-    if (sinks) return "sinks";
+  // The SPEC 10 and 11 options the problem uses, as a set of ProblemOption bits.
+  uint32_t options_used() const {
+    uint32_t used = 0;
+    if (has_window()) used |= kOptionWindow;
+    if (softcap != 0) used |= kOptionSoftcap;
+    if (!alibi_slopes.empty()) used |= kOptionAlibi;
+    if (is_packed()) used |= kOptionPacked;
+    if (sinks) used |= kOptionSinks;
+    if (dropout_p > 0) used |= kOptionDropout;
+    return used;
+  }
+  // The first option of `used` outside `supported`, as a refusal names it ("a window"), or null.
+  static const char* first_option_outside(uint32_t used, uint32_t supported) {
+    const uint32_t missing = used & ~supported;
+    if (missing & kOptionWindow) return "a window";
+    if (missing & kOptionSoftcap) return "a softcap";
+    if (missing & kOptionAlibi) return "ALiBi";
+    if (missing & kOptionPacked) return "a packed batch (varlen)";
+    if (missing & kOptionSinks) return "sinks";
+    if (missing & kOptionDropout) return "dropout";
     return nullptr;
   }
 };

@@ -16,6 +16,9 @@ namespace dilattn {
 
 namespace {
 
+// The SPEC 10 and 11 options a ring call runs (Problem::options_used).
+constexpr uint32_t kRingOptions = 0;
+
 // FNV-1a: a digest of one field of the call.
 struct Digest {
   uint64_t h = 1469598103934665603ull;
@@ -88,13 +91,14 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
     return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
                      "ring attention needs seqlen_q == seqlen_k, the plan has %lld and %lld",
                      static_cast<long long>(p.Nq), static_cast<long long>(p.Nk));
-  // SPEC 11.2: the ring's calls carry no seed, and its shards would draw with shard positions.
-  if (p.dropout_p > 0)
+  // SPEC 10 and 11: the options the ring's partial results and merge carry (kRingOptions); the
+  // rest refused by name.
+  const uint32_t used = p.options_used();
+  if ((used & kOptionDropout) && !(kRingOptions & kOptionDropout))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "the plan has dropout p = %g: ring attention does not run dropout",
                      p.dropout_p);
-  // SPEC 10.1, 10.2: the ring's partial results know no window, softcap, ALiBi or packed batch.
-  if (const char* variant = p.first_variant())
+  if (const char* variant = Problem::first_option_outside(used, kRingOptions))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "ring attention does not support %s yet (docs/spec.md section 10)", variant);
   const RingTransport::Memory memory = comm->transport->memory();
