@@ -203,11 +203,15 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         copy_rows<T, D, S, BC, kThreads>(k, kb, p.k_stride, p.kv_vec16 != 0, first, step, c0, cn);
         copy_rows<T, D, S, BC, kThreads>(v, vb, p.v_stride, p.kv_vec16 != 0, first, step, c0, cn);
-        // Which of the chunk's K rows are not all finite: read with the chunk (after the
-        // loop's barrier), in the buffer of the same index as k.
+        // Which of the chunk's K rows are not all finite: copied with the chunk (cp.async, so
+        // the issuing warp does not wait for them), in the buffer of the same index as k.
         int32_t* flags = tl.bad_key + (k == tl.k(0) ? 0 : BC);
-        for (int c = tid; c < BC; c += kThreads)
-          flags[c] = c < cn && key_flags != nullptr ? key_flags[first + step * (c0 + c)] : 0;
+        for (int c = tid; c < BC; c += kThreads) {
+          if (c < cn && key_flags != nullptr)
+            async_copy_4(flags + c, key_flags + first + step * (c0 + c));
+          else
+            flags[c] = 0;
+        }
       },
       [&](const T* k, const T* v, int keys0, int keys1) {
         constexpr int kTiles = BC / 8;
@@ -367,9 +371,19 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
       tl.seen[at] = i >= 0 ? static_cast<int32_t>(tile_keys_seen(
                                  query_row_keys(bp, hq, tile, i), tl.keys, num_keys))
                            : 0;
-      tl.lse_s[at] = i >= 0 ? bp.lse_s[row_base + i] : 0.0f;
-      tl.di[at] = i >= 0 ? bp.di[row_base + i] : 0.0f;
-      tl.bad_row[at] = i >= 0 && bp.row_bad != nullptr ? bp.row_bad[row_base + i] : 0;
+      // The row's scalars by cp.async, as its Q and dO: the warp issuing them goes on to this
+      // chunk's products instead of waiting for global memory while the others wait for it.
+      if (i >= 0) {
+        async_copy_4(tl.lse_s + at, bp.lse_s + row_base + i);
+        async_copy_4(tl.di + at, bp.di + row_base + i);
+      } else {
+        tl.lse_s[at] = 0.0f;
+        tl.di[at] = 0.0f;
+      }
+      if (i >= 0 && bp.row_bad != nullptr)
+        async_copy_4(tl.bad_row + at, bp.row_bad + row_base + i);
+      else
+        tl.bad_row[at] = 0;
     }
     copy_rows<T, D, S, R, kThreads>(tl.q(buf), qb, p.q_stride, bp.qdo_vec16 != 0, cur.rows.first,
                                  cur.rows.step, cur.t0, cn);

@@ -1,13 +1,14 @@
-// simt_async_copy.h - asynchronous 16-byte global -> shared copies (PTX cp.async.cg.shared.global
-// with cp.async.commit_group and cp.async.wait_group n) for the emulator.
+// simt_async_copy.h - asynchronous 16-byte and 4-byte global -> shared copies (PTX
+// cp.async.cg / .ca .shared.global with cp.async.commit_group and cp.async.wait_group n) for the
+// emulator.
 //
 // Part of the SIMT emulator (emu/README.md). cuda/async_copy.cuh calls these where nvcc emits
 // the PTX. What the GPU promises is only that a copy is complete after the wait_group that
 // covers its group; so the emulator makes the data visible exactly then and never earlier:
-//   issue   checks both addresses are 16-byte aligned and the destination lies in the block's
-//           dynamic shared memory (else the launch fails), reads the 16 source bytes, and
-//           fills the destination with 0xFF (NaN as f32, f16 and bf16): a read before the wait
-//           sees poison;
+//   issue   checks both addresses are aligned to the copy's size (16 or 4 bytes) and the
+//           destination lies in the block's dynamic shared memory (else the launch fails),
+//           reads the source bytes, and fills the destination with 0xFF (NaN as f32, f16 and
+//           bf16; -1 as int32): a read before the wait sees poison;
 //   commit  closes the thread's open copies into a group (copies never committed are never
 //           completed by a wait, as in PTX);
 //   wait n  writes the copies of every committed group but the newest n.
@@ -40,19 +41,21 @@ namespace detail {
 
 }  // namespace detail
 
-inline void cp_async_16(void* dst_shared, const void* src_global) {
+// One copy of `size` bytes (16 or 4), as PTX cp.async of that size.
+inline void cp_async_bytes(void* dst_shared, const void* src_global, int size) {
   detail::Fiber& f = detail::current_fiber();
   detail::BlockRun& b = *f.block;
   unsigned char* dst = static_cast<unsigned char*>(dst_shared);
+  const uintptr_t align = static_cast<uintptr_t>(size);
   char buf[192];
-  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(src_global) % 16 != 0) {
+  if (reinterpret_cast<uintptr_t>(dst) % align != 0 ||
+      reinterpret_cast<uintptr_t>(src_global) % align != 0) {
     std::snprintf(buf, sizeof buf,
-                  "cp.async: 16-byte copy from %p to %p: both addresses must be 16-byte aligned",
-                  src_global, dst_shared);
+                  "cp.async: %d-byte copy from %p to %p: both addresses must be %d-byte aligned",
+                  size, src_global, dst_shared, size);
     detail::fail_copy(b, f, buf);
   }
-  if (dst < b.shared || dst + 16 > b.shared + b.shared_bytes) {
+  if (dst < b.shared || dst + size > b.shared + b.shared_bytes) {
     std::snprintf(buf, sizeof buf,
                   "cp.async: destination %p is not in the block's dynamic shared memory",
                   dst_shared);
@@ -60,9 +63,17 @@ inline void cp_async_16(void* dst_shared, const void* src_global) {
   }
   detail::PendingCopy c;
   c.dst = dst;
-  std::memcpy(c.bytes, src_global, 16);
-  std::memset(dst, 0xFF, 16);
+  c.size = size;
+  std::memcpy(c.bytes, src_global, static_cast<size_t>(size));
+  std::memset(dst, 0xFF, static_cast<size_t>(size));
   f.copies.push_back(c);
+}
+
+inline void cp_async_16(void* dst_shared, const void* src_global) {
+  cp_async_bytes(dst_shared, src_global, 16);
+}
+inline void cp_async_4(void* dst_shared, const void* src_global) {
+  cp_async_bytes(dst_shared, src_global, 4);
 }
 
 inline void cp_async_commit() {
@@ -80,7 +91,7 @@ inline void cp_async_wait(int pending) {
   for (size_t i = 0; i < f.copies.size(); ++i) {
     const detail::PendingCopy& c = f.copies[i];
     if (c.group >= 0 && c.group < complete_below)
-      std::memcpy(c.dst, c.bytes, 16);
+      std::memcpy(c.dst, c.bytes, static_cast<size_t>(c.size));
     else
       f.copies[kept++] = c;
   }

@@ -195,6 +195,7 @@ struct WarpState {
 struct PendingCopy {
   unsigned char* dst = nullptr;
   unsigned char bytes[16] = {};
+  int size = 16;  // 4 or 16 bytes
   int group = -1;
 };
 

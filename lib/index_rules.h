@@ -135,14 +135,18 @@ DILATTN_HD int64_t progression_at(const KeyProgression& kp, int64_t t) {
   return kp.first + t * kp.step;
 }
 // How many terms of kp are <= limit (terms ascend).
+// Step 1 (dense, causal, block-sparse and dilation 1) needs no division: the kernels call these
+// per row and chunk, where a 64-bit division is a subroutine of dozens of instructions.
 DILATTN_HD int64_t terms_at_most(const KeyProgression& kp, int64_t limit) {
   if (kp.count == 0 || limit < kp.first) return 0;
-  return min_i64(kp.count, (limit - kp.first) / kp.step + 1);
+  const int64_t span = limit - kp.first;
+  return min_i64(kp.count, (kp.step == 1 ? span : span / kp.step) + 1);
 }
 // The index of the first term >= x (count when there is none).
 DILATTN_HD int64_t first_term_at_least(const KeyProgression& kp, int64_t x) {
   if (x <= kp.first) return 0;
-  return min_i64(kp.count, ceil_div(x - kp.first, kp.step));
+  const int64_t gap = x - kp.first;
+  return min_i64(kp.count, kp.step == 1 ? gap : ceil_div(gap, kp.step));
 }
 
 // SPEC 2: the first query row that may see key j under the causal rule (the inverse of

@@ -1,5 +1,5 @@
-// test_emu_async_copy.cpp - asynchronous 16-byte copies (cuda/async_copy.cuh) in the emulator: data
-// is visible only after the matching wait (emu/simt_async_copy.h).
+// test_emu_async_copy.cpp - asynchronous 16-byte and 4-byte copies (cuda/async_copy.cuh) in the
+// emulator: data is visible only after the matching wait (emu/simt_async_copy.h).
 //
 // Each of 32 threads copies 16 bytes (4 floats) of a source into shared memory, then every
 // thread reads its neighbour's 16 bytes after a __syncthreads. Properties:
@@ -10,7 +10,9 @@
 //   (4) two groups, wait<1>: the older group is visible, the newer is still poison; wait<0>
 //       then shows both (double buffering);
 //   (5) a source or destination that is not 16-byte aligned, or a destination outside shared
-//       memory, fails the launch.
+//       memory, fails the launch;
+//   (6) the same 16 bytes as four 4-byte copies (async_copy_4): the data after the wait, poison
+//       before it, and a source not 4-byte aligned fails the launch.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -24,7 +26,7 @@ namespace {
 using namespace dilattn::cuda;
 
 enum Mode : int { kCorrect, kReadBeforeWait, kNoCommit, kTwoGroups, kMisalignedSrc,
-                  kMisalignedDst, kGlobalDst };
+                  kMisalignedDst, kGlobalDst, kWords, kWordsBeforeWait, kMisalignedWord };
 
 // out[0 .. 128): what each thread read of its neighbour's 4 floats (in kTwoGroups: the first
 // buffer after wait<1>); out[128 .. 256): kTwoGroups' second buffer after wait<1>;
@@ -37,7 +39,13 @@ __global__ void copy_kernel(const float* src, float* out, int mode) {
   if (mode == kMisalignedSrc) async_copy_16(buf0 + 4 * tid, src + 4 * tid + 2);
   if (mode == kMisalignedDst) async_copy_16(buf0 + 4 * tid + 1, src + 4 * tid);
   if (mode == kGlobalDst) async_copy_16(out + 4 * tid, src + 4 * tid);
-  async_copy_16(buf0 + 4 * tid, src + 4 * tid);
+  if (mode == kMisalignedWord)
+    async_copy_4(buf0 + 4 * tid, reinterpret_cast<const char*>(src + 4 * tid) + 2);
+  if (mode == kWords || mode == kWordsBeforeWait) {
+    for (int e = 0; e < 4; ++e) async_copy_4(buf0 + 4 * tid + e, src + 4 * tid + e);
+  } else {
+    async_copy_16(buf0 + 4 * tid, src + 4 * tid);
+  }
   if (mode == kTwoGroups) {
     async_copy_commit();
     async_copy_16(buf1 + 4 * tid, src + 128 + 4 * tid);
@@ -58,10 +66,11 @@ __global__ void copy_kernel(const float* src, float* out, int mode) {
     return;
   }
   if (mode != kNoCommit) async_copy_commit();
-  if (mode != kReadBeforeWait) async_copy_wait<0>();
+  const bool before_wait = mode == kReadBeforeWait || mode == kWordsBeforeWait;
+  if (!before_wait) async_copy_wait<0>();
   __syncthreads();
   for (int e = 0; e < 4; ++e) out[4 * tid + e] = buf0[4 * next + e];
-  if (mode == kReadBeforeWait) {
+  if (before_wait) {
     __syncthreads();  // every read above happens before any thread's wait
     async_copy_wait<0>();
   }
@@ -136,5 +145,19 @@ int main() {
   run(kGlobalDst);
   CHECK_MSG(fails_with("(5) global destination", "not in the block's dynamic shared memory"),
             "(5) global destination");
+
+  // (6) 4-byte copies: the data after the wait, poison before it, alignment to 4 bytes.
+  run(kWords);
+  CHECK_MSG(emu_test::launched_ok("(6)"), "(6) launch");
+  for (int i = 0; i < 128; ++i)
+    CHECK_MSG(out[i] == want(i, 0), "(6) out[%d] = %g, want %g", i, double(out[i]),
+              double(want(i, 0)));
+  run(kWordsBeforeWait);
+  CHECK_MSG(emu_test::launched_ok("(6) before the wait"), "(6) launch before the wait");
+  for (int i = 0; i < 128; ++i)
+    CHECK_MSG(std::isnan(out[i]), "(6) before the wait: out[%d] = %g, want NaN", i,
+              double(out[i]));
+  run(kMisalignedWord);
+  CHECK_MSG(fails_with("(6) source 2 bytes off", "must be 4-byte aligned"), "(6) source");
   return harness::finish("emu_async_copy");
 }
