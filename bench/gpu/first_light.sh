@@ -62,7 +62,7 @@ tests/kernels/test_backward_nonfinite_kernels tests/kernels/test_launch_device_a
 tests/ring/test_ring_cuda_matches_reference bench/gpu/bench_gpu"
 SCRIPTS="bench/gpu/torch_compare_gpu.py bench/gpu/first_light_report.py bench/gpu/sass_model.py
 tests/packages/python/test_torch_cuda.py tests/packages/python/test_torch_compile.py
-tests/kernels/kernel_cases.h"
+tests/packages/python/test_variants_against_torch.py tests/kernels/kernel_cases.h"
 TOOLS="nvidia-smi nvcc meson ninja compute-sanitizer ncu cuobjdump python3 timeout"
 
 # The commit the results belong to: DILATTN_COMMIT when the caller names it (the device tool
@@ -214,7 +214,7 @@ step_ring_py() {
   if (cd "$work" && PYTHONPATH="$repo/python" DILATTN_LIB="$lib" DILATTN_REQUIRE_CUDA=1 \
       DILATTN_REQUIRE_TORCH=1 DILATTN_REQUIRE_TORCH_COMPILE=1 PYTHONDONTWRITEBYTECODE=1 \
       timeout -k 5 $((budget - ring_s - 10)) python3 -m pytest -q -rs -p no:cacheprovider \
-      "$py/test_torch_cuda.py" "$py/test_torch_compile.py" \
+      "$py/test_torch_cuda.py" "$py/test_torch_compile.py" "$py/test_variants_against_torch.py" \
       "$py/test_torch_ring.py::test_nccl_ring_on_cuda_tensors") \
       >"$work/pytest.log" 2>&1 && grep -q " passed" "$work/pytest.log" &&
       ! grep "^SKIPPED" "$work/pytest.log" | grep -qv "one GPU only"; then
