@@ -34,10 +34,12 @@ void mark_listed_blocks(const Problem& p, const RowRange& qr, const RowRange& kr
                         NeededRows& needed) {
   const BsrMask& m = *p.mask;
   const int64_t ib0 = qr.first / m.bq, ib1 = ceil_div(qr.first + qr.count, m.bq);
-  const int64_t k_end = kr.first + kr.count;
-  const KeyProgression queries{qr.first, 1, qr.count};
+  const int64_t q_end = qr.first + qr.count, k_end = kr.first + kr.count;
   for (int64_t h = 0; h < p.H; ++h)
     for (int64_t ib = ib0; ib < ib1; ++ib) {
+      // The mask row's queries in qr: a window lets them reach only some of its blocks' keys.
+      const int64_t q_lo = max_i64(ib * m.bq, qr.first), q_hi = min_i64((ib + 1) * m.bq, q_end);
+      const KeyProgression queries{q_lo, 1, q_hi - q_lo};
       int64_t count;
       const int64_t* cols = m.row_cols(h, ib, &count);
       for (int64_t c = 0; c < count; ++c) {
