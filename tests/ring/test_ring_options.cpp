@@ -4,7 +4,8 @@
 // dropout, each alone and all together, for every kind of ring_cases() (dense, GQA, causal,
 // N < P, dilated in three head modes, block-sparse per head and causal), P = 1..4, both
 // splits, forward and backward, f64:
-//   each_option_matches_single_process: O, LSE, dQ, dK, dV within the f64 ring bounds of
+//   each_option_matches_single_process (ring_checks.h check_option_cases): O, LSE, dQ, dK, dV
+//     within the f64 ring bounds of
 //     test_ring_forward.cpp / test_ring_backward.cpp; with sinks, every rank's d_sinks equals
 //     rank 0's bit for bit and the single-process d_sinks within 1e-11.
 //   dropout_is_the_same_draw_on_every_ring: dropout's O differs from the O without dropout (the
@@ -24,113 +25,11 @@ using namespace harness;
 
 namespace {
 
-const Tolerance kO{1e-13, 1e-12}, kLse{1e-12, 0}, kGrad{1e-11, 1e-11};
+const Tolerance kGrad{1e-11, 1e-11};
 const Tolerance kPOnP{1e-12, 1e-12};  // two rings: both merge orders round alike
 
-// One option (or all of them) added to a case: name and how.
-struct Option {
-  const char* name;
-  void (*apply)(AttentionCase* c, ringtest::CallOptions* call);
-};
-
-void add_window(AttentionCase* c, ringtest::CallOptions*) {
-  // Reaches across shards on every P (shards of N / 4 >= 19 rows for N >= 77), but not all.
-  c->window_left = c->Nq / 5;
-  c->window_right = c->causal ? 0 : c->Nq / 9;
-}
-void add_softcap(AttentionCase* c, ringtest::CallOptions*) { c->softcap = 1.5; }
-void add_alibi_per_head(AttentionCase* c, ringtest::CallOptions*) {
-  c->alibi_slopes.clear();
-  for (int64_t h = 0; h < c->H; ++h) c->alibi_slopes.push_back(0.05 * double(h + 1));
-}
-void add_alibi_per_batch_and_head(AttentionCase* c, ringtest::CallOptions*) {
-  c->alibi_slopes.clear();
-  for (int64_t x = 0; x < c->B * c->H; ++x) c->alibi_slopes.push_back(0.03 * double(x % 5) - 0.02);
-}
-void add_sinks(AttentionCase* c, ringtest::CallOptions* call) {
-  c->sinks = true;
-  call->sinks.clear();
-  for (int64_t h = 0; h < c->H; ++h) call->sinks.push_back(h == 1 ? -INFINITY : 0.4 * double(h) - 0.3);
-}
-void add_dropout(AttentionCase* c, ringtest::CallOptions* call) {
-  c->dropout_p = 0.3;
-  call->seed = 0x1234567890abcdefull;
-  call->offset = 17;
-}
-void add_all(AttentionCase* c, ringtest::CallOptions* call) {
-  add_window(c, call);
-  add_softcap(c, call);
-  add_alibi_per_head(c, call);
-  add_sinks(c, call);
-  add_dropout(c, call);
-}
-
-const Option kOptions[] = {
-    {"window", add_window},       {"softcap", add_softcap},
-    {"alibi_per_head", add_alibi_per_head},
-    {"alibi_per_batch_and_head", add_alibi_per_batch_and_head},
-    {"sinks", add_sinks},         {"dropout", add_dropout},
-    {"all_together", add_all},
-};
-
-// The single-process ref result with the call's options: O, LSE (f64), gradients, d_sinks.
-struct Single {
-  Forward fwd;
-  Gradients grad;
-  std::vector<double> d_sinks;
-};
-
-Single single_process(const AttentionCase& c, const Inputs& in, const ringtest::CallOptions& call) {
-  Single r{{c.q_like(DILATTN_F64), c.lse_like(DILATTN_F64)},
-           {c.q_like(DILATTN_F64), c.kv_like(DILATTN_F64), c.kv_like(DILATTN_F64)},
-           std::vector<double>(static_cast<size_t>(c.H), NAN)};
-  Plan plan;
-  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return r;
-  const dilattn_call_options options = call.make(r.d_sinks.data());
-  CHECK_OK(dilattn_forward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
-                              &r.fwd.o.view(), &r.fwd.lse.view(), &options, nullptr, 0));
-  CHECK_OK(dilattn_backward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
-                               &r.fwd.o.view(), &r.fwd.lse.view(), &in.d_o.view(),
-                               &r.grad.dq.view(), &r.grad.dk.view(), &r.grad.dv.view(), &options,
-                               nullptr, 0));
-  return r;
-}
-
-void check_d_sinks(const std::vector<std::vector<double>>& per_rank, const std::vector<double>& want) {
-  for (size_t r = 0; r < per_rank.size(); ++r)
-    for (size_t h = 0; h < want.size(); ++h) {
-      CHECK_MSG(std::memcmp(&per_rank[r][h], &per_rank[0][h], sizeof(double)) == 0,
-                "d_sinks[%zu]: rank %zu has %.17g, rank 0 %.17g", h, r, per_rank[r][h],
-                per_rank[0][h]);
-      CHECK_MSG(std::fabs(per_rank[r][h] - want[h]) <= 1e-11 * (1 + std::fabs(want[h])),
-                "d_sinks[%zu]: rank %zu has %.17g, single process %.17g", h, r, per_rank[r][h],
-                want[h]);
-    }
-}
-
 void each_option_matches_single_process() {
-  for (const Option& option : kOptions)
-    for (AttentionCase c : ringtest::ring_cases(DILATTN_F64)) {
-      ringtest::CallOptions call;
-      option.apply(&c, &call);
-      c.name += std::string(" + ") + option.name;
-      CaseScope scope(c.name);
-      const Inputs in = make_inputs(c, 21, 2.0);
-      const Single want = single_process(c, in, call);
-      for (const ringtest::Ring& ring : ringtest::rings(1, 4, DILATTN_BACKEND_REF)) {
-        if (!ringtest::ring_supports(c, ring.P)) continue;
-        const Forward got = ringtest::ring_forward(c, in, ring, &call);
-        std::vector<std::vector<double>> d_sinks;
-        const Gradients got_g = ringtest::ring_backward(c, in, want.fwd, ring, -1, &call, &d_sinks);
-        CaseScope named(ringtest::label(c, ring));
-        CHECK_CLOSE("O", got.o, want.fwd.o, kO);
-        CHECK_CLOSE("LSE", got.lse, want.fwd.lse, kLse);
-        CHECK_CLOSE("dQ", got_g.dq, want.grad.dq, kGrad);
-        CHECK_CLOSE("dK", got_g.dk, want.grad.dk, kGrad);
-        CHECK_CLOSE("dV", got_g.dv, want.grad.dv, kGrad);
-        if (c.sinks) check_d_sinks(d_sinks, want.d_sinks);
-      }
-    }
+  ringtest::check_option_cases(ringtest::rings(1, 4, DILATTN_BACKEND_REF));
 }
 
 double largest_difference(const Tensor& a, const Tensor& b) {
@@ -143,7 +42,7 @@ void dropout_is_the_same_draw_on_every_ring() {
   for (AttentionCase c : ringtest::ring_cases(DILATTN_F64)) {
     if (!ringtest::ring_supports(c, 3)) continue;
     ringtest::CallOptions call;
-    add_dropout(&c, &call);
+    ringtest::add_dropout(&c, &call);
     CaseScope scope(c.name + " dropout on P = 2 and 3");
     const Inputs in = make_inputs(c, 23, 2.0);
     AttentionCase without = c;
