@@ -1,5 +1,6 @@
 // reference_key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4), cut to the
-// sliding window of SPEC 10.1, within the row's own sequence of a packed batch (SPEC 10.2).
+// sliding window of SPEC 10.1, within the row's own sequence of a packed batch (SPEC 10.2); for a
+// ring's placed sub-problem (SPEC 5.5), cut by the whole problem's causal rule and window.
 #include "reference_key_sets.h"
 
 #include "placement_rules.h"

@@ -138,7 +138,8 @@ dilattn_status run_forward(RingCall& c, ForwardBuffers& buf, const dilattn_tenso
   }
   // SPEC 10.3: each row's sink joins its softmax once, here, after every step's partial: one
   // more partial (O_b = 0, LSE_b = sigma_h) merged last.
-  if (status == DILATTN_SUCCESS && p.sinks && rows > 0) status = merge_sinks(c, o_part_v, lse_part_v, o_acc_v, lse_acc_v);
+  if (status == DILATTN_SUCCESS && p.sinks && rows > 0)
+    status = merge_sinks(c, o_part_v, lse_part_v, o_acc_v, lse_acc_v);
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
   if (dilattn_status s = finish_ring_call(c, status)) return s;
   if (dilattn_status s = ops.copy(o_acc_v, o)) return s;
