@@ -37,7 +37,11 @@ A rank that never arrives (a dead process) is bounded by the process group's tim
 (init_process_group(timeout=...)).
 
 Kinds: dense, causal, dilated (any head mode), with GQA; splits "contiguous" and "zigzag" (the
-splits of dilattn.ring). Block-sparse masks, the SPEC 10 variants and dropout are not taken.
+splits of dilattn.ring). Block-sparse masks, the SPEC 10 variants (windows, softcap, ALiBi,
+sinks) and dropout are not taken: this ring cuts its sub-problems through the public
+dilattn_forward, which has no way to place one at whole-sequence positions, as a window, ALiBi
+and dropout need (docs/spec.md section 5.5); the library's own ring (dilattn.ring.ring_forward,
+dilattn_ring_forward_ex) runs them.
 The library has first derivatives only: a double backward raises.
 """
 import collections
