@@ -78,10 +78,11 @@ enum ProblemOption : uint32_t {
   kOptionPacked = 1u << 3,
   kOptionSinks = 1u << 4,
   kOptionDropout = 1u << 5,
-  // SPEC 5: a ring sub-problem placed in the whole problem (Problem::placed), which the ring
-  // makes for a window, ALiBi or dropout; never set by a plan.
+  kOptionsAll = (1u << 6) - 1,  // the options of SPEC 10 and 11
+  // SPEC 5.5: a ring sub-problem placed in the whole problem (Problem::placed), which the ring
+  // makes for a window, ALiBi or dropout; never set by a plan. Outside kOptionsAll, so that a
+  // backend runs placed sub-problems only where its entry names this bit itself.
   kOptionPlaced = 1u << 6,
-  kOptionsAll = (1u << 7) - 1,
 };
 
 struct Problem {

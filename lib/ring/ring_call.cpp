@@ -19,7 +19,7 @@ namespace {
 
 // The SPEC 10 and 11 options a ring call runs (Problem::options_used): all but a packed batch,
 // whose sequences would cut across the shards.
-constexpr uint32_t kRingOptions = kOptionsAll & ~kOptionPacked & ~kOptionPlaced;
+constexpr uint32_t kRingOptions = kOptionsAll & ~kOptionPacked;
 
 // What the ring asks of the backend that runs its sub-problems (ring_pairs.h): the plan's
 // options less sinks (the ring adds them itself at the merge), and placed sub-problems where an
@@ -132,12 +132,12 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
   // gives it (problem.h Placement).
   if (const char* variant = Problem::first_option_outside(p.options_used(), kRingOptions))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "ring attention does not support %s (docs/spec.md section 5)", variant);
+                     "ring attention does not support %s (docs/spec.md section 5.5)", variant);
   if (const char* need = Problem::first_option_outside(options_of_sub_problems(p),
                                                        plan->backend->runs_options))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "ring attention over backend '%s': its sub-problems need %s, which the "
-                     "backend does not run yet (docs/spec.md section 5; use backend ref)",
+                     "backend does not run yet (docs/spec.md section 5.5; use backend ref)",
                      plan->backend->name, need);
   const RingTransport::Memory memory = comm->transport->memory();
   const bool on_gpu = plan->backend->device == DILATTN_DEVICE_CUDA;

@@ -394,7 +394,7 @@ void backend_without_placed_sub_problems_refused() {
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return;
   dilattn::Backend fake = *plan.get()->backend;
   fake.name = "fake";
-  fake.runs_options = dilattn::kOptionsAll & ~dilattn::kOptionPlaced;
+  fake.runs_options = dilattn::kOptionsAll;  // every option of a whole problem, not placed
   const dilattn::Backend* real = plan.get()->backend;
   plan.get()->backend = &fake;
   const ringtest::Ring ring{2, DILATTN_RING_CONTIGUOUS, DILATTN_BACKEND_REF};
