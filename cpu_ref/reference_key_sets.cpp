@@ -1,6 +1,9 @@
 // reference_key_sets.cpp - A(i) as softmax groups of key progressions (SPEC 2, 3, 4), cut to the
-// sliding window of SPEC 10.1, within the row's own sequence of a packed batch (SPEC 10.2).
+// sliding window of SPEC 10.1, within the row's own sequence of a packed batch (SPEC 10.2); for a
+// ring's placed sub-problem (SPEC 5.5), cut by the whole problem's causal rule and window.
 #include "reference_key_sets.h"
+
+#include "placement_rules.h"
 
 namespace dilattn::ref {
 
@@ -27,10 +30,35 @@ KeyProgression sequence_block_keys(const Problem& p, const SequenceFrame& f, int
   return range_cut(shifted(packed, -f.k0), 0, last);
 }
 
+// SPEC 5: a placed ring sub-problem (dense or block-sparse): its keys by the kind, cut by the
+// whole problem's causal rule and window at the row's and keys' positions.
+void placed_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup>* groups) {
+  const Placement& at = p.place;
+  const int64_t position = placed_position(at.q_first, at.q_step, i);
+  auto cut = [&](const KeyProgression& kp) {
+    return placed_key_cut(kp, at.k_first, at.k_step, position, at.Nq, at.Nk, p.causal,
+                          p.window_left, p.window_right);
+  };
+  KeyGroup group;
+  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
+    int64_t count = 0;
+    const int64_t* cols = p.mask->row_cols(h, i / p.mask->bq, &count);
+    for (int64_t e = 0; e < count; ++e) {
+      const KeyProgression kp = cut(block_keys(i, cols[e], p.mask->bk, p.Nq, p.Nk, false));
+      if (kp.count > 0) group.push_back(kp);
+    }
+  } else {
+    const KeyProgression kp = cut(KeyProgression{0, 1, p.Nk});
+    if (kp.count > 0) group.push_back(kp);
+  }
+  if (!group.empty()) groups->push_back(std::move(group));
+}
+
 }  // namespace
 
 void row_key_groups(const Problem& p, int64_t h, int64_t i, std::vector<KeyGroup>* groups) {
   groups->clear();
+  if (p.placed) return placed_key_groups(p, h, i, groups);
   // The index rules run in the sequence's positions (the whole batch element without packing);
   // the keys found move back to the packed tensor's positions.
   const SequenceFrame f = p.frame_of_row(0, i);

@@ -34,13 +34,14 @@ inline double dot(const double* a, const double* b, int64_t D) {
 
 // SPEC 10.1: the score S_ij from the scaled product s = scale * <q_i, k_j>: softcapped, then
 // the ALiBi bias of (sequence, h) added, its distance taken in the sequence's own positions
-// (SPEC 10.2; f = p.frame_of_row(b, i), i and j positions of the tensors). Without either
-// option, s itself.
+// (SPEC 10.2; f = p.frame_of_row(b, i), i and j positions of the tensors), or in the whole
+// problem's for a placed ring sub-problem (SPEC 5). Without either option, s itself.
 inline double variant_score(const Problem& p, const SequenceFrame& f, int64_t h, int64_t i,
                             int64_t j, double s) {
   double score = softcapped(s, p.softcap);
   if (!p.alibi_slopes.empty())
-    score += alibi_bias(p.alibi_slope(f.seq, h), i - f.q0, j - f.k0, f.nq, f.nk);
+    score += alibi_bias(p.alibi_slope(f.seq, h), p.row_position(f, i), p.key_position(f, j),
+                        f.nq, f.nk);
   return score;
 }
 
@@ -56,18 +57,22 @@ struct DropoutMask {
   bool active = false;
   uint64_t seed = 0, offset = 0, threshold = 0;
   double keep_scale = 1;  // 1 / (1 - p), in f64
-  int64_t H = 1;
+  const Problem* problem = nullptr;
 
   DropoutMask() = default;
   DropoutMask(const Problem& p, const DropoutCall& call)
       : active(p.dropout_p > 0), seed(call.seed), offset(call.offset),
         threshold(dropout_threshold(p.dropout_p)), keep_scale(1.0 / (1.0 - p.dropout_p)),
-        H(p.H) {}
+        problem(&p) {}
   // The factor of pair (i, j) of a row in frame f: the draw takes the sequence and the
-  // positions within it (SPEC 10.2, 11.1), which without packing are (b, i, j) themselves.
+  // positions within it (SPEC 10.2, 11.1), which without packing are (b, i, j) themselves; a
+  // placed ring sub-problem draws with the whole problem's heads and positions (SPEC 5).
   double factor(const SequenceFrame& f, int64_t h, int64_t i, int64_t j) const {
-    return dropout_keep(seed, offset, f.seq, h, H, i - f.q0, j - f.k0, threshold) ? keep_scale
-                                                                                   : 0.0;
+    const Problem& p = *problem;
+    return dropout_keep(seed, offset, f.seq, p.draw_head(h), p.draw_heads(),
+                        p.row_position(f, i), p.key_position(f, j), threshold)
+               ? keep_scale
+               : 0.0;
   }
 };
 

@@ -14,7 +14,8 @@ dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
 bool any_stream(void*) { return true; }
 
 // The SPEC 10 and 11 options each backend computes (Backend::runs_options). cuda and emu run the
-// same kernels, so they run the same options. The reference runs every one.
+// same kernels, so they run the same options. The reference runs every one, and the ring's
+// placed sub-problems (kOptionPlaced, SPEC 5.5).
 constexpr uint32_t kKernelOptions = 0;
 constexpr uint32_t kCpuOptions = 0;
 
@@ -31,7 +32,7 @@ const Backend kBackends[] = {
      nullptr, nullptr, kCpuOptions},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
      ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr, nullptr,
-     nullptr, kOptionsAll},
+     nullptr, kOptionsAll | kOptionPlaced},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
      emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops, nullptr,
      emu::device_report, emu::runs_on_stream, nullptr, kKernelOptions},

@@ -100,6 +100,20 @@ DILATTN_API dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm 
                                                 const dilattn_tensor* v, const dilattn_tensor* o,
                                                 const dilattn_tensor* lse);
 
+/* dilattn_ring_forward with per-call options (docs/spec.md sections 10.3, 11.2): the dropout
+ * seed and offset (the decisions are those of dilattn_forward_ex at the same global positions,
+ * whatever the ranks and split) and the sink logits. A plan with dropout or sinks needs them:
+ * the plain call refuses it. options = NULL is the plain call. Every rank passes the same
+ * values (else DILATTN_ERROR_COMM naming the field). Collective. */
+DILATTN_API dilattn_status dilattn_ring_forward_ex(dilattn_plan plan, dilattn_comm comm,
+                                                   dilattn_ring_split split,
+                                                   const dilattn_tensor* q,
+                                                   const dilattn_tensor* k,
+                                                   const dilattn_tensor* v,
+                                                   const dilattn_tensor* o,
+                                                   const dilattn_tensor* lse,
+                                                   const dilattn_call_options* options);
+
 /* This rank's dQ, dK, dV for its rows (SPEC 6) from its shards of Q, K, V, dO and of the
  * forward's O and LSE. dK/dV contributions travel the ring back to their owner; the summation
  * order is fixed by ring position, so the result is bitwise the same on every run. Collective. */
@@ -112,6 +126,15 @@ DILATTN_API dilattn_status dilattn_ring_backward(dilattn_plan plan, dilattn_comm
                                                  const dilattn_tensor* dq,
                                                  const dilattn_tensor* dk,
                                                  const dilattn_tensor* dv);
+
+/* dilattn_ring_backward with per-call options: the forward's dropout seed and offset, and the
+ * sink logits; options->d_sinks (may be NULL) receives the sinks' gradient summed over every
+ * rank's rows, the same values on every rank. Collective. */
+DILATTN_API dilattn_status dilattn_ring_backward_ex(
+    dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split, const dilattn_tensor* q,
+    const dilattn_tensor* k, const dilattn_tensor* v, const dilattn_tensor* o,
+    const dilattn_tensor* lse, const dilattn_tensor* d_o, const dilattn_tensor* dq,
+    const dilattn_tensor* dk, const dilattn_tensor* dv, const dilattn_call_options* options);
 
 #ifdef __cplusplus
 }

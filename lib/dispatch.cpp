@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "call_options.h"
 #include "errors.h"
 #include "handles.h"
 #include "pool_internal.h"
@@ -199,70 +200,6 @@ dilattn::StreamArgs stream_args(const dilattn::Backend& backend, CallerStream ca
   return dilattn::StreamArgs{caller.stream, false, false};
 }
 
-// SPEC 14.3: the size of dilattn_call_options' first version, which ends at dropout_offset and
-// reads as no sinks.
-constexpr size_t kCallOptionsFirstSize = offsetof(dilattn_call_options, sinks);
-
-// SPEC 11.2 and 10.3: what a call's options carry. The seed and offset: a dropout plan (p > 0)
-// needs options, since a call without them would draw one fixed mask at every step; the offset
-// is a 32-bit counter word (SPEC 11.1). The sink logits: a plan with sinks needs them, and one
-// without refuses them, so that a forgotten setting never gives an answer without the sink.
-// `entry` names the call for the message; the forward drops d_sinks.
-dilattn_status read_call_options(const dilattn::Problem& p, const dilattn_call_options* options,
-                                 const char* entry, bool backward, dilattn::DropoutCall* dropout,
-                                 dilattn::SinksCall* sinks) {
-  if (options == nullptr) {
-    if (p.dropout_p > 0)
-      return set_error(DILATTN_ERROR_INVALID_VALUE,
-                       "the plan has dropout p = %g: %s carries no seed; call %s_ex with "
-                       "dilattn_call_options (dropout_seed, dropout_offset)",
-                       p.dropout_p, entry, entry);
-    if (p.sinks)
-      return set_error(DILATTN_ERROR_INVALID_VALUE,
-                       "the plan has sinks: %s carries no sink values; call %s_ex with "
-                       "dilattn_call_options.sinks (heads_q = %lld values)",
-                       entry, entry, static_cast<long long>(p.H));
-    return DILATTN_SUCCESS;
-  }
-  if (options->struct_size != sizeof(dilattn_call_options) &&
-      options->struct_size != kCallOptionsFirstSize)
-    return set_error(DILATTN_ERROR_INVALID_VALUE,
-                     "argument 'options': struct_size = %zu, expected "
-                     "sizeof(dilattn_call_options) = %zu (fill it with dilattn_call_options_make)",
-                     options->struct_size, sizeof(dilattn_call_options));
-  if (options->dropout_offset >= (uint64_t{1} << 32))
-    return set_error(DILATTN_ERROR_INVALID_VALUE,
-                     "argument 'options': dropout_offset = %llu: must be below 2^32 (SPEC 11.1)",
-                     static_cast<unsigned long long>(options->dropout_offset));
-  const bool has_sink_fields = options->struct_size == sizeof(dilattn_call_options);
-  const double* values = has_sink_fields ? options->sinks : nullptr;
-  double* d_values = has_sink_fields ? options->d_sinks : nullptr;
-  if (p.sinks && values == nullptr)
-    return set_error(DILATTN_ERROR_INVALID_VALUE,
-                     "argument 'options': sinks is NULL, but the plan has sinks "
-                     "(dilattn_desc_set_sinks): %s needs heads_q = %lld values",
-                     entry, static_cast<long long>(p.H));
-  if (!p.sinks && (values != nullptr || d_values != nullptr))
-    return set_error(DILATTN_ERROR_INVALID_VALUE,
-                     "argument 'options': sinks or d_sinks given, but the plan has no sinks "
-                     "(dilattn_desc_set_sinks(desc, 1) turns them on)");
-  // SPEC 15's rule for host arrays: aligned to their f64 elements.
-  const std::pair<const void*, const char*> arrays[] = {{values, "sinks"}, {d_values, "d_sinks"}};
-  for (const auto& [array, name] : arrays)
-    if (reinterpret_cast<uintptr_t>(array) % alignof(double) != 0)
-      return set_error(DILATTN_ERROR_INVALID_VALUE,
-                       "argument 'options': %s = %p is not aligned to its 8-byte elements", name,
-                       array);
-  for (int64_t h = 0; values != nullptr && h < p.H; ++h)
-    if (std::isnan(values[h]) || (values[h] > 0 && std::isinf(values[h])))
-      return set_error(DILATTN_ERROR_INVALID_VALUE,
-                       "argument 'options': sinks[%lld] = %g: a sink is finite or -inf",
-                       static_cast<long long>(h), values[h]);
-  *dropout = dilattn::DropoutCall{options->dropout_seed, options->dropout_offset};
-  *sinks = dilattn::SinksCall{values, backward ? d_values : nullptr};
-  return DILATTN_SUCCESS;
-}
-
 dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
                            const dilattn_tensor* k, const dilattn_tensor* v,
                            const dilattn_tensor* o, const dilattn_tensor* lse,
@@ -275,7 +212,7 @@ dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn
   const dilattn::Problem& p = plan->problem;
   dilattn::DropoutCall dropout;
   dilattn::SinksCall sinks;
-  if ((s = read_call_options(p, options, entry, false, &dropout, &sinks)) != DILATTN_SUCCESS)
+  if ((s = dilattn::read_call_options(p, options, entry, false, &dropout, &sinks)) != DILATTN_SUCCESS)
     return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, out}});
@@ -310,7 +247,7 @@ dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilatt
   const dilattn::Problem& p = plan->problem;
   dilattn::DropoutCall dropout;
   dilattn::SinksCall sinks;
-  if ((s = read_call_options(p, options, entry, true, &dropout, &sinks)) != DILATTN_SUCCESS)
+  if ((s = dilattn::read_call_options(p, options, entry, true, &dropout, &sinks)) != DILATTN_SUCCESS)
     return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, in},

@@ -599,16 +599,15 @@ void run_forward(const MpiWorld& world, const PlanHandle& plan, const Settings& 
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
                        tl = bind.output(*lse, f64_lse ? DILATTN_F64 : DILATTN_F32, 1);
+  const dilattn_call_options call = s.call();
+  const dilattn_call_options* options = s.needs_options() ? &call : nullptr;
   if (ring.mpi)
-    ring_forward_mpi(world, plan.get(), ring, tq, tk, tv, to, tl);
+    ring_forward_mpi(world, plan.get(), ring, tq, tk, tv, to, tl, options);
   else if (ring.ranks > 0)
-    ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl);
-  if (!ring.any()) {
-    const dilattn_call_options call = s.call();
-    check_status(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl,
-                                    s.needs_options() ? &call : nullptr, nullptr, 0),
+    ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl, options);
+  if (!ring.any())
+    check_status(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, options, nullptr, 0),
                  "forward");
-  }
   bind.finish();
 }
 
@@ -725,18 +724,19 @@ int cmd_backward(int argc, char** argv, int first) {
                        tl = bind.input(lse, lse_dtype, 1), tdo = bind.input(d_o, o.dtype),
                        tdq = bind.output(dq, o.dtype), tdk = bind.output(dk, o.dtype),
                        tdv = bind.output(dv, o.dtype);
-  if (s.ring.mpi)
-    ring_backward_mpi(world, plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
-  else if (s.ring.ranks > 0)
-    ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv);
   std::vector<double> d_sinks(s.sinks.size(), 0.0);
-  if (!s.ring.any()) {
-    dilattn_call_options call = s.call();
-    if (f.has("d-sinks")) call.d_sinks = d_sinks.data();  // SPEC 10.3
+  dilattn_call_options call = s.call();
+  if (f.has("d-sinks")) call.d_sinks = d_sinks.data();  // SPEC 10.3
+  const dilattn_call_options* options = s.needs_options() ? &call : nullptr;
+  if (s.ring.mpi)
+    ring_backward_mpi(world, plan.get(), s.ring, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv, options);
+  else if (s.ring.ranks > 0)
+    ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv,
+                  options, o.H);
+  if (!s.ring.any())
     check_status(dilattn_backward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk,
-                                     &tdv, s.needs_options() ? &call : nullptr, nullptr, 0),
+                                     &tdv, options, nullptr, 0),
                  "backward");
-  }
   bind.finish();
   if (!world.root()) return kExitOk;
   outputs.write(dq_file, serialize_npy(dq));

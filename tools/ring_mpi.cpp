@@ -406,11 +406,12 @@ void run_process(const MpiWorld& world, const RingOptions& ring, int64_t seqlen,
 
 void ring_forward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptions& ring,
                       const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
-                      const dilattn_tensor& o, const dilattn_tensor& lse) {
+                      const dilattn_tensor& o, const dilattn_tensor& lse,
+                      const dilattn_call_options* call) {
   run_process(world, ring, q.shape[1], "forward", {{&q}, {&k}, {&v}}, {{&o}, {&lse, true}},
               [&](dilattn_comm comm, const ProcessShards& s) {
-                return dilattn_ring_forward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
-                                            s.out(0), s.out(1));
+                return dilattn_ring_forward_ex(plan, comm, ring.split, s.in(0), s.in(1),
+                                               s.in(2), s.out(0), s.out(1), call);
               });
 }
 
@@ -418,13 +419,14 @@ void ring_backward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptio
                        const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
                        const dilattn_tensor& o, const dilattn_tensor& lse,
                        const dilattn_tensor& d_o, const dilattn_tensor& dq,
-                       const dilattn_tensor& dk, const dilattn_tensor& dv) {
+                       const dilattn_tensor& dk, const dilattn_tensor& dv,
+                       const dilattn_call_options* call) {
   run_process(world, ring, q.shape[1], "backward",
               {{&q}, {&k}, {&v}, {&o}, {&lse, true}, {&d_o}}, {{&dq}, {&dk}, {&dv}},
               [&](dilattn_comm comm, const ProcessShards& s) {
-                return dilattn_ring_backward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
-                                             s.in(3), s.in(4), s.in(5), s.out(0), s.out(1),
-                                             s.out(2));
+                return dilattn_ring_backward_ex(plan, comm, ring.split, s.in(0), s.in(1),
+                                                s.in(2), s.in(3), s.in(4), s.in(5), s.out(0),
+                                                s.out(1), s.out(2), call);
               });
 }
 

@@ -70,15 +70,18 @@ class MpiWorld {
 };
 
 // As ring_forward / ring_backward (ring_run.h) with one rank per process: every full tensor
-// has its data on rank 0 only (elsewhere its data may be NULL; only its shape is read).
+// has its data on rank 0 only (elsewhere its data may be NULL; only its shape is read). `call`
+// as there; this process's rank writes call->d_sinks itself (the same on every rank).
 void ring_forward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptions& ring,
                       const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
-                      const dilattn_tensor& o, const dilattn_tensor& lse);
+                      const dilattn_tensor& o, const dilattn_tensor& lse,
+                      const dilattn_call_options* call);
 void ring_backward_mpi(const MpiWorld& world, dilattn_plan plan, const RingOptions& ring,
                        const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
                        const dilattn_tensor& o, const dilattn_tensor& lse,
                        const dilattn_tensor& d_o, const dilattn_tensor& dq,
-                       const dilattn_tensor& dk, const dilattn_tensor& dv);
+                       const dilattn_tensor& dk, const dilattn_tensor& dv,
+                       const dilattn_call_options* call);
 
 }  // namespace dilattn_cli
 

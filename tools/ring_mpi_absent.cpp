@@ -23,13 +23,13 @@ void MpiWorld::share_mask(MaskHandle*, int64_t, int64_t, int64_t, int64_t) const
 }
 void ring_forward_mpi(const MpiWorld&, dilattn_plan, const RingOptions&, const dilattn_tensor&,
                       const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
-                      const dilattn_tensor&) {
+                      const dilattn_tensor&, const dilattn_call_options*) {
   unreachable();
 }
 void ring_backward_mpi(const MpiWorld&, dilattn_plan, const RingOptions&, const dilattn_tensor&,
                        const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
                        const dilattn_tensor&, const dilattn_tensor&, const dilattn_tensor&,
-                       const dilattn_tensor&, const dilattn_tensor&) {
+                       const dilattn_tensor&, const dilattn_tensor&, const dilattn_call_options*) {
   unreachable();
 }
 

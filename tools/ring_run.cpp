@@ -2,6 +2,7 @@
 // shards out.
 #include "ring_run.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -151,24 +152,36 @@ void run_ranks(const RingOptions& ring, ShardPlace place, int64_t seqlen, const 
 
 void ring_forward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
                   const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
-                  const dilattn_tensor& o, const dilattn_tensor& lse) {
+                  const dilattn_tensor& o, const dilattn_tensor& lse,
+                  const dilattn_call_options* call) {
   run_ranks(ring, place, q.shape[1], "forward", {{&q}, {&k}, {&v}}, {{&o}, {&lse, true}},
             [&](dilattn_comm comm, const RankShards& s) {
-              return dilattn_ring_forward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
-                                          s.out(0), s.out(1));
+              return dilattn_ring_forward_ex(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
+                                             s.out(0), s.out(1), call);
             });
 }
 
 void ring_backward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
                    const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
                    const dilattn_tensor& o, const dilattn_tensor& lse, const dilattn_tensor& d_o,
-                   const dilattn_tensor& dq, const dilattn_tensor& dk, const dilattn_tensor& dv) {
+                   const dilattn_tensor& dq, const dilattn_tensor& dk, const dilattn_tensor& dv,
+                   const dilattn_call_options* call, int64_t heads) {
+  // One d_sinks per rank: the ranks run at once, so none writes another's.
+  const bool d_sinks = call != nullptr && call->d_sinks != nullptr;
+  std::vector<std::vector<double>> rank_d_sinks(
+      static_cast<size_t>(ring.ranks), std::vector<double>(d_sinks ? static_cast<size_t>(heads) : 0));
   run_ranks(ring, place, q.shape[1], "backward", {{&q}, {&k}, {&v}, {&o}, {&lse, true}, {&d_o}},
             {{&dq}, {&dk}, {&dv}}, [&](dilattn_comm comm, const RankShards& s) {
-              return dilattn_ring_backward(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
-                                           s.in(3), s.in(4), s.in(5), s.out(0), s.out(1),
-                                           s.out(2));
+              int32_t rank = 0, ranks = 0;
+              if (dilattn_status st = dilattn_comm_rank(comm, &rank, &ranks)) return st;
+              dilattn_call_options mine = call != nullptr ? *call : dilattn_call_options{};
+              if (d_sinks) mine.d_sinks = rank_d_sinks[static_cast<size_t>(rank)].data();
+              return dilattn_ring_backward_ex(plan, comm, ring.split, s.in(0), s.in(1), s.in(2),
+                                              s.in(3), s.in(4), s.in(5), s.out(0), s.out(1),
+                                              s.out(2), call != nullptr ? &mine : nullptr);
             });
+  if (d_sinks)
+    std::copy(rank_d_sinks[0].begin(), rank_d_sinks[0].end(), call->d_sinks);
 }
 
 }  // namespace dilattn_cli

@@ -28,14 +28,19 @@ constexpr int64_t kMaxRingTimeoutSeconds = 2147483;
 // Every tensor is a contiguous host array of the full sequence; LSE is [B, H, N, 1]. `place`
 // is where the plan's backend reads the shards (shard_place).
 // A failing rank becomes a CliError naming it (the first rank with its own error, else the first).
+// `call`: the call's options (dropout seed and offset, sinks; SPEC 10.3, 11.2) for
+// dilattn_ring_forward_ex / _backward_ex, or null for the plain calls. In the backward each rank
+// writes its own copy of d_sinks; rank 0's (every rank's is the same) goes to call->d_sinks.
 void ring_forward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
                   const dilattn_tensor& q, const dilattn_tensor& k, const dilattn_tensor& v,
-                  const dilattn_tensor& o, const dilattn_tensor& lse);
+                  const dilattn_tensor& o, const dilattn_tensor& lse,
+                  const dilattn_call_options* call);
 void ring_backward(dilattn_plan plan, const RingOptions& ring, ShardPlace place,
                    const dilattn_tensor& q,
                    const dilattn_tensor& k, const dilattn_tensor& v, const dilattn_tensor& o,
                    const dilattn_tensor& lse, const dilattn_tensor& d_o, const dilattn_tensor& dq,
-                   const dilattn_tensor& dk, const dilattn_tensor& dv);
+                   const dilattn_tensor& dk, const dilattn_tensor& dv,
+                   const dilattn_call_options* call, int64_t heads);
 
 }  // namespace dilattn_cli
 

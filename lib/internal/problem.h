@@ -49,6 +49,19 @@ struct SequenceFrame {
   int64_t nq = 0, nk = 0;
 };
 
+// SPEC 5: where a ring sub-problem's rows and keys lie in the whole problem. Row t of the
+// sub-problem is position q_first + q_step * t of the whole sequence, key t position
+// k_first + k_step * t; its heads are heads [h0, h0 + sub H) of the whole problem's H. A placed
+// problem is dense or block-sparse, never packed. Its causal rule, window, ALiBi distances,
+// ALiBi slopes and dropout draws are those of the whole problem (Nq, Nk, H) at these positions
+// and heads (placement_rules.h), so a backend that runs it gives the rows of the whole
+// problem's result restricted to these keys.
+struct Placement {
+  int64_t q_first = 0, q_step = 1, k_first = 0, k_step = 1;
+  int64_t Nq = 0, Nk = 0;  // the whole problem's lengths
+  int64_t h0 = 0, H = 0;   // the whole problem's first head of this one, and its head count
+};
+
 // What a backend keeps per plan (device copies of the mask, ...): made at plan time by
 // Backend::prepare, shared by every copy of the Problem, used from several threads at once
 // (so const, or synchronised inside).
@@ -65,7 +78,11 @@ enum ProblemOption : uint32_t {
   kOptionPacked = 1u << 3,
   kOptionSinks = 1u << 4,
   kOptionDropout = 1u << 5,
-  kOptionsAll = (1u << 6) - 1,
+  kOptionsAll = (1u << 6) - 1,  // the options of SPEC 10 and 11
+  // SPEC 5.5: a ring sub-problem placed in the whole problem (Problem::placed), which the ring
+  // makes for a window, ALiBi or dropout; never set by a plan. Outside kOptionsAll, so that a
+  // backend runs placed sub-problems only where its entry names this bit itself.
+  kOptionPlaced = 1u << 6,
 };
 
 struct Problem {
@@ -92,14 +109,19 @@ struct Problem {
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
   // SPEC 10.3: every call carries H sink logits (dispatch.cpp checks them).
   bool sinks = false;
+  // SPEC 5: a ring's sub-problem at positions of the whole problem (ring_pairs.cpp), or not.
+  bool placed = false;
+  Placement place;
 
   int64_t num_branches() const { return static_cast<int64_t>(branches.size()); }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
   // The slope m of (b, h) (SPEC 10.1), 0 without ALiBi.
+  // A placed sub-problem reads the whole problem's slope of its head h0 + h.
   double alibi_slope(int64_t b, int64_t h) const {
     if (alibi_slopes.empty()) return 0;
     const int64_t n = static_cast<int64_t>(alibi_slopes.size());
-    return alibi_slopes[static_cast<size_t>(n == H ? h : b * H + h)];
+    const int64_t heads = placed ? place.H : H, head = placed ? place.h0 + h : h;
+    return alibi_slopes[static_cast<size_t>(n == heads ? head : b * heads + head)];
   }
   bool is_packed() const { return !cu_seqlens_q.empty(); }
   // Sequences per batch element: 1, or the number of packed sequences (SPEC 10.2).
@@ -108,7 +130,10 @@ struct Problem {
   }
   // The sequence of query row i of batch element b (SPEC 10.2). In a packed batch, the last
   // sequence starting at or before i: empty sequences before it own no row.
+  // A placed sub-problem's frame is the whole problem's (SPEC 5): use row_position and
+  // key_position for its positions.
   SequenceFrame frame_of_row(int64_t b, int64_t i) const {
+    if (placed) return SequenceFrame{b, 0, 0, place.Nq, place.Nk};
     if (!is_packed()) return SequenceFrame{b, 0, 0, Nq, Nk};
     int64_t lo = 0, hi = num_seqs() - 1;  // cu_q[lo] <= i < cu_q[hi + 1]
     while (lo < hi) {
@@ -119,6 +144,17 @@ struct Problem {
     return SequenceFrame{lo, cu_seqlens_q[s], cu_seqlens_k[s], cu_seqlens_q[s + 1] - cu_seqlens_q[s],
                          cu_seqlens_k[s + 1] - cu_seqlens_k[s]};
   }
+  // The positions the window, ALiBi and dropout see for row i and key j of a row in frame f:
+  // in the row's sequence (SPEC 10.2), or in the whole problem of a placed one (SPEC 5).
+  int64_t row_position(const SequenceFrame& f, int64_t i) const {
+    return placed ? place.q_first + place.q_step * i : i - f.q0;
+  }
+  int64_t key_position(const SequenceFrame& f, int64_t j) const {
+    return placed ? place.k_first + place.k_step * j : j - f.k0;
+  }
+  // The head and head count a dropout draw takes (SPEC 11.1): the whole problem's.
+  int64_t draw_head(int64_t h) const { return placed ? place.h0 + h : h; }
+  int64_t draw_heads() const { return placed ? place.H : H; }
   // The SPEC 10 and 11 options the problem uses, as a set of ProblemOption bits.
   uint32_t options_used() const {
     uint32_t used = 0;
@@ -128,6 +164,7 @@ struct Problem {
     if (is_packed()) used |= kOptionPacked;
     if (sinks) used |= kOptionSinks;
     if (dropout_p > 0) used |= kOptionDropout;
+    if (placed) used |= kOptionPlaced;
     return used;
   }
   // The first option of `used` outside `supported`, as a refusal names it ("a window"), or null.
@@ -139,6 +176,7 @@ struct Problem {
     if (missing & kOptionPacked) return "a packed batch (varlen)";
     if (missing & kOptionSinks) return "sinks";
     if (missing & kOptionDropout) return "dropout";
+    if (missing & kOptionPlaced) return "ring sub-problems at whole-sequence positions";
     return nullptr;
   }
 };

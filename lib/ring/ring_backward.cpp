@@ -26,9 +26,15 @@
 // travelling that is 50.7 MB beside 33.6 MB of shards (Q, K, V, O, LSE, dO, dQ, dK, dV), 1.43x
 // of shards + two K/V chunks + the dK/dV partial: tests/ring/test_ring_memory.cpp bounds it at
 // 1.5x (the forward at 1.3x of shards + two chunks).
+// Options (SPEC 10, 11): the sub-problems carry them (ring_pairs.h), dropout regenerating the
+// forward's decisions from the call's seed and offset at global positions. Sinks: the forward's
+// LSE holds them, so the pair terms need nothing more; d_sinks is summed over this rank's rows
+// (sink_gradient_of_rows) and then over the ranks in rank order (sum_over_ranks).
 // Checked by tests/ring/test_ring_backward.cpp against the single-device reference.
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <vector>
 
 #include "abi_enum.h"
 #include "dtype_convert.h"
@@ -37,6 +43,7 @@
 #include "ring_call.h"
 #include "ring_kv_chunks.h"
 #include "ring_pairs.h"
+#include "softmax_rules.h"
 #include "tensor_checks.h"
 
 namespace dilattn {
@@ -96,6 +103,28 @@ struct BackwardBuffers {
   RingBuffer workspace;  // grows to the largest sub-problem's need (a failure is the rank's status)
 };
 
+// SPEC 10.3: this rank's part of d_sinks, -sum exp(sigma_h - LSE_i) <dO_i, O_i> over its rows
+// with LSE_i != -inf, per query head, in f64 from the caller's O, dO and LSE (host memory:
+// ring_call.cpp refuses sinks on a GPU backend here). The sub-problems run without sinks, with
+// the forward's LSE (which holds the sink), so their pair terms are the single-device ones.
+std::vector<double> sink_gradient_of_rows(const RingCall& c, const BackwardTensors& t) {
+  const Problem& p = *c.p;
+  std::vector<double> d(static_cast<size_t>(p.H), 0.0);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < c.mine.rows; ++i) {
+        const double lse = load_element(t.lse.data, t.lse.dtype, element_offset(t.lse, b, h, i, 0));
+        if (row_is_empty(lse)) continue;
+        const int64_t o0 = element_offset(t.o, b, i, h, 0), g0 = element_offset(t.d_o, b, i, h, 0);
+        double D_i = 0;
+        for (int64_t x = 0; x < p.D; ++x)
+          D_i += load_element(t.d_o.data, t.d_o.dtype, g0 + x * t.d_o.strides[3]) *
+                 load_element(t.o.data, t.o.dtype, o0 + x * t.o.strides[3]);
+        d[static_cast<size_t>(h)] -= std::exp(c.sinks.values[h] - lse) * D_i;
+      }
+  return d;
+}
+
 dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTensors& t) {
   const Problem& p = *c.p;
   RingOps& ops = *c.ops;
@@ -147,8 +176,10 @@ dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTen
       const dilattn_tensor dvv = rows_view(dv_part_v, call.k_rows, call.g0, ng);
       if (dilattn_status s = c.backend->can_run(call.sub)) return s;
       if (dilattn_status s = buf.workspace.grow(c.backend->workspace_bytes(call.sub).backward)) return s;
-      const BackwardArgs args{&qv, &kv, &vv, &ov,  &lv,
-                              &dov, &dqv, &dkv, &dvv, buf.workspace.data(), ops.stream_args()};
+      const BackwardArgs args{&qv,  &kv,  &vv,  &ov,
+                              &lv,  &dov, &dqv, &dkv,
+                              &dvv, buf.workspace.data(), ops.stream_args(), c.dropout,
+                              SinksCall{}};
       if (dilattn_status s = c.backend->backward(call.sub, args))
         return s;
       if (dilattn_status s = ops.add(dqv, rows_view(dq_acc_v, call.q_rows, call.h0, nh))) return s;
@@ -186,6 +217,15 @@ dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTen
   }
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
   if (dilattn_status s = finish_ring_call(c, status)) return s;
+  // SPEC 10.3: d_sinks over every rank's rows, the same sum on every rank.
+  std::vector<double> d_sinks;
+  if (p.sinks) {
+    const std::vector<double> mine = sink_gradient_of_rows(c, t);
+    d_sinks.resize(mine.size());
+    if (dilattn_status s = sum_over_ranks(c, mine.data(), p.H, d_sinks.data())) return s;
+  }
+  if (c.sinks.d_values != nullptr)
+    for (int64_t h = 0; h < p.H; ++h) c.sinks.d_values[h] = d_sinks[static_cast<size_t>(h)];
   if (dilattn_status s = ops.copy(dq_acc_v, t.dq)) return s;
   if (dilattn_status s = ops.copy(dk_acc_v, t.dk)) return s;
   if (dilattn_status s = ops.copy(dv_acc_v, t.dv)) return s;
@@ -196,12 +236,15 @@ dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTen
 
 }  // namespace dilattn
 
-extern "C" dilattn_status dilattn_ring_backward(
-    dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split, const dilattn_tensor* q,
-    const dilattn_tensor* k, const dilattn_tensor* v, const dilattn_tensor* o,
-    const dilattn_tensor* lse, const dilattn_tensor* d_o, const dilattn_tensor* dq,
-    const dilattn_tensor* dk, const dilattn_tensor* dv) {
-  DILATTN_ABI_BEGIN
+namespace {
+
+dilattn_status ring_backward(dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split,
+                             const dilattn_tensor* q, const dilattn_tensor* k,
+                             const dilattn_tensor* v, const dilattn_tensor* o,
+                             const dilattn_tensor* lse, const dilattn_tensor* d_o,
+                             const dilattn_tensor* dq, const dilattn_tensor* dk,
+                             const dilattn_tensor* dv, const dilattn_call_options* options,
+                             const char* entry) {
   using dilattn::TensorRole;
   auto role = [](TensorRole r) { return static_cast<int>(r); };
   dilattn::RingCall call;
@@ -211,7 +254,7 @@ extern "C" dilattn_status dilattn_ring_backward(
     return buffers->status();
   };
   dilattn_status s = dilattn::start_ring_call(
-      plan, comm, dilattn::enum_value(split), true,
+      plan, comm, dilattn::enum_value(split), true, options, entry,
       {{q, "q", role(TensorRole::q), false, false}, {k, "k", role(TensorRole::kv), false, false},
        {v, "v", role(TensorRole::kv), false, false}, {o, "o", role(TensorRole::o), false, false},
        {lse, "lse", role(TensorRole::lse), false, false},
@@ -223,5 +266,28 @@ extern "C" dilattn_status dilattn_ring_backward(
   s = dilattn::run_backward(call, *buffers, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});
   dilattn::record_ring_call(comm, call);
   return s;
+}
+
+}  // namespace
+
+extern "C" dilattn_status dilattn_ring_backward(
+    dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split, const dilattn_tensor* q,
+    const dilattn_tensor* k, const dilattn_tensor* v, const dilattn_tensor* o,
+    const dilattn_tensor* lse, const dilattn_tensor* d_o, const dilattn_tensor* dq,
+    const dilattn_tensor* dk, const dilattn_tensor* dv) {
+  DILATTN_ABI_BEGIN
+  return ring_backward(plan, comm, split, q, k, v, o, lse, d_o, dq, dk, dv, nullptr,
+                       "dilattn_ring_backward");
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_ring_backward_ex(
+    dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split, const dilattn_tensor* q,
+    const dilattn_tensor* k, const dilattn_tensor* v, const dilattn_tensor* o,
+    const dilattn_tensor* lse, const dilattn_tensor* d_o, const dilattn_tensor* dq,
+    const dilattn_tensor* dk, const dilattn_tensor* dv, const dilattn_call_options* options) {
+  DILATTN_ABI_BEGIN
+  return ring_backward(plan, comm, split, q, k, v, o, lse, d_o, dq, dk, dv, options,
+                       "dilattn_ring_backward");
   DILATTN_ABI_END
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "call_options.h"
 #include "dtype_convert.h"
 #include "errors.h"
 #include "handles.h"
@@ -16,8 +17,16 @@ namespace dilattn {
 
 namespace {
 
-// The SPEC 10 and 11 options a ring call runs (Problem::options_used).
-constexpr uint32_t kRingOptions = 0;
+// The SPEC 10 and 11 options a ring call runs (Problem::options_used): all but a packed batch,
+// whose sequences would cut across the shards.
+constexpr uint32_t kRingOptions = kOptionsAll & ~kOptionPacked;
+
+// What the ring asks of the backend that runs its sub-problems (ring_pairs.h): the plan's
+// options less sinks (the ring adds them itself at the merge), and placed sub-problems where an
+// option depends on positions.
+uint32_t options_of_sub_problems(const Problem& p) {
+  return (p.options_used() & ~kOptionSinks) | (ring_places(p) ? kOptionPlaced : 0u);
+}
 
 // FNV-1a: a digest of one field of the call.
 struct Digest {
@@ -34,6 +43,11 @@ struct Digest {
     for (int64_t x : xs) add(x);
     return *this;
   }
+  Digest& add_double(double x) {
+    int64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    return add(bits);
+  }
 };
 
 // What every rank of one ring call must share, each a digest in the vote so that the ranks
@@ -43,17 +57,19 @@ struct Digest {
 // what only changes how a rank computes: the backend of the same device type, threads, pool.
 enum AgreedField {
   kShape, kDtype, kDevice, kKind, kCausal, kScale, kBranches, kHeadMode, kMask, kRanks,
-  kSplit, kDirection, kAgreedCount
+  kSplit, kDirection, kWindow, kSoftcap, kAlibi, kSinks, kDropoutP, kDropoutDraw, kAgreedCount
 };
 static_assert(kAgreedCount == RingVote::kAgreedFields, "one digest per agreed field");
 const char* const kAgreedNames[kAgreedCount] = {
     "plan shape [B, N, H, Hkv, D]", "dtype", "device type", "kind", "causal flag", "scale",
     "segments and dilations", "head mode",
     "block-sparse mask (block sizes, row_ptr, col_idx or per-head layout)", "number of ranks",
-    "split", "direction (forward or backward)"};
+    "split", "direction (forward or backward)", "window (left, right)", "softcap",
+    "ALiBi slopes", "sinks (the plan's flag or the call's sink values)", "dropout p",
+    "dropout seed or offset"};
 
-void agreed_fields(const Problem& p, dilattn_device_type device, int32_t P, int32_t split,
-                   bool backward, uint64_t* agreed) {
+void agreed_fields(const Problem& p, const RingCall& call, dilattn_device_type device,
+                   int32_t P, int32_t split, bool backward, uint64_t* agreed) {
   agreed[kShape] = Digest{}.add(p.B).add(p.Nq).add(p.Nk).add(p.H).add(p.Hkv).add(p.D).h;
   agreed[kDtype] = Digest{}.add(static_cast<int64_t>(p.dtype)).h;
   agreed[kDevice] = Digest{}.add(static_cast<int64_t>(device)).h;
@@ -77,32 +93,59 @@ void agreed_fields(const Problem& p, dilattn_device_type device, int32_t P, int3
   agreed[kRanks] = Digest{}.add(P).h;
   agreed[kSplit] = Digest{}.add(split).h;
   agreed[kDirection] = Digest{}.add(static_cast<int64_t>(backward)).h;
+  agreed[kWindow] = Digest{}.add(p.window_left).add(p.window_right).h;
+  agreed[kSoftcap] = Digest{}.add_double(p.softcap).h;
+  Digest slopes;
+  slopes.add(static_cast<int64_t>(p.alibi_slopes.size()));
+  for (double m : p.alibi_slopes) slopes.add_double(m);
+  agreed[kAlibi] = slopes.h;
+  Digest sinks;
+  sinks.add(static_cast<int64_t>(p.sinks));
+  for (int64_t h = 0; p.sinks && h < p.H; ++h) sinks.add_double(call.sinks.values[h]);
+  agreed[kSinks] = sinks.h;
+  agreed[kDropoutP] = Digest{}.add_double(p.dropout_p).h;
+  // The seed and offset matter only with dropout: without it any value gives the same result.
+  Digest draw;
+  if (p.dropout_p > 0)
+    draw.add(static_cast<int64_t>(call.dropout.seed)).add(static_cast<int64_t>(call.dropout.offset));
+  agreed[kDropoutDraw] = draw.h;
 }
 
 // This rank's own checks (SPEC 7), before any other rank is involved.
 dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
-                              std::initializer_list<RingTensor> tensors) {
+                              bool backward, const dilattn_call_options* options,
+                              const char* entry, std::initializer_list<RingTensor> tensors,
+                              DropoutCall* dropout, SinksCall* sinks) {
   if (dilattn_status s = check_handle(plan, "plan")) return s;
   if (split_value != DILATTN_RING_CONTIGUOUS && split_value != DILATTN_RING_ZIGZAG)
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'split' = %d is not a ring split",
                      static_cast<int>(split_value));
   const Problem& p = plan->problem;
+  if (dilattn_status s = read_call_options(p, options, entry, backward, dropout, sinks)) return s;
   if (p.Nq != p.Nk)
     return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
                      "ring attention needs seqlen_q == seqlen_k, the plan has %lld and %lld",
                      static_cast<long long>(p.Nq), static_cast<long long>(p.Nk));
   // SPEC 10 and 11: the options the ring's partial results and merge carry (kRingOptions); the
-  // rest refused by name.
-  const uint32_t used = p.options_used();
-  if ((used & kOptionDropout) && !(kRingOptions & kOptionDropout))
+  // rest refused by name. Then what the sub-problems need of the plan's backend: a backend
+  // that runs an option for a whole problem may not yet run the placed sub-problems the ring
+  // gives it (problem.h Placement).
+  if (const char* variant = Problem::first_option_outside(p.options_used(), kRingOptions))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "the plan has dropout p = %g: ring attention does not run dropout",
-                     p.dropout_p);
-  if (const char* variant = Problem::first_option_outside(used, kRingOptions))
+                     "ring attention does not support %s (docs/spec.md section 5.5)", variant);
+  if (const char* need = Problem::first_option_outside(options_of_sub_problems(p),
+                                                       plan->backend->runs_options))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "ring attention does not support %s yet (docs/spec.md section 10)", variant);
+                     "ring attention over backend '%s': its sub-problems need %s, which the "
+                     "backend does not run yet (docs/spec.md section 5.5; use backend ref)",
+                     plan->backend->name, need);
   const RingTransport::Memory memory = comm->transport->memory();
   const bool on_gpu = plan->backend->device == DILATTN_DEVICE_CUDA;
+  // SPEC 10.3: the ring sums the sinks' gradient from O, dO and LSE in host memory.
+  if (backward && p.sinks && on_gpu)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "ring attention sums d_sinks in host memory: a plan with sinks on backend "
+                     "'%s' is refused in the ring backward", plan->backend->name);
   if (memory == RingTransport::Memory::device && !on_gpu)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "argument 'comm': an NCCL communicator moves GPU memory and needs a plan on "
@@ -170,7 +213,9 @@ dilattn_status agree(RingTransport& t, dilattn_status mine, const uint64_t* agre
         return set_error(DILATTN_ERROR_COMM,
                          "rank %d called with another %s than rank %d: every rank of a ring call "
                          "must pass the same plan (shape, dtype, kind, causal, scale, segments, "
-                         "dilations, head mode, mask), device type, split and direction",
+                         "dilations, head mode, mask, window, softcap, ALiBi slopes, sinks, "
+                         "dropout), sink values, dropout seed and offset, device type, split "
+                         "and direction",
                          static_cast<int>(r), kAgreedNames[f], static_cast<int>(t.rank()));
   return DILATTN_SUCCESS;
 }
@@ -261,7 +306,8 @@ dilattn_status unpack_kv(RingCall& c, const unsigned char* msg, const RowRuns& r
 }
 
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
-                               bool backward, std::initializer_list<RingTensor> tensors,
+                               bool backward, const dilattn_call_options* options,
+                               const char* entry, std::initializer_list<RingTensor> tensors,
                                const std::function<dilattn_status(RingCall&)>& allocate,
                                RingCall* call) {
   if (dilattn_status s = check_live(comm, dilattn_comm_s::kKind, "comm")) return s;
@@ -273,7 +319,8 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
                      static_cast<int>(comm->transport->rank()));
   call->claimed = comm;
   RingTransport& t = *comm->transport;
-  dilattn_status own = check_own_call(plan, comm, split_value, tensors);
+  dilattn_status own = check_own_call(plan, comm, split_value, backward, options, entry, tensors,
+                                      &call->dropout, &call->sinks);
   // The element ops on the shards' device (the first tensor is q), before the vote: a rank
   // whose device cannot be used fails every rank.
   if (own == DILATTN_SUCCESS) {
@@ -301,12 +348,32 @@ dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t spl
   }
   uint64_t agreed[kAgreedCount] = {};
   if (own == DILATTN_SUCCESS)
-    agreed_fields(plan->problem, plan->backend->device, t.size(), split_value, backward, agreed);
+    agreed_fields(plan->problem, *call, plan->backend->device, t.size(), split_value, backward,
+                  agreed);
   return agree(t, own, agreed);
 }
 
 dilattn_status finish_ring_call(RingCall& call, dilattn_status status) {
   return agree(*call.transport, status, nullptr);
+}
+
+dilattn_status sum_over_ranks(RingCall& call, const double* mine, int64_t n, double* total) {
+  RingTransport& t = *call.transport;
+  std::vector<RingVote> all(static_cast<size_t>(t.size()));
+  for (int64_t x0 = 0; x0 < n; x0 += RingVote::kSums) {
+    const int64_t m = min_i64(n - x0, RingVote::kSums);
+    RingVote vote{};
+    vote.status = DILATTN_SUCCESS;
+    vote.voter = t.rank() + 1;
+    for (int64_t x = 0; x < m; ++x) vote.sums[x] = mine[x0 + x];
+    if (dilattn_status s = t.allgather(vote, all.data())) return s;
+    for (int64_t x = 0; x < m; ++x) {
+      double sum = 0;
+      for (int32_t r = 0; r < t.size(); ++r) sum += all[static_cast<size_t>(r)].sums[x];
+      total[x0 + x] = sum;
+    }
+  }
+  return DILATTN_SUCCESS;
 }
 
 }  // namespace dilattn

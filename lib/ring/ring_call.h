@@ -5,7 +5,8 @@
 // A ring call is collective: every rank first checks its own arguments, then all ranks
 // exchange their status and a digest of each field of their call that must agree (allgather):
 // the plan's shape, dtype, kind, causal flag, scale, segments, dilations, head mode and mask,
-// the device type, split and direction. A bad argument on any rank thus fails every rank
+// its window, softcap, ALiBi slopes, sinks (the flag and the call's values) and dropout (p, and
+// the call's seed and offset), the device type, split and direction. A bad argument on any rank thus fails every rank
 // before any chunk moves (the others with DILATTN_ERROR_COMM naming it), and a rank called with
 // another value of any of those fields is refused by all with DILATTN_ERROR_COMM naming the
 // rank and the field. A communicator takes one call at a time: a second call on it from another
@@ -58,6 +59,8 @@ struct RingCall {
   ShardRows mine;                   // this rank's rows
   int64_t max_rows = 0;             // the largest shard: the size of a chunk buffer
   dilattn_dtype acc_dtype = DILATTN_F32;  // accumulators: f64 for f64 plans, else f32
+  DropoutCall dropout;              // the call's seed and offset (SPEC 11.2)
+  SinksCall sinks;                  // the call's sink logits and d_sinks (SPEC 10.3)
   // Where the shards live (the backend's device); the ring's own views say the same.
   dilattn_device_type device = DILATTN_DEVICE_CPU;
   int32_t device_index = 0;
@@ -144,13 +147,20 @@ struct RingTensor {
 // checks succeeded and *call is filled), then the agreement of all ranks, where a failed
 // allocation counts like a bad argument. SUCCESS: *call is ready. `split` is the caller's enum
 // read as an integer at the entry point (abi_enum.h): any int may arrive from C.
+// `options`: the call's dilattn_call_options (null for the plain calls), read as
+// dilattn_forward_ex reads them (call_options.h); `entry` names the call in a refusal.
 dilattn_status start_ring_call(dilattn_plan plan, dilattn_comm comm, int32_t split_value,
-                               bool backward, std::initializer_list<RingTensor> tensors,
+                               bool backward, const dilattn_call_options* options,
+                               const char* entry, std::initializer_list<RingTensor> tensors,
                                const std::function<dilattn_status(RingCall&)>& allocate,
                                RingCall* call);
 
 // The agreement after the ring: SUCCESS when every rank's `status` is SUCCESS.
 dilattn_status finish_ring_call(RingCall& call, dilattn_status status);
+
+// total[x] = the sum over ranks, in rank order, of every rank's mine[x], x < n: the same bits
+// on every rank. Collective; after finish_ring_call succeeded on every rank.
+dilattn_status sum_over_ranks(RingCall& call, const double* mine, int64_t n, double* total);
 
 // What the call leaves on its communicator: peak bytes (the ring's and the transport's) and
 // its shift timings (ring_stats.cpp).

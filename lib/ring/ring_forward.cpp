@@ -23,6 +23,8 @@
 // each way (buffer_bytes). The element work (packing, the merge) runs where the backend keeps
 // its tensors (ring_ops.h): host loops for ref and cpu, kernels on the device's stream for
 // cuda and emu.
+// Options (SPEC 10, 11): the sub-problems carry them (ring_pairs.h); sinks join each row once,
+// as the last partial of its merge (merge_sinks).
 // Checked by tests/ring/test_ring_forward.cpp against the single-device reference and by
 // tests/ring/test_ring_needs.cpp (bytes sent, chunk rows not received poisoned with NaN).
 #include <cmath>
@@ -67,6 +69,19 @@ struct ForwardBuffers {
   RingBuffer workspace;  // grows to the largest sub-problem's need (a failure is the rank's status)
 };
 
+// SPEC 10.3: (o, lse) <- the merge of (o, lse) and the sink partial (0, sigma_h), head by head,
+// in the partial buffers o_part, lse_part.
+dilattn_status merge_sinks(RingCall& c, const dilattn_tensor& o_part, const dilattn_tensor& lse_part,
+                           const dilattn_tensor& o, const dilattn_tensor& lse) {
+  RingOps& ops = *c.ops;
+  if (dilattn_status s = ops.fill(o_part, 0.0)) return s;
+  const KeyProgression all_rows{0, 1, c.mine.rows};
+  for (int64_t h = 0; h < c.p->H; ++h)
+    if (dilattn_status s = ops.fill(lse_rows_view(lse_part, all_rows, h, 1), c.sinks.values[h]))
+      return s;
+  return ops.merge(o_part, lse_part, o, lse);
+}
+
 dilattn_status run_forward(RingCall& c, ForwardBuffers& buf, const dilattn_tensor& q,
                            const dilattn_tensor& o, const dilattn_tensor* lse) {
   const Problem& p = *c.p;
@@ -103,7 +118,8 @@ dilattn_status run_forward(RingCall& c, ForwardBuffers& buf, const dilattn_tenso
       const dilattn_tensor lv = lse_rows_view(lse_part_v, call.q_rows, call.h0, nh);
       if (dilattn_status s = c.backend->can_run(call.sub)) return s;
       if (dilattn_status s = buf.workspace.grow(c.backend->workspace_bytes(call.sub).forward)) return s;
-      const ForwardArgs args{&qv, &kv, &vv, &ov, &lv, buf.workspace.data(), ops.stream_args()};
+      const ForwardArgs args{&qv, &kv, &vv, &ov, &lv, buf.workspace.data(), ops.stream_args(),
+                             c.dropout, SinksCall{}};
       if (dilattn_status s = c.backend->forward(call.sub, args))
         return s;
       return ops.merge(ov, lv, rows_view(o_acc_v, call.q_rows, call.h0, nh),
@@ -120,6 +136,10 @@ dilattn_status run_forward(RingCall& c, ForwardBuffers& buf, const dilattn_tenso
       received_rows = !next.recv.empty();
     }
   }
+  // SPEC 10.3: each row's sink joins its softmax once, here, after every step's partial: one
+  // more partial (O_b = 0, LSE_b = sigma_h) merged last.
+  if (status == DILATTN_SUCCESS && p.sinks && rows > 0)
+    status = merge_sinks(c, o_part_v, lse_part_v, o_acc_v, lse_acc_v);
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
   if (dilattn_status s = finish_ring_call(c, status)) return s;
   if (dilattn_status s = ops.copy(o_acc_v, o)) return s;
@@ -133,12 +153,13 @@ dilattn_status run_forward(RingCall& c, ForwardBuffers& buf, const dilattn_tenso
 
 }  // namespace dilattn
 
-extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm comm,
-                                               dilattn_ring_split split, const dilattn_tensor* q,
-                                               const dilattn_tensor* k, const dilattn_tensor* v,
-                                               const dilattn_tensor* o,
-                                               const dilattn_tensor* lse) {
-  DILATTN_ABI_BEGIN
+namespace {
+
+dilattn_status ring_forward(dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split,
+                            const dilattn_tensor* q, const dilattn_tensor* k,
+                            const dilattn_tensor* v, const dilattn_tensor* o,
+                            const dilattn_tensor* lse, const dilattn_call_options* options,
+                            const char* entry) {
   using dilattn::TensorRole;
   auto role = [](TensorRole r) { return static_cast<int>(r); };
   dilattn::RingCall call;
@@ -148,7 +169,7 @@ extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm c
     return buffers->status();
   };
   dilattn_status s = dilattn::start_ring_call(
-      plan, comm, dilattn::enum_value(split), false,
+      plan, comm, dilattn::enum_value(split), false, options, entry,
       {{q, "q", role(TensorRole::q), false, false}, {k, "k", role(TensorRole::kv), false, false},
        {v, "v", role(TensorRole::kv), false, false}, {o, "o", role(TensorRole::o), false, true},
        {lse, "lse", role(TensorRole::lse), true, true}},
@@ -157,5 +178,27 @@ extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm c
   s = dilattn::run_forward(call, *buffers, *q, *o, lse);
   dilattn::record_ring_call(comm, call);
   return s;
+}
+
+}  // namespace
+
+extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm comm,
+                                               dilattn_ring_split split, const dilattn_tensor* q,
+                                               const dilattn_tensor* k, const dilattn_tensor* v,
+                                               const dilattn_tensor* o,
+                                               const dilattn_tensor* lse) {
+  DILATTN_ABI_BEGIN
+  return ring_forward(plan, comm, split, q, k, v, o, lse, nullptr, "dilattn_ring_forward");
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_ring_forward_ex(dilattn_plan plan, dilattn_comm comm,
+                                                  dilattn_ring_split split,
+                                                  const dilattn_tensor* q, const dilattn_tensor* k,
+                                                  const dilattn_tensor* v, const dilattn_tensor* o,
+                                                  const dilattn_tensor* lse,
+                                                  const dilattn_call_options* options) {
+  DILATTN_ABI_BEGIN
+  return ring_forward(plan, comm, split, q, k, v, o, lse, options, "dilattn_ring_forward");
   DILATTN_ABI_END
 }

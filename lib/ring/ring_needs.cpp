@@ -34,15 +34,20 @@ void mark_listed_blocks(const Problem& p, const RowRange& qr, const RowRange& kr
                         NeededRows& needed) {
   const BsrMask& m = *p.mask;
   const int64_t ib0 = qr.first / m.bq, ib1 = ceil_div(qr.first + qr.count, m.bq);
-  const int64_t k_end = kr.first + kr.count;
+  const int64_t q_end = qr.first + qr.count, k_end = kr.first + kr.count;
   for (int64_t h = 0; h < p.H; ++h)
     for (int64_t ib = ib0; ib < ib1; ++ib) {
+      // The mask row's queries in qr: a window lets them reach only some of its blocks' keys.
+      const int64_t q_lo = max_i64(ib * m.bq, qr.first), q_hi = min_i64((ib + 1) * m.bq, q_end);
+      const KeyProgression queries{q_lo, 1, q_hi - q_lo};
       int64_t count;
       const int64_t* cols = m.row_cols(h, ib, &count);
       for (int64_t c = 0; c < count; ++c) {
         const KeyProgression block = block_range(cols[c], m.bk, p.Nk);
         if (block.first < kr.first || block.first >= k_end) continue;
-        needed.mark(kr, {block.first, 1, min_i64(block.count, k_end - block.first)},
+        needed.mark(kr,
+                    key_reach(p, queries,
+                              {block.first, 1, min_i64(block.count, k_end - block.first)}),
                     kv_head_of(h, p.H, p.Hkv), 1);
       }
     }
@@ -70,13 +75,14 @@ RowRuns needed_key_rows(const Problem& p, const ShardRows& queries, const ShardR
       if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
         mark_listed_blocks(p, qr, kr, needed);
       } else if (p.kind == DILATTN_KIND_DILATED) {
-        for_each_dilated_pair(p, qr, kr, [&](int64_t h, const KeyProgression&,
+        for_each_dilated_pair(p, qr, kr, [&](int64_t h, const KeyProgression& qs,
                                              const KeyProgression& ks) {
-          needed.mark(kr, ks, kv_head_of(h, p.H, p.Hkv), 1);
+          needed.mark(kr, key_reach(p, qs, ks), kv_head_of(h, p.H, p.Hkv), 1);
           return DILATTN_SUCCESS;
         });
       } else {
-        needed.mark(kr, {kr.first, 1, kr.count}, 0, p.Hkv);
+        needed.mark(kr, key_reach(p, {qr.first, 1, qr.count}, {kr.first, 1, kr.count}), 0,
+                    p.Hkv);
       }
     }
   // One run for all kv heads where they agree (dense, causal, a shared mask), else per head.

@@ -13,6 +13,8 @@
 //                 selected rows in the key range, for the head's kv head
 //                 (for_each_dilated_pair, the sub-problems' own walk): so a segment inside one
 //                 shard needs nothing from any other, and a kv head only its heads' offsets.
+//   a window:     each of the above cut to the keys some query of the range reaches
+//                 (ring_pairs.h key_reach), so rows beyond the window never travel.
 // Where every kv head needs the same rows the runs cover all heads (one run per row range);
 // otherwise they are per kv head, sorted by head, then row.
 // Both ends compute it from the plan and the split alone, so nothing about it travels: the

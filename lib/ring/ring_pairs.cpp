@@ -23,7 +23,17 @@ Problem dense_sub_problem(const Problem& p, int64_t nq, int64_t nk, int64_t nh, 
   s.mask.reset();
   s.backend_state.reset();
   s.causal = causal;
+  s.sinks = false;  // added once per row by the ring's merge (ring_forward.cpp)
   return s;
+}
+
+// SPEC 5: p's sub-problem at queries qs and keys ks (sequence positions, equal steps) and heads
+// from h0, placed in the whole problem when p has an option that depends on positions.
+void place(const Problem& p, const KeyProgression& qs, const KeyProgression& ks, int64_t h0,
+           Problem* sub) {
+  if (!ring_places(p)) return;
+  sub->placed = true;
+  sub->place = Placement{qs.first, qs.step, ks.first, ks.step, p.Nq, p.Nk, h0, p.H};
 }
 
 // The mask rows of query range qr and the columns of key range kr, renumbered from 0. Both
@@ -60,6 +70,17 @@ std::shared_ptr<const BsrMask> sub_mask(const BsrMask& m, const RowRange& qr, co
 bool on_block_boundary(int64_t x, int64_t bs, int64_t N) { return x % bs == 0 || x == N; }
 
 }  // namespace
+
+KeyProgression key_reach(const Problem& p, const KeyProgression& qs, const KeyProgression& ks) {
+  if (!p.has_window() || qs.count == 0) return ks;
+  const int64_t d = p.Nk - p.Nq;
+  const int64_t q_last = progression_at(qs, qs.count - 1);
+  const int64_t lo = p.window_left < 0 ? ks.first
+                                       : qs.first + d - window_bound(p.window_left, p.Nq, p.Nk);
+  const int64_t hi = p.window_right < 0 ? progression_at(ks, ks.count - 1)
+                                        : q_last + d + window_bound(p.window_right, p.Nq, p.Nk);
+  return range_cut(ks, lo, hi);
+}
 
 CausalPart causal_part(const Problem& p, const RowRange& qr, const RowRange& kr) {
   if (!p.causal) return CausalPart::full;
@@ -105,14 +126,21 @@ dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const Row
   const bool causal = part == CausalPart::diagonal;
 
   if (p.kind != DILATTN_KIND_DILATED) {
+    const KeyProgression qs{qr.first, 1, qr.count};
+    // The keys the window lets the queries reach; a block-sparse pair keeps its whole key
+    // range (its sub-mask starts on a block boundary), the backend cutting each row.
+    KeyProgression ks = key_reach(p, qs, KeyProgression{kr.first, 1, kr.count});
+    if (ks.count == 0) return DILATTN_SUCCESS;
+    if (p.kind == DILATTN_KIND_BLOCK_SPARSE) ks = KeyProgression{kr.first, 1, kr.count};
     SubCall call;
-    call.sub = dense_sub_problem(p, qr.count, kr.count, p.H, p.Hkv, causal);
+    call.sub = dense_sub_problem(p, qr.count, ks.count, p.H, p.Hkv, causal);
     if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
       call.sub.kind = DILATTN_KIND_BLOCK_SPARSE;
       call.sub.mask = sub_mask(*p.mask, qr, kr);
     }
+    place(p, qs, ks, 0, &call.sub);
     call.q_rows = {qr.local, 1, qr.count};
-    call.k_rows = {kr.local, 1, kr.count};
+    call.k_rows = {ks.first - kr.first + kr.local, 1, ks.count};
     if (prepare != nullptr) {
       if (dilattn_status s = prepare(call.sub)) return s;
     }
@@ -120,10 +148,13 @@ dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const Row
   }
 
   return for_each_dilated_pair(p, qr, kr, [&](int64_t h, const KeyProgression& qs,
-                                                const KeyProgression& ks) {
+                                                const KeyProgression& segment_keys) {
     const int64_t r = qs.step;
+    const KeyProgression ks = key_reach(p, qs, segment_keys);
+    if (ks.count == 0) return DILATTN_SUCCESS;
     SubCall call;
     call.sub = dense_sub_problem(p, qs.count, ks.count, 1, 1, causal);
+    place(p, qs, ks, h, &call.sub);
     call.h0 = h;
     call.g0 = kv_head_of(h, p.H, p.Hkv);
     call.q_rows = {qs.first - qr.first + qr.local, r, qs.count};

@@ -15,6 +15,15 @@
 //                 combines them with the same merge as SPEC 5.
 //   block-sparse: the mask rows and columns of the two ranges, renumbered from 0, when both
 //                 ranges start on block boundaries (check_ring_split); else UNSUPPORTED.
+// Options (SPEC 10, 11): a softcap depends on no position, so a sub-problem keeps it as it
+// is. A window, ALiBi or dropout do: then every sub-problem is placed (problem.h Placement,
+// ring_places): its rows and keys carry their positions in the whole sequence and its heads
+// the whole problem's, so its backend applies the whole problem's causal rule, window, ALiBi
+// distances and slopes, and draws dropout with global (b, h, i, j) (SPEC 11.1). A window also
+// narrows each pair's keys to those some query of the pair reaches (key_reach): keys beyond
+// it are neither sent (ring_needs.h) nor read; a pair with none is skipped like a causal one.
+// Sinks join no sub-problem: the ring adds them once per row at the end of its merge
+// (ring_forward.cpp) and sums their gradient itself (ring_backward.cpp).
 // The backward runs the same sub-problems with the full rows of O and the combined LSE: each
 // occurrence's P = exp(S - LSE) is then exact (SPEC 6), so the pairs' gradients simply add.
 // Checked by tests/ring/test_ring_forward.cpp and test_ring_backward.cpp against the reference.
@@ -69,6 +78,16 @@ dilattn_status for_each_dilated_pair(const Problem& p, const RowRange& qr, const
   }
   return DILATTN_SUCCESS;
 }
+
+// SPEC 5: whether the ring's sub-problems of p are placed (an option that depends on
+// positions: a window, ALiBi or dropout).
+inline bool ring_places(const Problem& p) {
+  return p.has_window() || !p.alibi_slopes.empty() || p.dropout_p > 0;
+}
+
+// The terms of ks (sequence positions) that the window lets some query of qs (sequence
+// positions) read: ks itself without a window.
+KeyProgression key_reach(const Problem& p, const KeyProgression& qs, const KeyProgression& ks);
 
 // SUCCESS when every pair of this split can be cut into sub-problems; UNSUPPORTED (with the
 // reason) for a block-sparse mask whose blocks straddle a shard boundary. Rank-independent, so

@@ -3,8 +3,8 @@
 //
 // Two operations, both collective over the P ranks of a communicator:
 //   allgather: every rank's small fixed-size vote (its status, a digest of each field of its
-//              call, its error message), so that a bad input on one rank fails every rank at
-//              once.
+//              call, its error message, a few values to sum), so that a bad input on one rank
+//              fails every rank at once.
 //   exchange:  send a message to rank `to` and receive `recv_bytes` from rank `from`, in
 //              two calls so that a rank computes while the rows travel:
 //              exchange_begin(...) ... compute ... exchange_end().
@@ -51,12 +51,16 @@ namespace dilattn {
 
 // What each rank tells the others before (and after) the ring runs.
 struct RingVote {
-  static constexpr int kAgreedFields = 12;
+  static constexpr int kAgreedFields = 18;
+  static constexpr int kSums = 16;
   int32_t status;        // the rank's own dilattn_status
   int32_t voter;         // the rank that voted, plus one: 0 in a slot no rank filled
   // A digest of each field of the call every rank must share (ring_call.cpp AgreedField).
   uint64_t agreed[kAgreedFields];
   char message[256];     // its last error when status != SUCCESS
+  // Values every rank sums over all ranks after the ring (the sinks' gradient, ring_call.h
+  // sum_over_ranks), kSums per round.
+  double sums[kSums];
 };
 
 class RingOps;

@@ -195,6 +195,10 @@ SIGNATURES = {
     "dilattn_ring_shard_rows": ([_I64, _I32, _I32, C.c_int, _PI64, _PI64], _ST),
     "dilattn_ring_forward": ([_P, _P, C.c_int, _T, _T, _T, _T, _T], _ST),
     "dilattn_ring_backward": ([_P, _P, C.c_int, _T, _T, _T, _T, _T, _T, _T, _T, _T], _ST),
+    "dilattn_ring_forward_ex": ([_P, _P, C.c_int, _T, _T, _T, _T, _T, C.POINTER(CallOptions)],
+                                _ST),
+    "dilattn_ring_backward_ex": ([_P, _P, C.c_int, _T, _T, _T, _T, _T, _T, _T, _T, _T,
+                                  C.POINTER(CallOptions)], _ST),
 }
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _abi, _cints
 from ._errors import check, error_for
-from ._numpy import as_array, dtype_name, view, _NUMPY_DTYPES
+from ._numpy import as_array, dtype_name, view, _NUMPY_DTYPES, _dropout_call, _sink_array
 from ._owned_handle import HandleOwner, OwnedHandle
 from ._plan import Options, Plan
 
@@ -128,15 +128,43 @@ def _plan(options, seqlen, q, k):
     return Plan(options, (B, seqlen, seqlen, H, k.shape[2], D), dtype_name("q", q))
 
 
+def _options(segments, dilations, heads_mode, causal, scale, mask, backend, dropout_p,
+             window_size, softcap, alibi_slopes, sinks):
+    """The plan's Options of a ring call: dilattn.forward's, without a pool or packing (the
+    ring refuses a packed batch, SPEC 5)."""
+    return Options(segments, dilations, heads_mode, causal, scale, mask, backend, None,
+                   dropout_p, window_size=window_size, softcap=softcap,
+                   alibi_slopes=alibi_slopes, sinks=sinks is not None)
+
+
+def _call(function, plan, comm, split, views, options):
+    """function (dilattn_ring_forward or _backward) on the views, through its _ex twin with
+    dilattn_call_options when there are any (dropout, sinks)."""
+    L = _abi.lib()
+    with plan._use() as plan_handle, comm._use() as comm_handle:
+        args = [plan_handle, comm_handle, _split(split)] + [C.byref(t) for t in views]
+        if options is None:
+            check(getattr(L, function)(*args))
+        else:
+            check(getattr(L, function + "_ex")(*args, C.byref(options)))
+
+
 def ring_forward(comm: "Comm", q: Any, k: Any, v: Any, *, seqlen: int, split: str = "contiguous",
                  segments: Optional[Sequence[int]] = None,
                  dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
                  causal: bool = False, scale: Optional[float] = None, mask: Any = None,
-                 backend: str = "cpu") -> Tuple[np.ndarray, np.ndarray]:
+                 backend: str = "cpu", dropout_p: float = 0.0, seed: Optional[int] = None,
+                 offset: int = 0, window_size: Optional[Tuple[int, int]] = None,
+                 softcap: float = 0.0, alibi_slopes: Optional[Sequence[float]] = None,
+                 sinks: Any = None) -> Tuple[np.ndarray, np.ndarray]:
     """This rank's (o, lse) for its shards q [B, rows, H, D], k, v [B, rows, Hkv, D] of a
-    sequence of seqlen rows (dilattn.forward's options describe the full problem). o has q's
-    dtype, lse is [B, H, rows]. Collective."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, None)
+    sequence of seqlen rows (dilattn.forward's options describe the full problem: dropout_p
+    with seed and offset, window_size, softcap, alibi_slopes and sinks as there; the dropout
+    decisions are those of dilattn.forward at the same global positions). o has q's dtype, lse
+    is [B, H, rows]. Every rank passes the same options and values. Collective."""
+    options = _options(segments, dilations, heads_mode, causal, scale, mask, backend, dropout_p,
+                       window_size, softcap, alibi_slopes, sinks)
+    dropout = _dropout_call(options, seed, offset)
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     plan = _plan(options, seqlen, q, k)
     try:
@@ -144,9 +172,9 @@ def ring_forward(comm: "Comm", q: Any, k: Any, v: Any, *, seqlen: int, split: st
         o = np.empty(q.shape, dtype=q.dtype)
         lse = np.empty((B, H, rows, 1), dtype=_NUMPY_DTYPES[plan.lse_dtype()])
         views = [view(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse))]
-        with plan._use() as plan_handle, comm._use() as comm_handle:
-            check(_abi.lib().dilattn_ring_forward(plan_handle, comm_handle, _split(split),
-                                                  *[C.byref(t) for t in views]))
+        sink_values = _sink_array(sinks, H)
+        _call("dilattn_ring_forward", plan, comm, split, views,
+              Plan._call_options(dropout, sink_values, None))
     finally:
         plan.close()
     return o, lse[..., 0]
@@ -157,10 +185,17 @@ def ring_backward(comm: "Comm", q: Any, k: Any, v: Any, o: Any, lse: Any, do: An
                   segments: Optional[Sequence[int]] = None,
                   dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
                   causal: bool = False, scale: Optional[float] = None, mask: Any = None,
-                  backend: str = "cpu") -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  backend: str = "cpu", dropout_p: float = 0.0, seed: Optional[int] = None,
+                  offset: int = 0, window_size: Optional[Tuple[int, int]] = None,
+                  softcap: float = 0.0, alibi_slopes: Optional[Sequence[float]] = None,
+                  sinks: Any = None) -> Tuple[np.ndarray, ...]:
     """This rank's (dq, dk, dv) from its shards of q, k, v, of the forward's o and lse
-    ([B, H, rows]) and of do (SPEC 6). Bitwise the same on every run. Collective."""
-    options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, None)
+    ([B, H, rows]) and of do (SPEC 6), with the forward's options (and its seed and offset).
+    With sinks it returns (dq, dk, dv, d_sinks), d_sinks [H] the sinks' gradient summed over
+    every rank's rows, the same on every rank. Bitwise the same on every run. Collective."""
+    options = _options(segments, dilations, heads_mode, causal, scale, mask, backend, dropout_p,
+                       window_size, softcap, alibi_slopes, sinks)
+    dropout = _dropout_call(options, seed, offset)
     q, k, v, o, do = (as_array(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                                    ("do", do)))
     lse = np.asarray(lse)
@@ -170,12 +205,13 @@ def ring_backward(comm: "Comm", q: Any, k: Any, v: Any, o: Any, lse: Any, do: An
         dq, dk, dv = (np.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
         views = [view(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
                                          ("do", do), ("dq", dq), ("dk", dk), ("dv", dv))]
-        with plan._use() as plan_handle, comm._use() as comm_handle:
-            check(_abi.lib().dilattn_ring_backward(plan_handle, comm_handle, _split(split),
-                                                   *[C.byref(t) for t in views]))
+        H = q.shape[2]
+        d_sinks = None if sinks is None else (C.c_double * H)()
+        _call("dilattn_ring_backward", plan, comm, split, views,
+              Plan._call_options(dropout, _sink_array(sinks, H), d_sinks))
     finally:
         plan.close()
-    return dq, dk, dv
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, np.array(d_sinks[:], dtype=np.float64))
 
 
 class RingError(Exception):

@@ -105,12 +105,13 @@ def _ring_group(cls_name, group):
 
 
 def _refuse_ring_dropout(cls_name, p):
-    """dilattn.torch.ring_attention has no dropout (SPEC 11.2: ring attention refuses it)."""
+    """dilattn.torch.ring_attention has no dropout (its sub-problems cannot draw at
+    whole-sequence positions, torch_ring.py; docs/spec.md section 5.5)."""
     if p != 0.0:
         raise error_for("DILATTN_ERROR_UNSUPPORTED",
                         f"{cls_name}: dropout={p} in training mode over a process group of "
-                        "several ranks: dilattn's ring attention has no attention dropout "
-                        "(docs/spec.md section 11.2); use dropout=0.0, eval(), or the module in "
+                        "several ranks: dilattn.torch.ring_attention has no attention dropout "
+                        "(docs/spec.md section 5.5); use dropout=0.0, eval(), or the module in "
                         "a single process")
 
 

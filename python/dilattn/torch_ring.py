@@ -37,7 +37,15 @@ A rank that never arrives (a dead process) is bounded by the process group's tim
 (init_process_group(timeout=...)).
 
 Kinds: dense, causal, dilated (any head mode), with GQA; splits "contiguous" and "zigzag" (the
-splits of dilattn.ring). Block-sparse masks, the SPEC 10 variants and dropout are not taken.
+splits of dilattn.ring). Options (docs/spec.md sections 5.5, 10): softcap=c (every
+sub-problem caps its own scores, a rule of each score alone) and sinks=, a tensor [H] of sink
+logits: they join each row once, as a last partial (0, sinks[h]) merged after the last step,
+and their gradient -sum exp(sinks[h] - lse) <do, o> is summed over this rank's rows, then over
+the ranks in rank order (an all_gather), the same on every rank. Block-sparse masks, windows,
+ALiBi and dropout are refused, naming them, on every rank: this ring cuts its sub-problems
+through the public dilattn_forward, which has no way to place one at whole-sequence positions,
+as those need; the library's own ring (dilattn.ring.ring_forward, dilattn_ring_forward_ex)
+runs them.
 The library has first derivatives only: a double backward raises.
 """
 import collections
@@ -54,8 +62,8 @@ from . import _abi, _cints
 from ._errors import check, error_for
 from ._numpy import same_dtype
 from ._plan import Options, Plan
-from .torch import (_TORCH_DTYPES, _aligned, _dtype_name, _on_device, _one_device,
-                    _plan_backend, _stream, _view)
+from .torch import (_TORCH_DTYPES, _aligned, _check_sinks, _dtype_name, _on_device,
+                    _one_device, _plan_backend, _stream, _view)
 
 # Tags of the two kinds of messages a step sends (gloo keeps them apart; NCCL matches messages
 # in the order both ends issue them, which is the same order here).
@@ -217,6 +225,7 @@ class _Ring:
                             "ring_attention: this process is not a member of group")
         self.split = split
         self.options = options  # the keyword arguments; Options() is checked collectively
+        self.sinks = None  # SPEC 10.3: the sink logits [H], set by _RingAttention.forward
 
     # -------------------------------------------------------- agreement (SPEC 5.4)
     def _gather(self, mine, device):
@@ -249,7 +258,7 @@ class _Ring:
         gathered = self._gather(mine, device)
         self._agree_on_errors(gathered, own_error)
         for field in ("call", "batch", "heads_q", "heads_kv", "head_dim", "dtype", "device",
-                      "split", "options"):
+                      "split", "options", "sinks"):
             for r in range(1, self.num_ranks):
                 if gathered[r][field] != gathered[0][field]:
                     raise error_for("DILATTN_ERROR_COMM",
@@ -302,15 +311,27 @@ class _Ring:
                 raise error_for("DILATTN_ERROR_SHAPE_MISMATCH",
                                 f"{name} has shape {tuple(t.shape)}, q {tuple(q.shape)}")
         opts = self.options
+        for name, what in (("window_size", "a window"), ("alibi_slopes", "ALiBi"),
+                           ("dropout_p", "dropout")):
+            if opts[name] not in (None, 0, 0.0):
+                raise error_for("DILATTN_ERROR_UNSUPPORTED",
+                                f"ring_attention over torch.distributed does not run {what} "
+                                f"({name}={opts[name]!r}): its sub-problems would need "
+                                "whole-sequence positions; dilattn.ring.ring_forward runs it")
         self.opts = Options(opts["segments"], opts["dilations"], opts["heads_mode"],
-                            opts["causal"], opts["scale"], None, opts["backend"])
+                            opts["causal"], opts["scale"], None, opts["backend"],
+                            softcap=opts["softcap"])
         self.backend = _plan_backend(device, self.opts.backend)
+        sinks = self.sinks
+        if sinks is not None:
+            _check_sinks(sinks, q.shape[2])
         return {"batch": q.shape[0], "heads_q": q.shape[2], "heads_kv": k.shape[2],
                 "head_dim": q.shape[3], "dtype": str(q.dtype).replace("torch.", ""),
                 "device": device.type, "split": self.split, "rows": q.shape[1],
                 "options": (self.opts.segments, self.opts.dilations,
                             self.opts.heads_mode if self.opts.segments else None,
-                            self.opts.causal, self.opts.scale)}
+                            self.opts.causal, self.opts.scale, self.opts.softcap),
+                "sinks": None if sinks is None else tuple(sinks.detach().double().cpu().tolist())}
 
     def _finish(self, failure, device):
         """The closing agreement: every rank learns whether a sub-problem failed anywhere."""
@@ -348,7 +369,8 @@ class _Ring:
     def _plan(self, nq, nk, heads, kv_heads, causal):
         key = (nq, nk, heads, kv_heads, causal)
         if key not in self.plans:
-            opts = Options(causal=causal, scale=self.opts.scale, backend=self.opts.backend)
+            opts = Options(causal=causal, scale=self.opts.scale, backend=self.opts.backend,
+                           softcap=self.opts.softcap)
             self.plans[key] = Plan(opts, (self.B, nq, nk, heads, kv_heads, self.D),
                                    self.dtype_name, self.backend)
         return self.plans[key]
@@ -434,6 +456,13 @@ class _Ring:
                     request.wait()
                 if received is not None:
                     kv = received
+            if failure is None and self.sinks is not None:
+                try:  # SPEC 10.3: each row's sink, once, after every step's partial
+                    sink_lse = self.sinks.detach().to(device=device, dtype=acc_lse.dtype)
+                    merge_partial(acc_o, acc_lse, torch.zeros_like(acc_o),
+                                  sink_lse.view(1, -1, 1).expand(acc_lse.shape))
+                except Exception as e:  # noqa: BLE001 - the ranks agree on it below
+                    failure = e
             self._finish(failure, device)
             return acc_o.to(q.dtype), acc_lse.to(self.lse_dtype), acc_lse
 
@@ -475,7 +504,23 @@ class _Ring:
                 if received is not None:
                     kv = received
             self._finish(failure, device)
-            return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
+            d_sinks = None if self.sinks is None else self._sink_gradient(o, lse, d_o)
+            return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), d_sinks
+
+    def _sink_gradient(self, o, lse, d_o):
+        """SPEC 10.3: -sum exp(sinks[h] - lse_i) <do_i, o_i> over every rank's rows with
+        lse_i != -inf, per head: this rank's rows here, then the ranks' sums added in rank order
+        (all_gather), so every rank holds the same values."""
+        sinks = self.sinks.detach().to(device=lse.device, dtype=lse.dtype)
+        D = (d_o.to(lse.dtype) * o.to(lse.dtype)).sum(-1).transpose(1, 2)  # [B, H, rows]
+        weight = torch.exp(sinks.view(1, -1, 1) - lse).masked_fill(lse == NEG_INF, 0.0)
+        mine = -(weight * D).sum(dim=(0, 2))
+        gathered = [torch.empty_like(mine) for _ in range(self.num_ranks)]
+        dist.all_gather(gathered, mine.contiguous(), group=self.group)
+        total = gathered[0].clone()
+        for part in gathered[1:]:
+            total += part
+        return total.to(device=self.sinks.device, dtype=self.sinks.dtype)
 
 
 def _accumulator_dtype(q):
@@ -488,7 +533,8 @@ class _RingAttention(torch.autograd.Function):
     """O, LSE = ring attention of this rank's shards; the backward is collective too."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ring):
+    def forward(ctx, q, k, v, sinks, ring):
+        ring.sinks = sinks
         o, lse, merged_lse = ring.forward(q, k, v)
         ctx.ring = ring
         ctx.save_for_backward(q, k, v, o, merged_lse)
@@ -501,25 +547,31 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if d_o is None:
             d_o = torch.zeros_like(o)
-        dq, dk, dv = ctx.ring.backward(q, k, v, o, lse, d_o)
-        return dq, dk, dv, None
+        dq, dk, dv, d_sinks = ctx.ring.backward(q, k, v, o, lse, d_o)
+        return dq, dk, dv, d_sinks, None
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group: Any = None,
                    split: str = "zigzag", segments: Optional[Sequence[int]] = None,
                    dilations: Optional[Sequence[int]] = None, heads_mode: str = "mod",
                    causal: bool = False, scale: Optional[float] = None, backend: str = "auto",
-                   return_lse: bool = False
+                   return_lse: bool = False, softcap: float = 0.0,
+                   sinks: Optional[torch.Tensor] = None,
+                   window_size: Optional[Tuple[int, int]] = None,
+                   alibi_slopes: Optional[Sequence[float]] = None, dropout_p: float = 0.0
                    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Differentiable ring attention (SPEC 5) of this rank's shards q [B, rows, H, D], k, v
     [B, rows, Hkv, D] over the ranks of the torch.distributed group (default: the default
     group); see the module's text. Options as dilattn.torch.attention (dense, causal, dilated);
     split: "zigzag" (causal balance) or "contiguous", how the rows were split (the rows of
     dilattn.ring.shard_rows(N, P, rank, split)). Returns this rank's o [B, rows, H, D], or
-    (o, lse) with return_lse=True (lse [B, H, rows], not differentiable). Collective, forward
-    and backward."""
+    (o, lse) with return_lse=True (lse [B, H, rows], not differentiable). softcap and sinks (a
+    floating tensor [H], the same on every rank; it gets its gradient) as dilattn.torch.attention;
+    window_size, alibi_slopes and dropout_p are refused on every rank (the module's text).
+    Collective, forward and backward."""
     ring = _Ring(group, split, dict(segments=segments, dilations=dilations,
                                     heads_mode=heads_mode, causal=causal, scale=scale,
-                                    backend=backend))
-    o, lse = _RingAttention.apply(q, k, v, ring)
+                                    backend=backend, softcap=softcap, window_size=window_size,
+                                    alibi_slopes=alibi_slopes, dropout_p=dropout_p))
+    o, lse = _RingAttention.apply(q, k, v, sinks, ring)
     return (o, lse) if return_lse else o

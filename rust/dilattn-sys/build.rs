@@ -69,6 +69,7 @@ mod bundled {
         "lib/desc.cpp",
         "lib/plan.cpp",
         "lib/dispatch.cpp",
+        "lib/call_options.cpp",
         "lib/backend_table.cpp",
         "lib/tensor_checks.cpp",
         "lib/mask.cpp",

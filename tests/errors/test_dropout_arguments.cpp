@@ -7,7 +7,8 @@
 //     _on_stream twins, dilattn_reference_rows, and the _ex calls with options NULL;
 //   - a dilattn_call_options with a foreign struct_size, an offset of 2^32 (2^32 - 1 runs);
 //   - the plan-time bounds of SPEC 11.1 (Nq, ceil(Nk / 4), B * H above 2^32);
-//   - ring attention with a dropout plan: UNSUPPORTED.
+//   - ring attention's plain calls on a dropout plan (no seed), and an offset of 2^32 in
+//     dilattn_ring_forward_ex.
 #include <cmath>
 #include <limits>
 
@@ -144,18 +145,28 @@ void counter_bounds_refused_at_plan_creation() {
   dilattn_plan_destroy(plan);
 }
 
-void ring_refuses_dropout() {
+// SPEC 5 and 11.2: the ring runs dropout through its _ex calls only: the plain ring calls carry
+// no seed and are refused naming p and the _ex call, as is an offset of 2^32.
+void ring_needs_a_seed() {
   Problem pr;
   if (!CHECK_OK(replan(pr, 0.5))) return;
   dilattn_comm comm = nullptr;
   if (!CHECK_OK(dilattn_comm_create_threads(1, 2000, &comm))) return;
   CHECK_ERROR(dilattn_ring_forward(pr.plan, comm, DILATTN_RING_CONTIGUOUS, &pr.tq, &pr.tk, &pr.tv,
                                    &pr.to, &pr.tlse),
-              DILATTN_ERROR_UNSUPPORTED, "dropout p = 0.5", "ring");
+              DILATTN_ERROR_INVALID_VALUE, "dropout p = 0.5", "dilattn_ring_forward_ex");
   CHECK_ERROR(dilattn_ring_backward(pr.plan, comm, DILATTN_RING_CONTIGUOUS, &pr.tq, &pr.tk,
                                     &pr.tv, &pr.to, &pr.tlse, &pr.tdo, &pr.tdq, &pr.tdk, &pr.tdv),
-              DILATTN_ERROR_UNSUPPORTED, "dropout p = 0.5", "ring");
+              DILATTN_ERROR_INVALID_VALUE, "dropout p = 0.5", "dilattn_ring_backward_ex");
+  dilattn_call_options options = dilattn_call_options_make();
+  options.dropout_offset = uint64_t{1} << 32;
+  CHECK_ERROR(dilattn_ring_forward_ex(pr.plan, comm, DILATTN_RING_CONTIGUOUS, &pr.tq, &pr.tk,
+                                      &pr.tv, &pr.to, &pr.tlse, &options),
+              DILATTN_ERROR_INVALID_VALUE, "dropout_offset = 4294967296");
   CHECK(pr.outputs_untouched());
+  options.dropout_offset = 3;
+  CHECK_OK(dilattn_ring_forward_ex(pr.plan, comm, DILATTN_RING_CONTIGUOUS, &pr.tq, &pr.tk,
+                                   &pr.tv, &pr.to, &pr.tlse, &options));
   dilattn_comm_destroy(comm);
 }
 
@@ -167,6 +178,6 @@ int main() {
   seedless_calls_refused();
   bad_call_options_refused();
   counter_bounds_refused_at_plan_creation();
-  ring_refuses_dropout();
+  ring_needs_a_seed();
   return harness::finish("dropout_arguments");
 }

@@ -2,12 +2,14 @@
 // _set_alibi refuse bad values with a status and a message naming the argument and the value,
 // and leave the description as it was (no variant: the plan still resolves to a fast backend
 // and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
-// at plan creation naming the counts; every backend but ref, and the ring, refuses a plan with
-// an option, naming it; AUTO resolves such a plan to ref. The packed batch of SPEC 10.2 and the
+// at plan creation naming the counts; every backend but ref refuses a plan with an option,
+// naming it; AUTO resolves such a plan to ref; the ring runs every option on ref but a packed
+// batch, which it refuses naming it. The packed batch of SPEC 10.2 and the
 // sinks of SPEC 10.3 are two more such options here (their own arguments:
 // test_varlen_arguments.cpp, test_sinks_arguments.cpp).
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "dilattn_ring.h"
 #include "error_fixture.h"
@@ -147,22 +149,45 @@ void other_backends_refuse_naming_the_option() {
   }
 }
 
-void ring_refuses_naming_the_option() {
-  errtest::Problem p;  // B=1, N=4, H=2, Hkv=1, D=3 in f32
+// SPEC 5: the ring runs a window, a softcap and ALiBi through its plain calls (P = 1 here;
+// tests/ring/test_ring_options.cpp checks the values), refuses a packed batch naming it, and
+// refuses the plain calls on a plan with sinks (their values come with the _ex calls, SPEC
+// 10.3), naming the _ex call. Outputs stay untouched on every refusal.
+void ring_runs_or_refuses_each_option() {
   dilattn_comm comm = nullptr;
   CHECK_OK(dilattn_comm_create_threads(1, 10000, &comm));
   for (const Variant& variant : kVariants) {
+    errtest::Problem p;  // B=1, N=4, H=2, Hkv=1, D=3 in f32
     FreshDesc desc;
     CHECK_OK(variant.set(desc.d));
     dilattn_plan plan = nullptr;
     CHECK_OK(errtest::create_plan(&plan, desc, p.B, p.N, p.N, p.H, p.Hkv, p.D));
-    CHECK_ERROR(dilattn_ring_forward(plan, comm, DILATTN_RING_CONTIGUOUS, &p.tq, &p.tk, &p.tv,
-                                     &p.to, &p.tlse),
-                DILATTN_ERROR_UNSUPPORTED, "ring attention does not support", variant.name);
-    CHECK_ERROR(dilattn_ring_backward(plan, comm, DILATTN_RING_CONTIGUOUS, &p.tq, &p.tk, &p.tv,
-                                      &p.to, &p.tlse, &p.tdo, &p.tdq, &p.tdk, &p.tdv),
-                DILATTN_ERROR_UNSUPPORTED, "ring attention does not support", variant.name);
-    CHECK(p.outputs_untouched());
+    const std::string name = variant.name;
+    auto forward = [&] {
+      return dilattn_ring_forward(plan, comm, DILATTN_RING_CONTIGUOUS, &p.tq, &p.tk, &p.tv,
+                                  &p.to, &p.tlse);
+    };
+    auto backward = [&] {
+      return dilattn_ring_backward(plan, comm, DILATTN_RING_CONTIGUOUS, &p.tq, &p.tk, &p.tv,
+                                   &p.to, &p.tlse, &p.tdo, &p.tdq, &p.tdk, &p.tdv);
+    };
+    if (name == "a packed batch (varlen)") {
+      CHECK_ERROR(forward(), DILATTN_ERROR_UNSUPPORTED, "ring attention does not support",
+                  variant.name);
+      CHECK_ERROR(backward(), DILATTN_ERROR_UNSUPPORTED, "ring attention does not support",
+                  variant.name);
+      CHECK(p.outputs_untouched());
+    } else if (name == "sinks") {
+      CHECK_ERROR(forward(), DILATTN_ERROR_INVALID_VALUE, "the plan has sinks",
+                  "dilattn_ring_forward_ex");
+      CHECK_ERROR(backward(), DILATTN_ERROR_INVALID_VALUE, "the plan has sinks",
+                  "dilattn_ring_backward_ex");
+      CHECK(p.outputs_untouched());
+    } else {
+      CHECK_OK(forward());
+      CHECK_OK(backward());
+      CHECK(!p.outputs_untouched());
+    }
     dilattn_plan_destroy(plan);
   }
   dilattn_comm_destroy(comm);
@@ -176,6 +201,6 @@ int main() {
   alibi_bad_slopes_refused();
   slope_count_checked_at_plan_creation();
   other_backends_refuse_naming_the_option();
-  ring_refuses_naming_the_option();
+  ring_runs_or_refuses_each_option();
   return harness::finish("variant_arguments_refused");
 }

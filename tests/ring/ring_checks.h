@@ -1,10 +1,14 @@
 // ring_checks.h - the ring's agreement with the single-device reference over every case of
 // ring_cases(), for a list of rings (P, split, backend, where the ranks run). Shared by the
 // threads tests (test_ring_forward.cpp, test_ring_backward.cpp: P = 1..4) and the MPI tests
-// (tests/ring/mpi/: P = the MPI world size), so both transports pass the same checks.
+// (tests/ring/mpi/: P = the MPI world size), so both transports pass the same checks; with the
+// options of SPEC 10 and 11 too (check_option_cases).
 #ifndef DILATTN_TESTS_RING_CHECKS_H
 #define DILATTN_TESTS_RING_CHECKS_H
 
+#include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "ring_test_util.h"
@@ -62,6 +66,128 @@ inline void check_backward_cases(dilattn_dtype dtype, const std::vector<Ring>& o
   }
 }
 
+// ================================================================ SPEC 10 and 11 options
+// The ring with the options of SPEC 10 and 11 against the single-process call with the same
+// options (dilattn_forward_ex / dilattn_backward_ex on ref), shared by
+// tests/ring/test_ring_options.cpp (threads, P = 1..4) and tests/ring/mpi/ (P = world size).
+
+// One option (or all of them) added to a case: name and how.
+struct Option {
+  const char* name;
+  void (*apply)(AttentionCase* c, CallOptions* call);
+};
+
+inline void add_window(AttentionCase* c, CallOptions*) {
+  // Reaches across shards on every P (shards of N / 4 >= 19 rows for N >= 77), but not all.
+  c->window_left = c->Nq / 5;
+  c->window_right = c->causal ? 0 : c->Nq / 9;
+}
+inline void add_softcap(AttentionCase* c, CallOptions*) { c->softcap = 1.5; }
+inline void add_alibi_per_head(AttentionCase* c, CallOptions*) {
+  c->alibi_slopes.clear();
+  for (int64_t h = 0; h < c->H; ++h) c->alibi_slopes.push_back(0.05 * double(h + 1));
+}
+inline void add_alibi_per_batch_and_head(AttentionCase* c, CallOptions*) {
+  c->alibi_slopes.clear();
+  for (int64_t x = 0; x < c->B * c->H; ++x) c->alibi_slopes.push_back(0.03 * double(x % 5) - 0.02);
+}
+inline void add_sinks(AttentionCase* c, CallOptions* call) {
+  c->sinks = true;
+  call->sinks.clear();
+  for (int64_t h = 0; h < c->H; ++h) call->sinks.push_back(h == 1 ? -INFINITY : 0.4 * double(h) - 0.3);
+}
+inline void add_dropout(AttentionCase* c, CallOptions* call) {
+  c->dropout_p = 0.3;
+  call->seed = 0x1234567890abcdefull;
+  call->offset = 17;
+}
+inline void add_all(AttentionCase* c, CallOptions* call) {
+  add_window(c, call);
+  add_softcap(c, call);
+  add_alibi_per_head(c, call);
+  add_sinks(c, call);
+  add_dropout(c, call);
+}
+
+const Option kOptions[] = {
+    {"window", add_window},       {"softcap", add_softcap},
+    {"alibi_per_head", add_alibi_per_head},
+    {"alibi_per_batch_and_head", add_alibi_per_batch_and_head},
+    {"sinks", add_sinks},         {"dropout", add_dropout},
+    {"all_together", add_all},
+};
+
+// The single-process ref result with the call's options: O, LSE (f64), gradients, d_sinks.
+struct Single {
+  harness::Forward fwd;
+  harness::Gradients grad;
+  std::vector<double> d_sinks;
+};
+
+inline Single single_process(const AttentionCase& c, const harness::Inputs& in,
+                             const CallOptions& call) {
+  Single r{{c.q_like(DILATTN_F64), c.lse_like(DILATTN_F64)},
+           {c.q_like(DILATTN_F64), c.kv_like(DILATTN_F64), c.kv_like(DILATTN_F64)},
+           std::vector<double>(static_cast<size_t>(c.H), NAN)};
+  harness::Plan plan;
+  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return r;
+  const dilattn_call_options options = call.make(r.d_sinks.data());
+  CHECK_OK(dilattn_forward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
+                              &r.fwd.o.view(), &r.fwd.lse.view(), &options, nullptr, 0));
+  CHECK_OK(dilattn_backward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
+                               &r.fwd.o.view(), &r.fwd.lse.view(), &in.d_o.view(),
+                               &r.grad.dq.view(), &r.grad.dk.view(), &r.grad.dv.view(), &options,
+                               nullptr, 0));
+  return r;
+}
+
+inline void check_d_sinks(const RankHost& host, const std::vector<std::vector<double>>& per_rank,
+                          const std::vector<double>& want) {
+  size_t first = per_rank.size();
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    if (!host.hosts(static_cast<int32_t>(r))) continue;
+    if (first == per_rank.size()) first = r;
+    for (size_t h = 0; h < want.size(); ++h) {
+      CHECK_MSG(std::memcmp(&per_rank[r][h], &per_rank[first][h], sizeof(double)) == 0,
+                "d_sinks[%zu]: rank %zu has %.17g, rank %zu %.17g", h, r, per_rank[r][h], first,
+                per_rank[first][h]);
+      CHECK_MSG(std::fabs(per_rank[r][h] - want[h]) <= 1e-11 * (1 + std::fabs(want[h])),
+                "d_sinks[%zu]: rank %zu has %.17g, single process %.17g", h, r, per_rank[r][h],
+                want[h]);
+    }
+  }
+}
+
+// Every case of ring_cases() with each option (and all together) on every ring, against the
+// single-process ref call with the same options (f64: the bounds of test_ring_forward.cpp and
+// test_ring_backward.cpp); with sinks, each hosted rank's d_sinks against the single-process
+// d_sinks and, bit for bit, the first hosted rank's.
+inline void check_option_cases(const std::vector<Ring>& on) {
+  using namespace harness;
+  const Tolerance o_tol{1e-13, 1e-12}, lse_tol{1e-12, 0}, grad_tol{1e-11, 1e-11};
+  for (const Option& option : kOptions)
+    for (AttentionCase c : ring_cases(DILATTN_F64)) {
+      CallOptions call;
+      option.apply(&c, &call);
+      c.name += std::string(" + ") + option.name;
+      CaseScope scope(c.name);
+      const Inputs in = make_inputs(c, 21, 2.0);
+      const Single want = single_process(c, in, call);
+      for (const Ring& ring : on) {
+        if (!ring_supports(c, ring.P)) continue;
+        const Forward got = ring_forward(c, in, ring, &call);
+        std::vector<std::vector<double>> d_sinks;
+        const Gradients got_g = ring_backward(c, in, want.fwd, ring, -1, &call, &d_sinks);
+        CaseScope named(label(c, ring));
+        CHECK_CLOSE("O", got.o, want.fwd.o, o_tol);
+        CHECK_CLOSE("LSE", got.lse, want.fwd.lse, lse_tol);
+        CHECK_CLOSE("dQ", got_g.dq, want.grad.dq, grad_tol);
+        CHECK_CLOSE("dK", got_g.dk, want.grad.dk, grad_tol);
+        CHECK_CLOSE("dV", got_g.dv, want.grad.dv, grad_tol);
+        if (c.sinks) check_d_sinks(host_of(ring), d_sinks, want.d_sinks);
+      }
+    }
+}
 }  // namespace ringtest
 
 #endif  // DILATTN_TESTS_RING_CHECKS_H

@@ -11,6 +11,7 @@
 #define DILATTN_TESTS_RING_TEST_UTIL_H
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <thread>
@@ -97,6 +98,22 @@ inline Tensor shard_of(const Tensor& full, const Rows& rows, bool lse) {
   return shard;
 }
 
+// The per-call options of a ring call (dilattn_ring_forward_ex / _backward_ex, SPEC 10.3,
+// 11.2): the dropout seed and offset, and the sink logits (empty: none).
+struct CallOptions {
+  uint64_t seed = 0, offset = 0;
+  std::vector<double> sinks;
+  // The dilattn_call_options of a call; d_sinks (may be null) receives the sinks' gradient.
+  dilattn_call_options make(double* d_sinks = nullptr) const {
+    dilattn_call_options o = dilattn_call_options_make();
+    o.dropout_seed = seed;
+    o.dropout_offset = offset;
+    o.sinks = sinks.empty() ? nullptr : sinks.data();
+    o.d_sinks = sinks.empty() ? nullptr : d_sinks;
+    return o;
+  }
+};
+
 using RankBody = std::function<dilattn_status(int32_t, dilattn_comm)>;
 
 // Where the ranks of a ring run: all on threads of this process (ThreadRanks), or one per MPI
@@ -155,8 +172,9 @@ inline void check_ranks_succeeded(const RankHost& host, const std::vector<dilatt
 
 // The ring forward of case c on the given inputs, assembled: O in Q's dtype, LSE in f64 (the
 // ring writes the LSE dtype it is given; f64 keeps the reference's precision for the f64 ring).
+// With `call`, each rank calls dilattn_ring_forward_ex with its options.
 inline harness::Forward ring_forward(const AttentionCase& c, const harness::Inputs& in,
-                                     const Ring& ring) {
+                                     const Ring& ring, const CallOptions* call = nullptr) {
   harness::CaseScope scope(label(c, ring));
   const dilattn_dtype t = in.q.dtype();
   harness::Forward out{c.q_like(t), c.lse_like(DILATTN_F64)};
@@ -179,9 +197,13 @@ inline harness::Forward ring_forward(const AttentionCase& c, const harness::Inpu
   const auto status = host.run(ring, [&](int32_t r, dilattn_comm comm) {
     const Tensor q = shard_of(in.q, rows[r], false), k = shard_of(in.k, rows[r], false),
                  v = shard_of(in.v, rows[r], false);
-    const dilattn_status s = dilattn_ring_forward(plan.get(), comm, ring.split, &q.view(),
-                                                  &k.view(), &v.view(), &o[r].view(),
-                                                  &lse[r].view());
+    const dilattn_call_options options = call != nullptr ? call->make() : dilattn_call_options{};
+    const dilattn_status s =
+        call != nullptr
+            ? dilattn_ring_forward_ex(plan.get(), comm, ring.split, &q.view(), &k.view(),
+                                      &v.view(), &o[r].view(), &lse[r].view(), &options)
+            : dilattn_ring_forward(plan.get(), comm, ring.split, &q.view(), &k.view(), &v.view(),
+                                   &o[r].view(), &lse[r].view());
     messages[r] = dilattn_last_error();
     return s;
   });
@@ -196,10 +218,13 @@ inline harness::Forward ring_forward(const AttentionCase& c, const harness::Inpu
 }
 
 // The ring backward from the given forward outputs, assembled. delay_rank >= 0 starts that
-// rank late (another schedule, for the determinism test).
+// rank late (another schedule, for the determinism test). With `call`, each rank calls
+// dilattn_ring_backward_ex with its options, and with sinks (*d_sinks)[r] is rank r's d_sinks.
 inline harness::Gradients ring_backward(const AttentionCase& c, const harness::Inputs& in,
                                         const harness::Forward& fwd, const Ring& ring,
-                                        int32_t delay_rank = -1) {
+                                        int32_t delay_rank = -1,
+                                        const CallOptions* call = nullptr,
+                                        std::vector<std::vector<double>>* d_sinks = nullptr) {
   harness::CaseScope scope(label(c, ring));
   const dilattn_dtype t = in.q.dtype();
   harness::Gradients g{c.q_like(t), c.kv_like(t), c.kv_like(t)};
@@ -221,15 +246,23 @@ inline harness::Gradients ring_backward(const AttentionCase& c, const harness::I
     dk[r].poison();
     dv[r].poison();
   }
+  std::vector<std::vector<double>> sink_grads(P, std::vector<double>(static_cast<size_t>(c.H), NAN));
   const RankHost& host = host_of(ring);
   const auto status = host.run(ring, [&](int32_t r, dilattn_comm comm) {
     if (r == delay_rank) std::this_thread::sleep_for(std::chrono::milliseconds(30));
     const Tensor q = shard_of(in.q, rows[r], false), k = shard_of(in.k, rows[r], false),
                  v = shard_of(in.v, rows[r], false), o = shard_of(fwd.o, rows[r], false),
                  lse = shard_of(fwd.lse, rows[r], true), d_o = shard_of(in.d_o, rows[r], false);
-    const dilattn_status s = dilattn_ring_backward(
-        plan.get(), comm, ring.split, &q.view(), &k.view(), &v.view(), &o.view(), &lse.view(),
-        &d_o.view(), &dq[r].view(), &dk[r].view(), &dv[r].view());
+    const dilattn_call_options options =
+        call != nullptr ? call->make(sink_grads[r].data()) : dilattn_call_options{};
+    const dilattn_status s =
+        call != nullptr
+            ? dilattn_ring_backward_ex(plan.get(), comm, ring.split, &q.view(), &k.view(),
+                                       &v.view(), &o.view(), &lse.view(), &d_o.view(),
+                                       &dq[r].view(), &dk[r].view(), &dv[r].view(), &options)
+            : dilattn_ring_backward(plan.get(), comm, ring.split, &q.view(), &k.view(),
+                                    &v.view(), &o.view(), &lse.view(), &d_o.view(),
+                                    &dq[r].view(), &dk[r].view(), &dv[r].view());
     messages[r] = dilattn_last_error();
     return s;
   });
@@ -240,6 +273,7 @@ inline harness::Gradients ring_backward(const AttentionCase& c, const harness::I
     copy_rows(dk[r], &g.dk, rows[r], false, false);
     copy_rows(dv[r], &g.dv, rows[r], false, false);
   }
+  if (d_sinks != nullptr) *d_sinks = sink_grads;
   return g;
 }
 

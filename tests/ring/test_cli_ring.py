@@ -10,6 +10,9 @@ without MPI, refused (exit 3). tests/ring/mpi/test_cli_ring_mpi.py runs it under
 K or V with another row count than Q exits 2 before any rank's rows are copied; a ring thread
 that cannot start (an address-space limit) exits 3 with one line and no file, and the cpu
 backend's pool under the same limit gives its usual result.
+With the options of docs/spec.md sections 10 and 11 (--window, --softcap, --alibi-slopes,
+--sinks with --d-sinks, --dropout with --seed and --offset), each alone and together, the
+ring on ref equals the single-device ref run of the same flags (atol 1e-6, rtol 1e-5).
 Run by meson (suite 'ring') with DILATTN_CLI set to the executable.
 """
 import os
@@ -44,6 +47,38 @@ def backward(tmp, paths, tag, *flags):
     run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", out[0], "--dk", out[1],
         "--dv", out[2], *flags, expect=0)
     return [np.load(p) for p in out]
+
+
+OPTIONS = {
+    "window": ["--window", "6,2"],
+    "softcap": ["--softcap", "1.5"],
+    "alibi": ["--alibi-slopes", "0.1,0.2,0.05,0.3"],
+    "sinks": ["--sinks", "0.5,-inf,-1,0.25"],
+    "dropout": ["--dropout", "0.25", "--seed", "9", "--offset", "2"],
+}
+OPTIONS["all"] = [flag for flags in OPTIONS.values() for flag in flags]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.parametrize("ring", [["3"], ["2", "--ring-split", "zigzag"]])
+def test_ring_threads_options_equal_single_device(tmp_path, name, ring):
+    _, paths = make_inputs(tmp_path, B=2, Nq=30, H=4, Hkv=2, D=4, seed=5)
+    flags = ["--backend", "ref", "--causal", *OPTIONS[name]]
+    ring_flags = ["--ring-threads", *ring]
+    want = forward(tmp_path, paths, "ref", *flags)
+    got = forward(tmp_path, paths, "ring", *flags, *ring_flags)
+    for g, w in zip(got, want):
+        assert_close(g, w, 1e-6, 1e-5)
+    sinks = "--sinks" in flags
+    extra = {}
+    for tag, more in (("ref", []), ("ring", ring_flags)):
+        d_sinks = tmp_path / f"d_sinks_{tag}.npy"
+        out = [tmp_path / f"{n}_{tag}.npy" for n in ("dq", "dk", "dv")]
+        run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", out[0], "--dk", out[1],
+            "--dv", out[2], *flags, *more, *(["--d-sinks", d_sinks] if sinks else []), expect=0)
+        extra[tag] = [np.load(p) for p in out] + ([np.load(d_sinks)] if sinks else [])
+    for g, w in zip(extra["ring"], extra["ref"]):
+        assert_close(g, w, 1e-6, 1e-5)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -11,6 +11,9 @@
 //   - a misaligned shard and an output shard whose rows share memory fail every rank (that
 //     rank INVALID_VALUE naming the tensor, the other COMM naming that rank);
 //   - forward and backward called on two ranks at once are refused as another direction.
+// The SPEC 10 and 11 options and the call's values are fields too: the window, the softcap,
+// the ALiBi slopes, sinks (the plan's flag and the call's values), dropout p, and the call's
+// dropout seed and offset (dilattn_ring_forward_ex / _backward_ex).
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -42,6 +45,22 @@ struct PlanFields {
   bool causal = false;
   dilattn_backend backend = DILATTN_BACKEND_REF;
   int32_t threads = 0;
+  // SPEC 10.1, 10.3, 11: the plan's options, and the call's sink values, seed and offset.
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0;
+  std::vector<double> slopes;
+  bool sinks = false;
+  double dropout_p = 0;
+  std::vector<double> sink_values = {0.5, -1.0};
+  uint64_t seed = 7, offset = 0;
+
+  dilattn_call_options options() const {
+    dilattn_call_options o = dilattn_call_options_make();
+    o.dropout_seed = seed;
+    o.dropout_offset = offset;
+    o.sinks = sinks ? sink_values.data() : nullptr;
+    return o;
+  }
 };
 
 dilattn_plan make_plan(const PlanFields& f) {
@@ -75,6 +94,13 @@ dilattn_plan make_plan(const PlanFields& f) {
   if (f.scale != 0) CHECK_OK(dilattn_desc_set_scale(desc, f.scale));
   if (f.causal) CHECK_OK(dilattn_desc_set_causal(desc, 1));
   if (f.threads != 0) CHECK_OK(dilattn_desc_set_num_threads(desc, f.threads));
+  if (f.window_left != -1 || f.window_right != -1)
+    CHECK_OK(dilattn_desc_set_window(desc, f.window_left, f.window_right));
+  if (f.softcap != 0) CHECK_OK(dilattn_desc_set_softcap(desc, f.softcap));
+  if (!f.slopes.empty())
+    CHECK_OK(dilattn_desc_set_alibi(desc, f.slopes.data(), static_cast<int64_t>(f.slopes.size())));
+  if (f.sinks) CHECK_OK(dilattn_desc_set_sinks(desc, 1));
+  if (f.dropout_p != 0) CHECK_OK(dilattn_desc_set_dropout(desc, f.dropout_p));
   const dilattn_shape shape = dilattn_shape_make(1, N, N, H, Hkv, D);
   dilattn_plan plan = nullptr;
   CHECK_OK(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, f.backend));
@@ -130,6 +156,17 @@ struct Shard {
     return dilattn_ring_backward(plan, comm, DILATTN_RING_CONTIGUOUS, &tq, &tk, &tv, &to, &tl,
                                  &tdo, &tdq, &tdk, &tdv);
   }
+  // The _ex calls with the call options of f (SPEC 10.3, 11.2).
+  dilattn_status forward_ex(dilattn_plan plan, dilattn_comm comm, const PlanFields& f) {
+    const dilattn_call_options o = f.options();
+    return dilattn_ring_forward_ex(plan, comm, DILATTN_RING_CONTIGUOUS, &tq, &tk, &tv, &to, &tl,
+                                   &o);
+  }
+  dilattn_status backward_ex(dilattn_plan plan, dilattn_comm comm, const PlanFields& f) {
+    const dilattn_call_options o = f.options();
+    return dilattn_ring_backward_ex(plan, comm, DILATTN_RING_CONTIGUOUS, &tq, &tk, &tv, &to,
+                                    &tl, &tdo, &tdq, &tdk, &tdv, &o);
+  }
 };
 
 struct RankResult {
@@ -172,8 +209,10 @@ void disagreeing_ranks_refused(const char* what, const PlanFields& a, const Plan
   CaseScope scope(std::string(what) + (backward ? " (backward)" : " (forward)"));
   dilattn_plan plans[2] = {make_plan(a), make_plan(b)};
   if (plans[0] == nullptr || plans[1] == nullptr) return;
+  const PlanFields* fields[2] = {&a, &b};
   const auto result = run_two_ranks([&](int32_t r, dilattn_comm comm, Shard& s) {
-    return backward ? s.backward(plans[r], comm) : s.forward(plans[r], comm);
+    return backward ? s.backward_ex(plans[r], comm, *fields[r])
+                    : s.forward_ex(plans[r], comm, *fields[r]);
   });
   for (int32_t r = 0; r < 2; ++r) {
     const RankResult& got = result[static_cast<size_t>(r)];
@@ -334,6 +373,38 @@ int main() {
     d2 = d1;
     d2.causal = true;
     disagreeing_ranks_refused("causal differs", d1, d2, "causal", backward);
+
+    // SPEC 10 and 11: the options, and the call's values, each named.
+    PlanFields o1, o2;
+    o1.window_left = o2.window_left = 5;
+    o2.window_right = 3;
+    disagreeing_ranks_refused("window differs", o1, o2, "window (left, right)", backward);
+    o1 = o2 = PlanFields{};
+    o2.softcap = 4;
+    disagreeing_ranks_refused("softcap differs", o1, o2, "softcap", backward);
+    o1.slopes = {0.5, 0.25};
+    o2 = o1;
+    o2.slopes[1] = 0.125;
+    disagreeing_ranks_refused("ALiBi slopes differ", o1, o2, "ALiBi slopes", backward);
+    o1 = o2 = PlanFields{};
+    o1.sinks = o2.sinks = true;
+    o2.sink_values[1] = -2.0;
+    disagreeing_ranks_refused("sink values differ", o1, o2, "sinks", backward);
+    o1 = o2 = PlanFields{};
+    o2.sinks = true;
+    // Rank 1 has sinks and rank 0 none: rank 0's call carries no sinks, so the plans differ.
+    disagreeing_ranks_refused("sinks on one rank only", o1, o2, "sinks", backward);
+    o1 = o2 = PlanFields{};
+    o1.dropout_p = 0.25;
+    o2.dropout_p = 0.5;
+    disagreeing_ranks_refused("dropout p differs", o1, o2, "dropout p", backward);
+    o2 = o1;
+    o2.seed = 8;
+    disagreeing_ranks_refused("dropout seed differs", o1, o2, "dropout seed or offset", backward);
+    o2 = o1;
+    o2.offset = 1;
+    disagreeing_ranks_refused("dropout offset differs", o1, o2, "dropout seed or offset",
+                              backward);
   }
   harmless_differences_accepted();
   one_comm_from_two_threads();

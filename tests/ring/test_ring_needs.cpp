@@ -16,10 +16,19 @@
 //   dilated_seeds_like_sends_exactly_the_selected_rows: the bytes each rank sends, computed here
 //     from the reference's key rule (index_rules.h dilated_keys, per query row, head, branch:
 //     the (kv head, row) pairs some query attends), strictly fewer than dense.
+//   window_sends_only_rows_in_reach: with a window (8, 0) on a causal ring, each rank sends its
+//     next rank only the 8 rows in reach (printed beside the bytes without the window).
+//   backend_without_placed_sub_problems_refused: a backend lacking kOptionPlaced is refused
+//     by name on every rank, and nothing is sent.
+//   With a window, needed_rows_equal_sub_call_reads also runs each case with one, checking that
+//     every key a sub-problem reads is reached by one of its queries.
 //   poisoned_chunks_change_nothing: every chunk row a rank did not receive is NaN
 //     (comm->poison_chunks); every case forward and backward still equals the reference (ref
 //     and, for the device's pack/unpack kernels, emu).
+#include <algorithm>
+#include <cstdio>
 #include <set>
+#include <string>
 
 #include "handles.h"
 #include "ring_checks.h"
@@ -32,6 +41,15 @@ using namespace harness;
 namespace {
 
 // ================================================================ needed_key_rows vs sub-calls
+// Whether the window of p lets some query at positions first + step * t (t < count) reach the
+// key at position j (SPEC 10.1, index_rules.h window_allows).
+bool reached(const dilattn::Problem& p, int64_t first, int64_t count, int64_t step, int64_t j) {
+  for (int64_t t = 0; t < count; ++t)
+    if (dilattn::window_allows(first + t * step, j, p.Nq, p.Nk, p.window_left, p.window_right))
+      return true;
+  return false;
+}
+
 // The (kv head, row) pairs of the owner's shard the sub-problems of (queries, owner) read:
 // flag g * rows + row. A sub-problem reads its k_rows for its kv heads; block-sparse ones only
 // the rows of the blocks its mask lists for a query head, of that head's kv head.
@@ -45,6 +63,16 @@ std::vector<char> rows_sub_calls_read(const dilattn::Problem& p, const dilattn::
           p, qr, kr, nullptr, [&](const dilattn::SubCall& call) {
             const dilattn::KeyProgression& k = call.k_rows;
             if (call.sub.kind != DILATTN_KIND_BLOCK_SPARSE) {
+              // With a window, every key the sub-problem reads is one some query reaches (at
+              // the positions its placement gives), so nothing beyond the window is sent.
+              if (p.has_window()) {
+                const dilattn::Placement& at = call.sub.place;
+                CHECK_MSG(call.sub.placed, "a sub-problem of a window plan is not placed");
+                for (int64_t t = 0; t < k.count; ++t)
+                  CHECK_MSG(reached(p, at.q_first, call.sub.Nq, at.q_step, at.k_first + t * at.k_step),
+                            "key at %lld is read, but no query of the sub-problem reaches it",
+                            static_cast<long long>(at.k_first + t * at.k_step));
+              }
               for (int64_t g = call.g0; g < call.g0 + call.sub.Hkv; ++g)
                 for (int64_t t = 0; t < k.count; ++t) mark(g, k.first + t * k.step);
               return DILATTN_SUCCESS;
@@ -56,7 +84,12 @@ std::vector<char> rows_sub_calls_read(const dilattn::Problem& p, const dilattn::
                 const int64_t* cols = m.row_cols(h, ib, &count);
                 for (int64_t c = 0; c < count; ++c)
                   for (int64_t j = cols[c] * m.bk; j < (cols[c] + 1) * m.bk && j < k.count; ++j)
-                    mark(dilattn::kv_head_of(h, p.H, p.Hkv), k.first + j);
+                    // With a window, a key only some query of the mask row reaches.
+                    if (!p.has_window() ||
+                        reached(p, qr.first + ib * m.bq,
+                                std::min((ib + 1) * m.bq, call.sub.Nq) - ib * m.bq, 1,
+                                kr.first + j))
+                      mark(dilattn::kv_head_of(h, p.H, p.Hkv), k.first + j);
               }
             return DILATTN_SUCCESS;
           });
@@ -65,9 +98,21 @@ std::vector<char> rows_sub_calls_read(const dilattn::Problem& p, const dilattn::
   return read;
 }
 
+// The cases of ring_cases(), then each with a window that reaches across some shards.
+std::vector<AttentionCase> cases_with_and_without_window() {
+  std::vector<AttentionCase> cases = ringtest::ring_cases(DILATTN_F64);
+  for (AttentionCase c : ringtest::ring_cases(DILATTN_F64)) {
+    c.name += " + window";
+    c.window_left = c.Nq / 5;
+    c.window_right = c.causal ? 0 : c.Nq / 9;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 void needed_rows_equal_sub_call_reads() {
   CaseScope scope("needed_rows_equal_sub_call_reads");
-  for (const AttentionCase& c : ringtest::ring_cases(DILATTN_F64)) {
+  for (const AttentionCase& c : cases_with_and_without_window()) {
     Plan plan;
     if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) continue;
     const dilattn::Problem& p = plan.get()->problem;
@@ -308,12 +353,98 @@ void dilated_seeds_like_sends_exactly_the_selected_rows() {
   }
 }
 
+// SPEC 5 with a window: a rank sends only the rows some query of the receiver reaches. Dense
+// causal, N = 64, P = 4 contiguous, window (8, 0): rank r < 3 sends rank r + 1 its last 8 rows
+// and nobody else anything, where without the window it sends all 16 rows to every later rank.
+// The backward also sends the dK/dV partial of exactly the rows received back (f64, as many
+// bytes).
+void window_sends_only_rows_in_reach() {
+  CaseScope scope("window_sends_only_rows_in_reach");
+  AttentionCase c = f64_case("dense_causal_window", 64, 2, 1, 4);
+  c.causal = true;
+  const ringtest::Ring ring{4, DILATTN_RING_CONTIGUOUS, DILATTN_BACKEND_REF};
+  const Sent without = run_and_check(c, ring);
+  c.window_left = 8;
+  c.window_right = 0;
+  const Sent with = run_and_check(c, ring);
+  std::vector<size_t> want, want_back;
+  for (int32_t r = 0; r < ring.P; ++r) {
+    want.push_back(r + 1 < ring.P ? kv_bytes(c, 8, sizeof(double)) : 0);
+    // Those rows forward, and the partial of the 8 rows received from r - 1 back to it.
+    want_back.push_back(want.back() + (r > 0 ? kv_bytes(c, 8, sizeof(double)) : 0));
+  }
+  expect_sent("forward with a window", with.forward, want);
+  expect_sent("backward with a window", with.backward, want_back);
+  for (int32_t r = 0; r < ring.P; ++r) {
+    std::printf("rank %d sends %zu bytes forward with window (8, 0), %zu without\n",
+                static_cast<int>(r), with.forward[r], without.forward[r]);
+    CHECK_MSG(without.forward[r] ==
+                  static_cast<size_t>(ring.P - 1 - r) * kv_bytes(c, 16, sizeof(double)),
+              "rank %d sent %zu bytes without a window", static_cast<int>(r), without.forward[r]);
+  }
+}
+
+// SPEC 5: a backend that runs an option for a whole problem but not the ring's placed
+// sub-problems (problem.h kOptionPlaced) is refused by name on every rank before any row moves.
+void backend_without_placed_sub_problems_refused() {
+  CaseScope scope("backend_without_placed_sub_problems_refused");
+  AttentionCase c = f64_case("dense_window", 16, 2, 1, 4);
+  c.window_left = 3;
+  Plan plan;
+  if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return;
+  dilattn::Backend fake = *plan.get()->backend;
+  fake.name = "fake";
+  fake.runs_options = dilattn::kOptionsAll;  // every option of a whole problem, not placed
+  const dilattn::Backend* real = plan.get()->backend;
+  plan.get()->backend = &fake;
+  const ringtest::Ring ring{2, DILATTN_RING_CONTIGUOUS, DILATTN_BACKEND_REF};
+  const Inputs in = make_inputs(c, 3, 1.0);
+  std::vector<std::string> messages(2);
+  HookedRanks host(false);
+  const auto status = host.run(ring, [&](int32_t r, dilattn_comm comm) {
+    const ringtest::Rows rows = ringtest::rows_of(c.Nq, ring, r);
+    const Tensor q = ringtest::shard_of(in.q, rows, false), k = ringtest::shard_of(in.k, rows, false),
+                 v = ringtest::shard_of(in.v, rows, false);
+    Tensor o = ringtest::shard_of(in.q, rows, false);
+    const dilattn_status s = dilattn_ring_forward(plan.get(), comm, ring.split, &q.view(),
+                                                  &k.view(), &v.view(), &o.view(), nullptr);
+    messages[static_cast<size_t>(r)] = dilattn_last_error();
+    return s;
+  });
+  plan.get()->backend = real;
+  for (size_t r = 0; r < 2; ++r) {
+    CHECK_MSG(status[r] == DILATTN_ERROR_UNSUPPORTED &&
+                  messages[r].find("backend 'fake'") != std::string::npos &&
+                  messages[r].find("ring sub-problems at whole-sequence positions") != std::string::npos,
+              "rank %zu: %s (%s)", r, dilattn_status_string(status[r]), messages[r].c_str());
+    CHECK_MSG(host.sent[r] == 0, "rank %zu sent %zu bytes", r, host.sent[r]);
+  }
+}
+
 // ================================================================ poisoned chunks
 void poisoned_chunks_change_nothing() {
   CaseScope scope("poisoned_chunks_change_nothing");
   const HookedRanks poisoned(true);
   ringtest::check_forward_cases(DILATTN_F64, ringtest::rings(1, 4, DILATTN_BACKEND_REF, &poisoned),
                                 {1e-13, 1e-12}, {1e-12, 0});
+  // With a window (rows beyond it are not sent, so they are NaN in the chunks).
+  for (const AttentionCase& c : cases_with_and_without_window()) {
+    if (c.window_left < 0) continue;
+    const Inputs in = make_inputs(c, 9, 2.0);
+    const Forward want = run_forward(c, in, DILATTN_BACKEND_REF, 1);
+    const Gradients want_g = run_backward(c, in, want, DILATTN_BACKEND_REF, 1);
+    for (ringtest::Ring ring : ringtest::rings(2, 4, DILATTN_BACKEND_REF, &poisoned)) {
+      if (!ringtest::ring_supports(c, ring.P)) continue;
+      const Forward got = ringtest::ring_forward(c, in, ring);
+      const Gradients got_g = ringtest::ring_backward(c, in, want, ring);
+      CaseScope named(ringtest::label(c, ring));
+      CHECK_CLOSE("O", got.o, want.o, Tolerance({1e-13, 1e-12}));
+      CHECK_CLOSE("LSE", got.lse, want.lse, Tolerance({1e-12, 0}));
+      CHECK_CLOSE("dQ", got_g.dq, want_g.dq, Tolerance({1e-11, 1e-11}));
+      CHECK_CLOSE("dK", got_g.dk, want_g.dk, Tolerance({1e-11, 1e-11}));
+      CHECK_CLOSE("dV", got_g.dv, want_g.dv, Tolerance({1e-11, 1e-11}));
+    }
+  }
   ringtest::check_backward_cases(DILATTN_F64, ringtest::rings(1, 4, DILATTN_BACKEND_REF, &poisoned),
                                  {1e-11, 1e-11});
 #if RING_TEST_EMU
@@ -347,6 +478,8 @@ int main() {
   causal_contiguous_sends_to_later_ranks_only();
   dense_sends_every_shard_to_every_rank();
   dilated_seeds_like_sends_exactly_the_selected_rows();
+  window_sends_only_rows_in_reach();
+  backend_without_placed_sub_problems_refused();
   poisoned_chunks_change_nothing();
   return finish("ring_sends_only_needed_rows");
 }

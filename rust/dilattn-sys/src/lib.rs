@@ -506,4 +506,34 @@ extern "C" {
         dk: *const dilattn_tensor,
         dv: *const dilattn_tensor,
     ) -> dilattn_status;
+    /// dilattn_ring_forward with per-call options (dropout seed and offset, sinks); null: the
+    /// plain call.
+    pub fn dilattn_ring_forward_ex(
+        plan: dilattn_plan,
+        comm: dilattn_comm,
+        split: dilattn_ring_split,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        options: *const dilattn_call_options,
+    ) -> dilattn_status;
+    /// dilattn_ring_backward with per-call options; options.d_sinks receives the sinks'
+    /// gradient summed over every rank.
+    pub fn dilattn_ring_backward_ex(
+        plan: dilattn_plan,
+        comm: dilattn_comm,
+        split: dilattn_ring_split,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        d_o: *const dilattn_tensor,
+        dq: *const dilattn_tensor,
+        dk: *const dilattn_tensor,
+        dv: *const dilattn_tensor,
+        options: *const dilattn_call_options,
+    ) -> dilattn_status;
 }

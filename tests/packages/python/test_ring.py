@@ -3,6 +3,10 @@
     GQA and dilated attention: every rank's rows of O, LSE, dQ, dK and dV, put back in place,
     equal the numpy SPEC implementation within SPEC 8 (f32) and within 1e-12 on the f64
     reference backend;
+  * the options of docs/spec.md sections 10 and 11 (window_size, softcap, alibi_slopes, sinks
+    with their gradient, dropout with seed and offset), each alone and together, on the ref
+    backend, P = 1..3, both splits: equal to dilattn.forward / dilattn.backward on ref with the
+    same options within 1e-12, d_sinks the same on every rank;
   * shard_rows gives the rows dilattn_ring_shard_rows defines (contiguous and zigzag by hand);
   * a bad shard on one rank (a row too many) fails every rank: that rank with its own
     SHAPE_MISMATCH, the others with DILATTN_ERROR_COMM naming it.
@@ -40,11 +44,44 @@ def run_ring(P, split, options, q, k, v, do, backend):
 
     o, lse = np.zeros(q.shape, q.dtype), np.zeros((q.shape[0], q.shape[2], N))
     grads = [np.zeros(x.shape, x.dtype) for x in (q, k, v)]
+    d_sinks = []
     for rows, o_r, lse_r, grads_r in ring.run_threads(P, rank_main):
         o[:, rows], lse[:, :, rows] = o_r, lse_r
-        for g, g_r in zip(grads, grads_r):
+        for g, g_r in zip(grads, grads_r[:3]):
             g[:, rows] = g_r
-    return o, lse, grads
+        d_sinks += grads_r[3:]  # with sinks: this rank's d_sinks
+    return (o, lse, grads) if not d_sinks else (o, lse, grads, d_sinks)
+
+
+OPTIONS = {
+    "window": dict(window_size=(5, 3)),
+    "softcap": dict(softcap=1.5),
+    "alibi": dict(alibi_slopes=[0.1, 0.05, 0.2, 0.15]),
+    "sinks": dict(sinks=[0.3, -np.inf, -0.5, 1.0]),
+    "dropout": dict(dropout_p=0.25, seed=99, offset=4),
+}
+OPTIONS["all"] = {key: val for opts in OPTIONS.values() for key, val in opts.items()}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("split", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_ring_options_equal_single_process(name, causal, split, P):
+    q, k, v, do = inputs(2, 21, 4, 2, 5, seed=3)
+    options = dict(OPTIONS[name], causal=causal)
+    o_want, lse_want = dilattn.forward(q, k, v, backend="ref", **options)
+    grads_want = dilattn.backward(q, k, v, o_want, lse_want, do, backend="ref", **options)
+    got = run_ring(P, split, options, q, k, v, do, backend="ref")
+    o, lse, grads = got[:3]
+    assert within(o, o_want, 1e-12, 1e-12)
+    assert within(lse, lse_want, 1e-12, 1e-12)
+    for g, want in zip(grads, grads_want[:3]):
+        assert within(g, want, 1e-11, 1e-11)
+    if "sinks" in options:
+        for d_sinks in got[3]:
+            assert np.array_equal(d_sinks, got[3][0])
+            assert within(d_sinks, grads_want[3], 1e-11, 1e-11)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

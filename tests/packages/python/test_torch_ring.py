@@ -12,6 +12,10 @@ being processes (torch_ring_ranks.py launches them, each test within a deadline)
     a good call right after runs (the ranks stay in step); bad options fail every rank;
   * RingDilatedAttention and RingMultiheadDilatedAttention given a group of 2 ranks equal the
     single-process modules (outputs, input and parameter gradients);
+  * softcap and sinks (with their gradient), alone and together, P = 1..3, both splits, f64 on
+    ref: equal to dilattn.torch.attention with the same options within 1e-12, every rank's
+    sinks.grad the single-process one; a window, ALiBi and dropout are refused on every rank,
+    naming them;
   * CPU tensors on a group without gloo are refused, naming both;
   * NCCL: CUDA tensors, one GPU per rank (as many ranks as GPUs, at most 4; one GPU gives one
     rank, since NCCL ranks cannot share a GPU), within SPEC 8 and bitwise repeatable. Skipped
@@ -109,6 +113,56 @@ def test_ring_equals_the_single_process_call(P, tmp_path):
     results = ranks.launch(P, "ring_cases", (cases,), tmp_path)
     for i, check in enumerate(checks):
         _check_case(*check, [results[r][i] for r in range(P)])
+
+
+OPTION_CASES = [
+    ("softcap", dict(softcap=1.5, causal=True), None),
+    ("sinks", dict(causal=True), [0.4, float("-inf"), -0.6, 1.2]),
+    ("softcap_sinks_dilated", dict(softcap=2.0, segments=[6, 12], dilations=[1, 2]),
+     [0.1, -0.2, 0.3, -1.0]),
+]
+
+
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_ring_options_equal_the_single_process_call(P, tmp_path):
+    sizes = (2, 24, 4, 2, 5)
+    cases = [(sizes, 13, split, options, sinks) for _, options, sinks in OPTION_CASES
+             for split in ("contiguous", "zigzag")]
+    results = ranks.launch(P, "ring_option_cases", (cases,), tmp_path)
+    for i, (sizes, seed, split, options, sink_values) in enumerate(cases):
+        label = f"{OPTION_CASES[i // 2][0]} {split} P={P}"
+        q, k, v, do = ranks.full_inputs(sizes, seed)
+        for t in (q, k, v):
+            t.requires_grad_()
+        sinks = None
+        if sink_values is not None:
+            sinks = torch.tensor(sink_values, dtype=torch.float64, requires_grad=True)
+        o, lse = dt.attention(q, k, v, backend="ref", return_lse=True, sinks=sinks, **options)
+        o.backward(do)
+        want = [x.detach() for x in (o, lse, q.grad, k.grad, v.grad)]
+        got = _assemble(sizes, [results[r][i] for r in range(P)])
+        for name, g, w in zip(("o", "lse", "dq", "dk", "dv"), got, want):
+            assert within(g.numpy(), w.numpy(), 1e-12, 1e-12), (
+                f"{label}: {name} differs by {(g - w).abs().max().item():.3g}")
+        for r in range(P):
+            d_sinks = results[r][i]["d_sinks"]
+            if sinks is None:
+                assert d_sinks is None
+            else:
+                assert torch.equal(d_sinks, results[0][i]["d_sinks"]), f"{label}: rank {r}"
+                assert within(d_sinks.numpy(), sinks.grad.numpy(), 1e-12, 1e-12), (
+                    f"{label}: rank {r}'s d_sinks {d_sinks} but {sinks.grad}")
+
+
+def test_ring_refuses_window_alibi_and_dropout(tmp_path):
+    results = ranks.launch(2, "refused_options", (), tmp_path)
+    for r, outcomes in enumerate(results):
+        for name, what in (("window_size", "a window"), ("alibi_slopes", "ALiBi"),
+                           ("dropout_p", "dropout")):
+            kind, status, message = outcomes[name]
+            assert status in (dilattn._abi.STATUS["DILATTN_ERROR_UNSUPPORTED"],
+                              dilattn._abi.STATUS["DILATTN_ERROR_COMM"]), (r, name, message)
+            assert f"does not run {what}" in message, (r, name, message)
 
 
 def test_ring_on_a_group_of_some_ranks(tmp_path):

@@ -104,6 +104,35 @@ def ring_cases(rank, world, cases, device="cpu", group_ranks=None):
     return results
 
 
+def ring_option_cases(rank, world, cases):
+    """For each (sizes, seed, split, options, sink values or None): this rank's rows, its (o,
+    lse, dq, dk, dv) of ring_attention in f64 on ref, and the sinks' gradient (None without)."""
+    import dilattn.torch as dt
+    results = []
+    for sizes, seed, split, options, sink_values in cases:
+        rows, (q, k, v, do) = shard(rank, world, split, full_inputs(sizes, seed))
+        sinks = None
+        if sink_values is not None:
+            sinks = torch.tensor(sink_values, dtype=torch.float64, requires_grad=True)
+        o, lse = dt.ring_attention(q, k, v, split=split, return_lse=True, backend="ref",
+                                   sinks=sinks, **options)
+        o.backward(do)
+        results.append(dict(rows=rows, got=[x.detach() for x in (o, lse, q.grad, k.grad, v.grad)],
+                            d_sinks=None if sinks is None else sinks.grad.detach()))
+    return results
+
+
+def refused_options(rank, world):
+    """The outcome of ring_attention with each option it refuses (on every rank alike)."""
+    import dilattn.torch as dt
+    rows, (q, k, v, do) = shard(rank, world, "zigzag", full_inputs(BAD_SIZES, seed=3))
+    out = {}
+    for name, value in (("window_size", (2, 1)), ("alibi_slopes", [0.5, 0.25]),
+                        ("dropout_p", 0.1)):
+        out[name] = _outcome(lambda: dt.ring_attention(q, k, v, backend="ref", **{name: value}))
+    return out
+
+
 def _outcome(call):
     """("ok", None) or (exception class name, status, message) of call()."""
     try:

@@ -16,6 +16,9 @@ per MPI process; rank 0 reads the inputs, scatters the rows, gathers and writes 
     the flag, no file; a rank that joins MPI and never answers ends the job after
     --ring-timeout (exit 3) instead of a hang; K shorter than Q exits 2 before any shard;
     one query row on 3 and 4 ranks equals the single device bitwise.
+  * with every option of docs/spec.md sections 10 and 11 at once (--window, --softcap,
+    --alibi-slopes, --sinks with --d-sinks, --dropout with --seed and --offset) on ref, P = 2
+    and 3: bitwise equal to --ring-threads P, d_sinks included.
 Run by meson (suite 'ring', tests/ring/mpi/meson.build) with DILATTN_CLI and DILATTN_MPIRUN set.
 """
 import os
@@ -63,6 +66,34 @@ def command_flags(paths, out, command):
     if command == "forward":
         return [*qkv_flags(paths), "--out", out[0], "--lse", out[1]]
     return [*qkv_flags(paths), "--do", paths["do"], "--dq", out[0], "--dk", out[1], "--dv", out[2]]
+
+
+OPTION_FLAGS = ["--backend", "ref", "--causal", "--window", "6,2", "--softcap", "1.5",
+                "--alibi-slopes", "0.1,0.2,0.05,0.3", "--sinks", "0.5,-inf,-1,0.25",
+                "--dropout", "0.25", "--seed", "9", "--offset", "2"]
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_ring_mpi_options_equal_threads(tmp_path, P):
+    _, paths = make_inputs(tmp_path, B=2, Nq=30, H=4, Hkv=2, D=4, seed=5)
+    for command in ("forward", "backward"):
+        got = {}
+        for tag in ("threads", "mpi"):
+            out = outputs(tmp_path, tag, command)
+            extra = []
+            if command == "backward":
+                out.append(tmp_path / f"d_sinks_{tag}.npy")
+                extra = ["--d-sinks", out[-1]]
+            ring = ["--ring-threads", str(P)] if tag == "threads" else ["--ring", "mpi"]
+            args = [*command_flags(paths, out, command), *extra, *OPTION_FLAGS, *ring]
+            if tag == "threads":
+                run(command, *args, expect=0)
+            else:
+                result = mpirun(P, command, *args)
+                assert result.returncode == 0, result.stderr
+            got[tag] = [np.load(p) for p in out]
+        for a, b in zip(got["mpi"], got["threads"]):
+            assert a.tobytes() == b.tobytes()
 
 
 @pytest.mark.parametrize("case,P,split", PARAMS)

@@ -3,6 +3,8 @@
 //   ring_mpi_matches_reference: every case of ring_cases(), both splits, forward and backward,
 //     against the reference with the bounds of test_ring_forward.cpp / test_ring_backward.cpp
 //     (f64 on ref: 1e-12 / 1e-11; f32 on cpu: SPEC 8).
+//   ring_mpi_options_match_single_process: ring_checks.h check_option_cases (a window, softcap,
+//     ALiBi, sinks with d_sinks, dropout, alone and together) on P = the world size.
 //   ring_mpi_bitwise_equals_threads: O, LSE, dQ, dK, dV bitwise equal to the threads
 //     transport's for the same ring: both transports run the same algorithm in the same order.
 //   ring_mpi_chunks_in_pieces: the same with every shift cut into 1000-byte messages (the path
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
                                  {1e-11, 1e-11});
   ringtest::check_backward_cases(DILATTN_F32, ringtest::rings(P, P, DILATTN_BACKEND_CPU, &world),
                                  spec8::of(DILATTN_F32));
+  ringtest::check_option_cases(ringtest::rings(P, P, DILATTN_BACKEND_REF, &world));
   check_bitwise_equals_threads(world, "ring_mpi_bitwise_equals_threads");
   const ringtest::MpiRanks pieces(1000);
   check_bitwise_equals_threads(pieces, "ring_mpi_chunks_in_pieces");
