@@ -80,9 +80,12 @@ inline int64_t block_rows(const Problem& p) {
 // (Nk <= 131072 at D = 64 in f32, half that in f64); longer sequences take the two passes.
 constexpr int64_t kOnePassMinItems = 8;
 constexpr int64_t kOnePassMaxKeyBytes = int64_t{64} << 20;  // dK and dV together
+// A packed batch of dense or dilated attention runs one problem per sequence (cpu_variants.h),
+// in the two passes.
 template <class T>
 inline bool backward_one_pass(const Problem& p) {
   constexpr int64_t max_key_values = kOnePassMaxKeyBytes / static_cast<int64_t>(sizeof(T));
+  if (p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE) return false;
   return p.B * p.Hkv >= kOnePassMinItems && p.Nk <= max_key_values / (2 * padded(p.D));
 }
 

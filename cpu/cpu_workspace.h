@@ -33,6 +33,7 @@ struct Workspace {
   T* kv;       // [kBC][Dp]: V rows (forward), K rows (dQ)
   T* s;        // [kBR][kBC]: scores, then probabilities
   T* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
+  T* slope;    // [kBR][kBC]: the softcap's slope per pair (backward, cpu_variants.h)
   PairWeightsMemo<T> pair_weights;  // per-pair weights of the last tile that had them, and its key
   T* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
   T* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
@@ -52,7 +53,7 @@ inline int64_t key_accumulator_values(const Problem& p) { return round16(p.Nk * 
 inline int64_t values_per_worker(int64_t D, int64_t T, int64_t key_values = 0) {
   const int64_t Dp = padded(D);
   return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
-         3 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_values +
+         4 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_values +
          16;  // +16: alignment
 }
 
@@ -98,6 +99,7 @@ inline Workspace<V> carve_workspace(void* workspace, int worker, int64_t D, int6
   s.kv = take(kBC * Dp);
   s.s = take(kBR * kBC);
   s.dp = take(kBR * kBC);
+  s.slope = take(kBR * kBC);
   s.pair_weights.weights = take(kBR * kBC);
   s.pair_weights.key = reinterpret_cast<int32_t*>(take(kMemoInts));  // only read as int32
   s.pair_weights.key[0] = -1;                                          // nothing kept yet
