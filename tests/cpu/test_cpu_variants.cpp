@@ -6,6 +6,7 @@
 // reference forward's O and LSE. Also: the same bits for 1, 2 and 7 threads (d_sinks included);
 // a NaN or inf in Q, K or V reaches only the rows the window and the sequences connect it to
 // (SPEC 13); a huge scale (the scale applied after the max) with softcap and ALiBi.
+// An argument runs only the cases whose name contains it (meson runs them all).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,6 +20,11 @@
 using namespace harness;
 
 namespace {
+
+const char* g_only = nullptr;  // the argument: run only the cases whose name holds it
+bool selected(const std::string& name) {
+  return g_only == nullptr || name.find(g_only) != std::string::npos;
+}
 
 struct Run {
   Forward fwd;
@@ -68,6 +74,7 @@ Run run(const AttentionCase& c, const Inputs& in, dilattn_backend backend, int32
 }
 
 void compare(const AttentionCase& c, const Inputs& in, int32_t threads) {
+  if (!selected(c.name)) return;
   CaseScope scope(c.name);
   const Run want = run(c, in, DILATTN_BACKEND_REF, 1, nullptr);
   const Run got = run(c, in, DILATTN_BACKEND_CPU, threads, &want.fwd);
@@ -173,6 +180,7 @@ void check_same_bytes(const char* what, const std::string& name, int32_t threads
 }
 
 void deterministic_across_threads(const AttentionCase& c) {
+  if (!selected(c.name)) return;
   CaseScope scope(c.name);
   const Inputs in = make_inputs(c, 5, 2.0);
   const Run one = run(c, in, DILATTN_BACKEND_CPU, 1, nullptr);
@@ -191,12 +199,13 @@ void deterministic_across_threads(const AttentionCase& c) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) g_only = argv[1];
   for (const AttentionCase& kind : kinds())
     for (const Option& o : kOptions)
       for (dilattn_dtype t : {DILATTN_F32, DILATTN_F16, DILATTN_BF16, DILATTN_F64}) {
         const AttentionCase c = with_option(kind, o, t);
-        compare(c, make_inputs(c, 11, 2.0), 3);
+        if (selected(c.name)) compare(c, make_inputs(c, 11, 2.0), 3);
       }
 
   {  // Bitwise the same for any thread count, with several work items per head.
@@ -243,6 +252,7 @@ int main() {
     c.softcap = 4; c.alibi_slopes = slopes(2); c.window_left = 60;
     for (dilattn_dtype t : {DILATTN_F32, DILATTN_F64}) {
       c.dtype = t;
+      if (!selected(c.name)) break;
       const Inputs in = make_inputs(c, 9, 1.0);
       const Run want = run(c, in, DILATTN_BACKEND_REF, 1, nullptr, false);
       const Run got = run(c, in, DILATTN_BACKEND_CPU, 2, nullptr, false);
