@@ -305,8 +305,8 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
 }
 
 // SPEC 10.2: a packed batch of dense or dilated attention, one problem per sequence
-// (cpu_variants.h), in the two passes: dQ items (sequence, head, query block), then dK/dV items
-// (sequence, kv head, key block).
+// (cpu_variants.h): the one pass with items (sequence, kv head), or the two passes with dQ items
+// (sequence, head, query block), then dK/dV items (sequence, kv head, key block).
 template <class V>
 void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& pool, int64_t T) {
   // The sequence's rows of every tensor, as the arguments of a problem of its own.
@@ -331,6 +331,19 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
     x->args.lse = &x->lse; x->args.d_o = &x->d_o;
     x->args.dq = &x->dq; x->args.dk = &x->dk; x->args.dv = &x->dv;
   };
+  if (backward_one_pass<V>(p)) {  // from the shape alone (cpu_tile_loop.h)
+    const int64_t key_values = key_accumulator_values(p);
+    const PackedSequences by_head(p, p.Hkv, [](const Problem&) { return int64_t{1}; });
+    pool.run(by_head.items(), [&](int64_t item, int worker) {
+      int64_t g = 0;
+      const size_t s = by_head.sequence_of(item, &g);
+      Views x;
+      views_of(by_head, s, &x);
+      const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T, key_values);
+      kv_head_one_pass(by_head.problems[s], x.args, w, 0, g, by_head.problems[s]);
+    });
+    return;
+  }
   const PackedSequences by_query(p, p.H, [&](const Problem& one) { return ceil_div(one.Nq, T); });
   pool.run(by_query.items(), [&](int64_t item, int worker) {
     int64_t local = 0;

@@ -47,7 +47,9 @@ struct Workspace {
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // Values of one of the one-pass backward's key accumulators (keys_dk, keys_dv).
-inline int64_t key_accumulator_values(const Problem& p) { return round16(p.Nk * padded(p.D)); }
+inline int64_t key_accumulator_values(const Problem& p) {
+  return round16(one_pass_keys(p) * padded(p.D));
+}
 
 // (kMemoInts int32 keys take as many values of T: room to spare for double.)
 inline int64_t values_per_worker(int64_t D, int64_t T, int64_t key_values = 0) {
@@ -69,7 +71,7 @@ inline WorkspaceBytes workspace_sizes_in(const Problem& p) {
   w.backward = w.forward;
   if (backward_one_pass<V>(p))
     w.backward = sizeof(V) *
-                 static_cast<size_t>(min_i64(threads, p.B * p.Hkv) *
+                 static_cast<size_t>(min_i64(threads, one_pass_items(p)) *
                                      values_per_worker(p.D, T, key_accumulator_values(p)));
   return w;
 }
