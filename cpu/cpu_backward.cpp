@@ -27,7 +27,8 @@
 // row's allowed keys, dK and dV over each key's allowed rows where a Q or dO row is not finite:
 // accumulate_keys_allowed), so a NaN or inf in a row of Q, K, V or dO reaches only the rows and
 // keys that meet it, as in the reference (SPEC 13); a NaN LSE (a NaN row) makes that
-// row's terms NaN.
+// row's terms NaN. The SPEC 10 variants come in through cpu_variants.h (the softcap's slope
+// multiplies dS; d_sinks is its own sum over rows).
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
 // checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the

@@ -17,7 +17,8 @@
 // A row selected by several branches keeps one running state across them: one softmax over the
 // union of their keys is exactly SPEC 3's LSE combination. At the end O * finalize_o_factor and
 // finalize_lse; a row no key reached gets O = 0, LSE = -inf (SPEC 2); a NaN score makes the row
-// NaN (SPEC 13).
+// NaN (SPEC 13). The SPEC 10 variants (windows, softcap, ALiBi, packed batches, sinks) come in
+// through cpu_variants.h, asked once per tile only where they are set.
 // Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
 // tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
 #include "cpu_isa_target.h"  // first: see there
