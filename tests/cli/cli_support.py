@@ -7,7 +7,6 @@ import subprocess
 
 import numpy as np
 import pytest
-from spec_numpy import assert_close
 
 CLI = os.path.abspath(os.environ["DILATTN_CLI"]) if os.environ.get("DILATTN_CLI") else ""
 
@@ -101,6 +100,8 @@ def forward_args(tmp_path, paths, *extra):
 def cpu_within_spec8(o, lse, grads, o_want, lse_want, grads_want):
     """The cpu backend's outputs (f32 O, f32 LSE, f32 gradients) against the f64 spec:
     SPEC 8's f32 bound, LSE atol 1e-4."""
+    from spec_numpy import assert_close  # tests/common, on sys.path through conftest.py
+
     assert lse.dtype == np.float32
     assert_close(o, o_want, atol=1e-5, rtol=1e-4)
     assert_close(lse, lse_want, atol=1e-4, rtol=0)
