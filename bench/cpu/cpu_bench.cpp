@@ -17,7 +17,7 @@
 //   packed: 64 causal documents of 128 .. 4096 tokens (deterministic lengths) in one packed
 //           batch (SPEC 10.2), against the same documents run one by one (one plan each)
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
-// Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
+// Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME[,NAME...]]
 //      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
@@ -398,7 +398,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--case" && i + 1 < argc) one_case = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME] [--peak]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME[,NAME...]] [--peak]\n", argv[0]);
       return 2;
     }
   }
@@ -453,7 +453,13 @@ int main(int argc, char** argv) {
   bool first = true;
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
-    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    if (!only.empty()) {  // --only: cases whose name holds one of the comma-separated names
+      bool wanted = false;
+      std::istringstream names(only);
+      for (std::string name; std::getline(names, name, ',');)
+        wanted = wanted || (!name.empty() && c.name.find(name) != std::string::npos);
+      if (!wanted) continue;
+    }
     const std::string cmd = std::string(argv[0]) + " --case " + std::to_string(i) +
                             " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
