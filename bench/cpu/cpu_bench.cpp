@@ -57,6 +57,7 @@ struct BenchCase {
 struct Result {
   double fwd_s = 0, bwd_s = 0, pairs = 0;
   double fwd_cpu_s = 0;  // process CPU seconds of one forward (median): robust on a busy machine
+  double bwd_cpu_s = 0;  // the same for one backward
   long peak_rss = 0;  // bytes
   double tensor_bytes = 0;  // Q, K, V, O, LSE
 };
@@ -184,8 +185,9 @@ Result run_case(const BenchCase& c, int repeats) {
     dilattn_tensor tdo = view(d_o, Nq), tdq = view(dq, Nq), tdk = view(dk, c.N),
                    tdv = view(dv, c.N);
     times.clear();
+    cpu_times.clear();
     for (int rep = 0; rep <= repeats; ++rep) {
-      const double t0 = seconds_now();
+      const double t0 = seconds_now(), c0 = cpu_seconds_now();
       for (Call& call : calls) {
         if (calls.size() == 1) {
           check(dilattn_backward(call.plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
@@ -202,8 +204,10 @@ Result run_case(const BenchCase& c, int repeats) {
                                ws.data(), ws.size()), "backward");
       }
       if (rep > 0) times.push_back(seconds_now() - t0);
+      if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
     }
     res.bwd_s = median(times);
+    res.bwd_cpu_s = median(cpu_times);
   }
   for (Call& call : calls) {
     dilattn_plan_destroy(call.plan);
@@ -414,8 +418,8 @@ int main(int argc, char** argv) {
                                  : c.N >= 65536          ? std::min(repeats, 2)
                                  : tiny                  ? std::max(repeats, 400)
                                                          : repeats);
-    std::printf("%.9g %.9g %.17g %ld %.17g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
-                r.tensor_bytes, r.fwd_cpu_s);
+    std::printf("%.9g %.9g %.17g %ld %.17g %.9g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
+                r.tensor_bytes, r.fwd_cpu_s, r.bwd_cpu_s);
     return 0;
   }
 
@@ -438,10 +442,12 @@ int main(int argc, char** argv) {
   std::printf("threads: %d; FMA peak %.1f GFLOP/s (%d threads), %.1f GFLOP/s (1 thread), "
               "%.1f GFLOP per CPU-second; cpu backend ISA %s\n",
               threads, peak, threads, peak1, peak_cpu, dilattn_cpu_isa());
-  std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff = the same per CPU-second (less "
+  std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff (and bwd cpu-eff) = the same per "
+              "CPU-second (less "
               "disturbed by other load)\n");
-  std::printf("\n%-26s %9s %9s %7s %8s %8s %9s %8s %9s %9s %7s\n", "case", "fwd s", "fwd GF/s",
-              "eff", "cpu-eff", "bwd s", "bwd GF/s", "bwd/fwd", "ns/token", "RSS MiB", "RSS/in");
+  std::printf("\n%-26s %9s %9s %7s %8s %8s %9s %8s %8s %9s %9s %7s\n", "case", "fwd s",
+              "fwd GF/s", "eff", "cpu-eff", "bwd s", "bwd GF/s", "bwd cpu-eff", "bwd/fwd",
+              "ns/token", "RSS MiB", "RSS/in");
 
   std::ostringstream json;
   json << "{\n  \"machine\": {\"cpu\": \"" << model << "\", \"logical_cores\": " << hw
@@ -464,8 +470,8 @@ int main(int argc, char** argv) {
                             " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
     Result r;
-    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
-                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s) != 6) {
+    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
+                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s, &r.bwd_cpu_s) != 7) {
       std::fprintf(stderr, "cpu_bench: case %s failed\n", c.name.c_str());
       if (child) pclose(child);
       return 1;
@@ -475,8 +481,11 @@ int main(int argc, char** argv) {
     const double bwd_gf = r.bwd_s > 0 ? 2.5 * 4.0 * c.D * r.pairs / r.bwd_s / 1e9 : 0;
     const double ns_token = r.fwd_s / static_cast<double>(c.B * (c.Nq > 0 ? c.Nq : c.N)) * 1e9;
     const double cpu_eff = 4.0 * c.D * r.pairs / r.fwd_cpu_s / 1e9 / peak_cpu;
-    std::printf("%-26s %9.4g %9.1f %6.1f%% %7.1f%% %8.4g %9.1f %8.2f %9.1f %9.1f %7.2f\n",
+    const double bwd_cpu_eff =
+        r.bwd_cpu_s > 0 ? 2.5 * 4.0 * c.D * r.pairs / r.bwd_cpu_s / 1e9 / peak_cpu : 0;
+    std::printf("%-26s %9.4g %9.1f %6.1f%% %7.1f%% %8.4g %9.1f %10.1f%% %8.2f %9.1f %9.1f %7.2f\n",
                 c.name.c_str(), r.fwd_s, fwd_gf, 100 * fwd_gf / peak, 100 * cpu_eff, r.bwd_s, bwd_gf,
+                100 * bwd_cpu_eff,
                 bwd_gf > 0 ? bwd_gf / fwd_gf : 0.0, ns_token, r.peak_rss / 1048576.0,
                 r.peak_rss / r.tensor_bytes);
     std::fflush(stdout);
@@ -489,7 +498,8 @@ int main(int argc, char** argv) {
          << ", \"head_mode\": \"groups\", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
          << ", \"forward_cpu_s\": " << r.fwd_cpu_s << ", \"forward_cpu_efficiency\": " << cpu_eff
-         << ", \"backward_s\": " << r.bwd_s << ", \"backward_gflops\": " << bwd_gf
+         << ", \"backward_s\": " << r.bwd_s << ", \"backward_cpu_s\": " << r.bwd_cpu_s
+         << ", \"backward_gflops\": " << bwd_gf
          << ", \"ns_per_token\": " << ns_token << ", \"peak_rss_bytes\": " << r.peak_rss
          << ", \"qkvo_lse_bytes\": " << r.tensor_bytes << "}";
     first = false;
