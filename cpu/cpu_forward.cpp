@@ -161,7 +161,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           const bool ranges =
               vx.active && prepare_variant_tile(vx, cover, w.s, own, t0, rows, keys, k0, first,
-                                                allowed, &cut, scaling.post, (T*)nullptr);
+                                                allowed, &cut, scaling.post,
+                                                static_cast<T*>(nullptr));
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride,
                          w.small, pw);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);

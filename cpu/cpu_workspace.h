@@ -3,9 +3,10 @@
 //
 // The workspace is workers x values_per_worker(D, T, key_values) values, T = block_rows(p) <=
 // 1024: O(threads x tile), never O(N^2) and never O(N x segment), except that the one-pass
-// backward (backward_one_pass, cpu_tile_loop.h) adds its dK and dV accumulators of all Nk keys,
-// 2 x Nk x padded(D) values per worker (key_values each), on at most min(threads, B x Hkv)
-// workers: at most the size of dK and dV in the compute type, and at most 64 MiB per worker.
+// backward (backward_one_pass, cpu_tile_loop.h) adds its dK and dV accumulators of all Nk keys
+// (of the longest sequence, in a packed batch run per sequence), 2 x Nk x padded(D) values per
+// worker (key_values each), on at most min(threads, one_pass_items) workers: at most the size of
+// dK and dV in the compute type, and at most 64 MiB per worker.
 // Tiles start on 64-byte boundaries. One layout serves forward and backward (the forward
 // leaves some tiles unused). The plan sizes it once (workspace_sizes, cpu_backend.cpp); the hot
 // loops never allocate.
