@@ -27,7 +27,8 @@
 // row's allowed keys, dK and dV over each key's allowed rows where a Q or dO row is not finite:
 // accumulate_keys_allowed), so a NaN or inf in a row of Q, K, V or dO reaches only the rows and
 // keys that meet it, as in the reference (SPEC 13); a NaN LSE (a NaN row) makes that
-// row's terms NaN.
+// row's terms NaN. The SPEC 10 variants come in through cpu_variants.h (the softcap's slope
+// multiplies dS; d_sinks is its own sum over rows).
 // A worker writes only the rows of its item, in an order fixed by the item: the result is
 // bitwise the same for any number of threads (tests/cpu/test_cpu_determinism.cpp); values are
 // checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the
@@ -37,6 +38,7 @@
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
+#include "cpu_variants.h"
 #include "cpu_workspace.h"
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
@@ -108,12 +110,15 @@ void probabilities_and_ds(T* S, T* dP, int64_t rows, T post, const T* lse_s, con
 // Rows [i0, i1) of head h: dQ of the block, stored at the end. In the one pass the workspace
 // has key accumulators (w.keys_dk, w.keys_dv: row j holds the running dK_j, dV_j of the item's
 // kv head), and the same S and dS also give dV += P^T dO and dK += dS^T Q for each tile's keys.
+// options: the problem whose SPEC 10 options the tiles apply (forward_block in cpu_forward.cpp).
 template <class T>
 void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
-                 int64_t h, int64_t i0, int64_t i1) {
+                 int64_t h, int64_t i0, int64_t i1, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
-  int64_t allowed[kBR];
+  const VariantTiles vx(options, b, h);
+  T* const slope = vx.softcap != 0 ? w.slope : nullptr;
+  int64_t allowed[kBR], first[kBR];
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
@@ -141,26 +146,45 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
         const int64_t kcount = min_i64(kBC, keys.count - k0);
         if (pairs_computed_earlier(p, h, piece.branch, own, 0, own.count, keys, k0, kcount))
           continue;  // no row of the piece needs this key tile here (cpu_pair_weights.h)
+        if (vx.active && vx.cover(own, 0, own.count, keys, k0, kcount) == Cover::none)
+          continue;  // outside the window or the rows' sequences (cpu_variants.h)
         gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
         gather_columns(*a.v, b, kvh, keys, k0, kcount, D, w.vt);
         gather_rows(*a.k, b, kvh, keys, k0, kcount, D, w.kv, Dp);
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
+          const Cover cover = vx.active ? vx.cover(own, t0, rows, keys, k0, kcount) : Cover::all;
+          if (cover == Cover::none) continue;
           const PairWeights<T> pw =
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
           scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
+          const bool ranges =
+              vx.active && prepare_variant_tile(vx, cover, w.s, own, t0, rows, keys, k0, first,
+                                                allowed, &cut, scaling.post, slope);
           if (has_empty) cut = drop_empty_rows(w.row_b + t0, rows, allowed, cut);
           scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp);
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
-          accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
-                             Dp, Dp, pw);
+          if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
+          if (ranges)
+            accumulate_ranges(dq + t0 * ldo, ldo, rows, w.dp, kBC, first, allowed, w.kv, Dp, Dp,
+                              pw);
+          else
+            accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
+                               Dp, Dp, pw);
           if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
           // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
           const int64_t at = progression_at(keys, k0) * Dp;
+          if (ranges) {
+            accumulate_keys_ranges(w.keys_dv + at, ldk, kcount, w.s, rows, first, allowed,
+                                   w.block_b + t0 * Dp, Dp, Dp, pw, careful);
+            accumulate_keys_ranges(w.keys_dk + at, ldk, kcount, w.dp, rows, first, allowed,
+                                   w.block_a + t0 * Dp, Dp, Dp, pw, careful);
+            continue;
+          }
           accumulate_keys_allowed(w.keys_dv + at, ldk, kcount, w.s, rows, cut, allowed,
                                   w.block_b + t0 * Dp, Dp, Dp, pw, careful);
           accumulate_keys_allowed(w.keys_dk + at, ldk, kcount, w.dp, rows, cut, allowed,
@@ -180,12 +204,12 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
 // stored when the whole head group is done.
 template <class T>
 void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
-                      int64_t g) {
+                      int64_t g, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv, block = block_rows(p);
   for (int64_t x = 0; x < p.Nk * Dp; ++x) w.keys_dk[x] = w.keys_dv[x] = 0;
   for (int64_t h = g * group; h < (g + 1) * group; ++h)
     for (int64_t i0 = 0; i0 < p.Nq; i0 += block)
-      query_block(p, a, w, b, h, i0, min_i64(i0 + block, p.Nq));
+      query_block(p, a, w, b, h, i0, min_i64(i0 + block, p.Nq), options);
 
   const T scale = static_cast<T>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t j = 0; j < p.Nk; ++j) {
@@ -197,13 +221,15 @@ void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace<T
 // ---------------------------------------------------------------- dK, dV, per key block
 template <class T>
 void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
-                int64_t g, int64_t j0, int64_t j1) {
+                int64_t g, int64_t j0, int64_t j1, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
-  int64_t allowed[kBR];
+  int64_t allowed[kBR], first[kBR];
   for (int64_t x = 0; x < (j1 - j0) * Dp; ++x) w.block_a[x] = w.block_b[x] = 0;
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {  // query heads of kv head g, in order
+    const VariantTiles vx(options, b, h);
+    T* const slope = vx.softcap != 0 ? w.slope : nullptr;
     for_each_piece(p, h, j0, j1, false, [&](const Piece& piece) {
       const KeyProgression& own = piece.own;
       const int64_t ldo = row_stride(own) * Dp;
@@ -223,6 +249,8 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
           const int64_t rows = min_i64(kBR, queries.count - t0);
           if (pairs_computed_earlier(p, h, piece.branch, queries, t0, rows, own, 0, own.count))
             continue;  // every pair of these queries with the piece's keys is computed elsewhere
+          if (vx.active && vx.cover(queries, t0, rows, own, 0, own.count) == Cover::none)
+            continue;  // outside the window or the keys' sequences (cpu_variants.h)
           gather_rows(*a.q, b, h, queries, t0, rows, D, w.tile_q, Dp);
           gather_rows(*a.d_o, b, h, queries, t0, rows, D, w.tile_do, Dp);
           row_terms(p, a, b, h, queries, t0, rows, scaling.post, w.tile_do, w.tile_o, w.row_a,
@@ -236,15 +264,29 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
             // Keys ascend: once a tile is past every row's limit, so are the later ones.
             if (tile_skipped(p, queries, t0, rows, own, k0)) break;
             const int64_t kcount = min_i64(kBC, own.count - k0);
+            const Cover cover =
+                vx.active ? vx.cover(queries, t0, rows, own, k0, kcount) : Cover::all;
+            if (cover == Cover::none) continue;
             const PairWeights<T> pw =
                 pair_weights(p, h, piece.branch, queries, t0, rows, own, k0, kcount, w.pair_weights);
             if (pw.skip) continue;
             scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
             bool cut = mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
+            const bool ranges =
+                vx.active && prepare_variant_tile(vx, cover, w.s, queries, t0, rows, own, k0,
+                                                  first, allowed, &cut, scaling.post, slope);
             if (has_empty) cut = drop_empty_rows(w.row_b, rows, allowed, cut);
             scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp);
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
+            if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
+            if (ranges) {
+              accumulate_keys_ranges(dv + k0 * ldo, ldo, kcount, w.s, rows, first, allowed,
+                                     w.tile_do, Dp, Dp, pw, careful);
+              accumulate_keys_ranges(dk + k0 * ldo, ldo, kcount, w.dp, rows, first, allowed,
+                                     w.tile_q, Dp, Dp, pw, careful);
+              continue;
+            }
             // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
             accumulate_keys_allowed(dv + k0 * ldo, ldo, kcount, w.s, rows, cut, allowed,
                                     w.tile_do, Dp, Dp, pw, careful);
@@ -263,15 +305,91 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
   }
 }
 
+// SPEC 10.2: a packed batch of dense or dilated attention, one problem per sequence
+// (cpu_variants.h): the one pass with items (sequence, kv head), or the two passes with dQ items
+// (sequence, head, query block), then dK/dV items (sequence, kv head, key block).
+template <class V>
+void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& pool, int64_t T) {
+  // The sequence's rows of every tensor, as the arguments of a problem of its own.
+  struct Views {
+    dilattn_tensor q, k, v, o, lse, d_o, dq, dk, dv;
+    BackwardArgs args;
+  };
+  auto views_of = [&](const PackedSequences& seqs, size_t s, Views* x) {
+    const Problem& one = seqs.problems[s];
+    const int64_t q0 = seqs.q0[s], k0 = seqs.k0[s];
+    x->q = rows_view(*a.q, 1, q0, one.Nq);
+    x->o = rows_view(*a.o, 1, q0, one.Nq);
+    x->d_o = rows_view(*a.d_o, 1, q0, one.Nq);
+    x->dq = rows_view(*a.dq, 1, q0, one.Nq);
+    x->lse = rows_view(*a.lse, 2, q0, one.Nq);
+    x->k = rows_view(*a.k, 1, k0, one.Nk);
+    x->v = rows_view(*a.v, 1, k0, one.Nk);
+    x->dk = rows_view(*a.dk, 1, k0, one.Nk);
+    x->dv = rows_view(*a.dv, 1, k0, one.Nk);
+    x->args = a;
+    x->args.q = &x->q; x->args.k = &x->k; x->args.v = &x->v; x->args.o = &x->o;
+    x->args.lse = &x->lse; x->args.d_o = &x->d_o;
+    x->args.dq = &x->dq; x->args.dk = &x->dk; x->args.dv = &x->dv;
+  };
+  if (backward_one_pass<V>(p)) {  // from the shape alone (cpu_tile_loop.h)
+    const int64_t key_values = key_accumulator_values(p);
+    const PackedSequences by_head(p, p.Hkv, [](const Problem&) { return int64_t{1}; });
+    pool.run(by_head.items(), [&](int64_t item, int worker) {
+      int64_t g = 0;
+      const size_t s = by_head.sequence_of(item, &g);
+      Views x;
+      views_of(by_head, s, &x);
+      const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T, key_values);
+      kv_head_one_pass(by_head.problems[s], x.args, w, 0, g, by_head.problems[s]);
+    });
+    return;
+  }
+  const PackedSequences by_query(p, p.H, [&](const Problem& one) { return ceil_div(one.Nq, T); });
+  pool.run(by_query.items(), [&](int64_t item, int worker) {
+    int64_t local = 0;
+    const size_t s = by_query.sequence_of(item, &local);
+    const Problem& one = by_query.problems[s];
+    Views x;
+    views_of(by_query, s, &x);
+    const int64_t blocks = ceil_div(one.Nq, T), i0 = (local % blocks) * T;
+    const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
+    query_block(one, x.args, w, 0, local / blocks, i0, min_i64(i0 + T, one.Nq), one);
+  });
+  const PackedSequences by_key(p, p.Hkv, [&](const Problem& one) { return ceil_div(one.Nk, T); });
+  pool.run(by_key.items(), [&](int64_t item, int worker) {
+    int64_t local = 0;
+    const size_t s = by_key.sequence_of(item, &local);
+    const Problem& one = by_key.problems[s];
+    Views x;
+    views_of(by_key, s, &x);
+    const int64_t blocks = ceil_div(one.Nk, T), j0 = (local % blocks) * T;
+    const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
+    dkdv_block(one, x.args, w, 0, local / blocks, j0, min_i64(j0 + T, one.Nk), one);
+  });
+}
+
 template <class V>
 dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
   ThreadPool pool(p.num_threads);
   const int64_t T = block_rows(p), q_blocks = ceil_div(p.Nq, T), k_blocks = ceil_div(p.Nk, T);
+  if (a.sinks.d_values != nullptr) sink_gradients(p, a, pool);  // SPEC 10.3
+  if (p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE) {
+    backward_packed<V>(p, a, pool, T);
+    return DILATTN_SUCCESS;
+  }
+  // A packed block-sparse batch: causal per sequence, by the variant tiles (cpu_variants.h).
+  Problem per_sequence_causal;
+  if (p.is_packed()) {
+    per_sequence_causal = p;
+    per_sequence_causal.causal = false;
+  }
+  const Problem& tiles = p.is_packed() ? per_sequence_causal : p;
   if (backward_one_pass<V>(p)) {  // from the shape alone (cpu_tile_loop.h)
     const int64_t key_values = key_accumulator_values(p);
     pool.run(p.B * p.Hkv, [&](int64_t item, int worker) {
       const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T, key_values);
-      kv_head_one_pass(p, a, w, item / p.Hkv, item % p.Hkv);
+      kv_head_one_pass(tiles, a, w, item / p.Hkv, item % p.Hkv, p);
     });
     return DILATTN_SUCCESS;
   }
@@ -279,13 +397,13 @@ dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;
     const int64_t i0 = blk * T;
-    query_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
+    query_block(tiles, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq), p);
   });
   pool.run(p.B * p.Hkv * k_blocks, [&](int64_t item, int worker) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % k_blocks, bg = item / k_blocks;
     const int64_t j0 = blk * T;
-    dkdv_block(p, a, w, bg / p.Hkv, bg % p.Hkv, j0, min_i64(j0 + T, p.Nk));
+    dkdv_block(tiles, a, w, bg / p.Hkv, bg % p.Hkv, j0, min_i64(j0 + T, p.Nk), p);
   });
   return DILATTN_SUCCESS;
 }

@@ -17,7 +17,8 @@
 // A row selected by several branches keeps one running state across them: one softmax over the
 // union of their keys is exactly SPEC 3's LSE combination. At the end O * finalize_o_factor and
 // finalize_lse; a row no key reached gets O = 0, LSE = -inf (SPEC 2); a NaN score makes the row
-// NaN (SPEC 13).
+// NaN (SPEC 13). The SPEC 10 variants (windows, softcap, ALiBi, packed batches, sinks) come in
+// through cpu_variants.h, asked once per tile only where they are set.
 // Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
 // tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
 #include "cpu_isa_target.h"  // first: see there
@@ -25,6 +26,7 @@
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
+#include "cpu_variants.h"
 #include "cpu_workspace.h"
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
@@ -101,13 +103,15 @@ void scale_rows(T* O, int64_t ldo, int64_t rows, const T* alpha, int64_t width) 
 // register block of scores_tile) the transposed key tile costs more than it saves.
 constexpr int64_t kDecodeRows = kMR;
 
-// One work item: rows [i0, i1) of head h, batch b.
+// One work item: rows [i0, i1) of head h, batch b. options: the problem whose SPEC 10 options
+// the tiles apply (cpu_variants.h); p itself but for a packed block-sparse batch.
 template <class T>
 void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w, int64_t b,
-                   int64_t h, int64_t i0, int64_t i1) {
+                   int64_t h, int64_t i0, int64_t i1, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
-  int64_t allowed[kBR];
+  const VariantTiles vx(options, b, h);
+  int64_t allowed[kBR], first[kBR];
   for (int64_t t = 0; t < i1 - i0; ++t) {
     w.row_a[t] = -std::numeric_limits<T>::infinity();
     w.row_b[t] = 0;
@@ -135,6 +139,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
         const int64_t kcount = min_i64(kBC, keys.count - k0);
         if (pairs_computed_earlier(p, h, piece.branch, own, 0, own.count, keys, k0, kcount))
           continue;  // no row of the piece needs this key tile here (cpu_pair_weights.h)
+        if (vx.active && vx.cover(own, 0, own.count, keys, k0, kcount) == Cover::none)
+          continue;  // outside the window or the rows' sequences (cpu_variants.h)
         if (decode)
           row_pointers(*a.k, b, kvh, keys, k0, kcount, k_rows);
         else
@@ -143,6 +149,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
+          const Cover cover = vx.active ? vx.cover(own, t0, rows, keys, k0, kcount) : Cover::all;
+          if (cover == Cover::none) continue;
           const PairWeights<T> pw =
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
@@ -150,36 +158,80 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
             scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);
           else
             scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
-          const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
+          bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
+          const bool ranges =
+              vx.active && prepare_variant_tile(vx, cover, w.s, own, t0, rows, keys, k0, first,
+                                                allowed, &cut, scaling.post,
+                                                static_cast<T*>(nullptr));
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride,
                          w.small, pw);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
-          accumulate_allowed(acc + t0 * ldo, ldo, rows, w.s, kBC, cut, allowed, kcount, w.kv, Dp,
-                             Dp, pw);
+          if (ranges)
+            accumulate_ranges(acc + t0 * ldo, ldo, rows, w.s, kBC, first, allowed, w.kv, Dp, Dp,
+                              pw);
+          else
+            accumulate_allowed(acc + t0 * ldo, ldo, rows, w.s, kBC, cut, allowed, kcount, w.kv,
+                               Dp, Dp, pw);
         }
       }
     });
   });
 
   // Empty by the index rules alone: m stays -inf only when no key reached the row (SPEC 2).
+  // SPEC 10.3: the sink joins the finished row once (join_sink).
   for (int64_t t = 0; t < i1 - i0; ++t) {
-    const T m = w.row_a[t], l = w.row_b[t];
-    store_row(*a.o, b, i0 + t, h, D, w.block_c + t * Dp, finalize_o_factor(m, l));
+    T m = w.row_a[t], l = w.row_b[t];
+    const T keep =
+        a.sinks.values != nullptr ? join_sink(&m, &l, a.sinks.values[h], scaling.post) : T(1);
+    store_row(*a.o, b, i0 + t, h, D, w.block_c + t * Dp, finalize_o_factor(m, l) * keep);
     if (a.lse)
       store_element(a.lse->data, a.lse->dtype, element_offset(*a.lse, b, h, i0 + t, 0),
                     finalize_lse(m, l, scaling.post));
   }
 }
 
+// SPEC 10.2: a packed batch of dense or dilated attention, one problem per sequence
+// (cpu_variants.h): work items (sequence, head, block of its rows).
+template <class V>
+void forward_packed(const Problem& p, const ForwardArgs& a, const ThreadPool& pool, int64_t T) {
+  const PackedSequences seqs(p, p.H, [&](const Problem& one) { return ceil_div(one.Nq, T); });
+  pool.run(seqs.items(), [&](int64_t item, int worker) {
+    int64_t local = 0;
+    const size_t s = seqs.sequence_of(item, &local);
+    const Problem& one = seqs.problems[s];
+    const int64_t blocks = ceil_div(one.Nq, T), i0 = (local % blocks) * T;
+    const dilattn_tensor q = rows_view(*a.q, 1, seqs.q0[s], one.Nq);
+    const dilattn_tensor o = rows_view(*a.o, 1, seqs.q0[s], one.Nq);
+    const dilattn_tensor k = rows_view(*a.k, 1, seqs.k0[s], one.Nk);
+    const dilattn_tensor v = rows_view(*a.v, 1, seqs.k0[s], one.Nk);
+    const dilattn_tensor lse = a.lse ? rows_view(*a.lse, 2, seqs.q0[s], one.Nq) : dilattn_tensor{};
+    ForwardArgs sa = a;
+    sa.q = &q; sa.k = &k; sa.v = &v; sa.o = &o; sa.lse = a.lse ? &lse : nullptr;
+    const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
+    forward_block(one, sa, w, 0, local / blocks, i0, min_i64(i0 + T, one.Nq), one);
+  });
+}
+
 template <class V>
 dilattn_status forward_in(const Problem& p, const ForwardArgs& a) {
   const int64_t T = block_rows(p), blocks = ceil_div(p.Nq, T);
   ThreadPool pool(p.num_threads);
+  if (p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE) {
+    forward_packed<V>(p, a, pool, T);
+    return DILATTN_SUCCESS;
+  }
+  // A packed block-sparse batch: causal per sequence, by the variant tiles (cpu_variants.h).
+  Problem per_sequence_causal;
+  if (p.is_packed()) {
+    per_sequence_causal = p;
+    per_sequence_causal.causal = false;
+  }
+  const Problem& tiles = p.is_packed() ? per_sequence_causal : p;
   pool.run(p.B * p.H * blocks, [&](int64_t item, int worker) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % blocks, bh = item / blocks;
     const int64_t i0 = blk * T;
-    forward_block(p, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq));
+    forward_block(tiles, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq), p);
   });
   return DILATTN_SUCCESS;
 }

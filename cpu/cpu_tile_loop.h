@@ -80,10 +80,26 @@ inline int64_t block_rows(const Problem& p) {
 // (Nk <= 131072 at D = 64 in f32, half that in f64); longer sequences take the two passes.
 constexpr int64_t kOnePassMinItems = 8;
 constexpr int64_t kOnePassMaxKeyBytes = int64_t{64} << 20;  // dK and dV together
+// A packed batch of dense or dilated attention runs one problem per sequence (cpu_variants.h):
+// its one-pass items are (sequence, kv head), each accumulating its sequence's keys.
+inline bool runs_per_sequence(const Problem& p) {
+  return p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE;
+}
+inline int64_t one_pass_items(const Problem& p) {
+  return (runs_per_sequence(p) ? p.num_seqs() : p.B) * p.Hkv;
+}
+inline int64_t one_pass_keys(const Problem& p) {
+  if (!runs_per_sequence(p)) return p.Nk;
+  int64_t longest = 0;
+  for (size_t s = 0; s + 1 < p.cu_seqlens_k.size(); ++s)
+    longest = max_i64(longest, p.cu_seqlens_k[s + 1] - p.cu_seqlens_k[s]);
+  return longest;
+}
 template <class T>
 inline bool backward_one_pass(const Problem& p) {
   constexpr int64_t max_key_values = kOnePassMaxKeyBytes / static_cast<int64_t>(sizeof(T));
-  return p.B * p.Hkv >= kOnePassMinItems && p.Nk <= max_key_values / (2 * padded(p.D));
+  return one_pass_items(p) >= kOnePassMinItems &&
+         one_pass_keys(p) <= max_key_values / (2 * padded(p.D));
 }
 
 // How far apart a piece's rows lie in the block state. A one-row piece's step may be near

@@ -3,9 +3,10 @@
 //
 // The workspace is workers x values_per_worker(D, T, key_values) values, T = block_rows(p) <=
 // 1024: O(threads x tile), never O(N^2) and never O(N x segment), except that the one-pass
-// backward (backward_one_pass, cpu_tile_loop.h) adds its dK and dV accumulators of all Nk keys,
-// 2 x Nk x padded(D) values per worker (key_values each), on at most min(threads, B x Hkv)
-// workers: at most the size of dK and dV in the compute type, and at most 64 MiB per worker.
+// backward (backward_one_pass, cpu_tile_loop.h) adds its dK and dV accumulators of all Nk keys
+// (of the longest sequence, in a packed batch run per sequence), 2 x Nk x padded(D) values per
+// worker (key_values each), on at most min(threads, one_pass_items) workers: at most the size of
+// dK and dV in the compute type, and at most 64 MiB per worker.
 // Tiles start on 64-byte boundaries. One layout serves forward and backward (the forward
 // leaves some tiles unused). The plan sizes it once (workspace_sizes, cpu_backend.cpp); the hot
 // loops never allocate.
@@ -33,6 +34,7 @@ struct Workspace {
   T* kv;       // [kBC][Dp]: V rows (forward), K rows (dQ)
   T* s;        // [kBR][kBC]: scores, then probabilities
   T* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
+  T* slope;    // [kBR][kBC]: the softcap's slope per pair (backward, cpu_variants.h)
   PairWeightsMemo<T> pair_weights;  // per-pair weights of the last tile that had them, and its key
   T* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
   T* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
@@ -46,13 +48,15 @@ struct Workspace {
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // Values of one of the one-pass backward's key accumulators (keys_dk, keys_dv).
-inline int64_t key_accumulator_values(const Problem& p) { return round16(p.Nk * padded(p.D)); }
+inline int64_t key_accumulator_values(const Problem& p) {
+  return round16(one_pass_keys(p) * padded(p.D));
+}
 
 // (kMemoInts int32 keys take as many values of T: room to spare for double.)
 inline int64_t values_per_worker(int64_t D, int64_t T, int64_t key_values = 0) {
   const int64_t Dp = padded(D);
   return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
-         3 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_values +
+         4 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_values +
          16;  // +16: alignment
 }
 
@@ -68,7 +72,7 @@ inline WorkspaceBytes workspace_sizes_in(const Problem& p) {
   w.backward = w.forward;
   if (backward_one_pass<V>(p))
     w.backward = sizeof(V) *
-                 static_cast<size_t>(min_i64(threads, p.B * p.Hkv) *
+                 static_cast<size_t>(min_i64(threads, one_pass_items(p)) *
                                      values_per_worker(p.D, T, key_accumulator_values(p)));
   return w;
 }
@@ -98,6 +102,7 @@ inline Workspace<V> carve_workspace(void* workspace, int worker, int64_t D, int6
   s.kv = take(kBC * Dp);
   s.s = take(kBR * kBC);
   s.dp = take(kBR * kBC);
+  s.slope = take(kBR * kBC);
   s.pair_weights.weights = take(kBR * kBC);
   s.pair_weights.key = reinterpret_cast<int32_t*>(take(kMemoInts));  // only read as int32
   s.pair_weights.key[0] = -1;                                          // nothing kept yet

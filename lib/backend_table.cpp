@@ -17,7 +17,8 @@ bool any_stream(void*) { return true; }
 // same kernels, so they run the same options. The reference runs every one, and the ring's
 // placed sub-problems (kOptionPlaced, SPEC 5.5).
 constexpr uint32_t kKernelOptions = 0;
-constexpr uint32_t kCpuOptions = 0;
+constexpr uint32_t kCpuOptions =
+    kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionPacked | kOptionSinks;
 
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).

@@ -171,9 +171,9 @@ DILATTN_API dilattn_status dilattn_desc_set_pool(dilattn_desc desc, dilattn_pool
  * through dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset. */
 DILATTN_API dilattn_status dilattn_desc_set_dropout(dilattn_desc desc, double p);
 
-/* Variants (docs/spec.md section 10.1), computed by the ref backend only: every other backend,
- * and the ring, refuse a plan with one of them (DILATTN_ERROR_UNSUPPORTED naming the option),
- * so AUTO resolves such a plan to ref.
+/* Variants (docs/spec.md section 10.1), computed by the ref and cpu backends: cuda, emu and the
+ * ring refuse a plan with one of them (DILATTN_ERROR_UNSUPPORTED naming the option), so AUTO
+ * resolves such a plan to cpu.
  * Sliding window: key j is allowed for row i iff i + d - left <= j <= i + d + right
  * (d = seqlen_k - seqlen_q); -1 is unbounded, (-1, -1) turns it off. */
 DILATTN_API dilattn_status dilattn_desc_set_window(dilattn_desc desc, int64_t left, int64_t right);

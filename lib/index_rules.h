@@ -172,12 +172,19 @@ DILATTN_HD KeyProgression selected_in_range(int64_t s0, int64_t s1, int64_t r, i
 DILATTN_HD int64_t window_bound(int64_t bound, int64_t Nq, int64_t Nk) {
   return min_i64(bound, Nq + Nk);
 }
+// The window of row i as two bounds: it allows key j iff window_first_key <= j <=
+// window_last_key (INT64_MIN and INT64_MAX for an unbounded side). Both never decrease as i
+// grows, so a tile of rows can be tested against a tile of keys by its first and last row
+// (the cpu backend's tile skipping, cpu/cpu_variants.h).
+DILATTN_HD int64_t window_first_key(int64_t i, int64_t Nq, int64_t Nk, int64_t left) {
+  return left < 0 ? INT64_MIN : i + (Nk - Nq) - window_bound(left, Nq, Nk);
+}
+DILATTN_HD int64_t window_last_key(int64_t i, int64_t Nq, int64_t Nk, int64_t right) {
+  return right < 0 ? INT64_MAX : i + (Nk - Nq) + window_bound(right, Nq, Nk);
+}
 DILATTN_HD bool window_allows(int64_t i, int64_t j, int64_t Nq, int64_t Nk, int64_t left,
                               int64_t right) {
-  const int64_t a = i + (Nk - Nq);
-  if (left >= 0 && j < a - window_bound(left, Nq, Nk)) return false;
-  if (right >= 0 && j > a + window_bound(right, Nq, Nk)) return false;
-  return true;
+  return j >= window_first_key(i, Nq, Nk, left) && j <= window_last_key(i, Nq, Nk, right);
 }
 // The terms of kp (ascending keys) that the window of row i allows: still one progression.
 DILATTN_HD KeyProgression window_cut(const KeyProgression& kp, int64_t i, int64_t Nq, int64_t Nk,

@@ -102,12 +102,12 @@ struct Settings {
   }
   bool needs_options() const { return dropout || !sinks.empty(); }
 
-  // SPEC 10.1 (ref only; AUTO resolves to it): --window L,R, --softcap C, --alibi-slopes.
+  // SPEC 10.1 (ref and cpu; AUTO resolves to cpu): --window L,R, --softcap C, --alibi-slopes.
   bool has_window = false;
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   std::vector<double> alibi_slopes;
-  // SPEC 10.2 (ref only): --cu-seqlens-q/-k, n + 1 offsets each, or both empty.
+  // SPEC 10.2 (ref and cpu): --cu-seqlens-q/-k, n + 1 offsets each, or both empty.
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 };
 

@@ -12,8 +12,12 @@
 //   dense:  N = 4096, H=8, D=64, with and without causal
 //   small:  a decode step (Nq = 1, Nk = 4096) and dense N = 256: per-call overhead (threads)
 //   long:   N = 1,048,576, H=8, D=64, forward only: peak RSS against the bytes of Q,K,V,O,LSE
+//   window: a sliding window (4096, 0) on N = 65536, against dense causal N = 8192 (both about
+//           4096 keys per row): a window costs in proportion to the pairs it keeps (SPEC 10.1)
+//   packed: 64 causal documents of 128 .. 4096 tokens (deterministic lengths) in one packed
+//           batch (SPEC 10.2), against the same documents run one by one (one plan each)
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
-// Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
+// Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME[,NAME...]]
 //      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
@@ -45,11 +49,15 @@ struct BenchCase {
   int64_t Nq = 0;  // query rows when not N (dense only: the decode case)
   bool dilated = true, causal = false, backward = true;
   std::vector<int64_t> segments{2048, 4096, 8192}, dilations{1, 2, 4};
+  int64_t window_left = -1, window_right = -1;  // SPEC 10.1; -1: unbounded
+  std::vector<int64_t> docs;  // packed documents' lengths (B = 1, N = their sum), SPEC 10.2
+  bool one_by_one = false;    // the documents as separate calls, one plan each
 };
 
 struct Result {
   double fwd_s = 0, bwd_s = 0, pairs = 0;
   double fwd_cpu_s = 0;  // process CPU seconds of one forward (median): robust on a busy machine
+  double bwd_cpu_s = 0;  // the same for one backward
   long peak_rss = 0;  // bytes
   double tensor_bytes = 0;  // Q, K, V, O, LSE
 };
@@ -106,27 +114,66 @@ Result run_case(const BenchCase& c, int repeats) {
   dilattn_tensor tq = view(q, Nq), tk = view(k, c.N), tv = view(v, c.N), to = view(o, Nq);
   dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, c.B, c.H, Nq, 1);
 
-  dilattn_desc desc;
-  check(dilattn_desc_create(&desc), "desc_create");
-  if (c.dilated)
-    check(dilattn_desc_set_dilated(desc, static_cast<int32_t>(c.segments.size()),
-                                   c.segments.data(), c.dilations.data(), DILATTN_HEADS_GROUPS),
-          "set_dilated");
-  check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
-  dilattn_plan plan;
-  const dilattn_shape shape = dilattn_shape_make(c.B, Nq, c.N, c.H, c.H, c.D);
-  check(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU), "plan_create");
-  int64_t score_terms = 0;  // the (query, key) pairs of every A(i), from the library's own rules
-  check(dilattn_plan_score_count(plan, &score_terms), "plan_score_count");
-  res.pairs = static_cast<double>(score_terms);
-  size_t fwd_ws = 0, bwd_ws = 0;
-  check(dilattn_plan_workspace_size(plan, &fwd_ws, &bwd_ws), "workspace_size");
-  std::vector<unsigned char> ws(std::max(fwd_ws, c.backward ? bwd_ws : 0));
+  // The calls one repeat makes: one plan over everything, or one per document (one_by_one).
+  struct Call {
+    dilattn_desc desc = nullptr;
+    dilattn_plan plan = nullptr;
+    int64_t first = 0, rows = 0;  // the call's rows of the (packed) tensors
+    std::vector<float> lse;       // its own LSE [B, H, rows]
+  };
+  std::vector<int64_t> cu{0};
+  for (int64_t n : c.docs) cu.push_back(cu.back() + n);
+  std::vector<Call> calls(c.one_by_one ? c.docs.size() : 1);
+  size_t ws_bytes = 0;
+  for (size_t x = 0; x < calls.size(); ++x) {
+    Call& call = calls[x];
+    call.first = c.one_by_one ? cu[x] : 0;
+    call.rows = c.one_by_one ? c.docs[x] : Nq;
+    dilattn_desc desc;
+    check(dilattn_desc_create(&desc), "desc_create");
+    call.desc = desc;
+    if (c.dilated)
+      check(dilattn_desc_set_dilated(desc, static_cast<int32_t>(c.segments.size()),
+                                     c.segments.data(), c.dilations.data(), DILATTN_HEADS_GROUPS),
+            "set_dilated");
+    check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
+    if (c.window_left >= 0 || c.window_right >= 0)
+      check(dilattn_desc_set_window(desc, c.window_left, c.window_right), "set_window");
+    if (!c.docs.empty() && !c.one_by_one)
+      check(dilattn_desc_set_varlen(desc, static_cast<int64_t>(c.docs.size()), cu.data(),
+                                    cu.data()), "set_varlen");
+    const int64_t keys = c.one_by_one ? call.rows : c.N;
+    const dilattn_shape shape = dilattn_shape_make(c.B, call.rows, keys, c.H, c.H, c.D);
+    check(dilattn_plan_create(&call.plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU),
+          "plan_create");
+    int64_t score_terms = 0;  // the (query, key) pairs of every A(i), from the library's rules
+    check(dilattn_plan_score_count(call.plan, &score_terms), "plan_score_count");
+    res.pairs += static_cast<double>(score_terms);
+    size_t fwd_ws = 0, bwd_ws = 0;
+    check(dilattn_plan_workspace_size(call.plan, &fwd_ws, &bwd_ws), "workspace_size");
+    ws_bytes = std::max(ws_bytes, std::max(fwd_ws, c.backward ? bwd_ws : 0));
+    call.lse.resize(static_cast<size_t>(c.B * c.H * call.rows));
+  }
+  std::vector<unsigned char> ws(ws_bytes);
+  // A call's rows of a [B, rows, H, D] tensor (B = 1 wherever there are several calls).
+  auto rows_of = [&](std::vector<float>& t, const Call& call) {
+    return dilattn_tensor_contiguous(t.data() + call.first * c.H * c.D, DILATTN_F32, c.B,
+                                     call.rows, c.H, c.D);
+  };
 
   std::vector<double> times, cpu_times;
   for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
     const double t0 = seconds_now(), c0 = cpu_seconds_now();
-    check(dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, ws.data(), ws.size()), "forward");
+    for (Call& call : calls) {
+      const dilattn_tensor cq = rows_of(q, call), ck = rows_of(k, call), cv = rows_of(v, call);
+      const dilattn_tensor co = rows_of(o, call);
+      const dilattn_tensor cl =
+          dilattn_tensor_contiguous(call.lse.data(), DILATTN_F32, c.B, c.H, call.rows, 1);
+      check(dilattn_forward(call.plan, calls.size() > 1 ? &cq : &tq, calls.size() > 1 ? &ck : &tk,
+                            calls.size() > 1 ? &cv : &tv, calls.size() > 1 ? &co : &to,
+                            calls.size() > 1 ? &cl : &tl, ws.data(), ws.size()),
+            "forward");
+    }
     if (rep > 0) times.push_back(seconds_now() - t0);
     if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
   }
@@ -138,16 +185,34 @@ Result run_case(const BenchCase& c, int repeats) {
     dilattn_tensor tdo = view(d_o, Nq), tdq = view(dq, Nq), tdk = view(dk, c.N),
                    tdv = view(dv, c.N);
     times.clear();
+    cpu_times.clear();
     for (int rep = 0; rep <= repeats; ++rep) {
-      const double t0 = seconds_now();
-      check(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, ws.data(),
-                             ws.size()), "backward");
+      const double t0 = seconds_now(), c0 = cpu_seconds_now();
+      for (Call& call : calls) {
+        if (calls.size() == 1) {
+          check(dilattn_backward(call.plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                 ws.data(), ws.size()), "backward");
+          continue;
+        }
+        const dilattn_tensor cq = rows_of(q, call), ck = rows_of(k, call), cv = rows_of(v, call);
+        const dilattn_tensor co = rows_of(o, call), cdo = rows_of(d_o, call);
+        const dilattn_tensor cdq = rows_of(dq, call), cdk = rows_of(dk, call),
+                             cdv = rows_of(dv, call);
+        const dilattn_tensor cl =
+            dilattn_tensor_contiguous(call.lse.data(), DILATTN_F32, c.B, c.H, call.rows, 1);
+        check(dilattn_backward(call.plan, &cq, &ck, &cv, &co, &cl, &cdo, &cdq, &cdk, &cdv,
+                               ws.data(), ws.size()), "backward");
+      }
       if (rep > 0) times.push_back(seconds_now() - t0);
+      if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
     }
     res.bwd_s = median(times);
+    res.bwd_cpu_s = median(cpu_times);
   }
-  dilattn_plan_destroy(plan);
-  dilattn_desc_destroy(desc);
+  for (Call& call : calls) {
+    dilattn_plan_destroy(call.plan);
+    dilattn_desc_destroy(call.desc);
+  }
   res.peak_rss = peak_rss_bytes();
   return res;
 }
@@ -280,6 +345,38 @@ std::vector<BenchCase> all_cases(bool quick) {
   small.N = 256;
   small.name = "small_dense_N256";
   cases.push_back(small);
+  // SPEC 10.1: a sliding window of 4096 keys (left, and right = 0) on a long sequence, against
+  // dense causal N = 8192, whose rows see 4096 keys on average too: compare ns/token.
+  BenchCase window;
+  window.dilated = false;
+  window.N = 65536 / scale;
+  window.window_left = 4096 / scale;
+  window.window_right = 0;
+  window.name = "window" + std::to_string(window.window_left) + "_N" + std::to_string(window.N);
+  cases.push_back(window);
+  BenchCase dense_causal;
+  dense_causal.dilated = false;
+  dense_causal.causal = true;
+  dense_causal.N = 8192 / scale;
+  dense_causal.name = "dense_N" + std::to_string(dense_causal.N) + "_causal";
+  cases.push_back(dense_causal);
+  // SPEC 10.2: 64 causal documents of 128 .. 4096 tokens (a fixed LCG draws the lengths), one
+  // packed batch against the same documents one call each.
+  BenchCase packed;
+  packed.dilated = false;
+  packed.causal = true;
+  uint64_t state = 12345;
+  for (int d = 0; d < 64; ++d) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    packed.docs.push_back((128 + static_cast<int64_t>((state >> 33) % (4096 - 128 + 1))) / scale);
+  }
+  for (int64_t n : packed.docs) packed.N += n;
+  packed.name = "packed_64docs_N" + std::to_string(packed.N);
+  cases.push_back(packed);
+  BenchCase separate = packed;
+  separate.one_by_one = true;
+  separate.name = "one_by_one_64docs_N" + std::to_string(packed.N);
+  cases.push_back(separate);
   BenchCase big = main_case;
   big.N = quick ? 16384 : 1048576;
   big.backward = false;
@@ -305,7 +402,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--case" && i + 1 < argc) one_case = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME] [--peak]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME[,NAME...]] [--peak]\n", argv[0]);
       return 2;
     }
   }
@@ -321,8 +418,8 @@ int main(int argc, char** argv) {
                                  : c.N >= 65536          ? std::min(repeats, 2)
                                  : tiny                  ? std::max(repeats, 400)
                                                          : repeats);
-    std::printf("%.9g %.9g %.17g %ld %.17g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
-                r.tensor_bytes, r.fwd_cpu_s);
+    std::printf("%.9g %.9g %.17g %ld %.17g %.9g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
+                r.tensor_bytes, r.fwd_cpu_s, r.bwd_cpu_s);
     return 0;
   }
 
@@ -345,10 +442,12 @@ int main(int argc, char** argv) {
   std::printf("threads: %d; FMA peak %.1f GFLOP/s (%d threads), %.1f GFLOP/s (1 thread), "
               "%.1f GFLOP per CPU-second; cpu backend ISA %s\n",
               threads, peak, threads, peak1, peak_cpu, dilattn_cpu_isa());
-  std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff = the same per CPU-second (less "
+  std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff (and bwd cpu-eff) = the same per "
+              "CPU-second (less "
               "disturbed by other load)\n");
-  std::printf("\n%-26s %9s %9s %7s %8s %8s %9s %8s %9s %9s %7s\n", "case", "fwd s", "fwd GF/s",
-              "eff", "cpu-eff", "bwd s", "bwd GF/s", "bwd/fwd", "ns/token", "RSS MiB", "RSS/in");
+  std::printf("\n%-26s %9s %9s %7s %8s %8s %9s %8s %8s %9s %9s %7s\n", "case", "fwd s",
+              "fwd GF/s", "eff", "cpu-eff", "bwd s", "bwd GF/s", "bwd cpu-eff", "bwd/fwd",
+              "ns/token", "RSS MiB", "RSS/in");
 
   std::ostringstream json;
   json << "{\n  \"machine\": {\"cpu\": \"" << model << "\", \"logical_cores\": " << hw
@@ -360,13 +459,19 @@ int main(int argc, char** argv) {
   bool first = true;
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
-    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    if (!only.empty()) {  // --only: cases whose name holds one of the comma-separated names
+      bool wanted = false;
+      std::istringstream names(only);
+      for (std::string name; std::getline(names, name, ',');)
+        wanted = wanted || (!name.empty() && c.name.find(name) != std::string::npos);
+      if (!wanted) continue;
+    }
     const std::string cmd = std::string(argv[0]) + " --case " + std::to_string(i) +
                             " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
     Result r;
-    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
-                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s) != 6) {
+    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
+                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s, &r.bwd_cpu_s) != 7) {
       std::fprintf(stderr, "cpu_bench: case %s failed\n", c.name.c_str());
       if (child) pclose(child);
       return 1;
@@ -376,18 +481,25 @@ int main(int argc, char** argv) {
     const double bwd_gf = r.bwd_s > 0 ? 2.5 * 4.0 * c.D * r.pairs / r.bwd_s / 1e9 : 0;
     const double ns_token = r.fwd_s / static_cast<double>(c.B * (c.Nq > 0 ? c.Nq : c.N)) * 1e9;
     const double cpu_eff = 4.0 * c.D * r.pairs / r.fwd_cpu_s / 1e9 / peak_cpu;
-    std::printf("%-26s %9.4g %9.1f %6.1f%% %7.1f%% %8.4g %9.1f %8.2f %9.1f %9.1f %7.2f\n",
+    const double bwd_cpu_eff =
+        r.bwd_cpu_s > 0 ? 2.5 * 4.0 * c.D * r.pairs / r.bwd_cpu_s / 1e9 / peak_cpu : 0;
+    std::printf("%-26s %9.4g %9.1f %6.1f%% %7.1f%% %8.4g %9.1f %10.1f%% %8.2f %9.1f %9.1f %7.2f\n",
                 c.name.c_str(), r.fwd_s, fwd_gf, 100 * fwd_gf / peak, 100 * cpu_eff, r.bwd_s, bwd_gf,
+                100 * bwd_cpu_eff,
                 bwd_gf > 0 ? bwd_gf / fwd_gf : 0.0, ns_token, r.peak_rss / 1048576.0,
                 r.peak_rss / r.tensor_bytes);
     std::fflush(stdout);
     json << (first ? "\n" : ",\n") << "    {\"name\": \"" << c.name << "\", \"kind\": \""
-         << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"Nq\": " << (c.Nq > 0 ? c.Nq : c.N) << ", \"N\": " << c.N
+         << (c.dilated ? "dilated" : c.one_by_one ? "dense, one call per document"
+             : !c.docs.empty() ? "dense, packed" : "dense") << "\", \"B\": " << c.B << ", \"Nq\": " << (c.Nq > 0 ? c.Nq : c.N) << ", \"N\": " << c.N
          << ", \"H\": " << c.H << ", \"D\": " << c.D << ", \"causal\": " << (c.causal ? "true" : "false")
+         << ", \"window\": [" << c.window_left << ", " << c.window_right << "], \"documents\": "
+         << c.docs.size()
          << ", \"head_mode\": \"groups\", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
          << ", \"forward_cpu_s\": " << r.fwd_cpu_s << ", \"forward_cpu_efficiency\": " << cpu_eff
-         << ", \"backward_s\": " << r.bwd_s << ", \"backward_gflops\": " << bwd_gf
+         << ", \"backward_s\": " << r.bwd_s << ", \"backward_cpu_s\": " << r.bwd_cpu_s
+         << ", \"backward_gflops\": " << bwd_gf
          << ", \"ns_per_token\": " << ns_token << ", \"peak_rss_bytes\": " << r.peak_rss
          << ", \"qkvo_lse_bytes\": " << r.tensor_bytes << "}";
     first = false;

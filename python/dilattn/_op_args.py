@@ -91,14 +91,11 @@ def lse_dtype_name(args, dtype):
     """The dtype of the LSE an operator returns for inputs of dtype (a dilattn dtype name),
     from its arguments alone (a fake run has nothing else), as Plan.lse_dtype says: "f64" for
     f64 inputs (computed in f64, SPEC 12) and where the plan is the reference's, "f32"
-    elsewhere. The reference is the plan of backend "ref", and of any plan with a window, a
-    softcap or ALiBi slopes, which only "ref" computes (SPEC 10). Where "auto" turns to "ref"
-    for another reason (D > 256, say) with inputs narrower than f64, the LSE is f32, which
-    every backend takes (SPEC 1)."""
+    elsewhere. The reference is the plan of backend "ref" (the SPEC 10 variants run on "cpu"
+    too, so "auto" keeps them there). Where "auto" turns to "ref" (D > 256, say) with inputs
+    narrower than f64, the LSE is f32, which every backend takes (SPEC 1)."""
     args = OpArgs(*args)
-    variants = (args.window_size is not None or args.softcap != 0.0
-                or bool(args.alibi_slopes))
-    return "f64" if dtype == "f64" or args.backend == "ref" or variants else "f32"
+    return "f64" if dtype == "f64" or args.backend == "ref" else "f32"
 
 
 def check_schema_types(args):

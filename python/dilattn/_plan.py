@@ -12,12 +12,12 @@ workspace (default: the library's default pool of the device); dropout_p, attent
 A call with dropout (Plan.forward/backward given `dropout=(seed, offset)`) goes through
 dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset (SPEC 11.2).
 
-Variants (SPEC 10.1, computed by backend "ref" only; "auto" then resolves to it, the other
-backends refuse): window_size=(left, right), each >= 0 or -1 for unbounded; softcap=c (0 off);
+Variants (SPEC 10.1, computed by backends "ref" and "cpu"; "auto" then resolves to "cpu",
+cuda and emu refuse): window_size=(left, right), each >= 0 or -1 for unbounded; softcap=c (0 off);
 alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch element and head).
-Sinks (SPEC 10.3, "ref" only): Options(sinks=True) makes a plan whose calls carry H sink
+Sinks (SPEC 10.3, "ref" and "cpu"): Options(sinks=True) makes a plan whose calls carry H sink
 logits (Plan.forward/backward's sinks=), the backward also their gradient (d_sinks=).
-Packed batches (SPEC 10.2, "ref" only): cu_seqlens_q and cu_seqlens_k, n + 1 offsets each
+Packed batches (SPEC 10.2, "ref" and "cpu"): cu_seqlens_q and cu_seqlens_k, n + 1 offsets each
 (from 0, never decreasing, ending at the packed seqlens), with batch 1; ALiBi may then give
 n * H slopes ([n][H]).
 

@@ -157,12 +157,12 @@ def _check_sinks(sinks, H):
 
 
 def _refuse_cuda_sinks(device):
-    """The cuda backend does not compute sinks (SPEC 10.3: backend "ref" only); moving the
+    """The cuda backend does not compute sinks (SPEC 10.3: backends "ref" and "cpu"); moving the
     tensors to the host behind the caller's back would hide a copy of the whole problem."""
     if device.type == "cuda":
         raise error_for("DILATTN_ERROR_UNSUPPORTED",
                         f"sinks= with tensors on {device}: the cuda backend does not compute "
-                        "attention sinks (docs/spec.md section 10.3, backend 'ref' only); "
+                        "attention sinks (docs/spec.md section 10.3, backends 'ref' and 'cpu'); "
                         "move q, k, v to the CPU to use them")
 
 
@@ -288,9 +288,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     Options as dilattn.forward (pool: a dilattn.Pool on the tensors' device). Returns
     o [B, Nq, H, D] in q's dtype, or (o, lse) with return_lse=True (lse [B, H, Nq], not
     differentiable). window_size, softcap and alibi_slopes (a sequence or a CPU tensor of H or
-    B * H slopes) are docs/spec.md section 10.1's variants, computed by backend "ref" only (CPU
-    tensors; "auto" picks it for them); the slopes get no gradient. cu_seqlens_q/k (n + 1
-    offsets each, a sequence or a tensor) make it a packed batch (section 10.2, "ref" only), as
+    B * H slopes) are docs/spec.md section 10.1's variants, computed by backends "ref" and "cpu"
+    (CPU tensors; "auto" picks "cpu" for them); the slopes get no gradient. cu_seqlens_q/k (n + 1
+    offsets each, a sequence or a tensor) make it a packed batch (section 10.2, "ref" and "cpu"), as
     FlashAttention's varlen functions: q [total_q, H, D] gives o [total_q, H, D] and lse
     [H, total_q] (4-d tensors with a batch of 1 work too).
 
@@ -298,8 +298,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     sinks), on any device, finite or -inf: each joins every row's softmax of its head once,
     with no value, and lse includes it; with dilated attention a row has one sink after the
     merge of its branches. Its values are copied to the host as f64 for the call; it gets a
-    gradient (in its own dtype and device) when it requires grad. Backend "ref" only: CPU
-    tensors ("auto" picks ref); CUDA q, k, v with sinks raise dilattn.UnsupportedError (the
+    gradient (in its own dtype and device) when it requires grad. Backends "ref" and "cpu": CPU
+    tensors ("auto" picks "cpu"); CUDA q, k, v with sinks raise dilattn.UnsupportedError (the
     cuda backend does not compute them, and nothing is copied to the host behind the caller's
     back). Calls with sinks run the torch.autograd.Function on every torch, so torch.compile
     breaks the graph there.

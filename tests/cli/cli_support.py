@@ -1,5 +1,6 @@
 """cli_support.py - running the `dilattn` executable (DILATTN_CLI, set by meson) as a user would,
-making input files, and the common assertion that bad input exits 2 with one line and no file."""
+making input files, the common assertion that bad input exits 2 with one line and no file, and
+the cpu backend's outputs against the numpy spec (cpu_within_spec8)."""
 import os
 import resource
 import subprocess
@@ -53,15 +54,15 @@ def qkv_flags(paths):
     return ["--q", paths["q"], "--k", paths["k"], "--v", paths["v"]]
 
 
-def forward(tmp, paths, *flags):
+def forward(tmp, paths, *flags, backend="ref"):
     run("forward", *qkv_flags(paths), "--out", tmp / "o.npy", "--lse", tmp / "lse.npy",
-        "--backend", "ref", *flags, expect=0)
+        "--backend", backend, *flags, expect=0)
     return np.load(tmp / "o.npy"), np.load(tmp / "lse.npy")
 
 
-def backward(tmp, paths, *flags):
+def backward(tmp, paths, *flags, backend="ref"):
     run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", tmp / "dq.npy",
-        "--dk", tmp / "dk.npy", "--dv", tmp / "dv.npy", "--backend", "ref", *flags, expect=0)
+        "--dk", tmp / "dk.npy", "--dv", tmp / "dv.npy", "--backend", backend, *flags, expect=0)
     return [np.load(tmp / f"{n}.npy") for n in ("dq", "dk", "dv")]
 
 
@@ -94,3 +95,15 @@ def expect_bad_input(tmp_path, args, *must_mention, **run_options):
 def forward_args(tmp_path, paths, *extra):
     return ["forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--lse", tmp_path / "l.npy",
             "--backend", "ref", *extra]
+
+
+def cpu_within_spec8(o, lse, grads, o_want, lse_want, grads_want):
+    """The cpu backend's outputs (f32 O, f32 LSE, f32 gradients) against the f64 spec:
+    SPEC 8's f32 bound, LSE atol 1e-4."""
+    from spec_numpy import assert_close  # tests/common, on sys.path through conftest.py
+
+    assert lse.dtype == np.float32
+    assert_close(o, o_want, atol=1e-5, rtol=1e-4)
+    assert_close(lse, lse_want, atol=1e-4, rtol=0)
+    for got, want in zip(grads, grads_want):
+        assert_close(got, want, atol=1e-5, rtol=1e-4)

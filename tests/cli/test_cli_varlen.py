@@ -1,16 +1,16 @@
 """test_cli_varlen.py - the command line's SPEC 10.2 flags: --cu-seqlens-q and --cu-seqlens-k
 (a comma list or a 1-D .npy of <i4/<i8 offsets) give spec_numpy's packed forward and backward on
 the ref backend, with causal, GQA, Nq != Nk per sequence, an empty sequence, dilated and
-block-sparse kinds and the SPEC 10.1 variants; AUTO runs them on ref; the cpu backend exits 3
-naming the option; bad values exit 2 naming the flag (or the library's message naming the index),
-before any output is written.
+block-sparse kinds and the SPEC 10.1 variants, on ref and on cpu; AUTO runs them on cpu; bad
+values exit 2 naming the flag (or the library's message naming the index), before any output is
+written.
 Tolerances: f32 inputs, f64 reference: O within F32_TOL (only the output rounding differs), LSE
-(written <f8) 1e-12, gradients SPEC 8 f32."""
+(written <f8) 1e-12, gradients SPEC 8 f32; cpu (f32 throughout): SPEC 8 f32, LSE atol 1e-4."""
 import numpy as np
 import pytest
 
-from cli_support import (available_backends, backward, expect_bad_input, forward, forward_args,
-                         make_inputs, run)
+from cli_support import (available_backends, backward, cpu_within_spec8, expect_bad_input, forward,
+                         forward_args, make_inputs, run)
 from spec_numpy import F32_TOL, assert_close, varlen_attention
 
 # name: (input shape, flags, spec_numpy options). "CU_Q_NPY" is cu_q saved as <i4.
@@ -29,8 +29,11 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("backend", ["ref", "cpu"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_forward_and_backward_match_numpy_spec(tmp_path, case):
+def test_forward_and_backward_match_numpy_spec(tmp_path, case, backend):
+    if backend == "cpu" and not available_backends().get("cpu"):
+        pytest.skip("backend cpu is not available in this build")
     shape, cu_q, cu_k, flags, spec = CASES[case]
     if cu_q == "CU_NPY":
         cu_q = [0, 3, 5, 11]
@@ -43,7 +46,11 @@ def test_forward_and_backward_match_numpy_spec(tmp_path, case):
     arrs, paths = make_inputs(tmp_path, B=1, **shape)
     o_want, lse_want, *grads_want = varlen_attention(arrs["q"], arrs["k"], arrs["v"], cu_q, cu_k,
                                                      d_o=arrs["do"], **spec)
-    o, lse = forward(tmp_path, paths, *offsets, *flags)
+    o, lse = forward(tmp_path, paths, *offsets, *flags, backend=backend)
+    if backend == "cpu":
+        grads = backward(tmp_path, paths, *offsets, *flags, backend="cpu")
+        cpu_within_spec8(o, lse, grads, o_want, lse_want, grads_want)
+        return
     assert_close(o, o_want, **F32_TOL)
     assert_close(lse, lse_want, atol=1e-12, rtol=1e-12)
     grads = backward(tmp_path, paths, *offsets, *flags)
@@ -51,24 +58,14 @@ def test_forward_and_backward_match_numpy_spec(tmp_path, case):
         assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def test_auto_runs_packed_batches_on_ref(tmp_path):
-    # ref writes its f64 LSE (<f8): AUTO resolved the plan to ref.
+def test_auto_runs_packed_batches_on_cpu(tmp_path):
+    # cpu writes an f32 LSE (<f4), ref an f64 one: AUTO resolved the plan to cpu.
     _, paths = make_inputs(tmp_path, B=1)
     args = forward_args(tmp_path, paths, "--cu-seqlens-q", "0,5,12", "--cu-seqlens-k", "0,5,12")
     args[args.index("--backend") + 1] = "auto"
     run(*args, expect=0)
-    assert np.load(tmp_path / "l.npy").dtype == np.float64
-
-
-def test_cpu_backend_exits_3_naming_the_option(tmp_path):
-    if not available_backends().get("cpu"):
-        pytest.skip("backend cpu is not available in this build")
-    _, paths = make_inputs(tmp_path, B=1)
-    args = forward_args(tmp_path, paths, "--cu-seqlens-q", "0,5,12", "--cu-seqlens-k", "0,5,12")
-    args[args.index("--backend") + 1] = "cpu"
-    p = run(*args)
-    assert p.returncode == 3, (p.returncode, p.stderr)
-    assert "backend 'cpu' does not support a packed batch (varlen) yet" in p.stderr
+    cpu = available_backends().get("cpu")
+    assert np.load(tmp_path / "l.npy").dtype == (np.float32 if cpu else np.float64)
 
 
 @pytest.mark.parametrize("flags,mentions", [

@@ -44,14 +44,14 @@ struct AttentionCase {
   double dropout_p = 0;  // SPEC 11; > 0 needs dilattn_forward_ex / dilattn_backward_ex
   dilattn_dtype dtype = DILATTN_F32;
   Layout input_layout, output_layout;  // as the backend under test sees them
-  // SPEC 10.1 variants (ref only): window bounds (-1 unbounded), softcap (0 off), ALiBi slopes
+  // SPEC 10.1 variants (ref and cpu): window bounds (-1 unbounded), softcap (0 off), ALiBi slopes
   // (empty: off; H or B * H of them).
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   std::vector<double> alibi_slopes;
-  // SPEC 10.2 packed batch (ref only): num_seqs + 1 offsets each, or both empty (off). B = 1.
+  // SPEC 10.2 packed batch (ref and cpu): num_seqs + 1 offsets each, or both empty (off). B = 1.
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
-  // SPEC 10.3 (ref only): the plan has sinks; their values go with each call (_ex).
+  // SPEC 10.3 (ref and cpu): the plan has sinks; their values go with each call (_ex).
   bool sinks = false;
 
   // Tensors of this case's shapes: Q and O [B, Nq, H, D], K and V [B, Nk, Hkv, D],

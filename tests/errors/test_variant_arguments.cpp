@@ -2,11 +2,12 @@
 // _set_alibi refuse bad values with a status and a message naming the argument and the value,
 // and leave the description as it was (no variant: the plan still resolves to a fast backend
 // and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
-// at plan creation naming the counts; every backend but ref refuses a plan with an option,
-// naming it; AUTO resolves such a plan to ref; the ring runs every option on ref but a packed
-// batch, which it refuses naming it. The packed batch of SPEC 10.2 and the
-// sinks of SPEC 10.3 are two more such options here (their own arguments:
-// test_varlen_arguments.cpp, test_sinks_arguments.cpp).
+// at plan creation naming the counts; ref and cpu take a plan with each option (their numbers
+// against each other: tests/cpu/test_cpu_variants.cpp), emu refuses it, naming the option;
+// AUTO resolves such a plan to cpu; the ring runs every option on ref but a packed batch, which
+// it refuses naming it. The packed batch of SPEC 10.2 and the sinks of SPEC 10.3 are two more
+// such options here (their own arguments: test_varlen_arguments.cpp,
+// test_sinks_arguments.cpp).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -126,25 +127,34 @@ const Variant kVariants[] = {
     {"sinks", [](dilattn_desc d) { return dilattn_desc_set_sinks(d, 1); }},  // SPEC 10.3
 };
 
-void other_backends_refuse_naming_the_option() {
+void backends_take_or_refuse_naming_the_option() {
   for (const Variant& variant : kVariants) {
     FreshDesc desc;
     CHECK_OK(variant.set(desc.d));
     for (dilattn_backend backend : errtest::cpu_side_backends()) {
-      if (backend == DILATTN_BACKEND_REF) continue;
       if (!dilattn_backend_available(backend)) continue;
+      if (backend == DILATTN_BACKEND_REF || backend == DILATTN_BACKEND_CPU) {  // they run it
+        dilattn_plan plan = nullptr;
+        CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, backend));
+        dilattn_plan_destroy(plan);
+        continue;
+      }
       PlanSlot slot;
-      const char* name = backend == DILATTN_BACKEND_CPU ? "backend 'cpu'" : "backend 'emu'";
       CHECK_ERROR(errtest::create_plan(&slot.plan, desc, 1, 4, 4, 2, 1, 3, backend),
-                  DILATTN_ERROR_UNSUPPORTED, name, "does not support", variant.name, "use backend ref");
+                  DILATTN_ERROR_UNSUPPORTED, "backend 'emu'", "does not support", variant.name,
+                  "use backend ref");
       CHECK(slot.untouched());
     }
-    // AUTO moves past every backend that refuses to the reference.
+    // AUTO takes a fast backend that runs the option (a GPU's where it does, else cpu), the
+    // reference only where cpu is not available.
     dilattn_plan plan = nullptr;
     CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_AUTO));
     dilattn_backend chosen = DILATTN_BACKEND_AUTO;
     CHECK_OK(dilattn_plan_backend(plan, &chosen));
-    CHECK(chosen == DILATTN_BACKEND_REF);
+    if (dilattn_backend_available(DILATTN_BACKEND_CPU))
+      CHECK(chosen == DILATTN_BACKEND_CPU || chosen == DILATTN_BACKEND_CUDA);
+    else
+      CHECK(chosen == DILATTN_BACKEND_REF);
     dilattn_plan_destroy(plan);
   }
 }
@@ -200,7 +210,7 @@ int main() {
   softcap_negative_or_not_finite_refused();
   alibi_bad_slopes_refused();
   slope_count_checked_at_plan_creation();
-  other_backends_refuse_naming_the_option();
+  backends_take_or_refuse_naming_the_option();
   ring_runs_or_refuses_each_option();
   return harness::finish("variant_arguments_refused");
 }

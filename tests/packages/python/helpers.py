@@ -1,6 +1,7 @@
 """helpers.py - what the package tests share: the installed dilattn, the independent numpy
 SPEC implementation (tests/common/spec_numpy.py, imported by path, not copied), the problem
-cases (the Rust crate's tests use the same ones), SPEC 8 tolerances and torch loading.
+cases (the Rust crate's tests use the same ones), SPEC 8 tolerances, the cpu backend against
+ref (cpu_against_ref) and torch loading.
 
 Torch: DILATTN_REQUIRE_TORCH=1 (CI) turns a missing torch into a failure, not a skip.
 """
@@ -50,6 +51,29 @@ CASES = [
      dict(segments=[5, 5], dilations=[1, 1], scale=0.3)),
 ]
 DENSE_DILATED_IDS = [c[0] for c in CASES]
+
+
+def cpu_against_ref(q, k, v, do, lib, dtype, extra_grads=0):
+    """The cpu backend's forward and backward (from ref's O and LSE) against ref's, on the same
+    inputs rounded to dtype: 1e-10 in f64, SPEC 8's f32 bound in f32."""
+    import dilattn
+
+    if dtype == "f32":
+        q, k, v, do = (x.astype(np.float32) for x in (q, k, v, do))
+        tol, lse_atol = (1e-5, 1e-4), 1e-4
+    else:
+        tol, lse_atol = (1e-10, 1e-10), 1e-10
+    o_ref, lse_ref = dilattn.forward(q, k, v, backend="ref", **lib)
+    o, lse = dilattn.forward(q, k, v, backend="cpu", **lib)
+    assert o.dtype == q.dtype
+    assert spec_numpy.within(o, o_ref, *tol), np.max(np.abs(o - o_ref))
+    assert spec_numpy.within(lse, lse_ref, lse_atol, 0), np.max(np.abs(lse - lse_ref))
+    wants = dilattn.backward(q, k, v, o_ref, lse_ref, do, backend="ref", **lib)
+    grads = dilattn.backward(q, k, v, o_ref, lse_ref, do, backend="cpu", **lib)
+    assert len(grads) == len(wants) == 3 + extra_grads
+    for name, got, want in zip(("dq", "dk", "dv", "d_sinks"), grads, wants):
+        assert spec_numpy.within(np.asarray(got, np.float64), np.asarray(want, np.float64), *tol), \
+            f"{name}: max diff {np.max(np.abs(np.asarray(got, np.float64) - want))}"
 
 
 def inputs_and_rng(sizes, seed):

@@ -73,8 +73,8 @@ def test_arguments_round_trip_and_compute_what_the_options_compute(name, sizes, 
     o, lse, plan = _plan_forward(_op_args.options_from_op_args(args), q, k, v)
     assert np.array_equal(o, want_o) and np.array_equal(lse, want_lse)
     # The LSE dtype the operators give from the arguments and the input dtype alone is the
-    # plan's (f64 inputs, D of 3 to 5: "auto" takes the cpu backend unless a variant needs the
-    # reference; both compute f64 in f64).
+    # plan's (f64 inputs, D of 3 to 5: "auto" takes the cpu backend, variants included; both
+    # it and the reference compute f64 in f64).
     assert _op_args.lse_dtype_name(args, "f64") == plan.lse_dtype(), plan.backend
     # Narrower inputs: f64 from the reference alone.
     narrow = "f64" if plan.backend == "ref" else "f32"

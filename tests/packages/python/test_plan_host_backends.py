@@ -33,7 +33,7 @@ def test_auto_asks_for_the_cpu_backend_first(monkeypatch):
 
 def test_auto_falls_to_ref_where_the_cpu_backend_refuses(monkeypatch):
     asked = _recording(monkeypatch)
-    plan = _plan.Plan(_plan.Options(window_size=(1, 1)), SIZES, "f32")  # ref only (SPEC 10.1)
+    plan = _plan.Plan(_plan.Options(), (1, 8, 8, 2, 2, 257), "f32")  # head_dim above cpu's 256
     assert plan.backend == "ref"
     assert asked == [_abi.BACKENDS["cpu"], _abi.BACKENDS["ref"]]
 

@@ -2,7 +2,8 @@
 "ref"): the forward equals the numpy API's bit for bit and the independent numpy transcription
 (tests/common/spec_numpy.py) within 1e-10; gradcheck in f64 over q, k, v and the sinks
 together; the sinks' gradient equals the numpy API's d_sinks bit for bit; a very negative sink
-is no sink; the refusals (a sinks tensor that is not [H], other backends, CUDA tensors).
+is no sink; the cpu backend against ref (O and every gradient); the refusals (a sinks tensor
+that is not [H], CUDA tensors).
 
 Kinds: dense GQA with Nq != Nk, causal with keyless rows (Nq > Nk, bottom-right), dilated in
 each head mode (one sink per row after the merge of the branches, SPEC 10.3), a packed batch.
@@ -156,11 +157,22 @@ def test_integer_sinks_are_refused_naming_sinks():
     assert "sinks has dtype torch.int64: expected a floating tensor" in str(e.value)
 
 
-def test_the_cpu_backend_refuses_sinks():
-    q, k, v, _, sinks = _arrays((1, 4, 4, 2, 1, 2), 1)
-    with pytest.raises(dilattn.UnsupportedError) as e:
-        dt.attention(*_leaves(q, k, v), sinks=torch.tensor(sinks), backend="cpu")
-    assert "backend 'cpu' does not support sinks yet" in str(e.value)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_cpu_backend_computes_sinks_as_ref(case):
+    # The whole chain on each backend (its own forward's O and LSE into its backward): O and
+    # every gradient, the sinks' included, within SPEC 12's f64 bound of ref's.
+    sizes, options = CASES[case]
+    q, k, v, do, sinks = _arrays(sizes, 5)
+    results = {}
+    for backend in ("ref", "cpu"):
+        tq, tk, tv, ts = _leaves(q, k, v, sinks)
+        o = dt.attention(tq, tk, tv, sinks=ts, backend=backend, **options)
+        o.backward(torch.tensor(do))
+        results[backend] = [x.detach().numpy() for x in (o, tq.grad, tk.grad, tv.grad, ts.grad)]
+    for name, got, want in zip(("o", "dq", "dk", "dv", "d_sinks"), results["cpu"],
+                               results["ref"]):
+        assert spec_numpy.within(got, want, F64_TOL, F64_TOL), \
+            f"{name}: max diff {np.max(np.abs(got - want))}"
 
 
 def test_cuda_tensors_with_sinks_are_refused_without_a_copy():

@@ -2,10 +2,11 @@
 against the independent numpy transcription (tests/common/spec_numpy.py varlen_attention),
 forward and backward, with every kind (dense with GQA and Nq != Nk per sequence, causal
 bottom-right per sequence, dilated in each head mode, block-sparse over the packed tensor),
-with windows, softcap, ALiBi per sequence and dropout; the identity "a packed batch equals its
-sequences run one by one"; empty sequences; FlashAttention's 3-d layout; and the refusals
-(bad offsets naming the index, batch != 1, last offsets, dilated sequences that are not square,
-the other backends naming the option, AUTO resolving to ref).
+with windows, softcap, ALiBi per sequence and dropout; the cpu backend against ref on the same
+cases (f64 and f32); the identity "a packed batch equals its sequences run one by one"; empty
+sequences; FlashAttention's 3-d layout; and the refusals (bad offsets naming the index,
+batch != 1, last offsets, dilated sequences that are not square, emu naming the option, AUTO
+resolving to cpu).
 
 Tolerance: both sides compute in f64 and differ only in summation order -> 1e-10 (as
 test_variants.py)."""
@@ -14,7 +15,7 @@ import pytest
 
 import dilattn
 from dilattn._plan import Options, Plan
-from helpers import spec_numpy
+from helpers import cpu_against_ref, spec_numpy
 
 F64_TOL = 1e-10
 
@@ -96,6 +97,19 @@ def test_ref_matches_numpy_forward_and_backward(case, variant):
     for name, got, want in zip(("dq", "dk", "dv"), grads, grads_want):
         assert spec_numpy.within(got, want, F64_TOL, F64_TOL), \
             f"{name}: max diff {np.max(np.abs(got - want))}"
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cpu_matches_ref_forward_and_backward(case, variant, dtype):
+    if not dilattn.backend_available("cpu"):
+        pytest.skip("backend cpu is not available here")
+    cu_q, cu_k, H, Hkv, D, _ = CASES[case]
+    seed = len(case) * 37 + len(variant)
+    q, k, v, do = _inputs(cu_q[-1], cu_k[-1], H, Hkv, D, seed)
+    lib, _ = _options(CASES[case], VARIANTS[variant], seed)
+    cpu_against_ref(q, k, v, do, lib, dtype)
 
 
 def test_dropout_draws_per_sequence():
@@ -180,7 +194,7 @@ def test_flash_attention_layout():
         assert np.array_equal(got, want[0])
 
 
-@pytest.mark.parametrize("backend", ["cpu", "emu"])
+@pytest.mark.parametrize("backend", ["emu"])
 def test_other_backends_refuse_naming_the_option(backend):
     if not dilattn.backend_available(backend):
         pytest.skip(f"backend {backend} is not built here")
@@ -191,11 +205,14 @@ def test_other_backends_refuse_naming_the_option(backend):
     assert f"backend '{backend}' does not support a packed batch (varlen) yet" in str(e.value)
 
 
-def test_auto_resolves_to_ref():
+def test_auto_resolves_to_cpu():
     plan = Plan(Options(cu_seqlens_q=[0, 1, 4], cu_seqlens_k=[0, 2, 4]), (1, 4, 4, 2, 1, 2),
                 "f32")
     try:
-        assert plan.backend == "ref"
+        if dilattn.backend_available("cpu"):
+            assert plan.backend in ("cpu", "cuda")
+        else:
+            assert plan.backend == "ref"
     finally:
         plan.close()
 
