@@ -33,6 +33,7 @@
 // checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the
 // same shapes by tests/cpu/test_cpu_backward_schedules.cpp.
 #include "cpu_isa_target.h"  // first: see there
+#include "cpu_dropout.h"
 #include "cpu_microkernel.h"
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
@@ -114,6 +115,8 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR];
+  const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11.3 (cpu_dropout.h)
+  uint64_t keep[kBR];                                      // its decisions of one tile
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
@@ -154,8 +157,12 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           if (has_empty) cut = drop_empty_rows(w.row_b + t0, rows, allowed, cut);
           scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp);
+          // SPEC 11.3: dS = P (M dP - D_i), and dV takes P M.
+          if (dropout.active)
+            drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.dp, keep);
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
+          if (dropout.active) apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
           accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
                              Dp, Dp, pw);
           if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
@@ -201,6 +208,8 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR];
+  const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11.3, as in query_block
+  uint64_t keep[kBR];
   for (int64_t x = 0; x < (j1 - j0) * Dp; ++x) w.block_a[x] = w.block_b[x] = 0;
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {  // query heads of kv head g, in order
@@ -243,8 +252,12 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
             bool cut = mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
             if (has_empty) cut = drop_empty_rows(w.row_b, rows, allowed, cut);
             scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp);
+            if (dropout.active)
+              drop_tile(dropout, p, b, h, queries, t0, rows, own, k0, kcount, w.dp, keep);
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
+            if (dropout.active)
+              apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
             // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
             accumulate_keys_allowed(dv + k0 * ldo, ldo, kcount, w.s, rows, cut, allowed,
                                     w.tile_do, Dp, Dp, pw, careful);

@@ -21,6 +21,7 @@
 // Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
 // tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
 #include "cpu_isa_target.h"  // first: see there
+#include "cpu_dropout.h"
 #include "cpu_microkernel.h"
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
@@ -108,6 +109,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR];
+  const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11 (cpu_dropout.h)
+  uint64_t keep[kBR];                                      // its decisions of one tile
   for (int64_t t = 0; t < i1 - i0; ++t) {
     w.row_a[t] = -std::numeric_limits<T>::infinity();
     w.row_b[t] = 0;
@@ -153,6 +156,9 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
           const bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride,
                          w.small, pw);
+          // SPEC 11: P M_ij enters O; the sum l above, so the LSE, is the softmax's.
+          if (dropout.active)
+            drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.s, keep);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
           accumulate_allowed(acc + t0 * ldo, ldo, rows, w.s, kBC, cut, allowed, kcount, w.kv, Dp,
                              Dp, pw);

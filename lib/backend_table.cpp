@@ -16,7 +16,7 @@ bool any_stream(void*) { return true; }
 // The SPEC 10 and 11 options each backend computes (Backend::runs_options). cuda and emu run the
 // same kernels, so they run the same options. The reference runs every one.
 constexpr uint32_t kKernelOptions = 0;
-constexpr uint32_t kCpuOptions = 0;
+constexpr uint32_t kCpuOptions = kOptionDropout;
 
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
