@@ -12,6 +12,8 @@
 //   dense:  N = 4096, H=8, D=64, with and without causal
 //   small:  a decode step (Nq = 1, Nk = 4096) and dense N = 256: per-call overhead (threads)
 //   long:   N = 1,048,576, H=8, D=64, forward only: peak RSS against the bytes of Q,K,V,O,LSE
+//   dropout: main and dense (causal too) again with attention dropout p = 0.1 (SPEC 11, the
+//           _ex calls with a seed), beside their rows without it: the cost of the draws
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
 // Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
 //      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
@@ -44,12 +46,14 @@ struct BenchCase {
   int64_t B = 1, N = 0, H = 8, D = 64;
   int64_t Nq = 0;  // query rows when not N (dense only: the decode case)
   bool dilated = true, causal = false, backward = true;
+  double dropout_p = 0;  // SPEC 11: > 0 runs dilattn_forward_ex / dilattn_backward_ex
   std::vector<int64_t> segments{2048, 4096, 8192}, dilations{1, 2, 4};
 };
 
 struct Result {
   double fwd_s = 0, bwd_s = 0, pairs = 0;
   double fwd_cpu_s = 0;  // process CPU seconds of one forward (median): robust on a busy machine
+  double bwd_cpu_s = 0;  // the same for one backward
   long peak_rss = 0;  // bytes
   double tensor_bytes = 0;  // Q, K, V, O, LSE
 };
@@ -113,6 +117,11 @@ Result run_case(const BenchCase& c, int repeats) {
                                    c.segments.data(), c.dilations.data(), DILATTN_HEADS_GROUPS),
           "set_dilated");
   check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
+  if (c.dropout_p > 0) check(dilattn_desc_set_dropout(desc, c.dropout_p), "set_dropout");
+  dilattn_call_options options = dilattn_call_options_make();
+  options.dropout_seed = 0x5EED;
+  options.dropout_offset = 1;
+  const dilattn_call_options* call = c.dropout_p > 0 ? &options : nullptr;
   dilattn_plan plan;
   const dilattn_shape shape = dilattn_shape_make(c.B, Nq, c.N, c.H, c.H, c.D);
   check(dilattn_plan_create(&plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU), "plan_create");
@@ -126,7 +135,8 @@ Result run_case(const BenchCase& c, int repeats) {
   std::vector<double> times, cpu_times;
   for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
     const double t0 = seconds_now(), c0 = cpu_seconds_now();
-    check(dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, ws.data(), ws.size()), "forward");
+    check(dilattn_forward_ex(plan, &tq, &tk, &tv, &to, &tl, call, ws.data(), ws.size()),
+          "forward");
     if (rep > 0) times.push_back(seconds_now() - t0);
     if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
   }
@@ -138,13 +148,16 @@ Result run_case(const BenchCase& c, int repeats) {
     dilattn_tensor tdo = view(d_o, Nq), tdq = view(dq, Nq), tdk = view(dk, c.N),
                    tdv = view(dv, c.N);
     times.clear();
+    cpu_times.clear();
     for (int rep = 0; rep <= repeats; ++rep) {
-      const double t0 = seconds_now();
-      check(dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, ws.data(),
-                             ws.size()), "backward");
+      const double t0 = seconds_now(), c0 = cpu_seconds_now();
+      check(dilattn_backward_ex(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, call,
+                                ws.data(), ws.size()), "backward");
       if (rep > 0) times.push_back(seconds_now() - t0);
+      if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
     }
     res.bwd_s = median(times);
+    res.bwd_cpu_s = median(cpu_times);
   }
   dilattn_plan_destroy(plan);
   dilattn_desc_destroy(desc);
@@ -280,6 +293,21 @@ std::vector<BenchCase> all_cases(bool quick) {
   small.N = 256;
   small.name = "small_dense_N256";
   cases.push_back(small);
+  // The same shapes with dropout p = 0.1: their time over the rows above is the draws' cost.
+  BenchCase dropout_main = main_case;
+  dropout_main.dropout_p = 0.1;
+  dropout_main.name = main_case.name + "_dropout0.1";
+  cases.push_back(dropout_main);
+  for (bool causal : {false, true}) {
+    BenchCase d;
+    d.dilated = false;
+    d.causal = causal;
+    d.dropout_p = 0.1;
+    d.N = 4096 / scale;
+    d.name = std::string("dense_N") + std::to_string(d.N) + (causal ? "_causal" : "") +
+             "_dropout0.1";
+    cases.push_back(d);
+  }
   BenchCase big = main_case;
   big.N = quick ? 16384 : 1048576;
   big.backward = false;
@@ -321,8 +349,8 @@ int main(int argc, char** argv) {
                                  : c.N >= 65536          ? std::min(repeats, 2)
                                  : tiny                  ? std::max(repeats, 400)
                                                          : repeats);
-    std::printf("%.9g %.9g %.17g %ld %.17g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
-                r.tensor_bytes, r.fwd_cpu_s);
+    std::printf("%.9g %.9g %.17g %ld %.17g %.9g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
+                r.tensor_bytes, r.fwd_cpu_s, r.bwd_cpu_s);
     return 0;
   }
 
@@ -358,6 +386,7 @@ int main(int argc, char** argv) {
        << ",\n  \"fma_peak_gflops_1thread\": " << peak1
        << ",\n  \"fma_peak_gflops_per_cpu_second\": " << peak_cpu << ",\n  \"cases\": [";
   bool first = true;
+  std::vector<std::pair<std::string, Result>> done;  // for the dropout rows' cost
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
@@ -365,8 +394,8 @@ int main(int argc, char** argv) {
                             " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
     Result r;
-    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
-                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s) != 6) {
+    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
+                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s, &r.bwd_cpu_s) != 7) {
       std::fprintf(stderr, "cpu_bench: case %s failed\n", c.name.c_str());
       if (child) pclose(child);
       return 1;
@@ -384,15 +413,40 @@ int main(int argc, char** argv) {
     json << (first ? "\n" : ",\n") << "    {\"name\": \"" << c.name << "\", \"kind\": \""
          << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"Nq\": " << (c.Nq > 0 ? c.Nq : c.N) << ", \"N\": " << c.N
          << ", \"H\": " << c.H << ", \"D\": " << c.D << ", \"causal\": " << (c.causal ? "true" : "false")
-         << ", \"head_mode\": \"groups\", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
+         << ", \"head_mode\": \"groups\", \"dropout_p\": " << c.dropout_p << ", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
          << ", \"forward_cpu_s\": " << r.fwd_cpu_s << ", \"forward_cpu_efficiency\": " << cpu_eff
-         << ", \"backward_s\": " << r.bwd_s << ", \"backward_gflops\": " << bwd_gf
+         << ", \"backward_s\": " << r.bwd_s << ", \"backward_cpu_s\": " << r.bwd_cpu_s
+         << ", \"backward_gflops\": " << bwd_gf
          << ", \"ns_per_token\": " << ns_token << ", \"peak_rss_bytes\": " << r.peak_rss
          << ", \"qkvo_lse_bytes\": " << r.tensor_bytes << "}";
     first = false;
+    done.emplace_back(c.name, r);
   }
-  json << "\n  ]\n}\n";
+  json << "\n  ]";
+  // Dropout's cost: each "<case>_dropout0.1" row over "<case>" in CPU-seconds (the process's
+  // CPU time, which other load on the machine disturbs less than wall time).
+  bool header = false;
+  for (const auto& [name, with] : done) {
+    const size_t at = name.find("_dropout");
+    if (at == std::string::npos) continue;
+    for (const auto& [base_name, base] : done) {
+      if (base_name != name.substr(0, at)) continue;
+      if (!header) {
+        std::printf("\ndropout cost (CPU-seconds over the same case without dropout):\n");
+        json << ",\n  \"dropout_cost\": [";
+      }
+      const double fwd = with.fwd_cpu_s / base.fwd_cpu_s - 1;
+      const double bwd = base.bwd_cpu_s > 0 ? with.bwd_cpu_s / base.bwd_cpu_s - 1 : 0;
+      std::printf("  %-32s forward %+6.1f%%  backward %+6.1f%%\n", name.c_str(), 100 * fwd,
+                  100 * bwd);
+      json << (header ? ",\n" : "\n") << "    {\"name\": \"" << name << "\", \"forward\": " << fwd
+           << ", \"backward\": " << bwd << "}";
+      header = true;
+    }
+  }
+  if (header) json << "\n  ]";
+  json << "\n}\n";
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << json.str();

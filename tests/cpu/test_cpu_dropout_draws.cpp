@@ -2,7 +2,8 @@
 // for every instruction set this CPU runs (cpu/cpu_isa.h), against the scalar decision
 // lib/dropout_rng.h's dropout_keep, bit for bit:
 //   - tiles of keys 1 apart (lanes = key quads) starting at every position mod 4, and keys r
-//     apart (r = 2, 3, 4, 7: lanes = keys), with 1 .. 64 keys per row and rows 1 or r apart;
+//     apart (r = 2, 3, 4, 7: lanes = keys; r = 2^26 + 1: a key at a time), with 1 .. 64 keys
+//     per row and rows 1 or r apart;
 //   - counters near the top of their 32-bit words (i, floor(j / 4) and b H + h close to 2^32,
 //     the offset 2^32 - 1) and seeds with both halves set;
 //   - p = 0.1, 0.5, 0.9, p whose threshold is 1 or 2^32 - 1, and p within 2^-33 of 1 (threshold
@@ -48,7 +49,8 @@ void check_isa(const IsaKernels& k) {
   const double ps[] = {0.1, 0.5, 0.9, 1.0 / 4294967296.0, 1.0 - 2.0 / 4294967296.0,
                        1.0 - 1.0 / 8589934592.0};
   for (double p : ps)
-    for (int64_t key_step : {1, 2, 3, 4, 7})
+    for (int64_t key_step : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7},
+                                 (int64_t{1} << 26) + 1})
       for (int64_t start_mod = 0; start_mod < 4; ++start_mod)
         for (int64_t kcount : {1, 3, 17, 61, 63, 64}) {
           DropoutTileQuery q;
