@@ -13,9 +13,11 @@
 //   small:  a decode step (Nq = 1, Nk = 4096) and dense N = 256: per-call overhead (threads)
 //   long:   N = 1,048,576, H=8, D=64, forward only: peak RSS against the bytes of Q,K,V,O,LSE
 //   dropout: main and dense (causal too) again with attention dropout p = 0.1 (SPEC 11, the
-//           _ex calls with a seed), beside their rows without it: the cost of the draws
+//           _ex calls with a seed); each repeat also runs the call without dropout, and the
+//           "dropout cost" lines compare the least CPU-seconds of the two
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
-// Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME]
+// Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME[,NAME...]]
+//      (--only: the cases whose names contain one of the NAMEs)
 //      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
@@ -54,6 +56,11 @@ struct Result {
   double fwd_s = 0, bwd_s = 0, pairs = 0;
   double fwd_cpu_s = 0;  // process CPU seconds of one forward (median): robust on a busy machine
   double bwd_cpu_s = 0;  // the same for one backward
+  // Dropout rows: the least CPU-seconds of one call with dropout and of the same call without
+  // it on a second plan, the two run in turn in every repeat (forward, backward), so load that
+  // comes and goes on the machine falls on both alike.
+  double paired_fwd_cpu_s = 0, paired_base_fwd_cpu_s = 0;
+  double paired_bwd_cpu_s = 0, paired_base_bwd_cpu_s = 0;
   long peak_rss = 0;  // bytes
   double tensor_bytes = 0;  // Q, K, V, O, LSE
 };
@@ -131,14 +138,29 @@ Result run_case(const BenchCase& c, int repeats) {
   size_t fwd_ws = 0, bwd_ws = 0;
   check(dilattn_plan_workspace_size(plan, &fwd_ws, &bwd_ws), "workspace_size");
   std::vector<unsigned char> ws(std::max(fwd_ws, c.backward ? bwd_ws : 0));
+  // Dropout rows: the same problem without dropout, run in turn with it (Result).
+  dilattn_plan base = nullptr;
+  if (call != nullptr) {
+    check(dilattn_desc_set_dropout(desc, 0.0), "set_dropout");
+    check(dilattn_plan_create(&base, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU),
+          "plan_create");
+  }
+  auto least = [](double a, double b) { return a == 0 || b < a ? b : a; };
 
   std::vector<double> times, cpu_times;
   for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
+    if (base != nullptr) {
+      const double c0 = cpu_seconds_now();
+      check(dilattn_forward(base, &tq, &tk, &tv, &to, &tl, ws.data(), ws.size()), "forward");
+      if (rep > 0) res.paired_base_fwd_cpu_s = least(res.paired_base_fwd_cpu_s, cpu_seconds_now() - c0);
+    }
     const double t0 = seconds_now(), c0 = cpu_seconds_now();
     check(dilattn_forward_ex(plan, &tq, &tk, &tv, &to, &tl, call, ws.data(), ws.size()),
           "forward");
     if (rep > 0) times.push_back(seconds_now() - t0);
     if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
+    if (rep > 0 && base != nullptr)
+      res.paired_fwd_cpu_s = least(res.paired_fwd_cpu_s, cpu_times.back());
   }
   res.fwd_s = median(times);
   res.fwd_cpu_s = median(cpu_times);
@@ -150,16 +172,26 @@ Result run_case(const BenchCase& c, int repeats) {
     times.clear();
     cpu_times.clear();
     for (int rep = 0; rep <= repeats; ++rep) {
+      if (base != nullptr) {
+        const double c0 = cpu_seconds_now();
+        check(dilattn_backward(base, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, ws.data(),
+                               ws.size()), "backward");
+        if (rep > 0)
+          res.paired_base_bwd_cpu_s = least(res.paired_base_bwd_cpu_s, cpu_seconds_now() - c0);
+      }
       const double t0 = seconds_now(), c0 = cpu_seconds_now();
       check(dilattn_backward_ex(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, call,
                                 ws.data(), ws.size()), "backward");
       if (rep > 0) times.push_back(seconds_now() - t0);
       if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
+      if (rep > 0 && base != nullptr)
+        res.paired_bwd_cpu_s = least(res.paired_bwd_cpu_s, cpu_times.back());
     }
     res.bwd_s = median(times);
     res.bwd_cpu_s = median(cpu_times);
   }
   dilattn_plan_destroy(plan);
+  dilattn_plan_destroy(base);
   dilattn_desc_destroy(desc);
   res.peak_rss = peak_rss_bytes();
   return res;
@@ -316,6 +348,15 @@ std::vector<BenchCase> all_cases(bool quick) {
   return cases;
 }
 
+// Whether name contains one of the comma-separated parts of `only`.
+bool name_matches(const std::string& name, const std::string& only) {
+  std::istringstream parts(only);
+  std::string part;
+  while (std::getline(parts, part, ','))
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -349,8 +390,10 @@ int main(int argc, char** argv) {
                                  : c.N >= 65536          ? std::min(repeats, 2)
                                  : tiny                  ? std::max(repeats, 400)
                                                          : repeats);
-    std::printf("%.9g %.9g %.17g %ld %.17g %.9g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
-                r.tensor_bytes, r.fwd_cpu_s, r.bwd_cpu_s);
+    std::printf("%.9g %.9g %.17g %ld %.17g %.9g %.9g %.9g %.9g %.9g %.9g\n", r.fwd_s, r.bwd_s,
+                r.pairs, r.peak_rss, r.tensor_bytes, r.fwd_cpu_s, r.bwd_cpu_s,
+                r.paired_fwd_cpu_s, r.paired_base_fwd_cpu_s, r.paired_bwd_cpu_s,
+                r.paired_base_bwd_cpu_s);
     return 0;
   }
 
@@ -389,13 +432,16 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, Result>> done;  // for the dropout rows' cost
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
-    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    if (!only.empty() && !name_matches(c.name, only)) continue;
     const std::string cmd = std::string(argv[0]) + " --case " + std::to_string(i) +
                             " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
     Result r;
-    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
-                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s, &r.bwd_cpu_s) != 7) {
+    if (!child ||
+        std::fscanf(child, "%lf %lf %lf %ld %lf %lf %lf %lf %lf %lf %lf", &r.fwd_s, &r.bwd_s,
+                    &r.pairs, &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s, &r.bwd_cpu_s,
+                    &r.paired_fwd_cpu_s, &r.paired_base_fwd_cpu_s, &r.paired_bwd_cpu_s,
+                    &r.paired_base_bwd_cpu_s) != 11) {
       std::fprintf(stderr, "cpu_bench: case %s failed\n", c.name.c_str());
       if (child) pclose(child);
       return 1;
@@ -424,26 +470,29 @@ int main(int argc, char** argv) {
     done.emplace_back(c.name, r);
   }
   json << "\n  ]";
-  // Dropout's cost: each "<case>_dropout0.1" row over "<case>" in CPU-seconds (the process's
-  // CPU time, which other load on the machine disturbs less than wall time).
+  // Dropout's cost: each dropout row's least CPU-seconds over those of the same call without
+  // dropout, measured in turn in the same process (Result); the process's CPU time is disturbed
+  // less than wall time by other load on the machine.
   bool header = false;
-  for (const auto& [name, with] : done) {
-    const size_t at = name.find("_dropout");
-    if (at == std::string::npos) continue;
-    for (const auto& [base_name, base] : done) {
-      if (base_name != name.substr(0, at)) continue;
-      if (!header) {
-        std::printf("\ndropout cost (CPU-seconds over the same case without dropout):\n");
-        json << ",\n  \"dropout_cost\": [";
-      }
-      const double fwd = with.fwd_cpu_s / base.fwd_cpu_s - 1;
-      const double bwd = base.bwd_cpu_s > 0 ? with.bwd_cpu_s / base.bwd_cpu_s - 1 : 0;
-      std::printf("  %-32s forward %+6.1f%%  backward %+6.1f%%\n", name.c_str(), 100 * fwd,
-                  100 * bwd);
-      json << (header ? ",\n" : "\n") << "    {\"name\": \"" << name << "\", \"forward\": " << fwd
-           << ", \"backward\": " << bwd << "}";
-      header = true;
+  for (const auto& [name, r] : done) {
+    if (r.paired_base_fwd_cpu_s <= 0) continue;
+    if (!header) {
+      std::printf("\ndropout cost (least CPU-seconds over the same call without dropout, run in "
+                  "turn):\n");
+      json << ",\n  \"dropout_cost\": [";
     }
+    const double fwd = r.paired_fwd_cpu_s / r.paired_base_fwd_cpu_s - 1;
+    const double bwd =
+        r.paired_base_bwd_cpu_s > 0 ? r.paired_bwd_cpu_s / r.paired_base_bwd_cpu_s - 1 : 0;
+    std::printf("  %-32s forward %+6.1f%% (%.4g s over %.4g s)  backward %+6.1f%% (%.4g s over "
+                "%.4g s)\n", name.c_str(), 100 * fwd, r.paired_fwd_cpu_s,
+                r.paired_base_fwd_cpu_s, 100 * bwd, r.paired_bwd_cpu_s, r.paired_base_bwd_cpu_s);
+    json << (header ? ",\n" : "\n") << "    {\"name\": \"" << name << "\", \"forward\": " << fwd
+         << ", \"backward\": " << bwd << ", \"forward_cpu_s\": " << r.paired_fwd_cpu_s
+         << ", \"forward_cpu_s_without\": " << r.paired_base_fwd_cpu_s
+         << ", \"backward_cpu_s\": " << r.paired_bwd_cpu_s
+         << ", \"backward_cpu_s_without\": " << r.paired_base_bwd_cpu_s << "}";
+    header = true;
   }
   if (header) json << "\n  ]";
   json << "\n}\n";
