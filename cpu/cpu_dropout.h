@@ -317,7 +317,8 @@ inline void apply_dropout(T* tile, int64_t rows, const uint64_t* keep, T keep_sc
   for (int64_t t = 0; t < rows; ++t)
     for (int c = 0; c < kBC; c += kW<T>) {
       T* x = tile + t * kBC + c;
-      vstore(x, vload(x) * keep_factors(static_cast<uint32_t>((keep[t] >> c) & chunk_bits), scale));
+      const uint32_t bits = static_cast<uint32_t>((keep[t] >> c) & chunk_bits);
+      vstore(x, vload(x) * keep_factors(bits, scale));
     }
 }
 

@@ -54,7 +54,7 @@ dilattn_status backend_can_run(const Backend& b, const Problem& p) {
                      "ref)", b.name, variant);
   if ((used & kOptionDropout) && !(b.runs_options & kOptionDropout))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "backend %s does not run dropout (p = %g); backend ref does", b.name,
+                     "backend %s does not run dropout (p = %g); backends cpu and ref do", b.name,
                      p.dropout_p);
   return b.can_run(p);
 }

@@ -152,7 +152,8 @@ Result run_case(const BenchCase& c, int repeats) {
     if (base != nullptr) {
       const double c0 = cpu_seconds_now();
       check(dilattn_forward(base, &tq, &tk, &tv, &to, &tl, ws.data(), ws.size()), "forward");
-      if (rep > 0) res.paired_base_fwd_cpu_s = least(res.paired_base_fwd_cpu_s, cpu_seconds_now() - c0);
+      if (rep > 0)
+        res.paired_base_fwd_cpu_s = least(res.paired_base_fwd_cpu_s, cpu_seconds_now() - c0);
     }
     const double t0 = seconds_now(), c0 = cpu_seconds_now();
     check(dilattn_forward_ex(plan, &tq, &tk, &tv, &to, &tl, call, ws.data(), ws.size()),
@@ -374,7 +375,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--case" && i + 1 < argc) one_case = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME] [--peak]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME[,NAME...]] [--peak]\n", argv[0]);
       return 2;
     }
   }
@@ -459,7 +460,8 @@ int main(int argc, char** argv) {
     json << (first ? "\n" : ",\n") << "    {\"name\": \"" << c.name << "\", \"kind\": \""
          << (c.dilated ? "dilated" : "dense") << "\", \"B\": " << c.B << ", \"Nq\": " << (c.Nq > 0 ? c.Nq : c.N) << ", \"N\": " << c.N
          << ", \"H\": " << c.H << ", \"D\": " << c.D << ", \"causal\": " << (c.causal ? "true" : "false")
-         << ", \"head_mode\": \"groups\", \"dropout_p\": " << c.dropout_p << ", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
+         << ", \"head_mode\": \"groups\", \"dropout_p\": " << c.dropout_p
+         << ", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
          << ", \"forward_cpu_s\": " << r.fwd_cpu_s << ", \"forward_cpu_efficiency\": " << cpu_eff
          << ", \"backward_s\": " << r.bwd_s << ", \"backward_cpu_s\": " << r.bwd_cpu_s
