@@ -23,6 +23,8 @@
 //     order, each piece (own = the keys, gathered once), each range of queries meeting it,
 //     each query tile, each key tile: dV += P^T dO, dK += dS^T Q.
 // D_i = <dO_i, O_i> is formed per query tile. Scale is applied once when dQ and dK are stored.
+// Dropout (SPEC 11.3, cpu_dropout.h) draws each tile's decisions again: dP is multiplied by M
+// before dS = P (M dP - D_i), and P by M after it, for dV.
 // A causally masked pair is left out of every product (P and dS zeroed, dQ summed over each
 // row's allowed keys, dK and dV over each key's allowed rows where a Q or dO row is not finite:
 // accumulate_keys_allowed), so a NaN or inf in a row of Q, K, V or dO reaches only the rows and
