@@ -17,11 +17,11 @@
 // A row selected by several branches keeps one running state across them: one softmax over the
 // union of their keys is exactly SPEC 3's LSE combination. Dropout (SPEC 11, cpu_dropout.h)
 // multiplies each tile's P by M after the sum l took it, so the LSE is the softmax's.
-// At the end O * finalize_o_factor and
-// finalize_lse; a row no key reached gets O = 0, LSE = -inf (SPEC 2); a NaN score makes the row
-// NaN (SPEC 13).
+// At the end O * finalize_o_factor and finalize_lse; a row no key reached gets O = 0,
+// LSE = -inf (SPEC 2); a NaN score makes the row NaN (SPEC 13).
 // Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
-// tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
+// tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp; dropout by
+// tests/cpu/test_cpu_dropout.cpp.
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_dropout.h"
 #include "cpu_microkernel.h"
