@@ -2,8 +2,9 @@
 // workspace a plan must hand it, and forward/backward through the instruction set chosen for
 // this process (cpu_isa.h).
 //
-// It runs every kind, dtype, stride and head count the plan validates, and the SPEC 10 variants
-// (windows, softcap, ALiBi, packed batches, sinks: cpu_variants.h); it refuses head dims
+// It runs every kind, dtype, stride and head count the plan validates, the SPEC 10 variants
+// (windows, softcap, ALiBi, packed batches, sinks: cpu_variants.h) and dropout (SPEC 11,
+// cpu_dropout.h; backend_table.cpp lists the options it runs); it refuses head dims
 // above kMaxHeadDim (its tiles are sized for at most that) and every plan when DILATTN_CPU_ISA
 // names an instruction set it cannot use. f32, f16 and bf16 are computed in f32, f64 in f64
 // (SPEC 12; cpu_forward.cpp and cpu_backward.cpp pick the compute type from the plan's dtype).

@@ -23,6 +23,8 @@
 //     order, each piece (own = the keys, gathered once), each range of queries meeting it,
 //     each query tile, each key tile: dV += P^T dO, dK += dS^T Q.
 // D_i = <dO_i, O_i> is formed per query tile. Scale is applied once when dQ and dK are stored.
+// Dropout (SPEC 11.3, cpu_dropout.h) draws each tile's decisions again: dP is multiplied by M
+// before dS = P (M dP - D_i), and P by M after it, for dV.
 // A causally masked pair is left out of every product (P and dS zeroed, dQ summed over each
 // row's allowed keys, dK and dV over each key's allowed rows where a Q or dO row is not finite:
 // accumulate_keys_allowed), so a NaN or inf in a row of Q, K, V or dO reaches only the rows and
@@ -34,6 +36,7 @@
 // checked against the reference by tests/cpu/test_cpu_backward.cpp, both schedules on the
 // same shapes by tests/cpu/test_cpu_backward_schedules.cpp.
 #include "cpu_isa_target.h"  // first: see there
+#include "cpu_dropout.h"
 #include "cpu_microkernel.h"
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
@@ -119,6 +122,8 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
   const VariantTiles vx(options, b, h);
   T* const slope = vx.softcap != 0 ? w.slope : nullptr;
   int64_t allowed[kBR], first[kBR];
+  const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11.3 (cpu_dropout.h)
+  uint64_t keep[kBR];                                      // its decisions of one tile
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
@@ -166,9 +171,13 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
                                                 allowed, &cut, scaling.post, slope);
           if (has_empty) cut = drop_empty_rows(w.row_b + t0, rows, allowed, cut);
           scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp);
+          // SPEC 11.3: dS = P (M dP - D_i), and dV takes P M.
+          if (dropout.active)
+            drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.dp, keep);
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
           if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
+          if (dropout.active) apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
           if (ranges)
             accumulate_ranges(dq + t0 * ldo, ldo, rows, w.dp, kBC, first, allowed, w.kv, Dp, Dp,
                               pw);
@@ -225,6 +234,8 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR], first[kBR];
+  const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11.3, as in query_block
+  uint64_t keep[kBR];
   for (int64_t x = 0; x < (j1 - j0) * Dp; ++x) w.block_a[x] = w.block_b[x] = 0;
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {  // query heads of kv head g, in order
@@ -277,9 +288,13 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
                                                   first, allowed, &cut, scaling.post, slope);
             if (has_empty) cut = drop_empty_rows(w.row_b, rows, allowed, cut);
             scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp);
+            if (dropout.active)
+              drop_tile(dropout, p, b, h, queries, t0, rows, own, k0, kcount, w.dp, keep);
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
             if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
+            if (dropout.active)
+              apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
             if (ranges) {
               accumulate_keys_ranges(dv + k0 * ldo, ldo, kcount, w.s, rows, first, allowed,
                                      w.tile_do, Dp, Dp, pw, careful);

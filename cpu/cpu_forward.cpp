@@ -15,13 +15,17 @@
 //   m' = max_nan(m, rowmax S); alpha = online_rescale(m, m'); P = 2^(post (S - shift(m')))
 //   l = alpha l + rowsum P;  O = alpha O + P V
 // A row selected by several branches keeps one running state across them: one softmax over the
-// union of their keys is exactly SPEC 3's LSE combination. At the end O * finalize_o_factor and
-// finalize_lse; a row no key reached gets O = 0, LSE = -inf (SPEC 2); a NaN score makes the row
-// NaN (SPEC 13). The SPEC 10 variants (windows, softcap, ALiBi, packed batches, sinks) come in
-// through cpu_variants.h, asked once per tile only where they are set.
+// union of their keys is exactly SPEC 3's LSE combination. Dropout (SPEC 11, cpu_dropout.h)
+// multiplies each tile's P by M after the sum l took it, so the LSE is the softmax's.
+// At the end O * finalize_o_factor and finalize_lse; a row no key reached gets O = 0,
+// LSE = -inf (SPEC 2); a NaN score makes the row NaN (SPEC 13). The SPEC 10 variants (windows,
+// softcap, ALiBi, packed batches, sinks) come in through cpu_variants.h, asked once per tile
+// only where they are set.
 // Checked by tests/cpu/test_cpu_forward.cpp against the f64 reference; NaN and huge scales by
-// tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp.
+// tests/cpu/test_cpu_nan_inputs.cpp and test_cpu_huge_scale.cpp; dropout by
+// tests/cpu/test_cpu_dropout.cpp.
 #include "cpu_isa_target.h"  // first: see there
+#include "cpu_dropout.h"
 #include "cpu_microkernel.h"
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
@@ -112,6 +116,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   const VariantTiles vx(options, b, h);
   int64_t allowed[kBR], first[kBR];
+  const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11 (cpu_dropout.h)
+  uint64_t keep[kBR];                                      // its decisions of one tile
   for (int64_t t = 0; t < i1 - i0; ++t) {
     w.row_a[t] = -std::numeric_limits<T>::infinity();
     w.row_b[t] = 0;
@@ -165,6 +171,9 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
                                                 static_cast<T*>(nullptr));
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride,
                          w.small, pw);
+          // SPEC 11: P M_ij enters O; the sum l above, so the LSE, is the softmax's.
+          if (dropout.active)
+            drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.s, keep);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
           if (ranges)
             accumulate_ranges(acc + t0 * ldo, ldo, rows, w.s, kBC, first, allowed, w.kv, Dp, Dp,

@@ -48,6 +48,17 @@ constexpr uint32_t compiler_features() {
   return f;
 }
 
+// A tile of pairs (i0 + t row_step, j0 + c key_step), t < rows, c < kcount <= 64, of batch
+// element b and head h (of H), with dropout p and a call's seed and offset (SPEC 11.1).
+// IsaKernels::dropout_keep_bits sets bit c of keep[t] for a kept pair.
+struct DropoutTileQuery {
+  uint64_t seed = 0, offset = 0;
+  double p = 0;
+  int64_t b = 0, h = 0, H = 1;
+  int64_t i0 = 0, row_step = 1, rows = 1;
+  int64_t j0 = 0, key_step = 1, kcount = 1;
+};
+
 // One target's compiled code. Plain data, constant-initialised: reading it runs none of the
 // target's instructions, so the choice can look at every table on any CPU.
 struct IsaKernels {
@@ -62,6 +73,11 @@ struct IsaKernels {
   // every instruction set's copy.
   void (*exp2)(const float* x, float* y, int64_t n);
   void (*exp2_f64)(const double* x, double* y, int64_t n);
+  // The keep decisions of one tile of pairs as the forward and backward draw them, a vector
+  // of generator calls at a time (cpu_dropout.h): exposed so
+  // tests/cpu/test_cpu_dropout_draws.cpp can check every instruction set's copy against
+  // lib/dropout_rng.h's dropout_keep.
+  void (*dropout_keep_bits)(const DropoutTileQuery& query, uint64_t* keep);
 };
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is

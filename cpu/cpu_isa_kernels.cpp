@@ -4,6 +4,7 @@
 // before cpu_isa_dispatch.cpp has checked the CPU has its instructions.
 // Checked by tests/cpu/test_cpu_isa.cpp.
 #include "cpu_isa_target.h"
+#include "cpu_dropout.h"
 #include "cpu_microkernel.h"
 #include "cpu_tile_loop.h"
 #include "cpu_workspace.h"
@@ -24,10 +25,25 @@ void exp2_array(const T* x, T* y, int64_t n) {
     std::memcpy(y + i, out, sizeof(T) * static_cast<size_t>(min_i64(kW<T>, n - i)));
   }
 }
+
+// The keep bits of a DropoutTileQuery, through the tiles' own code (cpu_dropout.h).
+void dropout_keep_bits_of(const DropoutTileQuery& query, uint64_t* keep) {
+  Problem p;  // without a packed batch a row's frame is (b, i, j) itself
+  p.B = query.b + 1;
+  p.H = query.H;
+  p.dropout_p = query.p;
+  DropoutCall call;
+  call.seed = query.seed;
+  call.offset = query.offset;
+  const KeyProgression rows{query.i0, query.row_step, query.rows};
+  const KeyProgression keys{query.j0, query.key_step, query.kcount};
+  dropout_keep_bits(tile_dropout(p, call), p, query.b, query.h, rows, 0, query.rows, keys, 0,
+                    query.kcount, keep);
+}
 }  // namespace
 
 extern const IsaKernels kKernels = {DILATTN_CPU_ISA_NAME, DILATTN_CPU_REQUIRED, kVecBytes,
                                     workspace_sizes,      forward,              backward,
-                                    exp2_array<float>,    exp2_array<double>};
+                                    exp2_array<float>,    exp2_array<double>,   dropout_keep_bits_of};
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -43,6 +43,7 @@
 #include "backend.h"
 #include "cpu_isa.h"
 #include "cpu_thread_pool.h"
+#include "dropout_rng.h"
 #include "dtype_convert.h"
 #include "index_rules.h"
 #include "problem.h"

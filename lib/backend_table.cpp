@@ -17,8 +17,8 @@ bool any_stream(void*) { return true; }
 // same kernels, so they run the same options. The reference runs every one, and the ring's
 // placed sub-problems (kOptionPlaced, SPEC 5.5).
 constexpr uint32_t kKernelOptions = 0;
-constexpr uint32_t kCpuOptions =
-    kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionPacked | kOptionSinks;
+constexpr uint32_t kCpuOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionPacked |
+                                 kOptionSinks | kOptionDropout;
 
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
@@ -56,7 +56,7 @@ dilattn_status backend_can_run(const Backend& b, const Problem& p) {
                      "ref)", b.name, variant);
   if ((used & kOptionDropout) && !(b.runs_options & kOptionDropout))
     return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "backend %s does not run dropout (p = %g); backend ref does", b.name,
+                     "backend %s does not run dropout (p = %g); backends cpu and ref do", b.name,
                      p.dropout_p);
   return b.can_run(p);
 }

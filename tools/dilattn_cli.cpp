@@ -50,7 +50,7 @@ const char kUsage[] =
     "  --causal                               causal, aligned bottom-right\n"
     "  --scale X                              softmax scale (default 1/sqrt(D))\n"
     "  --dropout P --seed S [--offset O]      attention dropout with probability P in [0, 1)\n"
-    "                                         (SPEC 11; backend ref), mask fixed by seed S\n"
+    "                                         (SPEC 11; backends cpu, ref), mask fixed by seed S\n"
     "                                         (0 .. 2^64-1) and offset O (0 .. 2^32-1, default 0);\n"
     "                                         backward needs the forward's P, S and O\n"
     "  --window L,R                           sliding window: keys i+d-L .. i+d+R, -1 unbounded\n"

@@ -17,7 +17,12 @@
 //   packed: 64 causal documents of 128 .. 4096 tokens (deterministic lengths) in one packed
 //           batch (SPEC 10.2), against the same documents run one by one (one plan each)
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
+//   dropout: main and dense (causal too) again with attention dropout p = 0.1 (SPEC 11, the
+//           _ex calls with a seed); each repeat also runs the call without dropout, and the
+//           "dropout cost" lines compare the least CPU-seconds of the two
+// Each case runs in a child process (this program with --case), so peak RSS is the case's own.
 // Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME[,NAME...]]
+//      (--only: the cases whose names contain one of the NAMEs)
 //      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
@@ -48,6 +53,7 @@ struct BenchCase {
   int64_t B = 1, N = 0, H = 8, D = 64;
   int64_t Nq = 0;  // query rows when not N (dense only: the decode case)
   bool dilated = true, causal = false, backward = true;
+  double dropout_p = 0;  // SPEC 11: > 0 runs dilattn_forward_ex / dilattn_backward_ex
   std::vector<int64_t> segments{2048, 4096, 8192}, dilations{1, 2, 4};
   int64_t window_left = -1, window_right = -1;  // SPEC 10.1; -1: unbounded
   std::vector<int64_t> docs;  // packed documents' lengths (B = 1, N = their sum), SPEC 10.2
@@ -58,6 +64,11 @@ struct Result {
   double fwd_s = 0, bwd_s = 0, pairs = 0;
   double fwd_cpu_s = 0;  // process CPU seconds of one forward (median): robust on a busy machine
   double bwd_cpu_s = 0;  // the same for one backward
+  // Dropout rows: the least CPU-seconds of one call with dropout and of the same call without
+  // it on a second plan, the two run in turn in every repeat (forward, backward), so load that
+  // comes and goes on the machine falls on both alike.
+  double paired_fwd_cpu_s = 0, paired_base_fwd_cpu_s = 0;
+  double paired_bwd_cpu_s = 0, paired_base_bwd_cpu_s = 0;
   long peak_rss = 0;  // bytes
   double tensor_bytes = 0;  // Q, K, V, O, LSE
 };
@@ -120,7 +131,13 @@ Result run_case(const BenchCase& c, int repeats) {
     dilattn_plan plan = nullptr;
     int64_t first = 0, rows = 0;  // the call's rows of the (packed) tensors
     std::vector<float> lse;       // its own LSE [B, H, rows]
+    dilattn_plan base = nullptr;  // dropout rows: the same call without dropout (Result)
   };
+  dilattn_call_options options = dilattn_call_options_make();
+  options.dropout_seed = 0x5EED;
+  options.dropout_offset = 1;
+  const dilattn_call_options* opts = c.dropout_p > 0 ? &options : nullptr;
+  auto least = [](double a, double b) { return a == 0 || b < a ? b : a; };
   std::vector<int64_t> cu{0};
   for (int64_t n : c.docs) cu.push_back(cu.back() + n);
   std::vector<Call> calls(c.one_by_one ? c.docs.size() : 1);
@@ -139,6 +156,7 @@ Result run_case(const BenchCase& c, int repeats) {
     check(dilattn_desc_set_causal(desc, c.causal), "set_causal");
     if (c.window_left >= 0 || c.window_right >= 0)
       check(dilattn_desc_set_window(desc, c.window_left, c.window_right), "set_window");
+    if (c.dropout_p > 0) check(dilattn_desc_set_dropout(desc, c.dropout_p), "set_dropout");
     if (!c.docs.empty() && !c.one_by_one)
       check(dilattn_desc_set_varlen(desc, static_cast<int64_t>(c.docs.size()), cu.data(),
                                     cu.data()), "set_varlen");
@@ -146,6 +164,11 @@ Result run_case(const BenchCase& c, int repeats) {
     const dilattn_shape shape = dilattn_shape_make(c.B, call.rows, keys, c.H, c.H, c.D);
     check(dilattn_plan_create(&call.plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU),
           "plan_create");
+    if (opts != nullptr) {
+      check(dilattn_desc_set_dropout(desc, 0.0), "set_dropout");
+      check(dilattn_plan_create(&call.base, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU),
+            "plan_create");
+    }
     int64_t score_terms = 0;  // the (query, key) pairs of every A(i), from the library's rules
     check(dilattn_plan_score_count(call.plan, &score_terms), "plan_score_count");
     res.pairs += static_cast<double>(score_terms);
@@ -163,19 +186,29 @@ Result run_case(const BenchCase& c, int repeats) {
 
   std::vector<double> times, cpu_times;
   for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
+    if (opts != nullptr) {  // dropout rows: one plan (no documents), its call without dropout
+      const double c0 = cpu_seconds_now();
+      check(dilattn_forward(calls[0].base, &tq, &tk, &tv, &to, &tl, ws.data(), ws.size()),
+            "forward");
+      if (rep > 0)
+        res.paired_base_fwd_cpu_s = least(res.paired_base_fwd_cpu_s, cpu_seconds_now() - c0);
+    }
     const double t0 = seconds_now(), c0 = cpu_seconds_now();
     for (Call& call : calls) {
       const dilattn_tensor cq = rows_of(q, call), ck = rows_of(k, call), cv = rows_of(v, call);
       const dilattn_tensor co = rows_of(o, call);
       const dilattn_tensor cl =
           dilattn_tensor_contiguous(call.lse.data(), DILATTN_F32, c.B, c.H, call.rows, 1);
-      check(dilattn_forward(call.plan, calls.size() > 1 ? &cq : &tq, calls.size() > 1 ? &ck : &tk,
-                            calls.size() > 1 ? &cv : &tv, calls.size() > 1 ? &co : &to,
-                            calls.size() > 1 ? &cl : &tl, ws.data(), ws.size()),
+      check(dilattn_forward_ex(call.plan, calls.size() > 1 ? &cq : &tq,
+                               calls.size() > 1 ? &ck : &tk, calls.size() > 1 ? &cv : &tv,
+                               calls.size() > 1 ? &co : &to, calls.size() > 1 ? &cl : &tl, opts,
+                               ws.data(), ws.size()),
             "forward");
     }
     if (rep > 0) times.push_back(seconds_now() - t0);
     if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
+    if (rep > 0 && opts != nullptr)
+      res.paired_fwd_cpu_s = least(res.paired_fwd_cpu_s, cpu_times.back());
   }
   res.fwd_s = median(times);
   res.fwd_cpu_s = median(cpu_times);
@@ -187,11 +220,18 @@ Result run_case(const BenchCase& c, int repeats) {
     times.clear();
     cpu_times.clear();
     for (int rep = 0; rep <= repeats; ++rep) {
+      if (opts != nullptr) {  // dropout rows: one plan (no documents), its call without dropout
+        const double c0 = cpu_seconds_now();
+        check(dilattn_backward(calls[0].base, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                               ws.data(), ws.size()), "backward");
+        if (rep > 0)
+          res.paired_base_bwd_cpu_s = least(res.paired_base_bwd_cpu_s, cpu_seconds_now() - c0);
+      }
       const double t0 = seconds_now(), c0 = cpu_seconds_now();
       for (Call& call : calls) {
         if (calls.size() == 1) {
-          check(dilattn_backward(call.plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
-                                 ws.data(), ws.size()), "backward");
+          check(dilattn_backward_ex(call.plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                    opts, ws.data(), ws.size()), "backward");
           continue;
         }
         const dilattn_tensor cq = rows_of(q, call), ck = rows_of(k, call), cv = rows_of(v, call);
@@ -205,12 +245,15 @@ Result run_case(const BenchCase& c, int repeats) {
       }
       if (rep > 0) times.push_back(seconds_now() - t0);
       if (rep > 0) cpu_times.push_back(cpu_seconds_now() - c0);
+      if (rep > 0 && opts != nullptr)
+        res.paired_bwd_cpu_s = least(res.paired_bwd_cpu_s, cpu_times.back());
     }
     res.bwd_s = median(times);
     res.bwd_cpu_s = median(cpu_times);
   }
   for (Call& call : calls) {
     dilattn_plan_destroy(call.plan);
+    dilattn_plan_destroy(call.base);
     dilattn_desc_destroy(call.desc);
   }
   res.peak_rss = peak_rss_bytes();
@@ -377,12 +420,36 @@ std::vector<BenchCase> all_cases(bool quick) {
   separate.one_by_one = true;
   separate.name = "one_by_one_64docs_N" + std::to_string(packed.N);
   cases.push_back(separate);
+  // The same shapes with dropout p = 0.1: their time over the rows above is the draws' cost.
+  BenchCase dropout_main = main_case;
+  dropout_main.dropout_p = 0.1;
+  dropout_main.name = main_case.name + "_dropout0.1";
+  cases.push_back(dropout_main);
+  for (bool causal : {false, true}) {
+    BenchCase d;
+    d.dilated = false;
+    d.causal = causal;
+    d.dropout_p = 0.1;
+    d.N = 4096 / scale;
+    d.name = std::string("dense_N") + std::to_string(d.N) + (causal ? "_causal" : "") +
+             "_dropout0.1";
+    cases.push_back(d);
+  }
   BenchCase big = main_case;
   big.N = quick ? 16384 : 1048576;
   big.backward = false;
   big.name = "long_dilated_N" + std::to_string(big.N);
   cases.push_back(big);
   return cases;
+}
+
+// Whether name contains one of the comma-separated parts of `only`.
+bool name_matches(const std::string& name, const std::string& only) {
+  std::istringstream parts(only);
+  std::string part;
+  while (std::getline(parts, part, ','))
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+  return false;
 }
 
 }  // namespace
@@ -418,8 +485,10 @@ int main(int argc, char** argv) {
                                  : c.N >= 65536          ? std::min(repeats, 2)
                                  : tiny                  ? std::max(repeats, 400)
                                                          : repeats);
-    std::printf("%.9g %.9g %.17g %ld %.17g %.9g %.9g\n", r.fwd_s, r.bwd_s, r.pairs, r.peak_rss,
-                r.tensor_bytes, r.fwd_cpu_s, r.bwd_cpu_s);
+    std::printf("%.9g %.9g %.17g %ld %.17g %.9g %.9g %.9g %.9g %.9g %.9g\n", r.fwd_s, r.bwd_s,
+                r.pairs, r.peak_rss, r.tensor_bytes, r.fwd_cpu_s, r.bwd_cpu_s,
+                r.paired_fwd_cpu_s, r.paired_base_fwd_cpu_s, r.paired_bwd_cpu_s,
+                r.paired_base_bwd_cpu_s);
     return 0;
   }
 
@@ -457,6 +526,7 @@ int main(int argc, char** argv) {
        << ",\n  \"fma_peak_gflops_1thread\": " << peak1
        << ",\n  \"fma_peak_gflops_per_cpu_second\": " << peak_cpu << ",\n  \"cases\": [";
   bool first = true;
+  std::vector<std::pair<std::string, Result>> done;  // for the dropout rows' cost
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
     if (!only.empty()) {  // --only: cases whose name holds one of the comma-separated names
@@ -470,8 +540,11 @@ int main(int argc, char** argv) {
                             " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
     Result r;
-    if (!child || std::fscanf(child, "%lf %lf %lf %ld %lf %lf %lf", &r.fwd_s, &r.bwd_s, &r.pairs,
-                              &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s, &r.bwd_cpu_s) != 7) {
+    if (!child ||
+        std::fscanf(child, "%lf %lf %lf %ld %lf %lf %lf %lf %lf %lf %lf", &r.fwd_s, &r.bwd_s,
+                    &r.pairs, &r.peak_rss, &r.tensor_bytes, &r.fwd_cpu_s, &r.bwd_cpu_s,
+                    &r.paired_fwd_cpu_s, &r.paired_base_fwd_cpu_s, &r.paired_bwd_cpu_s,
+                    &r.paired_base_bwd_cpu_s) != 11) {
       std::fprintf(stderr, "cpu_bench: case %s failed\n", c.name.c_str());
       if (child) pclose(child);
       return 1;
@@ -495,7 +568,8 @@ int main(int argc, char** argv) {
          << ", \"H\": " << c.H << ", \"D\": " << c.D << ", \"causal\": " << (c.causal ? "true" : "false")
          << ", \"window\": [" << c.window_left << ", " << c.window_right << "], \"documents\": "
          << c.docs.size()
-         << ", \"head_mode\": \"groups\", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
+         << ", \"head_mode\": \"groups\", \"dropout_p\": " << c.dropout_p
+         << ", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
          << ", \"forward_cpu_s\": " << r.fwd_cpu_s << ", \"forward_cpu_efficiency\": " << cpu_eff
          << ", \"backward_s\": " << r.bwd_s << ", \"backward_cpu_s\": " << r.bwd_cpu_s
@@ -503,8 +577,35 @@ int main(int argc, char** argv) {
          << ", \"ns_per_token\": " << ns_token << ", \"peak_rss_bytes\": " << r.peak_rss
          << ", \"qkvo_lse_bytes\": " << r.tensor_bytes << "}";
     first = false;
+    done.emplace_back(c.name, r);
   }
-  json << "\n  ]\n}\n";
+  json << "\n  ]";
+  // Dropout's cost: each dropout row's least CPU-seconds over those of the same call without
+  // dropout, measured in turn in the same process (Result); the process's CPU time is disturbed
+  // less than wall time by other load on the machine.
+  bool header = false;
+  for (const auto& [name, r] : done) {
+    if (r.paired_base_fwd_cpu_s <= 0) continue;
+    if (!header) {
+      std::printf("\ndropout cost (least CPU-seconds over the same call without dropout, run in "
+                  "turn):\n");
+      json << ",\n  \"dropout_cost\": [";
+    }
+    const double fwd = r.paired_fwd_cpu_s / r.paired_base_fwd_cpu_s - 1;
+    const double bwd =
+        r.paired_base_bwd_cpu_s > 0 ? r.paired_bwd_cpu_s / r.paired_base_bwd_cpu_s - 1 : 0;
+    std::printf("  %-32s forward %+6.1f%% (%.4g s over %.4g s)  backward %+6.1f%% (%.4g s over "
+                "%.4g s)\n", name.c_str(), 100 * fwd, r.paired_fwd_cpu_s,
+                r.paired_base_fwd_cpu_s, 100 * bwd, r.paired_bwd_cpu_s, r.paired_base_bwd_cpu_s);
+    json << (header ? ",\n" : "\n") << "    {\"name\": \"" << name << "\", \"forward\": " << fwd
+         << ", \"backward\": " << bwd << ", \"forward_cpu_s\": " << r.paired_fwd_cpu_s
+         << ", \"forward_cpu_s_without\": " << r.paired_base_fwd_cpu_s
+         << ", \"backward_cpu_s\": " << r.paired_bwd_cpu_s
+         << ", \"backward_cpu_s_without\": " << r.paired_base_bwd_cpu_s << "}";
+    header = true;
+  }
+  if (header) json << "\n  ]";
+  json << "\n}\n";
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << json.str();

@@ -7,7 +7,7 @@ What each argument means here:
 - segment_lengths, dilation_rates, is_causal, softmax_scale (default 1/sqrt(D)): as in
   dilattn.torch.DilatedAttention; heads split into len(segment_lengths) groups
   (heads_mode="groups", SPEC 3) unless heads_mode says otherwise.
-- dropout in [0, 1): attention dropout (SPEC 11, backend "ref": CPU tensors) in training mode
+- dropout in [0, 1): attention dropout (SPEC 11, backend "cpu": CPU tensors) in training mode
   only, as in dilattn.torch.DilatedAttention (a seed drawn from torch's generator at every
   call; eval() turns it off). The torch.distributed ring has no dropout: a ring class with a
   group of several ranks raises NotImplementedError in training mode with dropout > 0.

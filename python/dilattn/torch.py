@@ -167,14 +167,14 @@ def _refuse_cuda_sinks(device):
 
 
 def _refuse_cuda_dropout(name, device):
-    """The cuda backend does not run dropout (SPEC 11.2: backend "ref" only); refused before
+    """The cuda backend does not run dropout (SPEC 11.2: backends "cpu" and "ref"); refused before
     any seed is drawn, any plan made or anything copied."""
     if device.type == "cuda":
         raise error_for("DILATTN_ERROR_UNSUPPORTED",
                         f"dropout_p > 0 with {name} on {device}: the cuda backend does not "
-                        "run attention dropout (docs/spec.md section 11, backend 'ref' only); "
-                        "move q, k, v to the CPU, or pass dropout_p=0 (a module: eval() or "
-                        "dropout 0)")
+                        "run attention dropout (docs/spec.md section 11: backends 'cpu' and "
+                        "'ref' do); move q, k, v to the CPU, or pass dropout_p=0 (a module: "
+                        "eval() or dropout 0)")
 
 
 def _dropout_call(dropout_p, seed, offset):
@@ -311,8 +311,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     and offset (0 .. 2**32 - 1); the backward regenerates the same mask. seed=None draws one
     from torch's default CPU generator at each call (torch.randint), so torch.manual_seed
     makes a run reproducible and every call gets a new mask; nothing is drawn when
-    dropout_p = 0, which is no dropout, bitwise. Backend "ref" only: CPU tensors ("auto" picks
-    ref); CUDA tensors with dropout_p > 0 raise dilattn.UnsupportedError. Calls with dropout run
+    dropout_p = 0, which is no dropout, bitwise. Backends "cpu" and "ref" (the same decisions):
+    CPU tensors ("auto" picks cpu); CUDA tensors with dropout_p > 0 raise
+    dilattn.UnsupportedError. Calls with dropout run
     the torch.autograd.Function on every torch."""
     if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
         alibi_slopes = alibi_slopes.detach().cpu().numpy()
@@ -365,7 +366,7 @@ class DilatedAttention(nn.Module):
     dilation_rates[b]; with heads_mode="groups" head group b uses branch b (SPEC 3).
 
     softmax_scale: default 1/sqrt(D). attention_dropout in [0, 1) drops attention probabilities
-    in training mode only (SPEC 11, backend "ref": CPU tensors), with a seed drawn from torch's
+    in training mode only (SPEC 11, backend "cpu": CPU tensors), with a seed drawn from torch's
     generator at every call, so torch.manual_seed makes a run reproducible; eval() turns it
     off. op (an xformers operator in that package) chooses a kernel there and is ignored here.
     heads_mode and backend are dilattn's additions."""

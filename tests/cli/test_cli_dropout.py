@@ -1,11 +1,12 @@
 """test_cli_dropout.py - `dilattn forward/backward --dropout P --seed S [--offset O]` (SPEC 11)
-on backend ref against spec_numpy (its own numpy Philox4x32-10), dense and dilated, backward
-both recomputing the forward and from the forward's files; the flag rules (exit 2) and the
-fast backends' refusal (exit 3)."""
+on backends ref and cpu against spec_numpy (its own numpy Philox4x32-10), dense and dilated,
+backward both recomputing the forward and from the forward's files (cpu: f64 within SPEC 12's
+1e-10, f32 within SPEC 8); the flag rules (exit 2) and emu's refusal where built (exit 3)."""
 import numpy as np
 import pytest
 
-from cli_support import backward, expect_bad_input, forward, forward_args, make_inputs, run
+from cli_support import (available_backends, backward, expect_bad_input, forward, forward_args,
+                         make_inputs, qkv_flags, run)
 from spec_numpy import assert_close, attention_numpy, dense_counts, dilated_counts
 
 SEED = 2**64 - 3  # the whole 64-bit range reaches the library
@@ -34,6 +35,30 @@ def test_dropout_matches_numpy_spec(tmp_path, kind, p):
             assert_close(got, ref, atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype,tol", [("<f8", (1e-10, 1e-10)), ("<f4", (1e-5, 1e-4))])
+@pytest.mark.parametrize("kind", ["dense_causal", "dilated"])
+def test_cpu_dropout_matches_numpy_spec(tmp_path, kind, dtype, tol):
+    arrs, paths = make_inputs(tmp_path, B=2, Nq=12, H=2, D=4, dtype=dtype)
+    if kind == "dilated":
+        flags = ["--segments", "4,12", "--dilations", "1,3"]
+        counts = dilated_counts(12, 2, [(4, 1), (12, 3)], "mod", False)
+    else:
+        flags = ["--causal"]
+        counts = dense_counts(12, 12, 2, True)
+    flags += ["--dropout", "0.4", "--seed", str(SEED), "--offset", "7", "--backend", "cpu"]
+    want = attention_numpy(arrs["q"], arrs["k"], arrs["v"], counts, d_o=arrs["do"],
+                           dropout=(0.4, SEED, 7))
+    run("forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--lse", tmp_path / "lse.npy",
+        *flags, expect=0)
+    o, lse = np.load(tmp_path / "o.npy"), np.load(tmp_path / "lse.npy")
+    assert_close(o, want[0], atol=tol[0], rtol=tol[1])
+    assert_close(lse, want[1], atol=max(tol[0], 1e-10 if dtype == "<f8" else 1e-4), rtol=0)
+    run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", tmp_path / "dq.npy",
+        "--dk", tmp_path / "dk.npy", "--dv", tmp_path / "dv.npy", *flags, expect=0)
+    for name, ref in zip(("dq", "dk", "dv"), want[2:]):
+        assert_close(np.load(tmp_path / f"{name}.npy"), ref, atol=tol[0], rtol=tol[1])
+
+
 def test_offset_changes_the_mask(tmp_path):
     _, paths = make_inputs(tmp_path, Nq=16, dtype="<f8")
     o1, _ = forward(tmp_path, paths, "--dropout", "0.5", "--seed", "3", "--offset", "1")
@@ -58,10 +83,11 @@ def test_bad_dropout_flags_exit_2(tmp_path, extra, mentions):
     expect_bad_input(tmp_path, forward_args(tmp_path, paths, *extra), *mentions)
 
 
-def test_fast_backend_refuses_dropout_exit_3(tmp_path):
+@pytest.mark.skipif(not available_backends().get("emu", False), reason="emu is not built")
+def test_emu_refuses_dropout_exit_3(tmp_path):
     _, paths = make_inputs(tmp_path)
     p = run("forward", "--q", paths["q"], "--k", paths["k"], "--v", paths["v"], "--out",
-            tmp_path / "o.npy", "--backend", "cpu", "--dropout", "0.1", "--seed", "1")
+            tmp_path / "o.npy", "--backend", "emu", "--dropout", "0.1", "--seed", "1")
     assert p.returncode == 3, p.stderr
     assert "does not run dropout" in p.stderr
     assert not (tmp_path / "o.npy").exists()

@@ -2,9 +2,11 @@
 // message naming the argument or bound, and every output byte untouched:
 //   - dilattn_desc_set_dropout with p outside [0, 1) (negative, 1, above 1, NaN, infinity): the
 //     description keeps its p (a plan made from it runs the plain calls);
-//   - a plan with p > 0 on cpu (and emu where built): UNSUPPORTED naming dropout; AUTO gives ref;
-//   - the calls without a seed on a dropout plan: dilattn_forward, dilattn_backward, their
-//     _on_stream twins, dilattn_reference_rows, and the _ex calls with options NULL;
+//   - a plan with p > 0 on emu (where built): UNSUPPORTED naming dropout; ref and cpu take it,
+//     and AUTO gives cpu (cuda, the only backend AUTO prefers to it, refuses dropout);
+//   - the calls without a seed on a dropout plan of ref and of cpu: dilattn_forward,
+//     dilattn_backward, their _on_stream twins, dilattn_reference_rows, and the _ex calls with
+//     options NULL;
 //   - a dilattn_call_options with a foreign struct_size, an offset of 2^32 (2^32 - 1 runs);
 //   - the plan-time bounds of SPEC 11.1 (Nq, ceil(Nk / 4), B * H above 2^32);
 //   - ring attention's plain calls on a dropout plan (no seed), and an offset of 2^32 in
@@ -52,26 +54,30 @@ void bad_p_refused_desc_unchanged() {
   }
 }
 
-void fast_backends_refuse_dropout() {
+void backends_without_dropout_refuse_it() {
   for (dilattn_backend backend : errtest::cpu_side_backends()) {
-    if (backend == DILATTN_BACKEND_REF) continue;
     CaseScope scope(dilattn_backend_name(backend));
     Problem pr;
+    if (backend == DILATTN_BACKEND_REF || backend == DILATTN_BACKEND_CPU) {  // SPEC 11.2
+      CHECK_OK(replan(pr, 0.25, backend));
+      continue;
+    }
     CHECK_ERROR(replan(pr, 0.25, backend), DILATTN_ERROR_UNSUPPORTED, "dropout", "p = 0.25");
     CHECK(pr.plan == nullptr);
+    // p = 0 is no dropout: every backend takes it.
+    CHECK_OK(replan(pr, 0.0, backend));
   }
   Problem pr;
   CHECK_OK(replan(pr, 0.25, DILATTN_BACKEND_AUTO));
   dilattn_backend chosen = DILATTN_BACKEND_AUTO;
   CHECK_OK(dilattn_plan_backend(pr.plan, &chosen));
-  CHECK_EQ(chosen, DILATTN_BACKEND_REF);
-  // p = 0 is no dropout: the cpu backend takes it.
-  CHECK_OK(replan(pr, 0.0, DILATTN_BACKEND_CPU));
+  CHECK_EQ(chosen, DILATTN_BACKEND_CPU);
 }
 
-void seedless_calls_refused() {
+void seedless_calls_refused(dilattn_backend backend) {
+  CaseScope scope(dilattn_backend_name(backend));
   Problem pr;
-  if (!CHECK_OK(replan(pr, 0.5))) return;
+  if (!CHECK_OK(replan(pr, 0.5, backend))) return;
   CHECK_ERROR(pr.forward(), DILATTN_ERROR_INVALID_VALUE, "dropout p = 0.5", "dilattn_forward_ex");
   CHECK_ERROR(pr.backward(), DILATTN_ERROR_INVALID_VALUE, "dropout p = 0.5",
               "dilattn_backward_ex");
@@ -174,8 +180,9 @@ void ring_needs_a_seed() {
 
 int main() {
   bad_p_refused_desc_unchanged();
-  fast_backends_refuse_dropout();
-  seedless_calls_refused();
+  backends_without_dropout_refuse_it();
+  seedless_calls_refused(DILATTN_BACKEND_REF);
+  seedless_calls_refused(DILATTN_BACKEND_CPU);
   bad_call_options_refused();
   counter_bounds_refused_at_plan_creation();
   ring_needs_a_seed();

@@ -147,7 +147,7 @@ impl Attention {
     }
 
     /// Attention dropout with probability p in [0, 1) (SPEC 11; the library checks p at
-    /// Plan::new). A plan with p > 0 runs on the ref backend only, and only through
+    /// Plan::new). A plan with p > 0 runs on the cpu and ref backends only, and only through
     /// Plan::forward_dropout / Plan::backward_dropout, which carry the seed and offset.
     pub fn dropout(mut self, p: f64) -> Attention {
         self.dropout = p;

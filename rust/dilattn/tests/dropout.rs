@@ -2,7 +2,7 @@
 //! Plan::backward_dropout: the mask seen through O (q = 0 and v_j = e_j make element j of O_i
 //! equal P_ij M_ij: 0 for a dropped pair, 1 / (Nk (1 - p)) for a kept one), the fraction dropped
 //! within 5 binomial sigma, seed and offset selecting the mask, p = 0 giving the plain call's
-//! bits, and the refusals. The numbers against an independent Philox are checked by the Python
+//! bits, the cpu backend dropping exactly the pairs ref drops, and the refusals. The numbers against an independent Philox are checked by the Python
 //! tests (tests/packages/python/test_dropout.py).
 use dilattn::{Attention, Backend, Dtype, Plan, Shape, Tensor, TensorMut};
 use dilattn_sys as sys;
@@ -25,8 +25,12 @@ fn probe_inputs() -> (Vec<f64>, Vec<f64>, Shape) {
 
 /// O of the probe (q = 0, k = 0, v_j = e_j) with dropout p, seed, offset.
 fn probe(p: f64, seed: u64, offset: u64) -> Vec<f64> {
+    probe_on(Backend::Ref, p, seed, offset)
+}
+
+fn probe_on(backend: Backend, p: f64, seed: u64, offset: u64) -> Vec<f64> {
     let (q, v, s) = probe_inputs();
-    let plan = Plan::new(&Attention::dense().dropout(p), s, Dtype::F64, Backend::Ref).unwrap();
+    let plan = Plan::new(&Attention::dense().dropout(p), s, Dtype::F64, backend).unwrap();
     let shape = [s.batch, N, s.heads_q, N];
     let (qt, vt) = (Tensor::new(&q, shape).unwrap(), Tensor::new(&v, shape).unwrap());
     let mut o = vec![f64::NAN; q.len()];
@@ -51,6 +55,16 @@ fn fraction_dropped_and_kept_values() {
         let sigma = (p * (1.0 - p) / n).sqrt();
         let fraction = dropped as f64 / n;
         assert!((fraction - p).abs() <= 5.0 * sigma, "p={p}: dropped {fraction}");
+    }
+}
+
+#[test]
+fn cpu_drops_the_pairs_ref_drops() {
+    for p in [0.1, 0.5, 0.9] {
+        let want = probe(p, 0x1234_5678_9ABC, 4);
+        let got = probe_on(Backend::Cpu, p, 0x1234_5678_9ABC, 4);
+        assert!(want.iter().zip(&got).all(|(w, g)| (*w == 0.0) == (*g == 0.0)), "p={p}");
+        assert!(want.iter().zip(&got).all(|(w, g)| (w - g).abs() <= 1e-10 * (1.0 + w.abs())));
     }
 }
 
@@ -85,9 +99,8 @@ fn p_zero_equals_the_plain_call_bitwise() {
 #[test]
 fn refusals() {
     let s = Shape::self_attention(1, 8, 1, 2);
-    let e = Plan::new(&Attention::dense().dropout(0.1), s, Dtype::F32, Backend::Cpu).unwrap_err();
-    assert_eq!(e.status(), sys::DILATTN_ERROR_UNSUPPORTED);
-    assert!(e.message().contains("dropout"), "{}", e.message());
+    // The cpu backend runs dropout (its plan is made); the calls without a seed are refused.
+    let cpu = Plan::new(&Attention::dense().dropout(0.1), s, Dtype::F64, Backend::Cpu).unwrap();
     let e = Plan::new(&Attention::dense().dropout(1.0), s, Dtype::F32, Backend::Ref).unwrap_err();
     assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
     let plan = Plan::new(&Attention::dense().dropout(0.1), s, Dtype::F64, Backend::Ref).unwrap();
@@ -97,6 +110,8 @@ fn refusals() {
     let mut ov = TensorMut::new(&mut o, [1, 8, 1, 2]).unwrap();
     let mut lv = TensorMut::new(&mut l, [1, 1, 8, 1]).unwrap();
     let e = plan.forward(&t, &t, &t, &mut ov, &mut lv).unwrap_err();
+    assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
+    let e = cpu.forward(&t, &t, &t, &mut ov, &mut lv).unwrap_err();
     assert_eq!(e.status(), sys::DILATTN_ERROR_INVALID_VALUE);
     assert!(e.message().contains("dilattn_forward_ex"), "{}", e.message());
     let e = plan.forward_dropout(1, 1 << 32, &t, &t, &t, &mut ov, &mut lv).unwrap_err();

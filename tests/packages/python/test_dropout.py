@@ -3,7 +3,12 @@
 from its own numpy Philox4x32-10 written from SPEC 11.1 (tests/common/spec_numpy.py):
 dense, causal, GQA, dilated (keys several branches hold: one decision per pair) and
 block-sparse, with p = 0.1 and 0.5, forward and backward; p = 0 equals no dropout bitwise;
-the same seed and offset give the same bits, another offset another mask; and the refusals."""
+the same seed and offset give the same bits, another offset another mask; and the refusals.
+The cpu backend runs the same cases against spec_numpy: f64 inputs within SPEC 12's 1e-10, f32
+inputs within SPEC 8's bounds, and it drops exactly the pairs ref drops (seen through a one-hot
+V); emu, where built, refuses dropout."""
+import math
+
 import numpy as np
 import pytest
 
@@ -18,6 +23,71 @@ DROPOUT_CASES = CASES + [
      dict(segments=[4, 4, 8], dilations=[1, 2, 4])),
 ]
 IDS = [c[0] for c in DROPOUT_CASES]
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+@pytest.mark.parametrize("name,sizes,options", DROPOUT_CASES, ids=IDS)
+def test_cpu_equals_spec_numpy(name, sizes, options, p):
+    q, k, v, do = inputs(sizes, seed=11)
+    seed, offset = 0x9E3779B97F4A7C15, 1234
+    dropout = (p, seed, offset)
+    o_spec, lse_spec = spec_numpy.forward(q, k, v, scale=options.get("scale"), dropout=dropout,
+                                          **spec_config(options))
+    grads_spec = spec_numpy.backward(q, k, v, do, scale=options.get("scale"), dropout=dropout,
+                                     **spec_config(options))
+    call = dict(backend="cpu", dropout_p=p, seed=seed, offset=offset, **options)
+    # f64 inputs are computed in f64 on the cpu backend (SPEC 12).
+    o, lse = dilattn.forward(q, k, v, **call)
+    assert within(o, o_spec, 1e-10, 1e-10), f"max |dO| {np.max(np.abs(o - o_spec))}"
+    assert within(lse, lse_spec, 1e-10, 1e-10)
+    for got, want in zip(dilattn.backward(q, k, v, o, lse, do, **call), grads_spec):
+        assert within(got, want, 1e-10, 1e-10), f"max diff {np.max(np.abs(got - want))}"
+    # f32 inputs in f32, within SPEC 8 (f32: atol 1e-5, rtol 1e-4; the LSE 1e-4).
+    q32, k32, v32, do32 = (x.astype(np.float32) for x in (q, k, v, do))
+    o32, lse32 = dilattn.forward(q32, k32, v32, **call)
+    assert within(o32, o_spec, 1e-5, 1e-4) and within(lse32, lse_spec, 1e-4, 0)
+    # The backward from the f32 forward's own O and LSE differentiates that O: compare it with
+    # the backward from the same O in f64 (the reference is exact for the inputs given, SPEC 6).
+    ref_grads = dilattn.backward(q32, k32, v32, o32, lse32, do32, backend="ref", dropout_p=p,
+                                 seed=seed, offset=offset, **options)
+    for got, want in zip(dilattn.backward(q32, k32, v32, o32, lse32, do32, **call), ref_grads):
+        assert within(got, want, 1e-5, 1e-4), f"max diff {np.max(np.abs(got - want))}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cpu_drops_exactly_the_pairs_ref_drops(dtype):
+    """q = 0 makes every probability of a row equal and v_j = e_j (D = Nk) puts P_ij M_ij in
+    O[i, j]: exactly 0 where a pair is dropped. Dense, dilated with keys two branches hold, and
+    causal block-sparse."""
+    B, N, H = 2, 40, 3
+    q = np.zeros((B, N, H, N), dtype)
+    k = np.random.default_rng(3).uniform(-1, 1, (B, N, H, N)).astype(dtype)
+    v = np.zeros((B, N, H, N), dtype)
+    for j in range(N):
+        v[:, j, :, j] = 1
+    for options in (dict(), dict(segments=[8, 16, 40], dilations=[1, 2, 4]),
+                    dict(segments=[10, 40], dilations=[3, 5], heads_mode="block", causal=True),
+                    dict(mask=dilattn.mask.pattern("local:2+sink:1", N, 6), causal=True)):
+        call = dict(dropout_p=0.5, seed=2**40 + 3, offset=11, **options)
+        o_ref, _ = dilattn.forward(q, k, v, backend="ref", **call)
+        o_cpu, _ = dilattn.forward(q, k, v, backend="cpu", **call)
+        assert np.count_nonzero(o_ref == 0) > 0 and np.count_nonzero(o_ref) > 0
+        assert np.array_equal(o_ref == 0, o_cpu == 0), f"{options}: the cpu drops other pairs"
+
+
+def test_cpu_fraction_dropped_within_binomial_bounds():
+    B, N, H = 2, 128, 2
+    q = np.zeros((B, N, H, N), np.float32)
+    v = np.zeros((B, N, H, N), np.float32)
+    for j in range(N):
+        v[:, j, :, j] = 1
+    for p in (0.1, 0.5, 0.9):
+        o, _ = dilattn.forward(q, q, v, backend="cpu", dropout_p=p, seed=8, offset=1)
+        n = o.size
+        dropped = np.count_nonzero(o == 0) / n
+        assert abs(dropped - p) <= 5 * math.sqrt(p * (1 - p) / n), f"p={p}: dropped {dropped}"
+        kept = o[o != 0]
+        assert np.allclose(kept, 1 / (N * (1 - p)), rtol=1e-6, atol=0)
 
 
 def test_numpy_philox_known_answers():
@@ -111,6 +181,9 @@ def test_refusals():
         dilattn.forward(q, k, v, backend="ref", dropout_p=0.5, seed=1, offset=2**32)
     with pytest.raises(dilattn.InvalidArgumentError, match="seed=-1"):
         dilattn.forward(q, k, v, backend="ref", dropout_p=0.5, seed=-1)
-    with pytest.raises(dilattn.UnsupportedError, match="backend cpu does not run dropout"):
-        dilattn.forward(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
-                        backend="cpu", dropout_p=0.5, seed=1)
+    with pytest.raises(dilattn.InvalidArgumentError, match="needs seed="):
+        dilattn.forward(q, k, v, backend="cpu", dropout_p=0.5)
+    if dilattn.backend_available("emu"):  # the CUDA kernels, which do not run dropout
+        with pytest.raises(dilattn.UnsupportedError, match="backend emu does not run dropout"):
+            dilattn.forward(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                            backend="emu", dropout_p=0.5, seed=1)

@@ -1,12 +1,14 @@
-"""test_torch_dropout.py - attention dropout (docs/spec.md section 11, backend "ref") through
-dilattn.torch: attention(..., dropout_p=, seed=, offset=) equals the numpy API's
-dilattn.forward / dilattn.backward with the same seed and offset bit for bit (so the backward
-regenerates the forward's mask); gradcheck in f64 with a fixed seed (the mask is a pure
+"""test_torch_dropout.py - attention dropout (docs/spec.md section 11, backends "ref" and "cpu")
+through dilattn.torch: attention(..., dropout_p=, seed=, offset=) equals the numpy API's
+dilattn.forward / dilattn.backward on the same backend with the same seed and offset bit for
+bit (so the backward regenerates the forward's mask), and cpu drops the pairs ref drops;
+gradcheck in f64 with a fixed seed (the mask is a pure
 function of seed and offset, so the function gradcheck differentiates is smooth); p = 0 is no
 dropout, bitwise, and draws nothing from torch's generator; seed=None draws the seed from
 torch's default generator, so torch.manual_seed reproduces a run; the fraction of dropped
 probabilities within binomial bounds, the kept ones scaled by 1 / (1 - p); the modules drop in
-training mode only (eval mode equals p = 0 bitwise); and the refusals.
+training mode only (eval mode equals p = 0 bitwise), on the cpu backend for CPU tensors ("auto");
+and the refusals (emu where built, CUDA tensors).
 
 Kinds: dense GQA with Nq != Nk, causal with keyless rows, dilated with keys that several
 branches hold (one decision per pair, SPEC 11), block-sparse and a packed batch. Both sides of
@@ -50,41 +52,55 @@ def _leaves(*arrays):
     return [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
 
 
+BACKENDS = ["ref", "cpu"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("p", [0.1, 0.5])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_forward_equals_the_numpy_api(case, p):
+def test_forward_equals_the_numpy_api(case, p, backend):
     sizes, options = CASES[case]
     q, k, v, _ = _arrays(sizes, len(case))
-    o, lse = dt.attention(*_leaves(q, k, v), backend="ref", return_lse=True, dropout_p=p,
+    o, lse = dt.attention(*_leaves(q, k, v), backend=backend, return_lse=True, dropout_p=p,
                           seed=SEED, offset=OFFSET, **options)
-    o_np, lse_np = dilattn.forward(q, k, v, backend="ref", dropout_p=p, seed=SEED,
+    o_np, lse_np = dilattn.forward(q, k, v, backend=backend, dropout_p=p, seed=SEED,
                                    offset=OFFSET, **options)
     assert np.array_equal(o.detach().numpy(), o_np)
     assert np.array_equal(lse.numpy(), lse_np)
     # Dropout took place: without it the output differs.
-    plain = dt.attention(*_leaves(q, k, v), backend="ref", **options)
+    plain = dt.attention(*_leaves(q, k, v), backend=backend, **options)
     assert not torch.equal(plain, o)
+    if backend == "cpu":  # f64 on the cpu backend: within SPEC 12 of ref, the same decisions
+        o_ref, lse_ref = dilattn.forward(q, k, v, backend="ref", dropout_p=p, seed=SEED,
+                                         offset=OFFSET, **options)
+        assert np.allclose(o_np, o_ref, rtol=1e-10, atol=1e-10)
+        assert np.allclose(lse_np, lse_ref, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("p", [0.1, 0.5])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_gradients_equal_the_numpy_api(case, p):
+def test_gradients_equal_the_numpy_api(case, p, backend):
     sizes, options = CASES[case]
     q, k, v, do = _arrays(sizes, 11)
     tq, tk, tv = _leaves(q, k, v)
-    o = dt.attention(tq, tk, tv, backend="ref", dropout_p=p, seed=SEED, offset=OFFSET,
+    o = dt.attention(tq, tk, tv, backend=backend, dropout_p=p, seed=SEED, offset=OFFSET,
                      **options)
     o.backward(torch.tensor(do))
     dropout = dict(dropout_p=p, seed=SEED, offset=OFFSET)
-    o_np, lse_np = dilattn.forward(q, k, v, backend="ref", **dropout, **options)
-    wants = dilattn.backward(q, k, v, o_np, lse_np, do, backend="ref", **dropout, **options)
+    o_np, lse_np = dilattn.forward(q, k, v, backend=backend, **dropout, **options)
+    wants = dilattn.backward(q, k, v, o_np, lse_np, do, backend=backend, **dropout, **options)
     for name, got, want in zip(("dq", "dk", "dv"), (tq, tk, tv), wants):
         assert got.grad.shape == want.shape, name
         assert np.array_equal(got.grad.numpy(), want), name
     # The mask matters to the gradient: another offset's backward gives other gradients.
-    other = dilattn.backward(q, k, v, o_np, lse_np, do, backend="ref", dropout_p=p, seed=SEED,
-                             offset=OFFSET + 1, **options)
+    other = dilattn.backward(q, k, v, o_np, lse_np, do, backend=backend, dropout_p=p,
+                             seed=SEED, offset=OFFSET + 1, **options)
     assert not np.array_equal(tv.grad.numpy(), other[2])
+    if backend == "cpu":
+        refs = dilattn.backward(q, k, v, o_np, lse_np, do, backend="ref", **dropout, **options)
+        for name, got, want in zip(("dq", "dk", "dv"), (tq, tk, tv), refs):
+            assert np.allclose(got.grad.numpy(), want, rtol=1e-10, atol=1e-10), name
 
 
 def test_packed_batch_with_dropout_equals_the_numpy_api():
@@ -100,12 +116,13 @@ def test_packed_batch_with_dropout_equals_the_numpy_api():
         assert np.array_equal(got.grad.numpy(), want)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_gradcheck_f64_with_a_fixed_seed(case):
+def test_gradcheck_f64_with_a_fixed_seed(case, backend):
     sizes, options = CASES[case]
     q, k, v = _leaves(*_arrays(sizes, 7)[:3])
     assert torch.autograd.gradcheck(
-        lambda q, k, v: dt.attention(q, k, v, backend="ref", dropout_p=0.3, seed=5, offset=9,
+        lambda q, k, v: dt.attention(q, k, v, backend=backend, dropout_p=0.3, seed=5, offset=9,
                                      **options),
         (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
 
@@ -172,8 +189,9 @@ def test_seed_and_offset_select_the_mask():
     assert not torch.equal(run(5, 6), run(6, 6))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
-def test_fraction_dropped_within_binomial_bounds(p):
+def test_fraction_dropped_within_binomial_bounds(p, backend):
     # With v_j the unit vector e_j (D = Nk), o[i, j] = P_ij * M_ij: zero exactly where the pair
     # is dropped (every P_ij > 0 in dense attention), P_ij / (1 - p) where it is kept.
     B, N, H = 1, 64, 2
@@ -181,9 +199,9 @@ def test_fraction_dropped_within_binomial_bounds(p):
     q = torch.tensor(rng.uniform(-1, 1, (B, N, H, N)))
     k = torch.tensor(rng.uniform(-1, 1, (B, N, H, N)))
     v = torch.eye(N, dtype=torch.float64)[None, :, None, :].expand(B, N, H, N).contiguous()
-    plain = dt.attention(q, k, v, backend="ref")
+    plain = dt.attention(q, k, v, backend=backend)
     assert torch.all(plain > 0)
-    o = dt.attention(q, k, v, backend="ref", dropout_p=p, seed=SEED + int(p * 10), offset=3)
+    o = dt.attention(q, k, v, backend=backend, dropout_p=p, seed=SEED + int(p * 10), offset=3)
     dropped = o == 0
     n = dropped.numel()
     sd = math.sqrt(n * p * (1 - p))
@@ -191,6 +209,10 @@ def test_fraction_dropped_within_binomial_bounds(p):
     kept = ~dropped
     scaled = plain[kept] * (1.0 / (1.0 - p))
     assert torch.allclose(o[kept], scaled, rtol=1e-14, atol=0)
+    if backend == "cpu":  # the pairs ref drops, exactly
+        o_ref = dt.attention(q, k, v, backend="ref", dropout_p=p, seed=SEED + int(p * 10),
+                             offset=3)
+        assert torch.equal(o_ref == 0, dropped)
 
 
 # ---------------------------------------------------------------- modules
@@ -267,6 +289,30 @@ def test_module_training_equals_attention_with_the_drawn_seed():
         assert torch.equal(got.grad, expected.grad)
 
 
+def test_module_on_cpu_tensors_runs_dropout_on_the_cpu_backend():
+    # backend "auto" with CPU tensors: the cpu backend, bit for bit (ref's f64 sums differ in
+    # the last bits, so the equality names the backend).
+    q, k, v, do = _arrays((1, 16, 16, 4, 4, 2), 37)
+    module = dt.DilatedAttention([4, 16], [1, 2], attention_dropout=0.25)
+    tq, tk, tv = _leaves(q, k, v)
+    torch.manual_seed(8)
+    out = module(tq, tk, tv, is_causal=True)
+    out.backward(torch.tensor(do))
+    options = dict(segments=[4, 16], dilations=[1, 2], heads_mode="groups", causal=True,
+                   dropout_p=0.25)
+    for backend, equal in (("cpu", True), ("ref", False)):
+        torch.manual_seed(8)
+        want_leaves = _leaves(q, k, v)
+        want = dt.attention(*want_leaves, backend=backend, **options)
+        want.backward(torch.tensor(do))
+        assert torch.equal(out, want) == equal, backend
+        assert torch.allclose(out, want, rtol=1e-10, atol=1e-10), backend
+        for got, expected in zip((tq, tk, tv), want_leaves):
+            assert torch.allclose(got.grad, expected.grad, rtol=1e-10, atol=1e-10), backend
+            if equal:
+                assert torch.equal(got.grad, expected.grad), backend
+
+
 def test_multihead_module_trains_with_dropout():
     torch.manual_seed(41)
     mha = dt.MultiheadDilatedAttention(8, 2, [1, 2], [4, 16], dropout=0.1, dtype=torch.float64)
@@ -308,8 +354,11 @@ def test_attention_refusals():
         dt.attention(q, k, v, backend="ref", dropout_p=0.5, offset=-2)
     with pytest.raises(dilattn.InvalidArgumentError, match="dropout_p='0.5'"):
         dt.attention(q, k, v, backend="ref", dropout_p="0.5")
-    with pytest.raises(dilattn.UnsupportedError, match="backend cpu does not run dropout"):
-        dt.attention(q.float(), k.float(), v.float(), backend="cpu", dropout_p=0.5, seed=1)
+    with pytest.raises(dilattn.InvalidArgumentError, match="offset=-2"):
+        dt.attention(q.float(), k.float(), v.float(), backend="cpu", dropout_p=0.5, offset=-2)
+    if dilattn.backend_available("emu"):  # the CUDA kernels, which do not run dropout
+        with pytest.raises(dilattn.UnsupportedError, match="backend emu does not run dropout"):
+            dt.attention(q.float(), k.float(), v.float(), backend="emu", dropout_p=0.5, seed=1)
 
 
 def test_cuda_tensors_with_dropout_are_refused():

@@ -1,0 +1,336 @@
+// cpu_dropout.h - attention dropout in the cpu backend (SPEC 11): the keep decisions of an S
+// tile, drawn a vector of generator calls at a time, and the factor M_ij = keep_ij / (1 - p)
+// applied to a tile.
+//
+// The decision is lib/dropout_rng.h's and nothing else: Philox4x32-10 of the counter
+// (floor(j / 4), i, b H + h, offset) under the key (seed mod 2^32, seed / 2^32), word j mod 4,
+// kept iff that word is at least ceil(p 2^32). This file computes the same function for many
+// counters at once: each 32-bit lane of a vector is one generator call, and each round is the
+// scalar round lane by lane, its 32x32 -> 64-bit products as 64-bit-lane multiplies
+// (philox_lanes).
+// tests/cpu/test_cpu_dropout_draws.cpp checks every instruction set's copy bit for bit against
+// dropout_keep.
+//
+// How a tile row's keys map to generator calls (one call gives the words of 4 keys j = 4 q ..
+// 4 q + 3):
+//   keys 1 or 2 apart (dense, block-sparse, a dilated branch of dilation 1 or 2): lanes are
+//     consecutive quads q, so a row of 64 keys takes 16 calls (one AVX-512 vector, two AVX2
+//     ones), 32 or 33 calls with dilation 2;
+//   keys further apart (dilation r >= 3): lanes are the keys themselves, one call each, of which
+//     word j mod 4 is used. SPEC 11.1 puts four consecutive keys in one call, so a branch that
+//     selects one key in r >= 4 cannot share calls between its keys.
+// A row's frame (SPEC 10.2: the sequence, the row and the keys within it) comes from
+// Problem::frame_of_row, which is (b, i, j) itself without a packed batch.
+//
+// Pairs several dilated branches hold (cpu_pair_weights.h) are computed once with weight k;
+// their decision is the pair's (i, j), the same in every branch, which is SPEC 11's one decision
+// per pair: P k M.
+#ifndef DILATTN_CPU_DROPOUT_H
+#define DILATTN_CPU_DROPOUT_H
+
+#include "cpu_isa_target.h"  // first: see there
+#include "cpu_microkernel.h"
+
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
+
+typedef uint32_t u32vec __attribute__((vector_size(kVecBytes)));
+typedef uint64_t u64vec __attribute__((vector_size(kVecBytes)));
+constexpr int kDrawLanes = kVecBytes / 4;  // generator calls per vector
+constexpr int kPhiloxRounds = 10;
+
+// One call's dropout: inactive for p = 0 (no dropout arithmetic at all, SPEC 11), else the
+// seed's round keys, the threshold and 1 / (1 - p) (in f64, then rounded to T by the user).
+struct TileDropout {
+  bool active = false;
+  bool drop_all = false;  // threshold 2^32 (p within 2^-32 of 1): no 32-bit draw keeps a pair
+  uint32_t threshold = 0;
+  uint64_t offset = 0;
+  int64_t H = 1;
+  double keep_scale = 1;
+  uint32_t k0[kPhiloxRounds] = {}, k1[kPhiloxRounds] = {};  // the key of each round
+  u64vec k0_lanes[kPhiloxRounds] = {}, k1_lanes[kPhiloxRounds] = {};  // the same in every lane
+};
+
+inline TileDropout tile_dropout(const Problem& p, const DropoutCall& call) {
+  TileDropout d;
+  d.active = p.dropout_p > 0;
+  if (!d.active) return d;
+  const uint64_t threshold = dropout_threshold(p.dropout_p);
+  d.drop_all = threshold > UINT32_MAX;
+  d.threshold = static_cast<uint32_t>(d.drop_all ? 0 : threshold);
+  d.offset = call.offset;
+  d.H = p.H;
+  d.keep_scale = 1.0 / (1.0 - p.dropout_p);
+  uint32_t k0 = static_cast<uint32_t>(call.seed), k1 = static_cast<uint32_t>(call.seed >> 32);
+  for (int r = 0; r < kPhiloxRounds; ++r) {  // the key schedule of philox4x32
+    d.k0[r] = k0;
+    d.k1[r] = k1;
+    d.k0_lanes[r] = u64vec{} + static_cast<uint64_t>(k0);
+    d.k1_lanes[r] = u64vec{} + static_cast<uint64_t>(k1);
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
+  return d;
+}
+
+inline u32vec splat_u32(uint32_t x) { return u32vec{} + x; }
+
+// The 64-bit products (low word of each 64-bit lane of a) * m: one unsigned 32x32 -> 64-bit
+// multiply per pair of 32-bit lanes (pmuludq; the all-lanes mask form on AVX-512, whose
+// unmasked intrinsic starts from an undefined vector, which GCC 12 warns about, as in
+// cpu_microkernel.h).
+inline u64vec mul_low_words(u64vec a, uint32_t m) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (u64vec)_mm512_mask_mul_epu32((__m512i)a, 0xFF, (__m512i)a,
+                                       _mm512_set1_epi32(static_cast<int>(m)));
+#elif defined(DILATTN_CPU_TARGET_AVX2) || (DILATTN_CPU_VEC_BYTES == 32 && defined(__AVX2__))
+  return (u64vec)_mm256_mul_epu32((__m256i)a, _mm256_set1_epi32(static_cast<int>(m)));
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE2__)
+  return (u64vec)_mm_mul_epu32((__m128i)a, _mm_set1_epi32(static_cast<int>(m)));
+#else
+  return (a & 0xFFFFFFFFull) * static_cast<uint64_t>(m);
+#endif
+}
+
+// philox4x32 (lib/dropout_rng.h) of the counters c[0..3], lane by lane, under the call's key.
+// The rounds run on two halves, each holding every other 32-bit lane in the low words of 64-bit
+// lanes (the even lanes where they lie, the odd ones shifted down): a round's product is then
+// one multiply whose high word a shift brings down, with no shuffles. The high words carry
+// garbage that nothing reads: products read low words only, and each xor feeds a product or a
+// result's low word.
+inline void philox_round_half(u64vec& c0, u64vec& c1, u64vec& c2, u64vec& c3, u64vec k0,
+                              u64vec k1) {
+  const u64vec p0 = mul_low_words(c0, kPhiloxM0);  // (hi0, lo0)
+  const u64vec p1 = mul_low_words(c2, kPhiloxM1);  // (hi1, lo1)
+  c0 = (p1 >> 32) ^ c1 ^ k0;                       // hi1 ^ c1 ^ k0
+  c2 = (p0 >> 32) ^ c3 ^ k1;                       // hi0 ^ c3 ^ k1
+  c1 = p1;                                         // lo1
+  c3 = p0;                                         // lo0
+}
+
+inline void philox_lanes(u32vec* c, const TileDropout& d) {
+  // (Named variables, not arrays: they stay in registers.)
+  u64vec e0 = (u64vec)c[0], e1 = (u64vec)c[1], e2 = (u64vec)c[2], e3 = (u64vec)c[3];
+  u64vec o0 = (u64vec)c[0] >> 32, o1 = (u64vec)c[1] >> 32, o2 = (u64vec)c[2] >> 32,
+         o3 = (u64vec)c[3] >> 32;
+  for (int r = 0; r < kPhiloxRounds; ++r) {
+    philox_round_half(e0, e1, e2, e3, d.k0_lanes[r], d.k1_lanes[r]);
+    philox_round_half(o0, o1, o2, o3, d.k0_lanes[r], d.k1_lanes[r]);
+  }
+  const u64vec low = u64vec{} + 0xFFFFFFFFull;
+  c[0] = (u32vec)((e0 & low) | (o0 << 32));
+  c[1] = (u32vec)((e1 & low) | (o1 << 32));
+  c[2] = (u32vec)((e2 & low) | (o2 << 32));
+  c[3] = (u32vec)((e3 & low) | (o3 << 32));
+}
+
+// Bit l set where lane l of w keeps its pair (w[l] >= the threshold).
+inline uint32_t kept_lanes(u32vec w, const TileDropout& d) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return _mm512_cmpge_epu32_mask((__m512i)w, _mm512_set1_epi32(static_cast<int>(d.threshold)));
+#else
+  typedef int32_t i32vec __attribute__((vector_size(kVecBytes)));
+  const i32vec keep = w >= splat_u32(d.threshold);  // -1 where kept
+#if DILATTN_CPU_VEC_BYTES == 32
+  return static_cast<uint32_t>(_mm256_movemask_ps((__m256)keep));
+#elif defined(__SSE__)
+  return static_cast<uint32_t>(_mm_movemask_ps((__m128)keep));
+#else
+  uint32_t bits = 0;
+  for (int l = 0; l < kDrawLanes; ++l) bits |= static_cast<uint32_t>(keep[l] != 0) << l;
+  return bits;
+#endif
+#endif
+}
+
+// kSpreadBy4.bits[m]: bit l of the byte m moved to bit 4 l (a table: one load per byte, where
+// the shifts and masks would take a dozen instructions per call's word).
+struct SpreadBy4Table {
+  uint32_t bits[256];
+  constexpr SpreadBy4Table() : bits() {
+    for (int m = 0; m < 256; ++m)
+      for (int l = 0; l < 8; ++l)
+        if ((m >> l) & 1) bits[m] |= uint32_t{1} << (4 * l);
+  }
+};
+inline constexpr SpreadBy4Table kSpreadBy4{};
+
+// Bit l of x (l < 16) moved to bit 4 l.
+inline uint64_t spread_by_4(uint32_t x) {
+  return kSpreadBy4.bits[x & 0xFF] | static_cast<uint64_t>(kSpreadBy4.bits[(x >> 8) & 0xFF]) << 32;
+}
+
+inline u32vec lane_index() {
+  u32vec v;
+  for (int l = 0; l < kDrawLanes; ++l) v[l] = static_cast<uint32_t>(l);
+  return v;
+}
+
+// floor(x / 4) for any int64 x (a key of another packed sequence may lie before the frame).
+inline int64_t quad_of(int64_t x) { return x >= 0 ? x / 4 : -((-x + 3) / 4); }
+
+// Keep bits of the keys j_lo .. j_lo + span - 1 (span <= 128) of the row whose counter words
+// 1..3 are c1, c2, c3: bit x of out (out[0], then out[1]) for key j_lo + x. Lanes are
+// consecutive quads, so one vector of calls covers 4 kDrawLanes keys.
+inline void keep_bits_span(const TileDropout& d, uint32_t c1, uint32_t c2, uint32_t c3,
+                           int64_t j_lo, int64_t span, uint64_t* out) {
+  const int64_t quad0 = quad_of(j_lo), shift = j_lo - 4 * quad0;  // shift in [0, 4)
+  uint64_t words[4] = {0, 0, 0, 0};  // bit x: key 4 quad0 + x
+  const u32vec lanes = lane_index();
+  for (int64_t bit = 0; bit < shift + span; bit += 4 * kDrawLanes) {
+    u32vec c[4] = {lanes + static_cast<uint32_t>(quad0 + bit / 4), splat_u32(c1), splat_u32(c2),
+                   splat_u32(c3)};
+    philox_lanes(c, d);
+    uint64_t bits = 0;
+    for (int m = 0; m < 4; ++m) bits |= spread_by_4(kept_lanes(c[m], d)) << m;
+    words[bit / 64] |= bits << (bit % 64);
+    if (bit % 64 + 4 * kDrawLanes > 64) words[bit / 64 + 1] |= bits >> (64 - bit % 64);
+  }
+  out[0] = shift == 0 ? words[0] : (words[0] >> shift) | (words[1] << (64 - shift));
+  out[1] = shift == 0 ? words[1] : (words[1] >> shift) | (words[2] << (64 - shift));
+}
+
+// Bits 0, 2, 4, ... of w as bits 0, 1, 2, ... (32 of them).
+inline uint64_t even_bits(uint64_t w) {
+  w &= 0x5555555555555555ull;
+  w = (w | (w >> 1)) & 0x3333333333333333ull;
+  w = (w | (w >> 2)) & 0x0F0F0F0F0F0F0F0Full;
+  w = (w | (w >> 4)) & 0x00FF00FF00FF00FFull;
+  w = (w | (w >> 8)) & 0x0000FFFF0000FFFFull;
+  return (w | (w >> 16)) & 0x00000000FFFFFFFFull;
+}
+
+// Keep bits of keys j_lo + c step, c < kcount (kcount <= 64, step 1 or 2), from the calls of
+// the quads the keys span: dilation 2 uses two words of each call.
+inline uint64_t keep_bits_consecutive(const TileDropout& d, uint32_t c1, uint32_t c2,
+                                      uint32_t c3, int64_t j_lo, int64_t step, int64_t kcount) {
+  uint64_t span[2];
+  keep_bits_span(d, c1, c2, c3, j_lo, step * (kcount - 1) + 1, span);
+  uint64_t keep = step == 1 ? span[0] : even_bits(span[0]) | even_bits(span[1]) << 32;
+  if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
+  return keep;
+}
+
+// Keep bits of keys j_lo + c r, c < kcount (kcount <= 64, 4 + 64 r < 2^32), one generator
+// call per key. With j_lo = 4 Q + s, key c is word (s + c r) mod 4 of quad Q + (s + c r) / 4:
+// 32-bit lane arithmetic (the counter word is the quad mod 2^32, as SPEC 11.1 takes it).
+inline uint64_t keep_bits_strided(const TileDropout& d, uint32_t c1, uint32_t c2, uint32_t c3,
+                                  int64_t j_lo, int64_t r, int64_t kcount) {
+  const int64_t quad0 = quad_of(j_lo);
+  const u32vec lanes = lane_index();
+  const uint32_t step = static_cast<uint32_t>(r);
+  uint64_t keep = 0;
+  for (int64_t c0 = 0; c0 < kcount; c0 += kDrawLanes) {
+    const u32vec at = splat_u32(static_cast<uint32_t>(j_lo - 4 * quad0 + c0 * r)) + lanes * step;
+    const u32vec word = at & 3u;
+    u32vec c[4] = {(at >> 2) + static_cast<uint32_t>(quad0), splat_u32(c1), splat_u32(c2),
+                   splat_u32(c3)};
+    philox_lanes(c, d);
+    const u32vec w = word == 0u ? c[0] : word == 1u ? c[1] : word == 2u ? c[2] : c[3];
+    keep |= static_cast<uint64_t>(kept_lanes(w, d)) << c0;
+  }
+  if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
+  return keep;
+}
+
+// The same for any step, a key at a time through lib/dropout_rng.h (steps of 2^26 and more,
+// where 64 steps overflow a 32-bit lane: a dilation that large selects a key or two per row).
+inline uint64_t keep_bits_scalar(const TileDropout& d, const Problem& p, const SequenceFrame& f,
+                                 int64_t h, int64_t i, const KeyProgression& k, int64_t k0,
+                                 int64_t kcount) {
+  uint64_t keep = 0;
+  for (int64_t c = 0; c < kcount; ++c) {
+    const int64_t j = progression_at(k, k0 + c) - f.k0;
+    const Philox4x32 u = philox4x32(
+        Philox4x32{{static_cast<uint32_t>(quad_of(j)), static_cast<uint32_t>(i - f.q0),
+                    static_cast<uint32_t>(f.seq * p.H + h), static_cast<uint32_t>(d.offset)}},
+        d.k0[0], d.k1[0]);
+    keep |= static_cast<uint64_t>(u.w[j - 4 * quad_of(j)] >= d.threshold) << c;
+  }
+  return keep;
+}
+
+// keep[t] bit c: whether pair (query term q0 + t of q, key term k0 + c of k) of head h, batch
+// element b is kept (SPEC 11.1), for t < rows, c < kcount <= kBC; bits from kcount up are 0.
+inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
+                              const KeyProgression& q, int64_t q0, int64_t rows,
+                              const KeyProgression& k, int64_t k0, int64_t kcount,
+                              uint64_t* keep) {
+  static_assert(kBC <= 64, "a tile row's keep bits fit one 64-bit word");
+  for (int64_t t = 0; t < rows; ++t) {
+    if (d.drop_all) {
+      keep[t] = 0;
+      continue;
+    }
+    const int64_t i = progression_at(q, q0 + t);
+    const SequenceFrame f = p.frame_of_row(b, i);
+    const uint32_t c1 = static_cast<uint32_t>(i - f.q0);
+    const uint32_t c2 = static_cast<uint32_t>(f.seq * d.H + h);
+    const uint32_t c3 = static_cast<uint32_t>(d.offset);
+    const int64_t j_lo = progression_at(k, k0) - f.k0;
+    if (k.step <= 2 || kcount == 1)
+      keep[t] = keep_bits_consecutive(d, c1, c2, c3, j_lo, kcount == 1 ? 1 : k.step, kcount);
+    else if (k.step < (int64_t{1} << 26))
+      keep[t] = keep_bits_strided(d, c1, c2, c3, j_lo, k.step, kcount);
+    else
+      keep[t] = keep_bits_scalar(d, p, f, h, i, k, k0, kcount);
+  }
+}
+
+// The factors of kW<T> pairs from their keep bits: keep_scale where the bit is set, else 0.
+// AVX-512: one masked move. Narrower vectors: a row of a table of 0/1 vectors (2^kW<T> rows,
+// 8 KiB at most), times the scale.
+#if DILATTN_CPU_VEC_BYTES != 64
+template <class T>
+struct KeepVectorTable {
+  T lanes[1 << kW<T>][kW<T>];
+  constexpr KeepVectorTable() : lanes() {
+    for (int m = 0; m < (1 << kW<T>); ++m)
+      for (int l = 0; l < kW<T>; ++l) lanes[m][l] = (m >> l) & 1 ? T(1) : T(0);
+  }
+};
+template <class T>
+inline constexpr KeepVectorTable<T> kKeepVectors{};
+#endif
+
+inline vec<float> keep_factors(uint32_t bits, vec<float> scale) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vec<float>)_mm512_maskz_mov_ps(static_cast<__mmask16>(bits), (__m512)scale);
+#else
+  return vload(kKeepVectors<float>.lanes[bits]) * scale;
+#endif
+}
+inline vec<double> keep_factors(uint32_t bits, vec<double> scale) {
+#if DILATTN_CPU_VEC_BYTES == 64
+  return (vec<double>)_mm512_maskz_mov_pd(static_cast<__mmask8>(bits), (__m512d)scale);
+#else
+  return vload(kKeepVectors<double>.lanes[bits]) * scale;
+#endif
+}
+
+// tile[t][c] *= keep_scale where bit c of keep[t] is set, else *= 0 (a product, not a select:
+// a NaN stays NaN, as P_ij M_ij of the reference), for t < rows and every c < kBC.
+template <class T>
+inline void apply_dropout(T* tile, int64_t rows, const uint64_t* keep, T keep_scale) {
+  const vec<T> scale = splat(keep_scale);
+  constexpr uint64_t chunk_bits = (uint64_t{1} << kW<T>) - 1;
+  for (int64_t t = 0; t < rows; ++t)
+    for (int c = 0; c < kBC; c += kW<T>) {
+      T* x = tile + t * kBC + c;
+      const uint32_t bits = static_cast<uint32_t>((keep[t] >> c) & chunk_bits);
+      vstore(x, vload(x) * keep_factors(bits, scale));
+    }
+}
+
+// Forward and backward use: the decisions of a tile, then its factors applied to `tile`.
+template <class T>
+inline void drop_tile(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
+                      const KeyProgression& q, int64_t q0, int64_t rows, const KeyProgression& k,
+                      int64_t k0, int64_t kcount, T* tile, uint64_t* keep) {
+  dropout_keep_bits(d, p, b, h, q, q0, rows, k, k0, kcount, keep);
+  apply_dropout(tile, rows, keep, static_cast<T>(d.keep_scale));
+}
+
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
+
+#endif  // DILATTN_CPU_DROPOUT_H
