@@ -53,15 +53,15 @@ def qkv_flags(paths):
     return ["--q", paths["q"], "--k", paths["k"], "--v", paths["v"]]
 
 
-def forward(tmp, paths, *flags):
+def forward(tmp, paths, *flags, backend="ref"):
     run("forward", *qkv_flags(paths), "--out", tmp / "o.npy", "--lse", tmp / "lse.npy",
-        "--backend", "ref", *flags, expect=0)
+        "--backend", backend, *flags, expect=0)
     return np.load(tmp / "o.npy"), np.load(tmp / "lse.npy")
 
 
-def backward(tmp, paths, *flags):
+def backward(tmp, paths, *flags, backend="ref"):
     run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", tmp / "dq.npy",
-        "--dk", tmp / "dk.npy", "--dv", tmp / "dv.npy", "--backend", "ref", *flags, expect=0)
+        "--dk", tmp / "dk.npy", "--dv", tmp / "dv.npy", "--backend", backend, *flags, expect=0)
     return [np.load(tmp / f"{n}.npy") for n in ("dq", "dk", "dv")]
 
 

@@ -1,10 +1,12 @@
 """test_cli_sinks.py - the command line's SPEC 10.3 flags: --sinks (a comma list, -inf allowed,
 or a .npy of [H]) gives spec_numpy's forward and backward with sinks on the ref backend, and
 backward --d-sinks writes d(sink) [H] (<f8), with causal keyless rows, GQA, dilated and a
-packed batch; AUTO runs them on ref; the cpu backend exits 3 naming sinks; bad values exit 2
-naming the flag, before any output is written.
+packed batch; the same cases but the packed batch on emu (the CUDA kernels on the SIMT
+emulator) where it is built; AUTO runs them on cuda where a GPU is, else on ref; the cpu backend
+exits 3 naming sinks; bad values exit 2 naming the flag, before any output is written.
 Tolerances: f32 inputs, f64 reference: O within F32_TOL, LSE (written <f8) 1e-12, gradients
-SPEC 8 f32 (d_sinks is computed in f64 from the f32 O the forward wrote: the same bound)."""
+SPEC 8 f32 (d_sinks is computed in f64 from the f32 O the forward wrote: the same bound); emu
+(f32 throughout): SPEC 8 f32 for every output, LSE 1e-4."""
 import numpy as np
 import pytest
 
@@ -60,12 +62,31 @@ def test_packed_batch_with_minus_inf_sink(tmp_path):
         assert_close(got, w, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_emu_matches_numpy_spec(tmp_path, case):
+    if not available_backends().get("emu"):
+        pytest.skip("backend emu is not available in this build")
+    shape, flags, spec = CASES[case]
+    arrs, paths = make_inputs(tmp_path, B=1, **shape)
+    flags = flags + _sink_flags(tmp_path, case.endswith("npy"))
+    o_want, lse_want = spec_forward(arrs["q"], arrs["k"], arrs["v"], sinks=SINKS, **spec)
+    o, lse = forward(tmp_path, paths, *flags, backend="emu")
+    assert_close(o, o_want, atol=1e-5, rtol=1e-4)
+    assert_close(lse, lse_want, atol=1e-4, rtol=0)
+    grads = backward(tmp_path, paths, *flags, "--d-sinks", tmp_path / "ds.npy", backend="emu")
+    wants = spec_backward(arrs["q"], arrs["k"], arrs["v"], arrs["do"], sinks=SINKS, **spec)
+    for got, want in zip(grads + [np.load(tmp_path / "ds.npy")], wants):
+        assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 def test_auto_runs_sinks_on_ref(tmp_path):
+    # ref writes its f64 LSE (<f8): AUTO resolved the plan to ref; cuda, where a GPU is, f32.
     _, paths = make_inputs(tmp_path, B=1)
     args = forward_args(tmp_path, paths, "--sinks", "0.1,0.2")
     args[args.index("--backend") + 1] = "auto"
     run(*args, expect=0)
-    assert np.load(tmp_path / "l.npy").dtype == np.float64
+    gpu = bool(available_backends().get("cuda"))
+    assert np.load(tmp_path / "l.npy").dtype == (np.float32 if gpu else np.float64)
 
 
 def test_cpu_backend_exits_3_naming_sinks(tmp_path):

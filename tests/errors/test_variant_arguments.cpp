@@ -2,13 +2,19 @@
 // _set_alibi refuse bad values with a status and a message naming the argument and the value,
 // and leave the description as it was (no variant: the plan still resolves to a fast backend
 // and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
-// at plan creation naming the counts; every backend but ref, and the ring, refuses a plan with
-// an option, naming it; AUTO resolves such a plan to ref. The packed batch of SPEC 10.2 and the
-// sinks of SPEC 10.3 are two more such options here (their own arguments:
+// at plan creation naming the counts; a backend that does not run an option (cpu: none; emu and
+// cuda: the packed batch), and the ring, refuses a plan with it, naming it; AUTO resolves such
+// a plan to the first backend that runs it (ref, or cuda where a GPU is). emu runs the window,
+// softcap, ALiBi and sinks: its forward and backward match ref's here. The packed batch of
+// SPEC 10.2 and the sinks of SPEC 10.3 are two more such options here (their own arguments:
 // test_varlen_arguments.cpp, test_sinks_arguments.cpp).
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
+#include "../common/compare.h"
+#include "../common/spec_tolerance.h"
 #include "dilattn_ring.h"
 #include "error_fixture.h"
 
@@ -104,32 +110,65 @@ void slope_count_checked_at_plan_creation() {
   }
 }
 
-// Each option alone on a description, with the name a refusal gives it.
+// Each option alone on a description, with the name a refusal gives it and whether the CUDA
+// kernels (cuda and emu) run it.
 struct Variant {
   const char* name;
   dilattn_status (*set)(dilattn_desc);
+  bool kernels_run;
 };
 const Variant kVariants[] = {
-    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, 2, 0); }},
-    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, -1, 3); }},
-    {"a softcap", [](dilattn_desc d) { return dilattn_desc_set_softcap(d, 30.0); }},
+    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, 2, 0); }, true},
+    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, -1, 3); }, true},
+    {"a softcap", [](dilattn_desc d) { return dilattn_desc_set_softcap(d, 30.0); }, true},
     {"ALiBi", [](dilattn_desc d) {
        const double slopes[2] = {0.5, 0.25};
        return dilattn_desc_set_alibi(d, slopes, 2);
-     }},
+     }, true},
     {"a packed batch (varlen)", [](dilattn_desc d) {  // SPEC 10.2, on the N = 4 problems below
        const int64_t cu[3] = {0, 1, 4};
        return dilattn_desc_set_varlen(d, 2, cu, cu);
-     }},
-    {"sinks", [](dilattn_desc d) { return dilattn_desc_set_sinks(d, 1); }},  // SPEC 10.3
+     }, false},
+    {"sinks", [](dilattn_desc d) { return dilattn_desc_set_sinks(d, 1); }, true},  // SPEC 10.3
 };
+
+bool backend_runs(dilattn_backend backend, const Variant& variant) {
+  return backend == DILATTN_BACKEND_REF ||
+         ((backend == DILATTN_BACKEND_EMU || backend == DILATTN_BACKEND_CUDA) &&
+          variant.kernels_run);
+}
+
+// The forward (O, LSE) and backward (dQ, dK, dV, d_sinks) of errtest::Problem's inputs with
+// the option on `backend`, for comparing emu with ref; sinks {0.5, -1} when the plan has them.
+std::vector<double> outputs_on(const FreshDesc& desc, dilattn_backend backend, bool has_sinks) {
+  errtest::Problem p;
+  dilattn_plan plan = nullptr;
+  std::vector<double> out;
+  if (!CHECK_OK(errtest::create_plan(&plan, desc, p.B, p.N, p.N, p.H, p.Hkv, p.D, backend)))
+    return out;
+  const double sinks[2] = {0.5, -1.0};
+  double d_sinks[2] = {0, 0};
+  dilattn_call_options options = dilattn_call_options_make();
+  if (has_sinks) {
+    options.sinks = sinks;
+    options.d_sinks = d_sinks;
+  }
+  CHECK_OK(dilattn_forward_ex(plan, &p.tq, &p.tk, &p.tv, &p.to, &p.tlse, &options, nullptr, 0));
+  CHECK_OK(dilattn_backward_ex(plan, &p.tq, &p.tk, &p.tv, &p.to, &p.tlse, &p.tdo, &p.tdq, &p.tdk,
+                               &p.tdv, &options, nullptr, 0));
+  for (const std::vector<float>* x : {&p.o, &p.lse, &p.dq, &p.dk, &p.dv})
+    out.insert(out.end(), x->begin(), x->end());
+  if (has_sinks) out.insert(out.end(), d_sinks, d_sinks + 2);
+  dilattn_plan_destroy(plan);
+  return out;
+}
 
 void other_backends_refuse_naming_the_option() {
   for (const Variant& variant : kVariants) {
     FreshDesc desc;
     CHECK_OK(variant.set(desc.d));
     for (dilattn_backend backend : errtest::cpu_side_backends()) {
-      if (backend == DILATTN_BACKEND_REF) continue;
+      if (backend_runs(backend, variant)) continue;
       if (!dilattn_backend_available(backend)) continue;
       PlanSlot slot;
       const char* name = backend == DILATTN_BACKEND_CPU ? "backend 'cpu'" : "backend 'emu'";
@@ -137,12 +176,20 @@ void other_backends_refuse_naming_the_option() {
                   DILATTN_ERROR_UNSUPPORTED, name, "does not support", variant.name, "use backend ref");
       CHECK(slot.untouched());
     }
-    // AUTO moves past every backend that refuses to the reference.
+    // emu runs what the kernels run, as ref computes it (f32: SPEC 8's bound).
+    if (variant.kernels_run && dilattn_backend_available(DILATTN_BACKEND_EMU)) {
+      const bool sinks = std::strcmp(variant.name, "sinks") == 0;
+      const std::vector<double> emu = outputs_on(desc, DILATTN_BACKEND_EMU, sinks);
+      const std::vector<double> ref = outputs_on(desc, DILATTN_BACKEND_REF, sinks);
+      CHECK_CLOSE(variant.name, emu, ref, spec8::of(DILATTN_F32));
+    }
+    // AUTO moves past every backend that refuses to the first that runs the option.
     dilattn_plan plan = nullptr;
     CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_AUTO));
     dilattn_backend chosen = DILATTN_BACKEND_AUTO;
     CHECK_OK(dilattn_plan_backend(plan, &chosen));
-    CHECK(chosen == DILATTN_BACKEND_REF);
+    const bool gpu = dilattn_backend_available(DILATTN_BACKEND_CUDA) != 0;
+    CHECK(chosen == (gpu && variant.kernels_run ? DILATTN_BACKEND_CUDA : DILATTN_BACKEND_REF));
     dilattn_plan_destroy(plan);
   }
 }
