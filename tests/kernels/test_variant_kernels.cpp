@@ -9,8 +9,8 @@
 // one branch with r > 1: the rows it does not select get LSE = the sink), block-sparse with an
 // empty BSR row, in f32, f16 and bf16, and at D = 64 (a head dim the tensor-core kernels take:
 // kernel_choice.h must send a problem with options to the SIMT variant kernels). Two cases put
-// a NaN in one K row: NaN exactly where the reference has it, so a row whose window leaves the
-// key out stays finite. Each case runs in the emulator's three thread orders (kernel_case.h)
+// a NaN in one K and V row: NaN exactly where the reference has it, so a row whose window leaves
+// the key out stays finite (no 0 * NaN from a key in its tile's chunk that it does not see). Each case runs in the emulator's three thread orders (kernel_case.h)
 // and every output, d_sinks included, must be the same bits in each (SPEC 6: deterministic).
 //
 // DILATTN_TEST_CASES=NAME[,NAME...] keeps only the cases of those names (the part after the
@@ -31,7 +31,7 @@ using Case = harness::AttentionCase;
 struct VariantCase {
   Case c;
   std::vector<double> sinks;  // H logits when c.sinks
-  int64_t nan_key = -1;       // >= 0: K[0, nan_key, 0, 0] = NaN
+  int64_t nan_key = -1;       // >= 0: K[0, nan_key, 0, 0] = V[0, nan_key, 0, 0] = NaN
 };
 
 struct Outputs {
@@ -80,7 +80,10 @@ void run_case(const VariantCase& vc, dilattn_backend backend) {
   // Whatever the dtype and head dim, a problem with an option runs the SIMT variant kernels.
   CHECK(dilattn::forward_kernel_for(c.dtype, c.D, 8, true) == dilattn::KernelChoice::simt);
   harness::Inputs in = kcase::random_inputs(c);
-  if (vc.nan_key >= 0) in.k.set(0, vc.nan_key, 0, 0, NAN);
+  if (vc.nan_key >= 0) {
+    in.k.set(0, vc.nan_key, 0, 0, NAN);
+    in.v.set(0, vc.nan_key, 0, 0, NAN);
+  }
   const Outputs ref = run_on(vc, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
   std::vector<Outputs> runs;
   kcase::repeated(backend, [&](int) { runs.push_back(run_on(vc, in, backend)); });
@@ -190,8 +193,8 @@ std::vector<VariantCase> variant_cases() {
     vc.c.Nq = 24; vc.c.Nk = 16; vc.c.causal = true; vc.c.H = vc.c.Hkv = 1;
     with_sinks(vc, {0.5});
     out.push_back(vc);
-    // NaN in K row 10: the rows that see it are NaN, the others (the window leaves it out)
-    // are not, forward and backward.
+    // NaN in K and V row 10: the rows that see it are NaN, the others (the window leaves it
+    // out) are not, forward and backward.
     vc = base("nan_key_window", 8);
     vc.c.Nq = vc.c.Nk = 30; vc.c.window_left = 2; vc.c.window_right = 1;
     vc.nan_key = 10;
