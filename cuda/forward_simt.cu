@@ -25,7 +25,7 @@
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
-template <class T, bool Variants>
+template <class T, bool Variants = false>
 struct SimtProducts {
   using Input = T;
   using Elem = float;  // inputs are widened to f32 once, when gathered

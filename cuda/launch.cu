@@ -9,9 +9,11 @@
 // in both builds).
 //
 //   can_run             a device with a kernel image for it (device_info); f64 is CPU only;
-//                       head dim <= kMaxHeadDim; B * H fits grid.y.
-//   prepare             plan time: the block-sparse mask copied to the device once
-//                       (LaunchPlanState), not per call.
+//                       head dim <= kMaxHeadDim; a softcap and ALiBi slopes the f32 kernels
+//                       can score (check_variant_values); B * H fits grid.y. The SPEC 10
+//                       options themselves are refused or taken by lib/backend_table.cpp.
+//   prepare             plan time: the block-sparse mask and the ALiBi slopes copied to the
+//                       device once (LaunchPlanState), not per call.
 //   forward             in the order it calls them, every launch on the caller's stream:
 //     check_views       data pointers aligned to their element, no output dimension of stride 0
 //                       that would make two rows write one address (SPEC 1);
@@ -19,10 +21,13 @@
 //                       memory asked once per device and process (device_info, launch_shared.h:
 //                       no cudaGetDeviceProperties per call);
 //     choose_kernel     MMA for f16/bf16 and MMA_TF32 (3xTF32) for f32, with D in {64, 128}
-//                       on sm_80+, else SIMT (forward_kernel_for), its shared memory within
-//                       the device's limit;
-//     prepare_workspace several dilated branches only, from the plan's pool (workspace_layout):
-//                       o_acc [B, H, Nq, D] f32 = 0, lse_acc [B, H, Nq] f64 = -inf;
+//                       on sm_80+, else SIMT (forward_kernel_for); a window, softcap, ALiBi or
+//                       sinks: SIMT's variant instance; its shared memory within the device's
+//                       limit;
+//     prepare_workspace from the plan's pool (workspace_layout): with sinks, the call's H sink
+//                       logits (SPEC 10.3); several dilated branches: o_acc [B, H, Nq, D]
+//                       f32 = 0, lse_acc [B, H, Nq] f64 = -inf (with sinks: the head's sink,
+//                       so the sink joins each row once);
 //     launch_branches   dense and block-sparse one launch, dilated one per branch. One branch
 //                       (writes_outputs_directly): the kernel writes O and LSE itself; several:
 //                       each merges into the workspace (SPEC 3/5), rows no branch selects keep

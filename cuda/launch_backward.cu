@@ -16,7 +16,8 @@
 //     prepare_backward_workspace  from the plan's pool (backward_workspace_layout): the mask
 //                             copied over, D_i = <dO_i, O_i> and lse_s = lse_in_score_domain(LSE)
 //                             per row and the rows not all finite (the pre-pass: the
-//                             tensor-core kernels' NaN rule, backward_mma.cu), dQ, dK, dV
+//                             tensor-core kernels' NaN rule, backward_mma.cu), with d_sinks
+//                             wanted each row's term of it (SPEC 10.3), dQ, dK, dV
 //                             accumulators = 0;
 //     run_dq_pass             one launch per dilated branch (one for dense, block-sparse);
 //     run_dkdv_pass           one launch per (branch, query head of a kv head), or, for the
@@ -24,7 +25,9 @@
 //                             kv head's whole group walked in head order: each adds its pairs
 //                             to dK and dV in turn, so GQA's and the branches' sums have a
 //                             fixed order without atomics (SPEC 6: deterministic);
-//     store_gradients         dQ = scale dq_acc, dK = scale dk_acc, dV = dv_acc, to the views.
+//     store_gradients         dQ = scale dq_acc, dK = scale dk_acc, dV = dv_acc, to the views;
+//                             d_sinks: the rows' terms added per head in a fixed order
+//                             (reduce_sink_terms_kernel), copied to the caller's array.
 //
 // Checked by tests/kernels/test_backward_kernels.cpp (every kernel x dtype x kind, emulator,
 // three thread orders) and tests/kernels/test_cli_backend_emu.py (`dilattn backward`).

@@ -194,6 +194,32 @@ void other_backends_refuse_naming_the_option() {
   }
 }
 
+// The kernels score in f32 (SPEC 10.1): a softcap whose c * log2(e) is not a normal f32, or a
+// slope whose |m| * log2(e) exceeds f32, is refused by emu naming the value; ref computes them.
+void kernels_refuse_values_beyond_f32() {
+  if (!dilattn_backend_available(DILATTN_BACKEND_EMU)) return;
+  {
+    FreshDesc desc;
+    CHECK_OK(dilattn_desc_set_softcap(desc.d, 1e-300));
+    PlanSlot slot;
+    CHECK_ERROR(errtest::create_plan(&slot.plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_EMU),
+                DILATTN_ERROR_UNSUPPORTED, "backend 'emu'", "softcap = 1e-300", "use backend ref");
+    CHECK(slot.untouched());
+    dilattn_plan plan = nullptr;
+    CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_REF));
+    dilattn_plan_destroy(plan);
+  }
+  {
+    FreshDesc desc;
+    const double slopes[2] = {0.5, 1e300};
+    CHECK_OK(dilattn_desc_set_alibi(desc.d, slopes, 2));
+    PlanSlot slot;
+    CHECK_ERROR(errtest::create_plan(&slot.plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_EMU),
+                DILATTN_ERROR_UNSUPPORTED, "backend 'emu'", "slopes[1] = 1e+300", "use backend ref");
+    CHECK(slot.untouched());
+  }
+}
+
 void ring_refuses_naming_the_option() {
   errtest::Problem p;  // B=1, N=4, H=2, Hkv=1, D=3 in f32
   dilattn_comm comm = nullptr;
@@ -223,6 +249,7 @@ int main() {
   alibi_bad_slopes_refused();
   slope_count_checked_at_plan_creation();
   other_backends_refuse_naming_the_option();
+  kernels_refuse_values_beyond_f32();
   ring_refuses_naming_the_option();
   return harness::finish("variant_arguments_refused");
 }
