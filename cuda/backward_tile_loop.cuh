@@ -175,7 +175,7 @@ __device__ __forceinline__ void variant_probabilities_and_ds(const ForwardParams
       const float x = s.s[idx] * p.score_pre;
       const float score = variant_score(p, x, alibi_slope, s.rows[t], s.keys[c]);
       prob = online_prob(score, s.lse_s[t], p.score_post);
-      ds = prob * (s.dp[idx] - s.di[t]) * softcap_slope(x, p.softcap_s);
+      ds = prob * (s.dp[idx] - s.di[t]) * softcap_slope_f32(x, p.softcap_s);
     }
     s.s[idx] = prob;
     s.dp[idx] = ds;

@@ -19,7 +19,7 @@
 // natural score S is s = S * log2(e) / post. The launcher runs a softcapped problem with post = 1
 // (launch_shared.cu, kernel_score_scale): the softcap bounds every score, so no scale needs to
 // move after the maximum, and c * tanh(S / c) in the score domain is cs * tanh(s / cs) with
-// cs = c * log2(e) (lib/score_rules.h's softcapped in f32).
+// cs = c * log2(e) (lib/score_rules.h's softcapped_f32).
 //
 // Checked by tests/kernels/test_variant_kernels.cpp against the reference.
 #ifndef DILATTN_VARIANT_TILE_CUH
@@ -44,8 +44,8 @@ __device__ __forceinline__ float block_alibi_slope(const ForwardParams& p, int64
 // then the ALiBi bias of (i, j) added (slope_s 0: none).
 __device__ __forceinline__ float variant_score(const ForwardParams& p, float x, float slope_s,
                                                int64_t i, int64_t j) {
-  float s = softcapped(x, p.softcap_s);
-  if (slope_s != 0.0f) s += alibi_bias(slope_s, i, j, p.Nq, p.Nk);
+  float s = softcapped_f32(x, p.softcap_s);
+  if (slope_s != 0.0f) s += alibi_bias_f32(slope_s, i, j, p.Nq, p.Nk);
   return s;
 }
 
