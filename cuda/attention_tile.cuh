@@ -61,6 +61,14 @@ struct ForwardParams {
   const int64_t* col_idx;
   const int64_t* head_ptr;
   int64_t mask_heads, bq, bk, I;
+  // SPEC 10.1 and 10.3, read by the SIMT kernels' variant instances only (variant_tile.cuh;
+  // kernel_choice.h sends every problem with one of these options to them).
+  int64_t window_left, window_right;  // -1: unbounded
+  float softcap_s;                    // c * log2(e): the softcap in the score domain; 0: off
+  const double* alibi;                // device slopes, [H] or [B][H] (alibi_per_batch); null: off
+  int32_t alibi_per_batch;
+  double alibi_to_score;              // log2(e) / post: a natural score into the score domain
+  const double* sinks;                // device [H], the call's sink logits; null: none
 };
 
 // ---------------------------------------------------------------- element conversions

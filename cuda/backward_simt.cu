@@ -12,6 +12,8 @@
 //                    summed over the rows that see the key only (a NaN in a row that does not
 //                    see it must not reach it as 0 * NaN).
 // 128 threads (4 warps); every output element is summed by one thread in a fixed order.
+// Two instances per dtype, as forward_simt.cu's: plain, and variant (kVariants: SPEC 10.1's
+// window, softcap and ALiBi, variant_tile.cuh) for the problems kernel_choice.h sends there.
 // BC = 16 keeps the dK/dV pass's tiles (K, V, dK, dV: [BC][D] f32 each) within the 163 KiB of
 // an sm_80 block at D = 256.
 //
@@ -24,10 +26,11 @@
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
-template <class T>
+template <class T, bool Variants = false>
 struct SimtBackwardProducts {
   using Input = T;
   using Elem = float;  // inputs are widened to f32 once, when gathered
+  static constexpr bool kVariants = Variants;  // SPEC 10.1 steps (variant_tile.cuh)
   static constexpr int kThreads = 128;
   static constexpr int kBr = 16;  // query rows per chunk
   static constexpr int kBc = 16;  // keys per chunk
@@ -46,59 +49,73 @@ struct SimtBackwardProducts {
     __syncthreads();
   }
 
-  // acc[t] += sum over c < seen[t] of x[t][c] y[c].
+  // acc[t] += sum over c < seen[t] (variant instances: and c >= seen_lo[t]) of x[t][c] y[c].
   __device__ __forceinline__ void accumulate_rows(float* acc, const float* x, const float* y,
-                                                  const int64_t* seen, int64_t D) {
+                                                  const int64_t* seen_lo, const int64_t* seen,
+                                                  int64_t D) {
     const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
     for (int64_t idx = tid; idx < kBr * D; idx += nt) {
       const int64_t t = idx / D, d = idx % D;
       float sum = acc[idx];
-      for (int64_t c = 0; c < seen[t]; ++c) sum += x[t * kBc + c] * y[c * D + d];
+      int64_t c = 0;
+      if constexpr (kVariants) c = seen_lo[t];
+      for (; c < seen[t]; ++c) sum += x[t * kBc + c] * y[c * D + d];
       acc[idx] = sum;
     }
     __syncthreads();
   }
 
-  // acc[c] += sum over the rows t that see key c (c < seen[t]) of x[t][c] y[t].
+  // acc[c] += sum over the rows t that see key c (c < seen[t]; variant instances: and
+  // c >= seen_lo[t]) of x[t][c] y[t].
   __device__ __forceinline__ void accumulate_cols(float* acc, const float* x, const float* y,
-                                                  const int64_t* seen, int64_t D) {
+                                                  const int64_t* seen_lo, const int64_t* seen,
+                                                  int64_t D) {
     const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
     for (int64_t idx = tid; idx < kBc * D; idx += nt) {
       const int64_t c = idx / D, d = idx % D;
       float sum = acc[idx];
-      for (int64_t t = 0; t < kBr; ++t)
-        if (c < seen[t]) sum += x[t * kBc + c] * y[t * D + d];
+      for (int64_t t = 0; t < kBr; ++t) {
+        bool sees = c < seen[t];
+        if constexpr (kVariants) sees = sees && c >= seen_lo[t];
+        if (sees) sum += x[t * kBc + c] * y[t * D + d];
+      }
       acc[idx] = sum;
     }
     __syncthreads();
   }
 };
 
-template <class T>
+template <class T, bool Variants>
 __global__ void backward_dq_simt_kernel(BackwardParams p) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  backward_dq_tile<SimtBackwardProducts<T>>(p, p.ix.D, smem);
+  backward_dq_tile<SimtBackwardProducts<T, Variants>>(p, p.ix.D, smem);
 }
 
-template <class T>
+template <class T, bool Variants>
 __global__ void backward_dkdv_simt_kernel(BackwardParams p) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  backward_dkdv_tile<SimtBackwardProducts<T>>(p, p.ix.D, smem);
+  backward_dkdv_tile<SimtBackwardProducts<T, Variants>>(p, p.ix.D, smem);
 }
 
-template __global__ void backward_dq_simt_kernel<float>(BackwardParams);
-template __global__ void backward_dq_simt_kernel<__half>(BackwardParams);
-template __global__ void backward_dq_simt_kernel<__nv_bfloat16>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<float>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<__half>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<float, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__half, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__nv_bfloat16, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<float, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__half, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<float, true>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__half, true>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__nv_bfloat16, true>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<float, true>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__half, true>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, true>(BackwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T>
-BackwardKernels simt_backward(int64_t D) {
-  using Products = SimtBackwardProducts<T>;
-  return BackwardKernels{backward_dq_simt_kernel<T>,
-                         backward_dkdv_simt_kernel<T>,
+template <class T, bool Variants>
+BackwardKernels simt_backward_instance(int64_t D) {
+  using Products = SimtBackwardProducts<T, Variants>;
+  return BackwardKernels{backward_dq_simt_kernel<T, Variants>,
+                         backward_dkdv_simt_kernel<T, Variants>,
                          backward_smem_bytes<Products>(D, false),
                          backward_smem_bytes<Products>(D, true),
                          Products::kBr,
@@ -106,9 +123,14 @@ BackwardKernels simt_backward(int64_t D) {
                          Products::kThreads};
 }
 
-template BackwardKernels simt_backward<float>(int64_t);
-template BackwardKernels simt_backward<__half>(int64_t);
-template BackwardKernels simt_backward<__nv_bfloat16>(int64_t);
+template <class T>
+BackwardKernels simt_backward(int64_t D, bool variants) {
+  return variants ? simt_backward_instance<T, true>(D) : simt_backward_instance<T, false>(D);
+}
+
+template BackwardKernels simt_backward<float>(int64_t, bool);
+template BackwardKernels simt_backward<__half>(int64_t, bool);
+template BackwardKernels simt_backward<__nv_bfloat16>(int64_t, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

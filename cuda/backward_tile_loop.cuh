@@ -31,10 +31,11 @@
 //   using Input, Elem;  kThreads, kBr (query rows per chunk), kBc (keys per chunk);
 //   void carve(SmemCarver&, D)                              its own scratch, after the tiles;
 //   void scores(a [BR][D], b [BC][D], out [BR][BC], D)      out[t][c] = <a_t, b_c>;
-//   void accumulate_rows(acc [BR][D], x [BR][BC], y [BC][D], seen, D)
+//   void accumulate_rows(acc [BR][D], x [BR][BC], y [BC][D], seen_lo, seen, D)
 //                                                           acc[t] += sum_{c < seen[t]} x[t][c] y[c];
-//   void accumulate_cols(acc [BC][D], x [BR][BC], y [BR][D], seen, D)
-//                                                           acc[c] += sum_{t: c < seen[t]} x[t][c] y[t].
+//   void accumulate_cols(acc [BC][D], x [BR][BC], y [BR][D], seen_lo, seen, D)
+//                                                           acc[c] += sum_{t: c < seen[t]} x[t][c] y[t];
+//   (variant instances, kVariants: also c >= seen_lo[t], the window's first key).
 // Each ends with the block's threads synchronized. Every tile lives in shared memory and every
 // output element is summed by one thread (or one warp's fixed mma order): bitwise the same in
 // every thread order. Checked by tests/kernels/test_backward_kernels.cpp (emulator, three
@@ -45,6 +46,7 @@
 #include "backward_tile.cuh"
 #include "smem_carver.cuh"
 #include "softmax_rules.h"
+#include "variant_tile.cuh"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -62,6 +64,9 @@ struct BackwardTiles {
   int64_t *cnt;            // [BR] dQ pass: the row's key count in the current span
   int64_t *keys;           // [BC] dK/dV pass: the tile's keys (-1: none)
   int64_t *span;           // {first, step, count}: the current span (keys or query rows)
+  // Variant instances (SPEC 10.1's window): the row's first key in the span (dQ pass), and the
+  // first key of the chunk the row sees, so that it sees keys [seen_lo, seen).
+  int64_t *from, *seen_lo;  // [BR] each
 };
 
 template <class Products>
@@ -86,6 +91,8 @@ __host__ __device__ __forceinline__ BackwardTiles<typename Products::Elem> carve
   t.cnt = c.take<int64_t>(BR);
   t.keys = c.take<int64_t>(BC);
   t.span = c.take<int64_t>(3);
+  t.from = Products::kVariants ? c.take<int64_t>(BR) : nullptr;
+  t.seen_lo = Products::kVariants ? c.take<int64_t>(BR) : nullptr;
   return t;
 }
 
@@ -153,6 +160,29 @@ __device__ __forceinline__ void probabilities_and_ds(const ForwardParams& p,
   __syncthreads();
 }
 
+// probabilities_and_ds for the variant instances (variant_tile.cuh): the pair (rows[t],
+// keys[c]) is seen for seen_lo[t] <= c < seen[t]; its score is softcapped and biased by ALiBi
+// as the forward's, and dS takes the softcap's slope 1 - tanh^2 (SPEC 10.1).
+template <class E, int BR, int BC>
+__device__ __forceinline__ void variant_probabilities_and_ds(const ForwardParams& p,
+                                                             const BackwardTiles<E>& s,
+                                                             float alibi_slope) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  for (int idx = tid; idx < BR * BC; idx += nt) {
+    const int t = idx / BC, c = idx % BC;
+    float prob = 0.0f, ds = 0.0f;
+    if (c >= s.seen_lo[t] && c < s.seen[t]) {
+      const float x = s.s[idx] * p.score_pre;
+      const float score = variant_score(p, x, alibi_slope, s.rows[t], s.keys[c]);
+      prob = online_prob(score, s.lse_s[t], p.score_post);
+      ds = prob * (s.dp[idx] - s.di[t]) * softcap_slope_f32(x, p.softcap_s);
+    }
+    s.s[idx] = prob;
+    s.dp[idx] = ds;
+  }
+  __syncthreads();
+}
+
 // acc_rows[n][:] += tile[n][:] for the n < count rows with index[n] >= 0; row n of the
 // workspace accumulator is at base + index[n] * D. One block owns these rows in this launch.
 __device__ __forceinline__ void add_rows_to_workspace(float* base, const int64_t* index,
@@ -180,6 +210,9 @@ __device__ __forceinline__ void backward_dq_tile(const BackwardParams& bp, const
   const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
   const int64_t hk = kv_head_of(h, p.H, p.Hkv);
+  constexpr bool kVariants = Products::kVariants;  // SPEC 10.1 steps (variant_tile.cuh)
+  float alibi_slope = 0.0f;
+  if constexpr (kVariants) alibi_slope = block_alibi_slope(p, b, h);
 
   // The tile's query rows, as the forward's (-1: none).
   for (int t = tid; t < BR; t += nt) s.rows[t] = tile_row(p, h, tile, t, BR);
@@ -193,22 +226,34 @@ __device__ __forceinline__ void backward_dq_tile(const BackwardParams& bp, const
 
   const int64_t num_spans = tile_span_count(p, h, tile);
   for (int64_t span = 0; span < num_spans; ++span) {
-    // Warp 0 reads each row's key progression: shared first and step, own count.
-    if (tid < 32) read_span(p, h, tile, span, s.rows, BR, s.cnt, s.span);
+    // Warp 0 reads each row's key progression: shared first and step, own count (and, with a
+    // window, own first key: the range [from, cnt)).
+    if (tid < 32) {
+      if constexpr (kVariants)
+        read_window_span(p, h, tile, span, s.rows, BR, s.from, s.cnt, s.span);
+      else
+        read_span(p, h, tile, span, s.rows, BR, s.cnt, s.span);
+    }
     __syncthreads();
     const int64_t first = s.span[0], step = s.span[1], most = s.span[2];
 
     for (int64_t c0 = 0; c0 < most; c0 += BC) {
       const int64_t cn = min_i64(BC, most - c0);  // keys in this chunk
       for (int c = tid; c < BC; c += nt) s.keys[c] = c < cn ? first + step * (c0 + c) : -1;
-      for (int t = tid; t < BR; t += nt) s.seen[t] = max_i64(0, min_i64(cn, s.cnt[t] - c0));
+      for (int t = tid; t < BR; t += nt) {
+        s.seen[t] = max_i64(0, min_i64(cn, s.cnt[t] - c0));
+        if constexpr (kVariants) s.seen_lo[t] = max_i64(0, min_i64(cn, s.from[t] - c0));
+      }
       __syncthreads();
       load_key_rows<T, E, BC>(p, b, hk, s.keys, s, D);
       __syncthreads();
       products.scores(s.q, s.k, s.s, D);
       products.scores(s.d_o, s.v, s.dp, D);
-      probabilities_and_ds<E, BR, BC>(p, s);
-      products.accumulate_rows(s.acc_a, s.dp, s.k, s.seen, D);  // dQ += dS K
+      if constexpr (kVariants)
+        variant_probabilities_and_ds<E, BR, BC>(p, s, alibi_slope);
+      else
+        probabilities_and_ds<E, BR, BC>(p, s);
+      products.accumulate_rows(s.acc_a, s.dp, s.k, s.seen_lo, s.seen, D);  // dQ += dS K
     }
     __syncthreads();  // span and cnt are rewritten by the next span
   }
@@ -231,6 +276,9 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
   const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.Hkv, g = blockIdx.y % p.Hkv;
   const int64_t h = g * (p.H / p.Hkv) + bp.head_in_group;
+  constexpr bool kVariants = Products::kVariants;  // SPEC 10.1 steps (variant_tile.cuh)
+  float alibi_slope = 0.0f;
+  if constexpr (kVariants) alibi_slope = block_alibi_slope(p, b, h);
 
   // The tile's keys (-1: none); they ascend, so keys[0] is the first.
   for (int c = tid; c < BC; c += nt) s.keys[c] = key_tile_key(bp, h, tile, c, BC);
@@ -245,7 +293,9 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
   const int64_t num_spans = query_span_count(bp);
   for (int64_t span = 0; span < num_spans; ++span) {
     if (tid == 0) {
-      const KeyProgression rows = query_span(bp, h, tile, span, s.keys[0]);
+      KeyProgression rows = query_span(bp, h, tile, span, s.keys[0]);
+      // With a window, only the rows whose window reaches the tile's keys.
+      if constexpr (kVariants) rows = window_query_cut(p, rows, s.keys[0], s.keys[num_keys - 1]);
       s.span[0] = rows.first;
       s.span[1] = rows.step;
       s.span[2] = rows.count;
@@ -257,16 +307,27 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
       for (int t = tid; t < BR; t += nt) {
         const int64_t i = t0 + t < rows.count ? progression_at(rows, t0 + t) : -1;
         s.rows[t] = i;
-        s.seen[t] = i >= 0 ? tile_keys_seen(query_row_keys(bp, h, tile, i), s.keys, num_keys) : 0;
+        if constexpr (kVariants) {  // the window leaves a range [seen_lo, seen) of the keys
+          s.seen_lo[t] = s.seen[t] = 0;
+          if (i >= 0)
+            window_keys_seen(p, query_row_keys(bp, h, tile, i), i, s.keys, num_keys,
+                             &s.seen_lo[t], &s.seen[t]);
+        } else {
+          s.seen[t] =
+              i >= 0 ? tile_keys_seen(query_row_keys(bp, h, tile, i), s.keys, num_keys) : 0;
+        }
       }
       __syncthreads();
       load_query_rows<T, E, BR>(bp, b, h, s, D);
       __syncthreads();
       products.scores(s.q, s.k, s.s, D);
       products.scores(s.d_o, s.v, s.dp, D);
-      probabilities_and_ds<E, BR, BC>(p, s);
-      products.accumulate_cols(s.acc_b, s.s, s.d_o, s.seen, D);  // dV += P^T dO
-      products.accumulate_cols(s.acc_a, s.dp, s.q, s.seen, D);   // dK += dS^T Q
+      if constexpr (kVariants)
+        variant_probabilities_and_ds<E, BR, BC>(p, s, alibi_slope);
+      else
+        probabilities_and_ds<E, BR, BC>(p, s);
+      products.accumulate_cols(s.acc_b, s.s, s.d_o, s.seen_lo, s.seen, D);  // dV += P^T dO
+      products.accumulate_cols(s.acc_a, s.dp, s.q, s.seen_lo, s.seen, D);   // dK += dS^T Q
     }
     __syncthreads();  // span is rewritten by the next span
   }

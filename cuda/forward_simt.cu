@@ -12,6 +12,9 @@
 //                        over the keys the row sees only (a NaN in a V row the row does not
 //                        see must not reach it as 0 * NaN).
 // 128 threads (4 warps); every output element is summed by one thread in a fixed order.
+// Two instances per dtype: the plain one, and the variant one (kVariants: the window, softcap,
+// ALiBi and sinks of SPEC 10.1 and 10.3, variant_tile.cuh) that kernel_choice.h picks for a
+// problem with any of them, so the plain one stays as it is.
 //
 // Launched by cuda/launch.cu through simt_forward (kernels.h). Checked by
 // tests/kernels/test_forward_kernels.cpp and tests/kernels/test_nonfinite_kernels.cpp (emulator,
@@ -22,10 +25,11 @@
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
-template <class T>
+template <class T, bool Variants = false>
 struct SimtProducts {
   using Input = T;
   using Elem = float;  // inputs are widened to f32 once, when gathered
+  static constexpr bool kVariants = Variants;
   static constexpr int kThreads = 128;
   static constexpr int kBr = 16;  // query rows per tile
   static constexpr int kBc = 32;  // keys per chunk
@@ -50,14 +54,17 @@ struct SimtProducts {
     __syncthreads();
   }
 
-  // O = alpha O + P V, over the keys of this chunk that row t sees (c0 + c < cnt[t]).
+  // O = alpha O + P V, over the keys of this chunk that row t sees (c0 + c < cnt[t]; variant
+  // instances: and c0 + c >= from[t], the window's first key).
   __device__ __forceinline__ void accumulate(const TileMemory<float>& s, int64_t D, int64_t c0) {
     const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
     for (int64_t idx = tid; idx < kBr * D; idx += nt) {
       const int64_t t = idx / D, d = idx % D;
       const int64_t seen = min_i64(kBc, s.cnt[t] - c0);
+      int64_t c = 0;
+      if constexpr (kVariants) c = max_i64(0, s.from[t] - c0);
       float acc = s.o[idx] * s.alpha[t];
-      for (int64_t c = 0; c < seen; ++c) acc += s.s[t * kBc + c] * s.v[c * D + d];
+      for (; c < seen; ++c) acc += s.s[t * kBc + c] * s.v[c * D + d];
       s.o[idx] = acc;
     }
     __syncthreads();
@@ -66,27 +73,35 @@ struct SimtProducts {
 
 // No __launch_bounds__(128): with it ptxas 13 spilled 40 bytes in the f16/bf16 versions (seen
 // in the ptxas report), without it none.
-template <class T>
+template <class T, bool Variants>
 __global__ void forward_simt_kernel(ForwardParams p) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  forward_tile<SimtProducts<T>>(p, p.D, smem);
+  forward_tile<SimtProducts<T, Variants>>(p, p.D, smem);
 }
 
-template __global__ void forward_simt_kernel<float>(ForwardParams);
-template __global__ void forward_simt_kernel<__half>(ForwardParams);
-template __global__ void forward_simt_kernel<__nv_bfloat16>(ForwardParams);
+template __global__ void forward_simt_kernel<float, false>(ForwardParams);
+template __global__ void forward_simt_kernel<__half, false>(ForwardParams);
+template __global__ void forward_simt_kernel<__nv_bfloat16, false>(ForwardParams);
+template __global__ void forward_simt_kernel<float, true>(ForwardParams);
+template __global__ void forward_simt_kernel<__half, true>(ForwardParams);
+template __global__ void forward_simt_kernel<__nv_bfloat16, true>(ForwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T>
-ForwardKernel simt_forward(int64_t D) {
-  using Products = SimtProducts<T>;
-  return ForwardKernel{forward_simt_kernel<T>, tile_smem_bytes<Products>(D), Products::kBr,
-                       Products::kThreads};
+template <class T, bool Variants>
+ForwardKernel simt_forward_instance(int64_t D) {
+  using Products = SimtProducts<T, Variants>;
+  return ForwardKernel{forward_simt_kernel<T, Variants>, tile_smem_bytes<Products>(D),
+                       Products::kBr, Products::kThreads};
 }
 
-template ForwardKernel simt_forward<float>(int64_t);
-template ForwardKernel simt_forward<__half>(int64_t);
-template ForwardKernel simt_forward<__nv_bfloat16>(int64_t);
+template <class T>
+ForwardKernel simt_forward(int64_t D, bool variants) {
+  return variants ? simt_forward_instance<T, true>(D) : simt_forward_instance<T, false>(D);
+}
+
+template ForwardKernel simt_forward<float>(int64_t, bool);
+template ForwardKernel simt_forward<__half>(int64_t, bool);
+template ForwardKernel simt_forward<__nv_bfloat16>(int64_t, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -41,6 +41,7 @@
 #include "forward_outputs.cuh"
 #include "smem_carver.cuh"
 #include "softmax_rules.h"
+#include "variant_tile.cuh"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -55,6 +56,7 @@ struct TileMemory {
   float *keep, *add;     // [BR] the merge's weights for the workspace's O and this tile's O
   int64_t *rows, *cnt;   // [BR] query row (-1: none) and its key count in the current span
   int64_t* span;         // {first, step, largest count}: the keys the rows share
+  int64_t* from;         // [BR] variant instances: the row's first key in the span (window)
 };
 
 template <class Products>
@@ -77,6 +79,7 @@ __host__ __device__ __forceinline__ TileMemory<typename Products::Elem> carve_ti
   t.rows = c.take<int64_t>(BR);
   t.cnt = c.take<int64_t>(BR);
   t.span = c.take<int64_t>(3);
+  t.from = Products::kVariants ? c.take<int64_t>(BR) : nullptr;
   return t;
 }
 
@@ -175,6 +178,24 @@ __device__ __forceinline__ void write_tile_outputs(const ForwardParams& p, int64
   }
 }
 
+// write_tile_outputs for the variant instances: with sinks (p.sinks), each row's result takes
+// its head's sink once (SPEC 10.3, sink_merge); an empty row gets O = 0 and LSE = the sink.
+template <class T, class E>
+__device__ __forceinline__ void write_tile_outputs_with_sink(const ForwardParams& p, int64_t b,
+                                                             int64_t h, const TileMemory<E>& s,
+                                                             int br, int64_t D) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  for (int64_t idx = tid; idx < br * D; idx += nt) {
+    const int64_t t = idx / D, d = idx % D, i = s.rows[t];
+    if (i < 0) continue;
+    double lse = finalize_lse(s.m[t], s.l[t], p.score_post);
+    float factor = finalize_o_factor(s.m[t], s.l[t]);
+    if (p.sinks != nullptr) sink_merge(p.sinks[h], &lse, &factor);
+    store_o<T>(p, b, i, h, d, s.o[idx] * factor);
+    if (d == 0) store_lse(p, b, h, i, lse);
+  }
+}
+
 // ---------------------------------------------------------------- the loop
 template <class Products>
 __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64_t D,
@@ -182,6 +203,7 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
   using E = typename Products::Elem;
   using T = typename Products::Input;
   constexpr int BR = Products::kBr, BC = Products::kBc;
+  constexpr bool kVariants = Products::kVariants;  // SPEC 10.1/10.3 steps (variant_tile.cuh)
   SmemCarver carver{smem};
   const TileMemory<E> s = carve_tiles<Products>(carver, D);
   Products products;
@@ -201,7 +223,13 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
     s.m[t] = -INFINITY;
     s.l[t] = 0.0f;
   }
-  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
+  if (p.o != nullptr && p.kind == kKindDilated) {
+    if constexpr (kVariants)  // with sinks, a row no branch selects has LSE = the sink
+      write_dilated_gaps<T>(p, b, h, tile, BR,
+                            p.sinks != nullptr ? p.sinks[h] : -static_cast<double>(INFINITY));
+    else
+      write_dilated_gaps<T>(p, b, h, tile, BR);
+  }
   __syncthreads();
   bool any_row = false;
   for (int t = 0; t < BR; ++t) any_row = any_row || s.rows[t] >= 0;
@@ -214,10 +242,18 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
     s.o[idx] = 0.0f;
   }
 
+  float alibi_slope = 0.0f;  // variant instances: the block's ALiBi slope, score domain
+  if constexpr (kVariants) alibi_slope = block_alibi_slope(p, b, h);
   const int64_t num_spans = tile_span_count(p, h, tile);
   for (int64_t span = 0; span < num_spans; ++span) {
-    // Warp 0 reads each row's key progression: shared first and step, own count.
-    if (warp == 0) read_span(p, h, tile, span, s.rows, BR, s.cnt, s.span);
+    // Warp 0 reads each row's key progression: shared first and step, own count (and, with a
+    // window, own first key: the range [from, cnt)).
+    if (warp == 0) {
+      if constexpr (kVariants)
+        read_window_span(p, h, tile, span, s.rows, BR, s.from, s.cnt, s.span);
+      else
+        read_span(p, h, tile, span, s.rows, BR, s.cnt, s.span);
+    }
     __syncthreads();
     const int64_t first = s.span[0], step = s.span[1], most = s.span[2];
 
@@ -235,9 +271,20 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
       __syncthreads();
       products.scores(s, D);
       // Scale, and mask a key past the row's own count: -inf, probability exactly 0.
-      for (int idx = tid; idx < BR * BC; idx += nt) {
-        const int t = idx / BC, c = idx % BC;
-        s.s[idx] = (c < cn && c0 + c < s.cnt[t]) ? s.s[idx] * p.score_pre : -INFINITY;
+      if constexpr (kVariants) {  // also before the row's first key; softcap and ALiBi
+        for (int idx = tid; idx < BR * BC; idx += nt) {
+          const int t = idx / BC, c = idx % BC;
+          const int64_t at = c0 + c;
+          s.s[idx] = (c < cn && at >= s.from[t] && at < s.cnt[t])
+                         ? variant_score(p, s.s[idx] * p.score_pre, alibi_slope, s.rows[t],
+                                         first + step * at)
+                         : -INFINITY;
+        }
+      } else {
+        for (int idx = tid; idx < BR * BC; idx += nt) {
+          const int t = idx / BC, c = idx % BC;
+          s.s[idx] = (c < cn && c0 + c < s.cnt[t]) ? s.s[idx] * p.score_pre : -INFINITY;
+        }
       }
       __syncthreads();
       for (int t = warp; t < BR; t += num_warps)
@@ -247,10 +294,13 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
     }
     __syncthreads();  // span and cnt are rewritten by the next span
   }
-  if (p.o != nullptr)
-    write_tile_outputs<T>(p, b, h, s, BR, D);
-  else
+  // Several branches merge into a workspace the launcher started at the sinks (launch.cu).
+  if (p.o == nullptr)
     merge_tile_into_workspace(p, b, h, s, BR, D);
+  else if constexpr (kVariants)
+    write_tile_outputs_with_sink<T>(p, b, h, s, BR, D);
+  else
+    write_tile_outputs<T>(p, b, h, s, BR, D);
 }
 
 }  // namespace DILATTN_BACKEND_NS

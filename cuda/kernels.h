@@ -32,9 +32,10 @@ struct ForwardKernel {
   int threads;     // per block
 };
 
-// forward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim.
+// forward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants: the
+// instance that runs SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks.
 template <class T>
-ForwardKernel simt_forward(int64_t D);
+ForwardKernel simt_forward(int64_t D, bool variants = false);
 // forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
 template <class T>
 ForwardKernel mma_forward(int64_t D);
@@ -56,9 +57,10 @@ struct BackwardKernels {
   bool dkdv_all_heads = false;
 };
 
-// backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim.
+// backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants: as
+// simt_forward's.
 template <class T>
-BackwardKernels simt_backward(int64_t D);
+BackwardKernels simt_backward(int64_t D, bool variants = false);
 // backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
 template <class T>
 BackwardKernels mma_backward(int64_t D);

@@ -9,9 +9,11 @@
 // in both builds).
 //
 //   can_run             a device with a kernel image for it (device_info); f64 is CPU only;
-//                       head dim <= kMaxHeadDim; B * H fits grid.y.
-//   prepare             plan time: the block-sparse mask copied to the device once
-//                       (LaunchPlanState), not per call.
+//                       head dim <= kMaxHeadDim; a softcap and ALiBi slopes the f32 kernels
+//                       can score (check_variant_values); B * H fits grid.y. The SPEC 10
+//                       options themselves are refused or taken by lib/backend_table.cpp.
+//   prepare             plan time: the block-sparse mask and the ALiBi slopes copied to the
+//                       device once (LaunchPlanState), not per call.
 //   forward             in the order it calls them, every launch on the caller's stream:
 //     check_views       data pointers aligned to their element, no output dimension of stride 0
 //                       that would make two rows write one address (SPEC 1);
@@ -19,10 +21,13 @@
 //                       memory asked once per device and process (device_info, launch_shared.h:
 //                       no cudaGetDeviceProperties per call);
 //     choose_kernel     MMA for f16/bf16 and MMA_TF32 (3xTF32) for f32, with D in {64, 128}
-//                       on sm_80+, else SIMT (forward_kernel_for), its shared memory within
-//                       the device's limit;
-//     prepare_workspace several dilated branches only, from the plan's pool (workspace_layout):
-//                       o_acc [B, H, Nq, D] f32 = 0, lse_acc [B, H, Nq] f64 = -inf;
+//                       on sm_80+, else SIMT (forward_kernel_for); a window, softcap, ALiBi or
+//                       sinks: SIMT's variant instance; its shared memory within the device's
+//                       limit;
+//     prepare_workspace from the plan's pool (workspace_layout): with sinks, the call's H sink
+//                       logits (SPEC 10.3); several dilated branches: o_acc [B, H, Nq, D]
+//                       f32 = 0, lse_acc [B, H, Nq] f64 = -inf (with sinks: the head's sink,
+//                       so the sink joins each row once);
 //     launch_branches   dense and block-sparse one launch, dilated one per branch. One branch
 //                       (writes_outputs_directly): the kernel writes O and LSE itself; several:
 //                       each merges into the workspace (SPEC 3/5), rows no branch selects keep
@@ -54,13 +59,16 @@ namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
 // ================================================================ small kernels
-// The running (O, LSE) before any branch: no keys yet.
+// The running (O, LSE) before any branch: no keys yet. With sinks (SPEC 10.3) the row starts
+// as the sink's term alone, O = 0 and LSE = sinks[h] (rows = (b * H + h) * Nq + i), so each
+// branch's merge adds to it and the sink joins the row once.
 __global__ void init_accumulators_kernel(float* o_acc, double* lse_acc, int64_t rows,
-                                         int64_t D) {
+                                         int64_t D, const double* sinks, int64_t H, int64_t Nq) {
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = start; idx < rows * D; idx += stride) o_acc[idx] = 0.0f;
-  for (int64_t idx = start; idx < rows; idx += stride) lse_acc[idx] = -INFINITY;
+  for (int64_t idx = start; idx < rows; idx += stride)
+    lse_acc[idx] = sinks != nullptr ? sinks[(idx / Nq) % H] : -static_cast<double>(INFINITY);
 }
 
 // o[b, i, h, d] = o_acc[b, h, i, d], rounded once to O's dtype.
@@ -124,14 +132,16 @@ dilattn_status check_views(const ForwardArgs& a) {
 // ---------------------------------------------------------------- choose_kernel
 // forward_kernel_for's choice, from the kernel files (kernels.h).
 ForwardKernel pick_kernel(const Problem& p, int cc_major) {
-  const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major);
+  const bool variants = uses_variant_kernels(p);
+  const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major, variants);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
-    case DILATTN_F16: return mma ? mma_forward<__half>(p.D) : simt_forward<__half>(p.D);
+    case DILATTN_F16: return mma ? mma_forward<__half>(p.D) : simt_forward<__half>(p.D, variants);
     case DILATTN_BF16:
-      return mma ? mma_forward<__nv_bfloat16>(p.D) : simt_forward<__nv_bfloat16>(p.D);
+      return mma ? mma_forward<__nv_bfloat16>(p.D) : simt_forward<__nv_bfloat16>(p.D, variants);
     default:  // f32: 3xTF32 on tensor cores for D = 64 and 128 (forward_mma_tf32.cu)
-      return choice == KernelChoice::mma_tf32 ? tf32_forward(p.D) : simt_forward<float>(p.D);
+      return choice == KernelChoice::mma_tf32 ? tf32_forward(p.D)
+                                              : simt_forward<float>(p.D, variants);
   }
 }
 
@@ -151,10 +161,11 @@ dilattn_status choose_kernel(const Problem& p, DeviceInfo& device, ForwardKernel
 // The forward's device workspace, taken by dispatch from the plan's pool (the device's default
 // pool unless the caller gave one; for emu, host memory): f32 O accumulator [B, H, Nq, D] and
 // f64 LSE accumulator [B, H, Nq] (an LSE near scale * <q, k> may exceed f32's range while O is
-// right). Each piece starts on a 256-byte boundary. The block-sparse mask is the plan's
-// (LaunchPlanState), not the workspace's.
+// right), and with sinks the call's H sink logits (f64). Each piece starts on a 256-byte
+// boundary. The block-sparse mask and the ALiBi slopes are the plan's (LaunchPlanState), not
+// the workspace's.
 struct WorkspaceLayout {
-  size_t o_acc = 0, lse_acc = 0, total = 0;
+  size_t o_acc = 0, lse_acc = 0, sinks = 0, total = 0;
 };
 
 // One branch (dense, block-sparse, one dilated branch): the kernels write O and LSE directly
@@ -164,37 +175,41 @@ bool writes_outputs_directly(const Problem& p) {
 }
 
 WorkspaceLayout workspace_layout(const Problem& p) {
-  if (writes_outputs_directly(p)) return WorkspaceLayout{};
   auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows = static_cast<size_t>(p.B * p.H * p.Nq);
   WorkspaceLayout l;
-  size_t off = aligned(rows * static_cast<size_t>(p.D) * sizeof(float));
-  l.lse_acc = off;
-  off += aligned(rows * sizeof(double));
+  size_t off = 0;
+  if (!writes_outputs_directly(p)) {
+    off = aligned(rows * static_cast<size_t>(p.D) * sizeof(float));
+    l.lse_acc = off;
+    off += aligned(rows * sizeof(double));
+  }
+  l.sinks = off;
+  if (p.sinks) off += aligned(static_cast<size_t>(p.H) * sizeof(double));
   l.total = off;
   return l;
 }
 
-// Carves a.workspace, finds the plan's device copy of the block-sparse mask, and starts the
-// accumulators at "no key yet": O = 0, LSE = -inf.
+// Carves a.workspace, finds the plan's device arrays (mask, ALiBi slopes), copies the call's
+// sink logits over, and starts the accumulators at "no key yet": O = 0, LSE = -inf (or the
+// sink).
 dilattn_status prepare_workspace(const Problem& p, const ForwardArgs& a, int device,
                                  cudaStream_t stream, Workspace* ws) {
   const WorkspaceLayout layout = workspace_layout(p);
   unsigned char* base = static_cast<unsigned char*>(a.workspace);
   ws->o_acc = reinterpret_cast<float*>(base + layout.o_acc);
   ws->lse_acc = reinterpret_cast<double*>(base + layout.lse_acc);
-  for (int n = 0; n < 3; ++n) ws->mask[n] = nullptr;
-  if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
-    auto* state = dynamic_cast<LaunchPlanState*>(p.backend_state.get());
-    if (!p.mask || state == nullptr)
-      return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without its device mask");
-    const dilattn_status st = state->mask_on(device, *p.mask, ws->mask);
-    if (st != DILATTN_SUCCESS) return st;
-  }
+  ws->plan = PlanArrays{};
+  ws->sinks = nullptr;
+  dilattn_status st = plan_arrays_of(p, device, &ws->plan);
+  if (st != DILATTN_SUCCESS) return st;
+  if ((st = copy_sinks(p, a.sinks, base + layout.sinks, stream, &ws->sinks)) != DILATTN_SUCCESS)
+    return st;
   if (writes_outputs_directly(p)) return DILATTN_SUCCESS;
   const int64_t rows = p.B * p.H * p.Nq;
   DILATTN_LAUNCH(init_accumulators_kernel, dim3(elementwise_blocks(rows * p.D)),
-                 dim3(kElementwiseThreads), 0, stream)(ws->o_acc, ws->lse_acc, rows, p.D);
+                 dim3(kElementwiseThreads), 0, stream)(ws->o_acc, ws->lse_acc, rows, p.D,
+                                                      ws->sinks, p.H, p.Nq);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_failure(e, "init_accumulators_kernel");
   return DILATTN_SUCCESS;
@@ -299,6 +314,7 @@ dilattn_status can_run(const Problem& p) {
                      "backend '%s': head_dim = %lld: the kernels take head dims up to %lld",
                      kBackendName, static_cast<long long>(p.D),
                      static_cast<long long>(kMaxHeadDim));
+  if ((st = check_variant_values(p)) != DILATTN_SUCCESS) return st;
   if (p.B * p.H > 65535)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': batch * heads = %lld: the launch grid takes at most 65535",
@@ -316,15 +332,16 @@ WorkspaceBytes workspace_bytes(const Problem& p) {
   return {workspace_layout(p).total, backward_workspace_bytes(p)};
 }
 
-// The block-sparse mask to the current device, once per plan (SPEC 4 arrays).
+// The plan's arrays (the block-sparse mask of SPEC 4, the ALiBi slopes of SPEC 10.1) to the
+// current device, once per plan.
 dilattn_status prepare(Problem& p) {
-  if (p.kind != DILATTN_KIND_BLOCK_SPARSE || !p.mask) return DILATTN_SUCCESS;
+  if (!has_plan_arrays(p)) return DILATTN_SUCCESS;
   int device = 0;
   const cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return cuda_failure(e, "cudaGetDevice");
   auto state = std::make_shared<LaunchPlanState>();
-  const int64_t* arrays[3];
-  const dilattn_status st = state->mask_on(device, *p.mask, arrays);
+  PlanArrays arrays;
+  const dilattn_status st = state->arrays_on(device, p, &arrays);
   if (st != DILATTN_SUCCESS) return st;
   p.backend_state = std::move(state);
   return DILATTN_SUCCESS;

@@ -16,7 +16,8 @@
 //     prepare_backward_workspace  from the plan's pool (backward_workspace_layout): the mask
 //                             copied over, D_i = <dO_i, O_i> and lse_s = lse_in_score_domain(LSE)
 //                             per row and the rows not all finite (the pre-pass: the
-//                             tensor-core kernels' NaN rule, backward_mma.cu), dQ, dK, dV
+//                             tensor-core kernels' NaN rule, backward_mma.cu), with d_sinks
+//                             wanted each row's term of it (SPEC 10.3), dQ, dK, dV
 //                             accumulators = 0;
 //     run_dq_pass             one launch per dilated branch (one for dense, block-sparse);
 //     run_dkdv_pass           one launch per (branch, query head of a kv head), or, for the
@@ -24,7 +25,9 @@
 //                             kv head's whole group walked in head order: each adds its pairs
 //                             to dK and dV in turn, so GQA's and the branches' sums have a
 //                             fixed order without atomics (SPEC 6: deterministic);
-//     store_gradients         dQ = scale dq_acc, dK = scale dk_acc, dV = dv_acc, to the views.
+//     store_gradients         dQ = scale dq_acc, dK = scale dk_acc, dV = dv_acc, to the views;
+//                             d_sinks: the rows' terms added per head in a fixed order
+//                             (reduce_sink_terms_kernel), copied to the caller's array.
 //
 // Checked by tests/kernels/test_backward_kernels.cpp (every kernel x dtype x kind, emulator,
 // three thread orders) and tests/kernels/test_cli_backend_emu.py (`dilattn backward`).
@@ -51,6 +54,9 @@ struct RowTermsParams {
   int64_t lse_stride[3];
   float post;          // score_scale(scale).post
   float *di, *lse_s;   // [B, H, Nq]
+  // SPEC 10.3, with d_sinks wanted: the sinks [H] and each row's term of d_sinks [B, H, Nq].
+  const double* sinks;
+  double* sink_terms;
   const void* q;
   int64_t q_stride[4];
   int32_t* row_bad;    // [B, H, Nq] Q or dO of the row not all finite
@@ -80,7 +86,36 @@ __global__ void backward_row_terms_kernel(RowTermsParams r) {
     const double lse = r.lse_is_f64 ? static_cast<const double*>(r.lse)[at]
                                     : static_cast<double>(static_cast<const float*>(r.lse)[at]);
     r.lse_s[row] = lse_in_score_domain(lse, r.post);
+    // dsigma_h's term of the row: -exp(sigma_h - LSE_i) D_i, none for an empty row (SPEC 10.3).
+    if (r.sink_terms != nullptr)
+      r.sink_terms[row] = lse == -static_cast<double>(INFINITY)
+                              ? 0.0
+                              : -exp(r.sinks[h] - lse) * static_cast<double>(sum);
   }
+}
+
+constexpr int kSinkReduceThreads = 256;
+
+// d_sinks[h] = the sum of the row terms of head h over b and i, one block per head: each
+// thread sums its rows in order, then the block adds the threads' sums in a fixed tree, so the
+// result is the same bits in every run and thread order (SPEC 6's determinism).
+__global__ void reduce_sink_terms_kernel(const double* terms, double* d_sinks, int64_t B,
+                                         int64_t H, int64_t Nq) {
+  __shared__ double partial[kSinkReduceThreads];
+  const int64_t h = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  double sum = 0.0;
+  for (int64_t n = tid; n < B * Nq; n += kSinkReduceThreads) {
+    const int64_t b = n / Nq, i = n % Nq;
+    sum += terms[(b * H + h) * Nq + i];
+  }
+  partial[tid] = sum;
+  __syncthreads();
+  for (int width = kSinkReduceThreads / 2; width > 0; width >>= 1) {
+    if (tid < width) partial[tid] += partial[tid + width];
+    __syncthreads();
+  }
+  if (tid == 0) d_sinks[h] = partial[0];
 }
 
 // One thread per key row (b, hk, j): whether K's row holds a value that is not finite.
@@ -148,14 +183,17 @@ dilattn_status check_backward_views(const BackwardArgs& a) {
 // ---------------------------------------------------------------- choose_backward_kernels
 // backward_kernel_for's choice, from the kernel files (kernels.h).
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
-  const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major);
+  const bool variants = uses_variant_kernels(p);
+  const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major, variants);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
-    case DILATTN_F16: return mma ? mma_backward<__half>(p.D) : simt_backward<__half>(p.D);
+    case DILATTN_F16:
+      return mma ? mma_backward<__half>(p.D) : simt_backward<__half>(p.D, variants);
     case DILATTN_BF16:
-      return mma ? mma_backward<__nv_bfloat16>(p.D) : simt_backward<__nv_bfloat16>(p.D);
+      return mma ? mma_backward<__nv_bfloat16>(p.D) : simt_backward<__nv_bfloat16>(p.D, variants);
     default:
-      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D) : simt_backward<float>(p.D);
+      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D)
+                                              : simt_backward<float>(p.D, variants);
   }
 }
 
@@ -182,10 +220,12 @@ dilattn_status choose_backward_kernels(const Problem& p, DeviceInfo& device,
 // ---------------------------------------------------------------- prepare_backward_workspace
 // The backward's device workspace: f32 D_i and lse_s [B, H, Nq], f32 accumulators dQ
 // [B, H, Nq, D], dK and dV [B, Hkv, Nk, D], int32 row marks [B, H, Nq] and key marks
-// [B, Hkv, Nk]. Each piece starts on a 256-byte boundary. The
-// block-sparse mask is the plan's (LaunchPlanState, copied once), not the workspace's.
+// [B, Hkv, Nk]; with sinks (SPEC 10.3) the call's sinks [H], the rows' d_sinks terms
+// [B, H, Nq] and d_sinks [H], f64. Each piece starts on a 256-byte boundary. The block-sparse
+// mask and the ALiBi slopes are the plan's (LaunchPlanState, copied once), not the workspace's.
 struct BackwardWorkspaceLayout {
-  size_t di = 0, lse_s = 0, dq = 0, dk = 0, dv = 0, row_bad = 0, key_bad = 0, total = 0;
+  size_t di = 0, lse_s = 0, dq = 0, dk = 0, dv = 0, row_bad = 0, key_bad = 0;
+  size_t sinks = 0, sink_terms = 0, d_sinks = 0, total = 0;
 };
 
 BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
@@ -209,6 +249,14 @@ BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
   off += aligned(q_rows * sizeof(int32_t));
   l.key_bad = off;
   off += aligned(kv_rows * sizeof(int32_t));
+  if (p.sinks) {
+    l.sinks = off;
+    off += aligned(static_cast<size_t>(p.H) * sizeof(double));
+    l.sink_terms = off;
+    off += aligned(q_rows * sizeof(double));
+    l.d_sinks = off;
+    off += aligned(static_cast<size_t>(p.H) * sizeof(double));
+  }
   l.total = off;
   return l;
 }
@@ -216,12 +264,15 @@ BackwardWorkspaceLayout backward_workspace_layout(const Problem& p) {
 struct BackwardWorkspace {
   float *di, *lse_s, *dq, *dk, *dv;
   int32_t *row_bad, *key_bad;
-  const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
+  PlanArrays plan;          // the plan's device arrays (mask, ALiBi slopes)
+  const double* sinks;      // the call's sinks on the device; null: none
+  double *sink_terms, *d_sinks;  // null unless d_sinks is wanted
 };
 
-// Carves a.workspace and finds the plan's device copy of the block-sparse mask.
+// Carves a.workspace, finds the plan's device arrays (mask, ALiBi slopes) and copies the
+// call's sinks over.
 dilattn_status prepare_backward_workspace(const Problem& p, const BackwardArgs& a, int device,
-                                          BackwardWorkspace* ws) {
+                                          cudaStream_t stream, BackwardWorkspace* ws) {
   const BackwardWorkspaceLayout layout = backward_workspace_layout(p);
   unsigned char* base = static_cast<unsigned char*>(a.workspace);
   ws->di = reinterpret_cast<float*>(base + layout.di);
@@ -231,12 +282,12 @@ dilattn_status prepare_backward_workspace(const Problem& p, const BackwardArgs& 
   ws->dv = reinterpret_cast<float*>(base + layout.dv);
   ws->row_bad = reinterpret_cast<int32_t*>(base + layout.row_bad);
   ws->key_bad = reinterpret_cast<int32_t*>(base + layout.key_bad);
-  for (int n = 0; n < 3; ++n) ws->mask[n] = nullptr;
-  if (p.kind != DILATTN_KIND_BLOCK_SPARSE) return DILATTN_SUCCESS;
-  auto* state = dynamic_cast<LaunchPlanState*>(p.backend_state.get());
-  if (!p.mask || state == nullptr)
-    return set_error(DILATTN_ERROR_INTERNAL, "block-sparse plan without its device mask");
-  return state->mask_on(device, *p.mask, ws->mask);
+  const bool d_sinks_wanted = p.sinks && a.sinks.d_values != nullptr;
+  ws->sink_terms = d_sinks_wanted ? reinterpret_cast<double*>(base + layout.sink_terms) : nullptr;
+  ws->d_sinks = d_sinks_wanted ? reinterpret_cast<double*>(base + layout.d_sinks) : nullptr;
+  const dilattn_status st = plan_arrays_of(p, device, &ws->plan);
+  if (st != DILATTN_SUCCESS) return st;
+  return copy_sinks(p, a.sinks, base + layout.sinks, stream, &ws->sinks);
 }
 
 // The pre-pass (D_i, lse_s) and the accumulators at zero.
@@ -253,12 +304,14 @@ dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const Backw
   r.lse = a.lse->data;
   r.lse_is_f64 = a.lse->dtype == DILATTN_F64 ? 1 : 0;
   for (int dim = 0; dim < 3; ++dim) r.lse_stride[dim] = a.lse->strides[dim];
-  r.post = score_scale(p.scale).post;
+  r.post = kernel_score_scale(p).post;
   r.di = ws.di;
   r.lse_s = ws.lse_s;
   r.q = a.q->data;
   for (int dim = 0; dim < 4; ++dim) r.q_stride[dim] = a.q->strides[dim];
   r.row_bad = ws.row_bad;
+  r.sinks = ws.sinks;
+  r.sink_terms = ws.sink_terms;
   r.B = p.B;
   r.H = p.H;
   r.Nq = p.Nq;
@@ -313,9 +366,9 @@ BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
   BackwardParams bp;
   std::memset(&bp, 0, sizeof(bp));
   const ForwardArgs fa{a.q, a.k, a.v, nullptr, nullptr, nullptr, a.run};
-  Workspace fws;
-  std::memset(&fws, 0, sizeof(fws));
-  for (int n = 0; n < 3; ++n) fws.mask[n] = ws.mask[n];
+  Workspace fws{};
+  fws.plan = ws.plan;
+  fws.sinks = ws.sinks;
   bp.ix = shared_params(p, fa, fws);
   bp.d_o = a.d_o->data;
   for (int dim = 0; dim < 4; ++dim) bp.d_o_stride[dim] = a.d_o->strides[dim];
@@ -421,7 +474,9 @@ void store_all(const Problem& p, const BackwardArgs& a, const BackwardWorkspace&
   launch_store_gradient<T>(ws.dv, *a.dv, p.B, p.Nk, p.Hkv, p.D, 1.0f, stream);
 }
 
-// The accumulators into the caller's dQ, dK, dV; a synchronous call then waits for the stream.
+// The accumulators into the caller's dQ, dK, dV, and d_sinks into the caller's host array
+// (SPEC 10.3; the calls that carry sinks wait for their work, so the copy is done on return);
+// a synchronous call then waits for the stream.
 dilattn_status store_gradients(const Problem& p, const BackwardArgs& a,
                                const BackwardWorkspace& ws, cudaStream_t stream) {
   switch (p.dtype) {
@@ -431,6 +486,16 @@ dilattn_status store_gradients(const Problem& p, const BackwardArgs& a,
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_failure(e, "store_gradient_kernel");
+  if (ws.d_sinks != nullptr) {
+    DILATTN_LAUNCH(reduce_sink_terms_kernel, dim3(static_cast<unsigned>(p.H)),
+                   dim3(kSinkReduceThreads), 0, stream)(ws.sink_terms, ws.d_sinks, p.B, p.H,
+                                                        p.Nq);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+      return cuda_failure(e, "reduce_sink_terms_kernel");
+    e = cudaMemcpyAsync(a.sinks.d_values, ws.d_sinks, static_cast<size_t>(p.H) * sizeof(double),
+                        cudaMemcpyDeviceToHost, stream);
+    if (e != cudaSuccess) return cuda_failure(e, "cudaMemcpyAsync of d_sinks");
+  }
   if (a.run.synchronous && (e = cudaStreamSynchronize(stream)) != cudaSuccess)
     return cuda_failure(e, "backward");
   return DILATTN_SUCCESS;
@@ -453,7 +518,8 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   if ((st = begin_call(*a.q, a.run, &call)) != DILATTN_SUCCESS) return st;
   const cudaStream_t stream = call.stream;
   if ((st = choose_backward_kernels(p, *call.info, &kernels)) != DILATTN_SUCCESS) return st;
-  if ((st = prepare_backward_workspace(p, a, call.device, &ws)) != DILATTN_SUCCESS) return st;
+  if ((st = prepare_backward_workspace(p, a, call.device, stream, &ws)) != DILATTN_SUCCESS)
+    return st;
   if ((st = run_pre_pass(p, a, ws, stream)) != DILATTN_SUCCESS) return st;
   const BackwardParams bp = backward_params(p, a, ws);
   if ((st = run_dq_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;

@@ -9,6 +9,7 @@
 // kernel image).
 #include "launch_shared.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -158,40 +159,110 @@ LaunchPlanState::~LaunchPlanState() {
   cudaGetLastError();
 }
 
-dilattn_status LaunchPlanState::mask_on(int device, const BsrMask& m, const int64_t* arrays[3]) {
+bool has_plan_arrays(const Problem& p) {
+  return (p.kind == DILATTN_KIND_BLOCK_SPARSE && p.mask) || !p.alibi_slopes.empty();
+}
+
+dilattn_status LaunchPlanState::arrays_on(int device, const Problem& p, PlanArrays* arrays) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const Copy& c : copies_)
     if (c.device == device) {
-      for (int n = 0; n < 3; ++n) arrays[n] = c.arrays[n];
+      *arrays = c.arrays;
       return DILATTN_SUCCESS;
     }
-  const std::vector<int64_t>* host[3] = {&m.row_ptr, &m.col_idx, &m.head_ptr};
-  size_t offset[3], total = 0;
-  for (int n = 0; n < 3; ++n) {
+  // The host arrays: the mask's three (if any), then the slopes (if any).
+  const bool sparse = p.kind == DILATTN_KIND_BLOCK_SPARSE && p.mask;
+  const void* host[4] = {nullptr, nullptr, nullptr, nullptr};
+  size_t bytes[4] = {0, 0, 0, 0};
+  if (sparse) {
+    const std::vector<int64_t>* m[3] = {&p.mask->row_ptr, &p.mask->col_idx, &p.mask->head_ptr};
+    for (int n = 0; n < 3; ++n) {
+      host[n] = m[n]->data();
+      bytes[n] = m[n]->size() * sizeof(int64_t);
+    }
+  }
+  host[3] = p.alibi_slopes.data();
+  bytes[3] = p.alibi_slopes.size() * sizeof(double);
+  size_t offset[4], total = 0;
+  for (int n = 0; n < 4; ++n) {
     offset[n] = total;
-    total += (host[n]->size() * sizeof(int64_t) + 255) / 256 * 256;
+    total += (bytes[n] + 255) / 256 * 256;
   }
   Copy c;
   c.device = device;
-  cudaError_t e = cudaMalloc(&c.base, total);
-  if (e != cudaSuccess) return cuda_failure(e, "cudaMalloc of the mask");
-  for (int n = 0; n < 3; ++n) {
-    unsigned char* at = static_cast<unsigned char*>(c.base) + offset[n];
-    c.arrays[n] = reinterpret_cast<const int64_t*>(at);
-    const size_t bytes = host[n]->size() * sizeof(int64_t);
-    if (bytes > 0 &&
-        (e = cudaMemcpy(at, host[n]->data(), bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+  cudaError_t e = cudaMalloc(&c.base, total > 0 ? total : 256);
+  if (e != cudaSuccess) return cuda_failure(e, "cudaMalloc of the plan's arrays");
+  void* at[4];
+  for (int n = 0; n < 4; ++n) {
+    at[n] = static_cast<unsigned char*>(c.base) + offset[n];
+    if (bytes[n] > 0 &&
+        (e = cudaMemcpy(at[n], host[n], bytes[n], cudaMemcpyHostToDevice)) != cudaSuccess) {
       cudaFree(c.base);
-      return cuda_failure(e, "cudaMemcpy of the mask");
+      return cuda_failure(e, "cudaMemcpy of the plan's arrays");
     }
   }
+  if (sparse)
+    for (int n = 0; n < 3; ++n) c.arrays.mask[n] = static_cast<const int64_t*>(at[n]);
+  if (bytes[3] > 0) c.arrays.alibi = static_cast<const double*>(at[3]);
   copies_.push_back(c);
-  for (int n = 0; n < 3; ++n) arrays[n] = c.arrays[n];
+  *arrays = c.arrays;
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status plan_arrays_of(const Problem& p, int device, PlanArrays* arrays) {
+  *arrays = PlanArrays{};
+  if (!has_plan_arrays(p)) return DILATTN_SUCCESS;
+  auto* state = dynamic_cast<LaunchPlanState*>(p.backend_state.get());
+  if (state == nullptr)
+    return set_error(DILATTN_ERROR_INTERNAL, "plan without its device arrays (mask, ALiBi)");
+  return state->arrays_on(device, p, arrays);
+}
+
+dilattn_status copy_sinks(const Problem& p, const SinksCall& sinks, void* dst,
+                          cudaStream_t stream, const double** out) {
+  *out = nullptr;
+  if (!p.sinks) return DILATTN_SUCCESS;
+  if (sinks.values == nullptr)
+    return set_error(DILATTN_ERROR_INTERNAL, "a plan with sinks called without sink values");
+  const cudaError_t e = cudaMemcpyAsync(dst, sinks.values, static_cast<size_t>(p.H) * sizeof(double),
+                                        cudaMemcpyHostToDevice, stream);
+  if (e != cudaSuccess) return cuda_failure(e, "cudaMemcpyAsync of the sinks");
+  *out = static_cast<const double*>(dst);
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status check_variant_values(const Problem& p) {
+  constexpr double kF32Max = 3.4028234663852886e38, kF32MinNormal = 1.1754943508222875e-38;
+  if (p.softcap > 0) {
+    const double cs = p.softcap * kLog2e;
+    if (!(cs >= kF32MinNormal && cs <= kF32Max))
+      return set_error(DILATTN_ERROR_UNSUPPORTED,
+                       "backend '%s': softcap = %g: c * log2(e) is not a normal f32 (use "
+                       "backend ref)",
+                       kBackendName, p.softcap);
+  }
+  const double to_score = kLog2e / static_cast<double>(kernel_score_scale(p).post);
+  for (size_t n = 0; n < p.alibi_slopes.size(); ++n)
+    if (!(std::fabs(p.alibi_slopes[n] * to_score) <= kF32Max))
+      return set_error(DILATTN_ERROR_UNSUPPORTED,
+                       "backend '%s': slopes[%zu] = %g: the ALiBi slope exceeds f32 (use backend "
+                       "ref)",
+                       kBackendName, n, p.alibi_slopes[n]);
   return DILATTN_SUCCESS;
 }
 
 // ---------------------------------------------------------------- launch parameters
 // What every launch of a forward shares (launch_shared.h).
+bool uses_variant_kernels(const Problem& p) {
+  return (p.options_used() & (kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionSinks)) != 0;
+}
+
+ScoreScale kernel_score_scale(const Problem& p) {
+  if (p.softcap > 0)
+    return ScoreScale{static_cast<float>(p.scale) * static_cast<float>(kLog2e), 1.0f};
+  return score_scale(p.scale);
+}
+
 bool rows_of_16_bytes(const dilattn_tensor* t) {
   const int64_t per16 = static_cast<int64_t>(16 / dtype_size(t->dtype));
   return t->strides[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0 &&
@@ -218,16 +289,23 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
   fp.H = p.H;
   fp.Hkv = p.Hkv;
   fp.D = p.D;
-  const ScoreScale scale = score_scale(p.scale);
+  const ScoreScale scale = kernel_score_scale(p);
   fp.score_pre = scale.pre;
   fp.score_post = scale.post;
   fp.causal = p.causal ? 1 : 0;
   fp.num_branches = p.num_branches();
   fp.head_mode = p.head_mode;
+  fp.window_left = p.window_left;
+  fp.window_right = p.window_right;
+  fp.softcap_s = static_cast<float>(p.softcap * kLog2e);
+  fp.alibi = ws.plan.alibi;
+  fp.alibi_per_batch = static_cast<int64_t>(p.alibi_slopes.size()) == p.H ? 0 : 1;
+  fp.alibi_to_score = kLog2e / static_cast<double>(scale.post);
+  fp.sinks = ws.sinks;
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
-    fp.row_ptr = ws.mask[0];
-    fp.col_idx = ws.mask[1];
-    fp.head_ptr = ws.mask[2];
+    fp.row_ptr = ws.plan.mask[0];
+    fp.col_idx = ws.plan.mask[1];
+    fp.head_ptr = ws.plan.mask[2];
     fp.mask_heads = p.mask->num_heads;
     fp.bq = p.mask->bq;
     fp.bk = p.mask->bk;

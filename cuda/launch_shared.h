@@ -13,9 +13,13 @@
 //   DeviceInfo, device_info            a device's facts, asked once per device and process;
 //   begin_call                         the start of every forward and backward call: the
 //                                      device, its facts, the caller's stream;
-//   LaunchPlanState                    a block-sparse plan's mask in device memory;
+//   LaunchPlanState                    a plan's arrays in device memory: the block-sparse
+//                                      mask, the ALiBi slopes;
 //   grant_shared_memory                a kernel's dynamic shared memory limit raised, once per
 //                                      device;
+//   uses_variant_kernels,              whether a problem runs the SIMT kernels' variant
+//   kernel_score_scale                 instances (SPEC 10.1, 10.3), and the score scale
+//                                      every kernel and pre-pass of a call uses;
 //   shared_params, prepare_launch      the index part of every forward and backward launch;
 //   rows_of_16_bytes                   whether a view's rows may be copied by cp.async.
 #ifndef DILATTN_LAUNCH_SHARED_H
@@ -31,6 +35,7 @@
 #include "attention_tile.cuh"  // ForwardParams; cuda_compat.cuh
 #include "backend.h"
 #include "errors.h"
+#include "softmax_rules.h"  // ScoreScale
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -117,24 +122,50 @@ struct CallDevice {
 dilattn_status begin_call(const dilattn_tensor& q, const StreamArgs& run, CallDevice* call);
 
 // ---------------------------------------------------------------- the plan's device state
-// A block-sparse plan's mask (BsrMask: row_ptr, col_idx, head_ptr as int64) in device memory,
-// copied once per device: at plan time to the current device, on first use to another. Freed
-// with the plan. Thread-safe: a plan runs from several threads at once.
+// The arrays of a plan the kernels read: a block-sparse mask (BsrMask: row_ptr, col_idx,
+// head_ptr as int64) and the ALiBi slopes (SPEC 10.1, f64 as given); null where the plan has
+// none.
+struct PlanArrays {
+  const int64_t* mask[3] = {nullptr, nullptr, nullptr};
+  const double* alibi = nullptr;
+};
+
+// Whether a plan has arrays for the device (so prepare makes a LaunchPlanState).
+bool has_plan_arrays(const Problem& p);
+
+// A plan's arrays in device memory, copied once per device: at plan time to the current
+// device, on first use to another. Freed with the plan. Thread-safe: a plan runs from several
+// threads at once.
 class LaunchPlanState : public PlanState {
  public:
   ~LaunchPlanState() override;
-  // The device arrays on `device` (the current device), copied there if not yet.
-  dilattn_status mask_on(int device, const BsrMask& m, const int64_t* arrays[3]);
+  // The device arrays of plan p on `device` (the current device), copied there if not yet.
+  dilattn_status arrays_on(int device, const Problem& p, PlanArrays* arrays);
 
  private:
   struct Copy {
     int device = 0;
     void* base = nullptr;
-    const int64_t* arrays[3] = {nullptr, nullptr, nullptr};
+    PlanArrays arrays;
   };
   std::mutex mutex_;
   std::vector<Copy> copies_;  // one per device used, usually one
 };
+
+// The plan's device arrays on `device` (none when it has none; LaunchPlanState otherwise).
+dilattn_status plan_arrays_of(const Problem& p, int device, PlanArrays* arrays);
+
+// SPEC 10.3: the call's H sink logits (host memory) copied to dst in device memory, on the
+// call's stream; *out = dst, or null for a plan without sinks. The calls that carry sinks
+// (dilattn_forward_ex, dilattn_backward_ex) wait for their work, so the host array outlives
+// the copy.
+dilattn_status copy_sinks(const Problem& p, const SinksCall& sinks, void* dst,
+                          cudaStream_t stream, const double** out);
+
+// SPEC 10.1 values the kernels cannot represent, refused by can_run (SPEC 7): a softcap whose
+// score-domain value c * log2(e) is not a normal f32, an ALiBi slope whose score-domain value
+// exceeds f32.
+dilattn_status check_variant_values(const Problem& p);
 
 // ---------------------------------------------------------------- shared memory
 // Above 48 KiB a kernel must opt in to more dynamic shared memory. Its limit is raised once per
@@ -165,15 +196,25 @@ dilattn_status grant_shared_memory(DeviceInfo& device, Kernel fn, size_t smem) {
 struct Workspace {
   float* o_acc;
   double* lse_acc;
-  const int64_t* mask[3];  // device row_ptr, col_idx, head_ptr; null unless block-sparse
+  PlanArrays plan;       // the plan's device arrays (mask, ALiBi slopes)
+  const double* sinks;   // the call's sink logits in device memory [H]; null: none
 };
 
 // A view whose rows the tensor-core kernels may copy 16 bytes at a time (cp.async): D
 // contiguous, every row 16-byte aligned.
 bool rows_of_16_bytes(const dilattn_tensor* t);
 
+// SPEC 10.1 and 10.3: a problem with a window, softcap, ALiBi or sinks runs the SIMT kernels'
+// variant instances (kernel_choice.h).
+bool uses_variant_kernels(const Problem& p);
+
+// The score scale (lib/softmax_rules.h) of every kernel and pre-pass of a call: score_scale,
+// except that a softcapped problem keeps post = 1 (its scores are bounded by the softcap, so
+// none needs the scale after the maximum; variant_tile.cuh).
+ScoreScale kernel_score_scale(const Problem& p);
+
 // What every launch of a forward shares (and the backward's index part, with no forward
-// workspace): the views, the problem's sizes, the scale, the kind's parameters.
+// workspace): the views, the problem's sizes, the scale, the kind's parameters, the variants'.
 ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Workspace& ws);
 
 // Sets launch `launch`'s kind and branch in fp; returns its number of tiles (grid.x) of

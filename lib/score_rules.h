@@ -25,10 +25,24 @@ DILATTN_HD double softcap_slope(double s, double c) {
   return 1 - t * t;
 }
 
+// The same two in f32, for the kernels' scores (cuda/variant_tile.cuh): a kernel's scores and
+// softcap are f32 in its base-2 score domain, where the softcap keeps this form. Named apart
+// from the f64 ones so that a call with mixed arguments is never ambiguous.
+DILATTN_HD float softcapped_f32(float s, float c) { return c > 0 ? c * tanhf(s / c) : s; }
+DILATTN_HD float softcap_slope_f32(float s, float c) {
+  if (!(c > 0)) return 1;
+  const float t = tanhf(s / c);
+  return 1 - t * t;
+}
+
 // ALiBi: -m * |i + d - j|, d = Nk - Nq. |i + d - j| < Nq + Nk, which fits int64 (plan.cpp).
 DILATTN_HD double alibi_bias(double slope, int64_t i, int64_t j, int64_t Nq, int64_t Nk) {
   const int64_t distance = i + (Nk - Nq) - j;
   return -slope * static_cast<double>(distance < 0 ? -distance : distance);
+}
+DILATTN_HD float alibi_bias_f32(float slope, int64_t i, int64_t j, int64_t Nq, int64_t Nk) {
+  const int64_t distance = i + (Nk - Nq) - j;
+  return -slope * static_cast<float>(distance < 0 ? -distance : distance);
 }
 
 }  // namespace dilattn

@@ -1,11 +1,12 @@
 """test_cli_sinks.py - the command line's SPEC 10.3 flags: --sinks (a comma list, -inf allowed,
 or a .npy of [H]) gives spec_numpy's forward and backward with sinks on the ref backend, and
 backward --d-sinks writes d(sink) [H] (<f8), with causal keyless rows, GQA, dilated and a
-packed batch, on ref and on cpu; AUTO runs them on cpu; bad values exit 2 naming the flag,
-before any output is written.
+packed batch, on ref and on cpu; the same cases but the packed batch on emu (the CUDA kernels
+on the SIMT emulator) where it is built; AUTO runs them on a fast backend (cpu, or cuda where a
+GPU is); bad values exit 2 naming the flag, before any output is written.
 Tolerances: f32 inputs, f64 reference: O within F32_TOL, LSE (written <f8) 1e-12, gradients
-SPEC 8 f32 (d_sinks is computed in f64 from the f32 O the forward wrote: the same bound); cpu
-(f32 throughout): SPEC 8 f32, LSE atol 1e-4."""
+SPEC 8 f32 (d_sinks is computed in f64 from the f32 O the forward wrote: the same bound); cpu and
+emu (f32 throughout): SPEC 8 f32, LSE atol 1e-4."""
 import numpy as np
 import pytest
 
@@ -69,8 +70,25 @@ def test_packed_batch_with_minus_inf_sink(tmp_path):
         assert_close(got, w, atol=1e-5, rtol=1e-4)
 
 
-def test_auto_runs_sinks_on_cpu(tmp_path):
-    # cpu writes an f32 LSE (<f4), ref an f64 one: AUTO resolved the plan to cpu.
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_emu_matches_numpy_spec(tmp_path, case):
+    if not available_backends().get("emu"):
+        pytest.skip("backend emu is not available in this build")
+    shape, flags, spec = CASES[case]
+    arrs, paths = make_inputs(tmp_path, B=1, **shape)
+    flags = flags + _sink_flags(tmp_path, case.endswith("npy"))
+    o_want, lse_want = spec_forward(arrs["q"], arrs["k"], arrs["v"], sinks=SINKS, **spec)
+    o, lse = forward(tmp_path, paths, *flags, backend="emu")
+    assert_close(o, o_want, atol=1e-5, rtol=1e-4)
+    assert_close(lse, lse_want, atol=1e-4, rtol=0)
+    grads = backward(tmp_path, paths, *flags, "--d-sinks", tmp_path / "ds.npy", backend="emu")
+    wants = spec_backward(arrs["q"], arrs["k"], arrs["v"], arrs["do"], sinks=SINKS, **spec)
+    for got, want in zip(grads + [np.load(tmp_path / "ds.npy")], wants):
+        assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_auto_runs_sinks_on_a_fast_backend(tmp_path):
+    # cpu and cuda write an f32 LSE (<f4), ref an f64 one: AUTO resolved the plan to cpu or cuda.
     _, paths = make_inputs(tmp_path, B=1)
     args = forward_args(tmp_path, paths, "--sinks", "0.1,0.2")
     args[args.index("--backend") + 1] = "auto"

@@ -1,10 +1,12 @@
 """test_cli_variants.py - the command line's SPEC 10.1 flags: --window L,R, --softcap C and
 --alibi-slopes (a comma list or a .npy of [H] or [B, H]) give spec_numpy's forward and backward
-on the ref backend and on cpu, alone and together, with causal, GQA and Nq != Nk, dilated and
-block-sparse; AUTO runs them on cpu; bad values exit 2 naming the flag, before any output is
-written.
+on the ref backend, on cpu and on emu (the CUDA kernels on the SIMT emulator) where it is
+built, alone and together, with causal, GQA and Nq != Nk, dilated and block-sparse; AUTO runs
+them on a fast backend (cpu, or cuda where a GPU is); bad values exit 2 naming the flag, before
+any output is written.
 Tolerances: f32 inputs, f64 reference: O within F32_TOL (only the output rounding differs), LSE
-(written <f8) 1e-12, gradients SPEC 8 f32; cpu (f32 throughout): SPEC 8 f32, LSE atol 1e-4."""
+(written <f8) 1e-12, gradients SPEC 8 f32; cpu and emu (f32 throughout): SPEC 8 f32, LSE atol
+1e-4."""
 import numpy as np
 import pytest
 
@@ -69,8 +71,24 @@ def test_cpu_backend_matches_numpy_spec(tmp_path, case):
                      spec_backward(arrs["q"], arrs["k"], arrs["v"], arrs["do"], **spec))
 
 
-def test_auto_runs_variants_on_cpu(tmp_path):
-    # cpu writes an f32 LSE (<f4), ref an f64 one: AUTO resolved the plan to cpu.
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_emu_matches_numpy_spec(tmp_path, case):
+    if not available_backends().get("emu"):
+        pytest.skip("backend emu is not available in this build")
+    shape, flags, spec = CASES[case]
+    arrs, paths = make_inputs(tmp_path, B=2, **shape)
+    flags = _flags(tmp_path, flags)
+    o_want, lse_want = spec_forward(arrs["q"], arrs["k"], arrs["v"], **spec)
+    o, lse = forward(tmp_path, paths, *flags, backend="emu")
+    assert_close(o, o_want, atol=1e-5, rtol=1e-4)
+    assert_close(lse, lse_want, atol=1e-4, rtol=0)
+    grads = backward(tmp_path, paths, *flags, backend="emu")
+    for got, want in zip(grads, spec_backward(arrs["q"], arrs["k"], arrs["v"], arrs["do"], **spec)):
+        assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_auto_runs_variants_on_a_fast_backend(tmp_path):
+    # cpu and cuda write an f32 LSE (<f4), ref an f64 one: AUTO resolved the plan to cpu or cuda.
     _, paths = make_inputs(tmp_path, B=1)
     args = forward_args(tmp_path, paths, "--softcap", "2")
     args[args.index("--backend") + 1] = "auto"

@@ -3,15 +3,20 @@
 // and leave the description as it was (no variant: the plan still resolves to a fast backend
 // and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
 // at plan creation naming the counts; ref and cpu take a plan with each option (their numbers
-// against each other: tests/cpu/test_cpu_variants.cpp), emu refuses it, naming the option;
-// AUTO resolves such a plan to cpu; the ring runs every option on ref but a packed batch, which
-// it refuses naming it. The packed batch of SPEC 10.2 and the sinks of SPEC 10.3 are two more
-// such options here (their own arguments: test_varlen_arguments.cpp,
-// test_sinks_arguments.cpp).
+// against each other: tests/cpu/test_cpu_variants.cpp), emu and cuda run the window, softcap,
+// ALiBi and sinks (emu's forward and backward match ref's here) and refuse a packed batch naming
+// it; AUTO resolves such a plan to the first backend that runs it (cuda where a GPU is, else
+// cpu); the ring runs every option on ref but a packed batch, which it refuses naming it. The packed batch of
+// SPEC 10.2 and the sinks of SPEC 10.3 are two more such options here (their own arguments:
+// test_varlen_arguments.cpp, test_sinks_arguments.cpp).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "../common/compare.h"
+#include "../common/spec_tolerance.h"
 #include "dilattn_ring.h"
 #include "error_fixture.h"
 
@@ -107,25 +112,58 @@ void slope_count_checked_at_plan_creation() {
   }
 }
 
-// Each option alone on a description, with the name a refusal gives it.
+// Each option alone on a description, with the name a refusal gives it and whether the CUDA
+// kernels (cuda and emu) run it.
 struct Variant {
   const char* name;
   dilattn_status (*set)(dilattn_desc);
+  bool kernels_run;
 };
 const Variant kVariants[] = {
-    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, 2, 0); }},
-    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, -1, 3); }},
-    {"a softcap", [](dilattn_desc d) { return dilattn_desc_set_softcap(d, 30.0); }},
+    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, 2, 0); }, true},
+    {"a window", [](dilattn_desc d) { return dilattn_desc_set_window(d, -1, 3); }, true},
+    {"a softcap", [](dilattn_desc d) { return dilattn_desc_set_softcap(d, 30.0); }, true},
     {"ALiBi", [](dilattn_desc d) {
        const double slopes[2] = {0.5, 0.25};
        return dilattn_desc_set_alibi(d, slopes, 2);
-     }},
+     }, true},
     {"a packed batch (varlen)", [](dilattn_desc d) {  // SPEC 10.2, on the N = 4 problems below
        const int64_t cu[3] = {0, 1, 4};
        return dilattn_desc_set_varlen(d, 2, cu, cu);
-     }},
-    {"sinks", [](dilattn_desc d) { return dilattn_desc_set_sinks(d, 1); }},  // SPEC 10.3
+     }, false},
+    {"sinks", [](dilattn_desc d) { return dilattn_desc_set_sinks(d, 1); }, true},  // SPEC 10.3
 };
+
+bool backend_runs(dilattn_backend backend, const Variant& variant) {
+  return backend == DILATTN_BACKEND_REF || backend == DILATTN_BACKEND_CPU ||
+         ((backend == DILATTN_BACKEND_EMU || backend == DILATTN_BACKEND_CUDA) &&
+          variant.kernels_run);
+}
+
+// The forward (O, LSE) and backward (dQ, dK, dV, d_sinks) of errtest::Problem's inputs with
+// the option on `backend`, for comparing emu with ref; sinks {0.5, -1} when the plan has them.
+std::vector<double> outputs_on(const FreshDesc& desc, dilattn_backend backend, bool has_sinks) {
+  errtest::Problem p;
+  dilattn_plan plan = nullptr;
+  std::vector<double> out;
+  if (!CHECK_OK(errtest::create_plan(&plan, desc, p.B, p.N, p.N, p.H, p.Hkv, p.D, backend)))
+    return out;
+  const double sinks[2] = {0.5, -1.0};
+  double d_sinks[2] = {0, 0};
+  dilattn_call_options options = dilattn_call_options_make();
+  if (has_sinks) {
+    options.sinks = sinks;
+    options.d_sinks = d_sinks;
+  }
+  CHECK_OK(dilattn_forward_ex(plan, &p.tq, &p.tk, &p.tv, &p.to, &p.tlse, &options, nullptr, 0));
+  CHECK_OK(dilattn_backward_ex(plan, &p.tq, &p.tk, &p.tv, &p.to, &p.tlse, &p.tdo, &p.tdq, &p.tdk,
+                               &p.tdv, &options, nullptr, 0));
+  for (const std::vector<float>* x : {&p.o, &p.lse, &p.dq, &p.dk, &p.dv})
+    out.insert(out.end(), x->begin(), x->end());
+  if (has_sinks) out.insert(out.end(), d_sinks, d_sinks + 2);
+  dilattn_plan_destroy(plan);
+  return out;
+}
 
 void backends_take_or_refuse_naming_the_option() {
   for (const Variant& variant : kVariants) {
@@ -133,7 +171,7 @@ void backends_take_or_refuse_naming_the_option() {
     CHECK_OK(variant.set(desc.d));
     for (dilattn_backend backend : errtest::cpu_side_backends()) {
       if (!dilattn_backend_available(backend)) continue;
-      if (backend == DILATTN_BACKEND_REF || backend == DILATTN_BACKEND_CPU) {  // they run it
+      if (backend_runs(backend, variant)) {
         dilattn_plan plan = nullptr;
         CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, backend));
         dilattn_plan_destroy(plan);
@@ -145,17 +183,51 @@ void backends_take_or_refuse_naming_the_option() {
                   "use backend ref");
       CHECK(slot.untouched());
     }
-    // AUTO takes a fast backend that runs the option (a GPU's where it does, else cpu), the
-    // reference only where cpu is not available.
+    // emu runs what the kernels run, as ref computes it (f32: SPEC 8's bound).
+    if (variant.kernels_run && dilattn_backend_available(DILATTN_BACKEND_EMU)) {
+      const bool sinks = std::strcmp(variant.name, "sinks") == 0;
+      const std::vector<double> emu = outputs_on(desc, DILATTN_BACKEND_EMU, sinks);
+      const std::vector<double> ref = outputs_on(desc, DILATTN_BACKEND_REF, sinks);
+      CHECK_CLOSE(variant.name, emu, ref, spec8::of(DILATTN_F32));
+    }
+    // AUTO moves past every backend that refuses to the first that runs the option: cuda where
+    // a GPU is and the kernels run it, else cpu, else ref.
     dilattn_plan plan = nullptr;
     CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_AUTO));
     dilattn_backend chosen = DILATTN_BACKEND_AUTO;
     CHECK_OK(dilattn_plan_backend(plan, &chosen));
-    if (dilattn_backend_available(DILATTN_BACKEND_CPU))
-      CHECK(chosen == DILATTN_BACKEND_CPU || chosen == DILATTN_BACKEND_CUDA);
-    else
-      CHECK(chosen == DILATTN_BACKEND_REF);
+    const bool gpu = dilattn_backend_available(DILATTN_BACKEND_CUDA) != 0;
+    const bool cpu = dilattn_backend_available(DILATTN_BACKEND_CPU) != 0;
+    CHECK(chosen == (gpu && variant.kernels_run ? DILATTN_BACKEND_CUDA
+                     : cpu                      ? DILATTN_BACKEND_CPU
+                                                : DILATTN_BACKEND_REF));
     dilattn_plan_destroy(plan);
+  }
+}
+
+// The kernels score in f32 (SPEC 10.1): a softcap whose c * log2(e) is not a normal f32, or a
+// slope whose |m| * log2(e) exceeds f32, is refused by emu naming the value; ref computes them.
+void kernels_refuse_values_beyond_f32() {
+  if (!dilattn_backend_available(DILATTN_BACKEND_EMU)) return;
+  {
+    FreshDesc desc;
+    CHECK_OK(dilattn_desc_set_softcap(desc.d, 1e-300));
+    PlanSlot slot;
+    CHECK_ERROR(errtest::create_plan(&slot.plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_EMU),
+                DILATTN_ERROR_UNSUPPORTED, "backend 'emu'", "softcap = 1e-300", "use backend ref");
+    CHECK(slot.untouched());
+    dilattn_plan plan = nullptr;
+    CHECK_OK(errtest::create_plan(&plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_REF));
+    dilattn_plan_destroy(plan);
+  }
+  {
+    FreshDesc desc;
+    const double slopes[2] = {0.5, 1e300};
+    CHECK_OK(dilattn_desc_set_alibi(desc.d, slopes, 2));
+    PlanSlot slot;
+    CHECK_ERROR(errtest::create_plan(&slot.plan, desc, 1, 4, 4, 2, 1, 3, DILATTN_BACKEND_EMU),
+                DILATTN_ERROR_UNSUPPORTED, "backend 'emu'", "slopes[1] = 1e+300", "use backend ref");
+    CHECK(slot.untouched());
   }
 }
 
@@ -211,6 +283,7 @@ int main() {
   alibi_bad_slopes_refused();
   slope_count_checked_at_plan_creation();
   backends_take_or_refuse_naming_the_option();
+  kernels_refuse_values_beyond_f32();
   ring_runs_or_refuses_each_option();
   return harness::finish("variant_arguments_refused");
 }

@@ -70,6 +70,15 @@ void score_cases() {
   CHECK_EQ(alibi_bias(0.5, 1, 4, 3, 5), -0.5);
   CHECK_EQ(alibi_bias(0.5, 1, 3, 3, 5), 0.0);
   CHECK_EQ(alibi_bias(-2.0, 2, 0, 3, 3), 4.0);  // a negative slope favours distant keys
+  // The f32 forms the kernels use: the same values to f32 rounding.
+  CHECK_NEAR(softcapped_f32(1.5f, 0.5f), 0.5 * std::tanh(3.0), 1e-6);
+  CHECK_EQ(softcapped_f32(1.5f, 0.0f), 1.5f);
+  CHECK_EQ(softcapped_f32(INFINITY, 2.0f), 2.0f);
+  CHECK(std::isnan(softcapped_f32(NAN, 2.0f)));
+  CHECK_NEAR(softcap_slope_f32(1.5f, 0.5f), 1 - std::tanh(3.0) * std::tanh(3.0), 1e-6);
+  CHECK_EQ(softcap_slope_f32(1.5f, 0.0f), 1.0f);
+  CHECK_EQ(alibi_bias_f32(0.5f, 1, 0, 3, 5), -1.5f);
+  CHECK_EQ(alibi_bias_f32(-2.0f, 2, 0, 3, 3), 4.0f);
 }
 
 }  // namespace

@@ -2,12 +2,13 @@
 backend against the independent numpy transcription (tests/common/spec_numpy.py), forward and
 backward, alone and together, with every kind (dense with Nq != Nk and GQA, causal, dilated in
 each head mode, block-sparse); the cpu backend against ref on the same cases, in f64 and f32;
-and the refusals: every setter's bad values, the slope count at plan creation, emu naming the
-option, AUTO resolving to cpu.
+emu (the CUDA kernels on the SIMT emulator) against ref in f32; and the refusals: every
+setter's bad values, the slope count at plan creation, AUTO resolving to the first backend that
+runs the options (cuda where a GPU is, else cpu).
 
 Tolerance: both sides compute in f64 and differ only in summation order -> 1e-10 (as
-tests/python/test_backward.py); cpu in f32 against ref on the same f32 inputs: SPEC 8's f32
-bound (atol 1e-5, rtol 1e-4; LSE atol 1e-4)."""
+tests/python/test_backward.py); cpu and emu in f32 against ref on the same f32 inputs: SPEC 8's
+f32 bound (atol 1e-5, rtol 1e-4; LSE atol 1e-4)."""
 import math
 
 import numpy as np
@@ -146,20 +147,27 @@ def test_softcap_and_alibi_hand_computed():
     assert abs(lse[0, 0, 0] - (s.max() + np.log(np.exp(s - s.max()).sum()))) < 1e-15
 
 
-@pytest.mark.parametrize("backend", ["emu"])
-@pytest.mark.parametrize("option,name", [(dict(window_size=(4, 0)), "a window"),
-                                         (dict(softcap=30.0), "a softcap"),
-                                         (dict(alibi_slopes=[0.5, 0.25]), "ALiBi")])
-def test_other_backends_refuse_naming_the_option(backend, option, name):
-    if not dilattn.backend_available(backend):
-        pytest.skip(f"backend {backend} is not built here")
-    q, k, v, _, _ = _inputs((1, 4, 4, 2, 1, 2), 1)
-    with pytest.raises(dilattn.UnsupportedError) as e:
-        dilattn.forward(q, k, v, backend=backend, **option)
-    assert f"backend '{backend}' does not support {name} yet" in str(e.value)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("kind", ["dense_gqa_nq_lt_nk", "dilated_block", "block_sparse_causal"])
+def test_emu_matches_ref_in_f32(kind, variant):
+    if not dilattn.backend_available("emu"):
+        pytest.skip("backend emu is not built here")
+    sizes, kind_options = KINDS[kind]
+    q, k, v, do, slopes_bh = _inputs(sizes, len(kind) * 17 + len(variant))
+    q, k, v, do = (x.astype(np.float32) for x in (q, k, v, do))
+    lib, _ = _options(kind_options, VARIANTS[variant], sizes, slopes_bh, 1.7)
+    results = {}
+    for backend in ("emu", "ref"):
+        o, lse = dilattn.forward(q, k, v, backend=backend, **lib)
+        results[backend] = (o, lse) + tuple(dilattn.backward(q, k, v, o, lse, do,
+                                                             backend=backend, **lib))
+    for name, got, want in zip(("o", "lse", "dq", "dk", "dv"), results["emu"], results["ref"]):
+        atol, rtol = (1e-4, 0.0) if name == "lse" else (1e-5, 1e-4)
+        assert spec_numpy.within(got, want, atol, rtol), \
+            f"{name}: max diff {np.max(np.abs(got.astype(np.float64) - want))}"
 
 
-def test_auto_resolves_to_cpu():
+def test_auto_resolves_to_a_fast_backend():
     plan = Plan(Options(window_size=(2, 0), softcap=5.0), (1, 4, 4, 2, 1, 2), "f32")
     try:
         if dilattn.backend_available("cpu"):

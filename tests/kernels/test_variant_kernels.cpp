@@ -1,0 +1,236 @@
+// test_variant_kernels.cpp - the CUDA kernels' SPEC 10.1 and 10.3 options (sliding window,
+// softcap, ALiBi per head and per batch x head, sinks), forward and backward, run on the
+// backend DILATTN_TEST_BACKEND names (emu, the default: the SIMT emulator; cuda: a GPU) and
+// compared with the f64 reference (backend ref): O and LSE, then dQ, dK, dV and d_sinks of a
+// backward from the forward's own O and LSE, each within SPEC 8.
+//
+// Every option alone and together, over dense, causal (with rows the window or causal rule
+// empties), GQA with strided views, dilated (several branches: the sink joins each row once;
+// one branch with r > 1: the rows it does not select get LSE = the sink), block-sparse with an
+// empty BSR row, in f32, f16 and bf16, and at D = 64 (a head dim the tensor-core kernels take:
+// kernel_choice.h must send a problem with options to the SIMT variant kernels). Two cases put
+// a NaN in one K and V row: NaN exactly where the reference has it, so a row whose window leaves
+// the key out stays finite (no 0 * NaN from a key in its tile's chunk that it does not see). Each case runs in the emulator's three thread orders (kernel_case.h)
+// and every output, d_sinks included, must be the same bits in each (SPEC 6: deterministic).
+//
+// DILATTN_TEST_CASES=NAME[,NAME...] keeps only the cases of those names (the part after the
+// last '/').
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernel_cases.h"
+#include "kernel_choice.h"
+
+namespace {
+
+using Case = harness::AttentionCase;
+
+struct VariantCase {
+  Case c;
+  std::vector<double> sinks;  // H logits when c.sinks
+  int64_t nan_key = -1;       // >= 0: K[0, nan_key, 0, 0] = V[0, nan_key, 0, 0] = NaN
+};
+
+struct Outputs {
+  harness::Tensor o, lse, dq, dk, dv;
+  std::vector<double> d_sinks;
+};
+
+// Forward, then backward from that forward's O and LSE, through the _ex calls (the sinks ride
+// in dilattn_call_options).
+Outputs run_on(const VariantCase& vc, const harness::Inputs& in, dilattn_backend backend) {
+  const Case& c = vc.c;
+  harness::CaseScope scope(c.name);
+  Case planned = c;
+  planned.dtype = in.q.dtype();
+  const harness::Layout layout = harness::output_layout_of(c, backend);
+  Outputs out{c.q_like(in.q.dtype(), layout), c.lse_like(harness::lse_dtype_of(backend, in.q.dtype())),
+              c.q_like(in.q.dtype(), layout), c.kv_like(in.q.dtype(), layout),
+              c.kv_like(in.q.dtype(), layout), std::vector<double>(c.sinks ? c.H : 0, NAN)};
+  for (harness::Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) t->poison();
+  harness::Plan plan;
+  if (!CHECK_OK(plan.create(planned, backend))) return out;
+  dilattn_call_options options = dilattn_call_options_make();
+  if (c.sinks) {
+    options.sinks = vc.sinks.data();
+    options.d_sinks = out.d_sinks.data();
+  }
+  CHECK_OK(dilattn_forward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
+                              &out.o.view(), &out.lse.view(), &options, nullptr, 0));
+  CHECK_OK(dilattn_backward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
+                               &out.o.view(), &out.lse.view(), &in.d_o.view(), &out.dq.view(),
+                               &out.dk.view(), &out.dv.view(), &options, nullptr, 0));
+  return out;
+}
+
+std::vector<unsigned char> bits_of(const Outputs& r) {
+  std::vector<unsigned char> b = kcase::bytes_of({&r.o, &r.lse, &r.dq, &r.dk, &r.dv});
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(r.d_sinks.data());
+  b.insert(b.end(), s, s + r.d_sinks.size() * sizeof(double));
+  return b;
+}
+
+void run_case(const VariantCase& vc, dilattn_backend backend) {
+  const Case& c = vc.c;
+  harness::CaseScope scope(c.name);
+  const int64_t failed_before = harness::failures();
+  // Whatever the dtype and head dim, a problem with an option runs the SIMT variant kernels.
+  CHECK(dilattn::forward_kernel_for(c.dtype, c.D, 8, true) == dilattn::KernelChoice::simt);
+  harness::Inputs in = kcase::random_inputs(c);
+  if (vc.nan_key >= 0) {
+    in.k.set(0, vc.nan_key, 0, 0, NAN);
+    in.v.set(0, vc.nan_key, 0, 0, NAN);
+  }
+  const Outputs ref = run_on(vc, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
+  std::vector<Outputs> runs;
+  kcase::repeated(backend, [&](int) { runs.push_back(run_on(vc, in, backend)); });
+  for (size_t r = 1; r < runs.size(); ++r)
+    CHECK_MSG(bits_of(runs[r]) == bits_of(runs[0]), "%s run %zu gives other bits than the first",
+              dilattn_backend_name(backend), r);
+  const Outputs& got = runs[0];
+  const spec8::Tolerance tol = spec8::of(c.dtype);
+  CHECK_CLOSE("O", got.o, ref.o, tol);
+  CHECK_CLOSE("LSE", got.lse, ref.lse, spec8::lse());
+  CHECK_CLOSE("dQ", got.dq, ref.dq, tol);
+  CHECK_CLOSE("dK", got.dk, ref.dk, tol);
+  CHECK_CLOSE("dV", got.dv, ref.dv, tol);
+  if (c.sinks) CHECK_CLOSE("d_sinks", got.d_sinks, ref.d_sinks, tol);
+  // A case must check something: some finite LSE, some nonzero reference gradient.
+  int64_t finite = 0, nonzero = 0;
+  for (double x : ref.lse.values()) finite += std::isfinite(x) ? 1 : 0;
+  for (const harness::Tensor* g : {&ref.dq, &ref.dk, &ref.dv})
+    for (double x : g->values()) nonzero += x != 0 && std::isfinite(x) ? 1 : 0;
+  CHECK_MSG(finite > 0 && nonzero > 0, "the reference has no finite LSE or no gradient");
+  std::printf("%-60s %s\n", c.name.c_str(), harness::failures() == failed_before ? "ok" : "FAILED");
+}
+
+std::vector<VariantCase> variant_cases() {
+  std::vector<VariantCase> out;
+  for (dilattn_dtype t : {DILATTN_F32, DILATTN_F16, DILATTN_BF16}) {
+    const bool f32 = t == DILATTN_F32;
+    auto base = [&](const char* name, int64_t D) {
+      VariantCase vc;
+      vc.c.name = std::string("simt/") + dilattn::dtype_name(t) + "/" + name;
+      vc.c.dtype = t;
+      vc.c.D = D;
+      return vc;
+    };
+    auto with_sinks = [](VariantCase& vc, std::vector<double> sinks) {
+      vc.c.sinks = true;
+      vc.sinks = std::move(sinks);
+    };
+    // All four together on each kind, every dtype.
+    VariantCase vc = base("all_dense_causal_gqa_strided", 16);
+    vc.c.B = 2; vc.c.Nq = 21; vc.c.Nk = 27; vc.c.H = 4; vc.c.Hkv = 2; vc.c.causal = true;
+    vc.c.input_layout = vc.c.output_layout = {false, 8};
+    vc.c.window_left = 6; vc.c.softcap = 1.5;
+    vc.c.alibi_slopes = {0.5, 0.25, 0.125, 0.0625, 0.3, 0.2, 0.1, -0.05};  // B x H
+    with_sinks(vc, {0.5, -INFINITY, 1.25, -0.75});
+    out.push_back(vc);
+    vc = base("all_dilated_two_branches", 8);
+    vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 30; vc.c.H = 2; vc.c.Hkv = 1;
+    vc.c.segments = {8, 16}; vc.c.dilations = {1, 2}; vc.c.head_mode = DILATTN_HEADS_MOD;
+    vc.c.window_left = 3; vc.c.window_right = 4; vc.c.softcap = 2.0;
+    vc.c.alibi_slopes = {0.25, 0.5};
+    with_sinks(vc, {0.3, -1.0});
+    out.push_back(vc);
+    vc = base("all_sparse_empty_row", 8);
+    vc.c.kind = DILATTN_KIND_BLOCK_SPARSE; vc.c.Nq = vc.c.Nk = 36; vc.c.H = 2; vc.c.Hkv = 1;
+    vc.c.mask.bq = vc.c.mask.bk = 8;
+    kcase::local_sink_mask(vc.c, 2, 0);
+    vc.c.window_left = 5; vc.c.window_right = 2; vc.c.softcap = 3.0;
+    vc.c.alibi_slopes = {0.2, 0.4};
+    with_sinks(vc, {0.0, 2.0});
+    out.push_back(vc);
+    // D = 64: the tensor-core kernels' head dim, where the options must go to SIMT.
+    vc = base("all_d64_causal", 64);
+    vc.c.Nq = vc.c.Nk = 20; vc.c.causal = true; vc.c.H = vc.c.Hkv = 1;
+    vc.c.window_left = 7; vc.c.softcap = 1.0; vc.c.alibi_slopes = {0.3};
+    with_sinks(vc, {-0.5});
+    out.push_back(vc);
+    if (!f32) continue;
+    // Each option alone (f32).
+    vc = base("window_dense_nq_lt_nk", 12);
+    vc.c.B = 2; vc.c.Nq = 17; vc.c.Nk = 40; vc.c.H = 2; vc.c.Hkv = 1;
+    vc.c.window_left = 3; vc.c.window_right = 5;  // several key chunks, most skipped per tile
+    out.push_back(vc);
+    vc = base("window_causal_empty_rows", 8);
+    vc.c.Nq = 30; vc.c.Nk = 20; vc.c.H = vc.c.Hkv = 2; vc.c.causal = true;
+    vc.c.window_left = 0;  // each row sees one key; the first 10 rows none (causal)
+    out.push_back(vc);
+    vc = base("window_left_only_dilated_block", 8);
+    vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 40; vc.c.H = vc.c.Hkv = 2;
+    vc.c.segments = {16, 40}; vc.c.dilations = {2, 4}; vc.c.head_mode = DILATTN_HEADS_BLOCK;
+    vc.c.window_left = 9;
+    out.push_back(vc);
+    vc = base("softcap_causal", 12);
+    vc.c.Nq = vc.c.Nk = 25; vc.c.H = vc.c.Hkv = 2; vc.c.causal = true; vc.c.softcap = 0.75;
+    vc.c.scale = 2.0;  // scores beyond the softcap, where tanh bends
+    out.push_back(vc);
+    vc = base("alibi_per_head_gqa", 8);
+    vc.c.Nq = 19; vc.c.Nk = 23; vc.c.H = 4; vc.c.Hkv = 2;
+    vc.c.alibi_slopes = {0.5, 0.25, 0.0, -0.125};
+    out.push_back(vc);
+    vc = base("alibi_per_batch_head_dilated_groups", 8);
+    vc.c.kind = DILATTN_KIND_DILATED; vc.c.B = 2; vc.c.Nq = vc.c.Nk = 24; vc.c.H = 3;
+    vc.c.Hkv = 3; vc.c.segments = {8, 12, 24}; vc.c.dilations = {1, 2, 3};
+    vc.c.head_mode = DILATTN_HEADS_GROUPS;
+    vc.c.alibi_slopes = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+    out.push_back(vc);
+    vc = base("sinks_dense", 8);
+    vc.c.B = 2; vc.c.Nq = vc.c.Nk = 18; vc.c.H = 2; vc.c.Hkv = 1;
+    with_sinks(vc, {1.5, -2.0});
+    out.push_back(vc);
+    vc = base("sinks_dilated_one_branch_gaps", 8);  // unselected rows: O = 0, LSE = the sink
+    vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 26; vc.c.H = 3; vc.c.Hkv = 1;
+    vc.c.segments = {12}; vc.c.dilations = {3}; vc.c.head_mode = DILATTN_HEADS_MOD;
+    with_sinks(vc, {0.25, -INFINITY, -1.0});
+    out.push_back(vc);
+    vc = base("sinks_causal_empty_rows", 8);  // rows with no key: O = 0, LSE = the sink
+    vc.c.Nq = 24; vc.c.Nk = 16; vc.c.causal = true; vc.c.H = vc.c.Hkv = 1;
+    with_sinks(vc, {0.5});
+    out.push_back(vc);
+    // NaN in K and V row 10: the rows that see it are NaN, the others (the window leaves it
+    // out) are not, forward and backward.
+    vc = base("nan_key_window", 8);
+    vc.c.Nq = vc.c.Nk = 30; vc.c.window_left = 2; vc.c.window_right = 1;
+    vc.nan_key = 10;
+    out.push_back(vc);
+    vc = base("nan_key_all_options_sinks", 8);
+    vc.c.Nq = vc.c.Nk = 30; vc.c.causal = true; vc.c.window_left = 4; vc.c.softcap = 2.0;
+    vc.c.alibi_slopes = {0.2};
+    with_sinks(vc, {0.1});
+    vc.nan_key = 12;
+    out.push_back(vc);
+  }
+  // DILATTN_TEST_CASES: keep the cases named.
+  const char* list = std::getenv("DILATTN_TEST_CASES");
+  if (list == nullptr || list[0] == '\0') return out;
+  std::vector<VariantCase> kept;
+  const std::string names = std::string(",") + list + ",";
+  for (const VariantCase& vc : out) {
+    const std::string name = vc.c.name.substr(vc.c.name.rfind('/') + 1);
+    if (names.find("," + name + ",") != std::string::npos) kept.push_back(vc);
+  }
+  return kept;
+}
+
+}  // namespace
+
+int main() {
+  dilattn_backend backend = DILATTN_BACKEND_EMU;
+  if (!harness::test_backend_from_env(&backend)) return 1;
+  // The choice itself: options send every dtype and head dim to SIMT; without them the
+  // tensor-core kernels keep their cases.
+  using dilattn::KernelChoice;
+  CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, true) == KernelChoice::simt);
+  CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::simt);
+  CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, false) == KernelChoice::mma);
+  CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, false) == KernelChoice::mma_tf32);
+  for (const VariantCase& vc : variant_cases()) run_case(vc, backend);
+  return harness::finish(
+      (std::string("kernels_variants on ") + dilattn_backend_name(backend)).c_str());
+}
