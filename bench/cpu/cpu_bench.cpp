@@ -529,13 +529,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, Result>> done;  // for the dropout rows' cost
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
-    if (!only.empty()) {  // --only: cases whose name holds one of the comma-separated names
-      bool wanted = false;
-      std::istringstream names(only);
-      for (std::string name; std::getline(names, name, ',');)
-        wanted = wanted || (!name.empty() && c.name.find(name) != std::string::npos);
-      if (!wanted) continue;
-    }
+    if (!only.empty() && !name_matches(c.name, only)) continue;
     const std::string cmd = std::string(argv[0]) + " --case " + std::to_string(i) +
                             " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
