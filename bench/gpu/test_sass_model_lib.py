@@ -2,7 +2,8 @@
 (DILATTN_CUDA_LIB): the model must find every forward and tensor-core backward kernel's chunk
 loop, match its profile, and count what the kernels' tiles imply. Registered by
 bench/gpu/meson.build only when the CUDA kernels are built; it then fails, never skips, without
-cuobjdump (sass_model.py says how to install it). Run by meson test (suite gpu_model) through pytest; no GPU needed.
+cuobjdump (sass_model.py says how to install it). Run by meson test (suite gpu_model) through
+pytest; no GPU needed.
 """
 import json
 import os
