@@ -157,7 +157,8 @@ def _mma_tf32_trips(D, br, bc, t):
 #        spans, and query_span's inside: 0 per chunk, they run when a span ends) | prepare's
 #        per-row loop `for t = tid; t < R; t += T` (R = BC <= 32 rows: warp 0 alone, so
 #        ceil(BC/32) of the T/32 warps, a fraction) | copy_rows of Q, then dO (BC*D/piece/T
-#        each) | MMA_TF32 only: the two scores<BC> k loops (D/8 each).
+#        each) | MMA_TF32 only: the two scores<BC> k loops (D/8 each). The chunk's seen-any
+#        test, `for t = lane; t < R; t += 32`, is one iteration (R <= 32): no loop in the SASS.
 #   MMA_TF32's copy_rows loops are unrolled by 2 (two LDGSTS.128 a trip, a first iteration
 #   peeled off for an odd count: 8 a thread at both head dims, so 4 trips and the peeled
 #   iteration's blocks, which count once, never run).
