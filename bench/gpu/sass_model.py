@@ -1,27 +1,34 @@
 #!/usr/bin/env python3
-r"""sass_model.py - a static cost model of the forward kernels, from their SASS. Modelled, not
-measured: no GPU runs anything here.
+r"""sass_model.py - a static cost model of the forward and tensor-core backward kernels, from
+their SASS. Modelled, not measured: no GPU runs anything here.
 
 Usage:
-  bench/gpu/sass_model.py LIBRARY_OR_OBJECT [--kernel REGEX] [--json FILE] [--txt FILE]
+  bench/gpu/sass_model.py BINARY... [--kernel REGEX] [--json FILE] [--txt FILE]
                           [--tile FAMILY=BR,BC,THREADS]
   e.g. bench/gpu/sass_model.py build-cuda/lib/libdilattn.so --json bench/results/x.json
+       bench/gpu/sass_model.py backward_mma.o backward_mma_tf32.o --kernel 'backward_\w*mma'
 
 What it does, per kernel whose name matches --kernel (default: forward_\w*kernel) and per arch:
-  1. cuobjdump -sass, split per kernel (bench/gpu/sass_parse.py: name, arch, basic blocks,
-     natural loops).
-  2. The loop over key chunks: the innermost loop that holds a BAR (every forward kernel
+  1. cuobjdump -sass of each binary, split per kernel (bench/gpu/sass_parse.py: name, arch,
+     basic blocks, natural loops).
+  2. The loop over chunks: the innermost loop that holds a BAR (every kernel modelled here
      synchronizes its block once per chunk at least, and no loop inside the chunk loop does).
+     Forward and dQ pass: chunks of BC keys against a block of BR query rows; dK/dV pass:
+     chunks of BC query rows against a block of BR keys (cuda/mma_backward_loop.cuh).
   3. Instructions issued per warp per chunk, by class (CLASSES): each instruction of the chunk
      loop counts once, times the trip counts of the inner loops around it. Trip counts come from
-     the kernel's profile (PROFILES: the inner loops in header-address order, as functions of D);
-     a kernel without one, or whose inner loops differ from it, counts every inner loop body
-     once and is marked "unprofiled". Both sides of a data-dependent branch count once per
-     iteration (an upper bound), except the blocks a kernel's OFF_PATH names: the paths a full
-     chunk of a 16-byte-aligned view never takes, and the NaN rule's exact path
-     (NAN_RULE_PATH), which finite inputs never take. Warps are assumed converged (sass_parse.Cfg).
-  4. Per chunk of BC keys and a block of BR query rows (the kernel's tile, TILES):
-       FLOP        4 * BR * BC * D (S = Q K^T and P V, FlashAttention's count);
+     the kernel's profile (PROFILES: the inner loops in header-address order, as functions of D;
+     a fraction where only some warps run a loop); a kernel without one, or whose inner loops
+     differ from it, counts every inner loop body once and is marked "unprofiled". Both sides
+     of a data-dependent branch count once per iteration (an upper bound), except the blocks a
+     kernel's OFF_PATH names: the paths a full chunk of a 16-byte-aligned view never takes, and
+     the NaN rule's exact path (NAN_RULE_PATH), which finite inputs never take. The backward
+     kernels count further blocks 0: the general P/dS path where the usual one applies
+     (GENERAL_PATH) and the work done once a span (PER_SPAN_REGIONS). Warps are assumed
+     converged (sass_parse.Cfg).
+  4. Per chunk (the kernel's tile, TILES: BR, BC, threads):
+       FLOP        GEMMS x 2 * BR * BC * D: the forward's 2 (S = Q K^T and P V,
+                   FlashAttention's count), the dQ pass's 3, the dK/dV pass's 4;
        issue       warp instructions / 4 per clock per SM (4 sub-partitions, 1 each);
        tensor      HMMA FLOP / the device's dense f16 FLOP per clock per SM (a TF32 HMMA
                    counts twice its FLOP: the dense TF32 peak is half the f16 one on A100 and
@@ -29,11 +36,14 @@ What it does, per kernel whose name matches --kernel (default: forward_\w*kernel
        smem        shared-memory wavefronts / 1 per clock per SM (128 bytes per clock), with
                    the bank conflicts of the kernel's access pattern (ACCESS: an assumption,
                    written from the kernel source, stated in the output);
-       smem also counts cp.async's shared-memory writes (LDGSTS, 16 bytes a lane: 4);
+       smem also counts cp.async's shared-memory writes (LDGSTS, 16 bytes a lane: 4) and the
+                   loads and stores through generic addresses (GEN: the tiles' pointers);
        bandwidth   global bytes loaded per chunk (LDG/LDGSTS widths x lanes x warps) at HBM
-                   bandwidth, each block loading its own K and V (the reuse of BR rows per
+                   bandwidth, each block loading its own chunks (the reuse of BR rows per
                    block; no L2 reuse between blocks);
      each bound gives a fraction of the dense f16 tensor peak; the estimate is the smallest.
+  5. The whole backward where both passes are modelled (backward_summary): per (query row, key)
+     pair, the two passes' estimates weighted by the time each takes.
   Table on stdout, JSON with --json, the same table with --txt.
 
 Device constants (DEVICES) and their sources are below. Checked by bench/gpu/test_sass_model.py.
@@ -78,10 +88,30 @@ TILES = {
     "forward_mma_kernel": (64, 64, 128),
     # forward_mma_tf32.cu's Tf32Tile: f32 tiles, so 32 keys a chunk at D = 128.
     "forward_mma_tf32_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 32, 128),
+    # The backward passes (cuda/mma_backward_loop.cuh: kMmaBackwardRows = kMmaBackwardKeys = 64,
+    # kMmaBackwardThreads = 128). dQ: BR = 64 query rows a block, BC = the K/V chunk (kDqKeys);
+    # dK/dV: BR = 64 keys a block, BC = the Q/dO chunk of query rows (kKvRows). f16/bf16:
+    # backward_mma.cu's MmaBackwardProducts, f32: backward_mma_tf32.cu's Tf32BackwardProducts.
+    "backward_dq_mma_kernel": lambda D: (64, 32 if D == 64 else 64, 128),
+    "backward_dkdv_mma_kernel": lambda D: (64, 32 if D == 64 else 16, 128),
+    "backward_dq_mma_tf32_kernel": lambda D: (64, 64 if D == 64 else 32, 128),
+    "backward_dkdv_mma_tf32_kernel": lambda D: (64, 32 if D == 64 else 16, 128),
 }
 
 # The input dtype of a family whose template arguments do not name one (f32, as 3xTF32).
-FAMILY_DTYPE = {"forward_mma_tf32_kernel": "f32"}
+FAMILY_DTYPE = {"forward_mma_tf32_kernel": "f32", "backward_dq_mma_tf32_kernel": "f32",
+                "backward_dkdv_mma_tf32_kernel": "f32"}
+
+# The GEMMs of BR x BC x D (2 * BR * BC * D FLOP each) a chunk runs: the forward 2 (S = Q K^T,
+# P V: FlashAttention's 4 * BR * BC * D); the dQ pass 3 (S = Q K^T, dP = dO V^T, dQ += dS K);
+# the dK/dV pass 4 (S^T, dP^T, dV += P^T dO, dK += dS^T Q). The backward's two passes compute
+# S and dP twice, 14 D FLOP a (query row, key) pair against FlashAttention-2's 10 D.
+GEMMS = {"backward_dq_mma_kernel": 3, "backward_dq_mma_tf32_kernel": 3,
+         "backward_dkdv_mma_kernel": 4, "backward_dkdv_mma_tf32_kernel": 4}
+
+
+def gemms_of(family):
+    return GEMMS.get(family, 2)
 
 
 def tile_of(tile, D):
@@ -114,8 +144,49 @@ def _mma_tf32_trips(D, br, bc, t):
     return [0, bc * D // 4 // t]
 
 
+#   Backward (cuda/mma_backward_loop.cuh), per thread; 16-byte pieces of 8 (f16/bf16) or 4 (f32)
+#   elements. A trip count may be a fraction: the average over the block's warps of a loop only
+#   some warps run.
+#   dQ pass: thread 0's read_span of the next span (0 per chunk, as the forward's) | copy_rows of
+#        K, then V (BC*D/piece/T each) | the K rows' finiteness flags, `for c = tid; c < BC;
+#        c += T`: BC <= T keys, one a thread, which ptxas runs in the remainder iterations before
+#        its 4-way unrolled body, so that body runs 0 times (the remainder's blocks count once,
+#        see below) | MMA_TF32 only: the k loop of each of the two scores<BC> (D/8 each; the
+#        f16 products and the rest of the chunk are unrolled).
+#   dK/dV pass: next_query_chunk's walk to the next span or head (its loop over heads, over
+#        spans, and query_span's inside: 0 per chunk, they run when a span ends) | prepare's
+#        per-row loop `for t = tid; t < R; t += T` (R = BC <= 32 rows: warp 0 alone, so
+#        ceil(BC/32) of the T/32 warps, a fraction) | copy_rows of Q, then dO (BC*D/piece/T
+#        each) | MMA_TF32 only: the two scores<BC> k loops (D/8 each). The chunk's seen-any
+#        test, `for t = lane; t < R; t += 32`, is one iteration (R <= 32): no loop in the SASS.
+#   MMA_TF32's copy_rows loops are unrolled by 2 (two LDGSTS.128 a trip, a first iteration
+#   peeled off for an odd count: 8 a thread at both head dims, so 4 trips and the peeled
+#   iteration's blocks, which count once, never run).
+def _bwd_copy_trips(bc, D, piece, t):
+    n = bc * D // piece // t
+    return [n // 2 if piece == 4 else n] * 2
+
+
+def _bwd_dq_trips(piece):
+    def trips(D, br, bc, t):
+        return [0] + _bwd_copy_trips(bc, D, piece, t) + [0] + ([D // 8] * 2 if piece == 4 else [])
+    return trips
+
+
+def _bwd_dkdv_trips(piece):
+    def trips(D, br, bc, t):
+        prepare = -(-bc // 32) / (t // 32)
+        return ([0, 0, 0, prepare] + _bwd_copy_trips(bc, D, piece, t) +
+                ([D // 8] * 2 if piece == 4 else []))
+    return trips
+
+
 PROFILES = {"forward_simt_kernel": _simt_trips, "forward_mma_kernel": _mma_trips,
-            "forward_mma_tf32_kernel": _mma_tf32_trips}
+            "forward_mma_tf32_kernel": _mma_tf32_trips,
+            "backward_dq_mma_kernel": _bwd_dq_trips(8),
+            "backward_dq_mma_tf32_kernel": _bwd_dq_trips(4),
+            "backward_dkdv_mma_kernel": _bwd_dkdv_trips(8),
+            "backward_dkdv_mma_tf32_kernel": _bwd_dkdv_trips(4)}
 
 
 # Blocks of the chunk loop a full chunk of a 16-byte-aligned K and V view never runs, counted 0.
@@ -131,7 +202,18 @@ def _mma_tf32_off_path(block):
     return any(i.op == "LDG.E" or (i.op == "STS" and i.operands.endswith(", RZ")) for i in block)
 
 
-OFF_PATH = {"forward_mma_kernel": _mma_off_path, "forward_mma_tf32_kernel": _mma_tf32_off_path}
+# Backward (copy_rows): the element-by-element load of a view cp.async cannot copy, 16-bit
+# (LDG.E.U16) or 32-bit (LDG.E) loads. Its zero fill of the rows past a chunk's end is a guarded
+# store inside the loop's first block, which issues on every trip and counts.
+def _bwd_off_path(element_load):
+    return lambda block: any(i.op == element_load for i in block)
+
+
+OFF_PATH = {"forward_mma_kernel": _mma_off_path, "forward_mma_tf32_kernel": _mma_tf32_off_path,
+            "backward_dq_mma_kernel": _bwd_off_path("LDG.E.U16"),
+            "backward_dkdv_mma_kernel": _bwd_off_path("LDG.E.U16"),
+            "backward_dq_mma_tf32_kernel": _bwd_off_path("LDG.E"),
+            "backward_dkdv_mma_tf32_kernel": _bwd_off_path("LDG.E")}
 
 
 # The NaN rule's exact path (cuda/mma_unseen_pairs.cuh), which finite inputs never run: its
@@ -145,7 +227,52 @@ def _nan_rule_path(block):
                for i in block)
 
 
-NAN_RULE_PATH = {"forward_mma_kernel": _nan_rule_path, "forward_mma_tf32_kernel": _nan_rule_path}
+NAN_RULE_PATH = {"forward_mma_kernel": _nan_rule_path, "forward_mma_tf32_kernel": _nan_rule_path,
+                 "backward_dq_mma_kernel": _nan_rule_path,
+                 "backward_dkdv_mma_kernel": _nan_rule_path,
+                 "backward_dq_mma_tf32_kernel": _nan_rule_path,
+                 "backward_dkdv_mma_tf32_kernel": _nan_rule_path}
+
+
+# The backward's general P and dS (prob_and_ds: selection of the pairs a row sees, the flags of
+# the NaN rule, post * (pre s - lse_s)) beside its usual path (prob_and_ds_seen: one fused
+# multiply-add, 2^x, dP - D_i, a multiply). A chunk takes one or the other, the usual one when
+# every pair of the warp's chunk is seen, post = 1 and lse_s is finite: every chunk of a dense
+# or dilated problem but those that cross the causal diagonal or a span's end. The backward
+# counts the usual path and none of the general one (unlike the forward, whose softmax paths
+# count both): found in the SASS as the branch around the usual path, the block with the most
+# unguarded MUFU.EX2 (all the chunk's 2^x in one block, its only predecessor ending in the
+# branch), the general path being every block reachable from the branch's other side before
+# the join (the usual block's successor). An empty set if the SASS is not of that shape.
+def general_softmax_path(loop):
+    cfg = loop.cfg
+
+    def ex2(b):
+        return sum(1 for i in cfg.blocks[b] if i.op == "MUFU.EX2" and not i.pred)
+
+    usual = max(loop.blocks, key=lambda b: (ex2(b), -b))
+    preds = [p for p in cfg.pred[usual] if p in loop.blocks]
+    if ex2(usual) == 0 or len(preds) != 1 or len(cfg.succ[usual]) != 1:
+        return frozenset(), None
+    branch, join = preds[0], cfg.succ[usual][0]
+    other = [s for s in cfg.succ[branch] if s != usual]
+    if len(other) != 1:
+        return frozenset(), None
+    seen, stack = set(), [other[0]]
+    while stack:
+        b = stack.pop()
+        if b in seen or b == join or b not in loop.blocks:
+            continue
+        seen.add(b)
+        stack.extend(cfg.succ[b])
+    if loop.header in seen or usual in seen:
+        return frozenset(), None
+    return frozenset(seen), usual
+
+
+GENERAL_PATH = {f: general_softmax_path for f in (
+    "backward_dq_mma_kernel", "backward_dkdv_mma_kernel", "backward_dq_mma_tf32_kernel",
+    "backward_dkdv_mma_tf32_kernel")}
 
 
 # Shared-memory bank conflicts, an assumption per kernel (what its source says about its tiles):
@@ -192,8 +319,44 @@ def _mma_tf32_access(D, br, bc, t, pitch):
              "words": [2 * (l % 4) * pitch + l // 4 for l in range(32)], "wavefronts": 1}]
 
 
+# Backward f16/bf16 (backward_mma.cu, rows of D + 8 elements): scores reads both operands with
+#   ldmatrix x4 (LDSM.16.M88.4: A's 16 rows, B's n-major rows), accumulate its B operand with
+#   ldmatrix x4 .trans (LDSM.16.MT88.4); the same 8-row x 4-word matrices as the forward.
+def _bwd_mma_access(D, br, bc, t, pitch):
+    matrix = [r * pitch // 2 + w for r in range(8) for w in range(4)]
+    return [{"what": "scores LDSM.x4 (A and B operands): 8 rows x 4 words, pitch %d B"
+             % (2 * pitch),
+             "match": lambda i: i.base == "LDSM" and ".MT" not in i.op,
+             "words": matrix, "wavefronts": 4},
+            {"what": "accumulate LDSM.x4.trans (B operand): 8 rows x 4 words, pitch %d B"
+             % (2 * pitch),
+             "match": lambda i: i.base == "LDSM" and ".MT" in i.op,
+             "words": matrix, "wavefronts": 4}]
+
+
+# Backward f32 (backward_mma_tf32.cu, rows of D + 4 floats), 32-bit loads a lane: scores<N>
+#   reads A at row g, column t (4 loads a k step of 8) and B at row 8n + g, column t (2 a k step
+#   and n tile), D/8 k steps; accumulate<N> reads y at rows 8n + 2t, 8n + 2t + 1, column g (2 a
+#   k block n and n tile nd). dQ: 2 scores<BC>, 1 accumulate<BC>; dK/dV: 2 of each (BC = R).
+def _bwd_tf32_access(accumulates):
+    def access(D, br, bc, t, pitch):
+        scores = 2 * D // 8 * (4 + bc // 8 * 2)
+        acc = accumulates * bc // 8 * D // 8 * 2
+        return [{"what": "scores loads: row g, column t, pitch %d B" % (4 * pitch),
+                 "per_warp": scores,
+                 "words": [(l // 4) * pitch + l % 4 for l in range(32)], "wavefronts": 1},
+                {"what": "accumulate loads: row 2t, column g, pitch %d B" % (4 * pitch),
+                 "per_warp": acc,
+                 "words": [2 * (l % 4) * pitch + l // 4 for l in range(32)], "wavefronts": 1}]
+    return access
+
+
 ACCESS = {"forward_simt_kernel": _simt_access, "forward_mma_kernel": _mma_access,
-          "forward_mma_tf32_kernel": _mma_tf32_access}
+          "forward_mma_tf32_kernel": _mma_tf32_access,
+          "backward_dq_mma_kernel": _bwd_mma_access,
+          "backward_dkdv_mma_kernel": _bwd_mma_access,
+          "backward_dq_mma_tf32_kernel": _bwd_tf32_access(1),
+          "backward_dkdv_mma_tf32_kernel": _bwd_tf32_access(2)}
 
 
 def simt_key_pitch_rule(kernel):
@@ -214,11 +377,17 @@ def eval_pitch(rule, D):
 # its SASS (simt_key_pitch_rule); forward_mma's is MmaTile::kStride, from its source.
 PITCH_RULES = {"forward_simt_kernel": simt_key_pitch_rule,
                "forward_mma_kernel": lambda kernel: "D+8",
-               "forward_mma_tf32_kernel": lambda kernel: "D+4"}
+               "forward_mma_tf32_kernel": lambda kernel: "D+4",
+               "backward_dq_mma_kernel": lambda kernel: "D+8",
+               "backward_dkdv_mma_kernel": lambda kernel: "D+8",
+               "backward_dq_mma_tf32_kernel": lambda kernel: "D+4",
+               "backward_dkdv_mma_tf32_kernel": lambda kernel: "D+4"}
 
 
 # ---------------------------------------------------------------- instruction classes
-CLASSES = ["HMMA", "LDG", "LDS", "STS", "FP32", "MUFU", "BAR", "INT", "OTHER"]
+# GEN: loads and stores through a generic address (LD, ST): the kernels' tile pointers, so
+# shared memory in them (counted as its wavefronts too).
+CLASSES = ["HMMA", "LDG", "LDS", "STS", "GEN", "FP32", "MUFU", "BAR", "INT", "OTHER"]
 _INT = {"IMAD", "IADD3", "IADD", "LEA", "LEA.HI", "SHF", "LOP3", "LOP", "ISETP", "IABS", "SEL",
         "MOV", "PRMT", "IMNMX", "S2R", "S2UR", "CS2R", "ULDC", "UIADD3", "UMOV", "ULEA", "USHF",
         "ULOP3", "UISETP", "UIMAD", "USEL", "UPRMT", "IMUL", "SGXT", "BMSK", "POPC", "FLO",
@@ -235,6 +404,8 @@ def classify(ins):
         return "LDS"
     if b == "STS":
         return "STS"
+    if b in ("LD", "ST"):
+        return "GEN"
     if b in ("FFMA", "FMUL", "FADD"):
         return "FP32"
     if b == "MUFU":
@@ -285,6 +456,30 @@ def smem_wavefronts(ins):
 
 
 # ---------------------------------------------------------------- the model
+# Families whose per-span work counts 0 per chunk beyond its loops: the blocks that run only
+# when the branch nearest above a 0-trip inner loop (PROFILES: a loop run when a span ends)
+# sends control to it (sass_parse.Loop.guarded_region): the backward's read_span and
+# next_query_chunk with their setup and the warp-wide reduction after read_span's loop. The
+# forward's tables count those blocks once a chunk (a few percent of its instructions).
+PER_SPAN_REGIONS = set(GENERAL_PATH)
+
+
+def per_span_blocks(loop, trips):
+    """The blocks of the guarded regions of loop's 0-trip inner loops; a region that holds a
+    barrier or a tensor instruction (the chunk's own work) is left counted."""
+    cfg = loop.cfg
+    dom, pdom = cfg.dominators(), loop.post_dominators()
+    out = set()
+    for inner, n in zip(loop.descendants(), trips):
+        if n != 0 or inner.header in out:
+            continue
+        _, region = loop.guarded_region(inner.header, dom, pdom)
+        if any(i.base in ("BAR", "HMMA") for b in region for i in cfg.blocks[b]):
+            continue
+        out |= region
+    return frozenset(out)
+
+
 def chunk_loop(cfg):
     """The loop over key chunks: among loops holding a BAR, one with no BAR-holding loop inside
     it; if several, the one with the most barriers (then the largest)."""
@@ -296,15 +491,14 @@ def chunk_loop(cfg):
     return max(inner, key=lambda l: (l.count(lambda i: i.base == "BAR"), len(l.blocks)))
 
 
-def weights(loop, trips, off_path=None):
+def weights(loop, trips, off_path=None, off_blocks=frozenset()):
     """Instruction weight per block of `loop`: the product of the trip counts of the inner loops
     that hold the block (trips in loop.descendants() order; None: every body once); 0 for a
-    block off_path(instructions) marks as not run."""
+    block off_path(instructions) marks as not run, and for the blocks (ids) in off_blocks."""
     w = {b: 1 for b in loop.blocks}
-    if off_path is not None:
-        for b in loop.blocks:
-            if off_path(loop.cfg.blocks[b]):
-                w[b] = 0
+    for b in loop.blocks:
+        if b in off_blocks or (off_path is not None and off_path(loop.cfg.blocks[b])):
+            w[b] = 0
     if trips is None:
         return w
     for inner, n in zip(loop.descendants(), trips):
@@ -313,8 +507,8 @@ def weights(loop, trips, off_path=None):
     return w
 
 
-def count_chunk(loop, trips, off_path=None):
-    w = weights(loop, trips, off_path)
+def count_chunk(loop, trips, off_path=None, off_blocks=frozenset()):
+    w = weights(loop, trips, off_path, off_blocks)
     counts = {c: 0 for c in CLASSES}
     ldg_bytes = hmma = wavefronts = 0
     for b in loop.blocks:
@@ -324,11 +518,13 @@ def count_chunk(loop, trips, off_path=None):
             n = w[b]
             cls = classify(ins)
             counts[cls] += n
+            if ins.pred == "!PT":  # never runs (ptxas's LDS RZ, [RZ] before LDGSTS): issue only
+                continue
             if cls == "LDG":
                 ldg_bytes += n * access_bytes(ins.op) * 32
             elif cls == "HMMA":
                 hmma += n * hmma_flop(ins.op) * tensor_cost(ins.op)
-            if cls in ("LDS", "STS") or ins.base == "LDGSTS":  # cp.async writes shared memory
+            if cls in ("LDS", "STS", "GEN") or ins.base == "LDGSTS":  # cp.async writes smem
                 wavefronts += n * smem_wavefronts(ins)
     return counts, ldg_bytes, hmma, wavefronts
 
@@ -370,7 +566,18 @@ def model_kernel(kernel, D, dtype, tile, family):
     if nan_rule is not None:
         off_path = (lambda block, first=off_path:
                     nan_rule(block) or (first is not None and first(block)))
-    counts, ldg_bytes_warp, hmma_flop_warp, wavefronts = count_chunk(loop, trips, off_path)
+    general, usual = frozenset(), None
+    if family in GENERAL_PATH:
+        general, usual = GENERAL_PATH[family](loop)
+        if not general:
+            profiled = False  # the SASS is not of the shape the rule reads: both paths count
+    off_blocks = set(general)
+    per_span = frozenset()
+    if family in PER_SPAN_REGIONS and trips is not None:
+        per_span = per_span_blocks(loop, trips)
+        off_blocks |= per_span
+    counts, ldg_bytes_warp, hmma_flop_warp, wavefronts = count_chunk(loop, trips, off_path,
+                                                                     off_blocks)
     warps = threads // 32
     out.update({
         "chunk_loop": {"header": "0x%x" % loop.header_addr,
@@ -380,13 +587,24 @@ def model_kernel(kernel, D, dtype, tile, family):
         "tile": {"BR": br, "BC": bc, "threads": threads},
         "per_warp_per_chunk": counts,
     })
+    if family in GENERAL_PATH:
+        w = weights(loop, trips)
+        out["general_softmax_path"] = {
+            "blocks": sorted("0x%x" % cfg.blocks[b][0].addr for b in general),
+            "instructions": sum(w[b] * len(cfg.blocks[b]) for b in general),
+            "usual_path_block": "0x%x" % cfg.blocks[usual][0].addr if usual is not None else None,
+            "usual_path_instructions": len(cfg.blocks[usual]) if usual is not None else None}
+    if family in PER_SPAN_REGIONS:
+        out["per_span_blocks"] = {
+            "blocks": len(per_span),
+            "instructions": sum(len(cfg.blocks[b]) for b in per_span)}
     # Bank conflicts of the described accesses: extra wavefronts beyond one per access.
     conflicts = []
     extra = 0
     if family in ACCESS and dev is not None:
         pitch_rule = PITCH_RULES.get(family, lambda k: "D")(kernel)
         pitch = eval_pitch(pitch_rule, D)
-        w = weights(loop, trips, off_path)
+        w = weights(loop, trips, off_path, off_blocks)
         for acc in ACCESS[family](D, br, bc, threads, pitch):
             ways = conflict_ways(acc["words"], dev["smem_banks"])
             n = acc.get("per_warp")
@@ -397,7 +615,7 @@ def model_kernel(kernel, D, dtype, tile, family):
         for c in conflicts:
             c.update({"pitch": pitch, "pitch_rule": pitch_rule})
     out["bank_conflicts"] = conflicts
-    flop = 4 * br * bc * D
+    flop = 2 * gemms_of(family) * br * bc * D
     out["flop_per_chunk"] = flop
     out["global_bytes_per_chunk"] = ldg_bytes_warp * warps
     if dev is None:
@@ -486,13 +704,46 @@ def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
     return rows
 
 
+def backward_summary(rows):
+    """The whole backward per (arch, dtype, D) with both passes modelled: per (query row, key)
+    pair the dQ pass runs 6 D FLOP and the dK/dV pass 8 D, each at its estimate, one pass after
+    the other on every SM, so the time-weighted fraction of the peak is
+    14 / (6 / dq + 8 / dkdv); FlashAttention-2 counts 10 D a pair (2.5 forwards), the
+    fraction it would report is 10/14 of that."""
+    passes = {}
+    for r in rows:
+        if r.get("estimate") is None or r["family"] not in GEMMS:
+            continue
+        which = "dq" if "_dq_" in r["family"] else "dkdv"
+        tf32 = "tf32" in r["family"]
+        passes.setdefault((r["arch"], r["dtype"], r["D"], tf32), {})[which] = r
+    out = []
+    for (arch, dtype, D, _), p in sorted(passes.items()):
+        if len(p) != 2:
+            continue
+        dq, kv = p["dq"]["estimate"], p["dkdv"]["estimate"]
+        both = 14 / (6 / dq + 8 / kv)
+        out.append({"arch": arch, "dtype": dtype, "D": D, "dq_estimate": dq,
+                    "dkdv_estimate": kv, "estimate": both,
+                    "dq_share_of_time": 6 / dq / (6 / dq + 8 / kv),
+                    "flash_attention_count_estimate": both * 10 / 14})
+    return out
+
+
+def _n(x):
+    """A count as the table prints it: whole, or to one decimal where a loop some warps skip
+    makes it a fraction."""
+    return "%d" % x if x == int(x) else "%.1f" % x
+
+
 _ROW = "%-20s %-5s %-4s %4s %7s %7s %5s %4s %5s %5s %5s %6s %7s %7s %7s  %s"
 
 
 def table(rows):
     """The results as a table a person reads: one row per kernel, arch, dtype and D."""
     lines = ["Modelled, not measured (bench/gpu/sass_model.py). Per chunk of BC keys for a block "
-             "of BR query rows; counts per warp.",
+             "of BR query rows (dK/dV pass: of BC query rows for a block of BR keys); counts per "
+             "warp.",
              _ROW % ("kernel", "arch", "type", "D", "FLOP", "instr", "HMMA", "LDG", "LDS", "FP32",
                      "INT", "banks", "issue%", "smem%", "hbm%", "bound")]
     for r in rows:
@@ -505,7 +756,8 @@ def table(rows):
         bound = r["bound_by"] + ("" if r["chunk_loop"]["profiled"] else " (unprofiled)")
         lines.append(_ROW % (
             r["family"][:20], r["arch"], r["dtype"], r["D"], r["flop_per_chunk"],
-            sum(c.values()), c["HMMA"], c["LDG"], c["LDS"], c["FP32"], c["INT"],
+            _n(sum(c.values())), _n(c["HMMA"]), _n(c["LDG"]), _n(c["LDS"]), _n(c["FP32"]),
+            _n(c["INT"]),
             "%d-way" % max(ways) if ways else "-", "%.2f%%" % (100 * f["issue"]),
             "%.2f%%" % (100 * f["smem"]), "%.2f%%" % (100 * f.get("bandwidth", 0)), bound))
     lines += [
@@ -514,7 +766,21 @@ def table(rows):
         "smem%, hbm%: the fraction of the dense f16 tensor peak each bound allows (issue: the",
         "instructions at 4 per clock per SM, or the HMMAs at the tensor rate if slower; smem:",
         "shared-memory wavefronts at 1 per clock per SM; hbm: each block's K and V bytes at HBM",
-        "bandwidth); bound: the smallest, the estimate."]
+        "bandwidth; the dK/dV pass: its Q, dO and row scalars); bound: the smallest, the",
+        "estimate. FLOP: 2 GEMMs of BR x BC x D a chunk (forward), 3 (dQ pass), 4 (dK/dV pass).",
+        "Backward: the usual P and dS path counts, the general one not (general_softmax_path in",
+        "the JSON); its per-span work counts 0 a chunk."]
+    summary = backward_summary(rows)
+    if summary:
+        lines.append("Whole backward (both passes), per (query row, key) pair, time-weighted: "
+                     "14 D FLOP a pair")
+        for b in summary:
+            lines.append("  %-5s %-4s D=%-3d dQ %.2f%% dK/dV %.2f%% -> %.2f%% of the dense f16 "
+                         "peak (dQ %.0f%% of the time; %.2f%% counting FlashAttention-2's 10 D)"
+                         % (b["arch"], b["dtype"], b["D"], 100 * b["dq_estimate"],
+                            100 * b["dkdv_estimate"], 100 * b["estimate"],
+                            100 * b["dq_share_of_time"],
+                            100 * b["flash_attention_count_estimate"]))
     for a in sorted({r["arch"] for r in rows if r["arch"] in DEVICES}):
         d = DEVICES[a]
         lines.append("%s = %s: %d SMs, %.2f GHz, %d FLOP/clk/SM dense f16, %d warp instr/clk/SM, "
@@ -527,7 +793,8 @@ def table(rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("binary", help="libdilattn.so, a .o or a .cubin built with the CUDA kernels")
+    ap.add_argument("binary", nargs="+",
+                    help="libdilattn.so, .o or .cubin files built with the CUDA kernels")
     ap.add_argument("--kernel", default=r"forward_\w*kernel", help="regex on the demangled name")
     ap.add_argument("--tile", action="append", default=[], help="FAMILY=BR,BC,THREADS")
     ap.add_argument("--sass", help="read this cuobjdump -sass listing instead of running cuobjdump")
@@ -545,12 +812,14 @@ def main(argv=None):
                              "nvidia PyPI packages). Install the CUDA toolkit, or "
                              "`pip install nvidia-cuda-cuobjdump`.\n")
             return 2
-        run = subprocess.run([tool, "-sass", args.binary], capture_output=True, text=True)
-        if run.returncode != 0:
-            sys.stderr.write("sass_model.py: %s -sass %s failed:\n%s" % (tool, args.binary,
-                                                                         run.stderr))
-            return 2
-        text = run.stdout
+        text = ""
+        for binary in args.binary:
+            run = subprocess.run([tool, "-sass", binary], capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.stderr.write("sass_model.py: %s -sass %s failed:\n%s" % (tool, binary,
+                                                                             run.stderr))
+                return 2
+            text += run.stdout
     tiles = dict(TILES)
     for t in args.tile:
         fam, _, nums = t.partition("=")
@@ -568,9 +837,9 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": "bench/gpu/sass_model.py (modelled, not measured)",
-                       "binary": os.path.basename(args.binary), "label": args.label,
-                       "devices": DEVICES,
-                       "results": rows}, f, indent=1,
+                       "binary": " ".join(os.path.basename(b) for b in args.binary),
+                       "label": args.label, "devices": DEVICES,
+                       "results": rows, "backward": backward_summary(rows)}, f, indent=1,
                       default=lambda o: None)
     return 0
 

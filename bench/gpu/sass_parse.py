@@ -222,6 +222,56 @@ class Loop:
     def count(self, pred):
         return sum(1 for i in self.instrs() if pred(i))
 
+    def post_dominators(self):
+        """pdom[b] for each block b of the loop: the blocks every path from b to the end of an
+        iteration passes (the end: the back edge to the header or a jump out of the loop, the
+        block -1 here)."""
+        cfg, end = self.cfg, -1
+        succ = {}
+        for b in self.blocks:
+            inside = [s for s in cfg.succ[b] if s in self.blocks and s != self.header]
+            leaves = len(inside) < len(cfg.succ[b]) or not cfg.succ[b]
+            succ[b] = inside + ([end] if leaves else [])
+        pdom = {b: set(self.blocks) | {end} for b in self.blocks}
+        pdom[end] = {end}
+        changed = True
+        while changed:
+            changed = False
+            for b in sorted(self.blocks, reverse=True):
+                new = set.intersection(*(pdom[s] for s in succ[b])) | {b}
+                if new != pdom[b]:
+                    pdom[b], changed = new, True
+        return pdom
+
+    def guarded_region(self, block, dom, pdom):
+        """The blocks of the loop that run only when the branch nearest above `block` sends
+        control its way: the nearest block g that dominates `block`, ends in a branch and is
+        not always followed by `block` (block not in pdom[g]); its region is every block
+        reachable from g's successor on the way to `block` before the blocks that always
+        follow g. (g, region), or (None, empty) if there is no such branch."""
+        cfg = self.cfg
+        guards = [g for g in self.blocks if g != block and g in dom[block] and
+                  block not in pdom[g] and len(cfg.succ[g]) == 2]
+        if not guards:
+            return None, frozenset()
+        g = max(guards, key=lambda x: len(dom[x]))
+
+        def reach(start):
+            seen, stack = set(), [start]
+            while stack:
+                b = stack.pop()
+                if b in seen or b in pdom[g] or b not in self.blocks or b == self.header:
+                    continue
+                seen.add(b)
+                stack.extend(cfg.succ[b])
+            return seen
+        region = set()
+        for s in cfg.succ[g]:
+            r = reach(s)
+            if block in r:
+                region |= r
+        return g, frozenset(region)
+
     def descendants(self):
         """Inner loops, pre-order by header address (the order a profile lists them in)."""
         for c in self.children:

@@ -1,6 +1,7 @@
-"""test_sass_model.py - bench/gpu/sass_model.py's parser, loops and counting on a hand-written
-SASS listing (testdata/toy_forward.sass), whose exact counts are worked out below; no GPU,
-nvcc or cuobjdump needed. Run by meson test (suite gpu_model) through pytest.
+"""test_sass_model.py - bench/gpu/sass_model.py's parser, loops and counting on hand-written
+SASS listings (testdata/toy_forward.sass, testdata/toy_backward.sass), whose exact counts are
+worked out below; no GPU, nvcc or cuobjdump needed. Run by meson test (suite gpu_model) through
+pytest.
 
 The listing: 0x00-0x10 prologue; the chunk loop 0x20-0x140 (LDG.E.128, STS.128, BAR, the
 inner loop 0x50-0x90 of 5 instructions, HMMA.16816, BRA.DIV, SHFL, MUFU, MOV + subroutine CALL,
@@ -10,11 +11,15 @@ loop; 0x170-0x180 the diverged shuffle path; 0x190-0x1a0 the subroutine; 0x1b0 t
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sass_model  # noqa: E402
 import sass_parse  # noqa: E402
 
 TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "toy_forward.sass")
+TOY_BACKWARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata",
+                            "toy_backward.sass")
 
 
 def toy_kernel():
@@ -58,8 +63,8 @@ def test_chunk_loop_is_the_innermost_loop_with_a_barrier():
 def test_counts_per_chunk_weight_the_inner_loop_by_its_trip_count():
     loop = sass_model.chunk_loop(sass_parse.Cfg(toy_kernel().instrs))
     counts, ldg_bytes, hmma_flop, wavefronts = sass_model.count_chunk(loop, [4])
-    assert counts == {"HMMA": 1, "LDG": 1, "LDS": 4, "STS": 1, "FP32": 4, "MUFU": 1, "BAR": 2,
-                      "INT": 11, "OTHER": 9}
+    assert counts == {"HMMA": 1, "LDG": 1, "LDS": 4, "STS": 1, "GEN": 0, "FP32": 4, "MUFU": 1,
+                      "BAR": 2, "INT": 11, "OTHER": 9}
     assert ldg_bytes == 16 * 32           # LDG.E.128: 16 bytes a lane
     assert hmma_flop == 2 * 16 * 8 * 16   # m16 n8 k16
     assert wavefronts == 4 + 4            # STS.128: 4 wavefronts; 4 x LDS.32: 1 each
@@ -172,3 +177,150 @@ def test_mma_off_path_blocks_are_the_element_load_and_the_zero_fill():
     assert off(blk("STS.U16 [R97+0x2400], RZ", "STS.U16 [R97], RZ", "BRA 0xd270"))
     assert not off(blk("LDS RZ, [RZ]", "LDGSTS.E.BYPASS.128 [R97], [R66.64]", "BRA 0xd270"))
     assert not off(blk("LDS.U16 R4, [R2]", "STS.64 [R67], R86"))
+
+
+# ---------------------------------------------------------------- the backward's rules
+# testdata/toy_backward.sass, block by block (start address: instructions):
+#   0x20: ISETP, @P0 BRA 0x90 (the per-span guard) | 0x40: IMAD, MOV (per-span setup) |
+#   0x60: LD, ISETP, BRA (the per-span loop) | 0x90: LDGDEPBAR, BAR | copy loop, 2 trips:
+#   0xb0: ISETP, BRA | 0xd0: @!PT LDS, LDGSTS.128, BRA | 0x100: LDG.E.U16, STS.U16 (element
+#   path) | 0x120: IADD3, ISETP, BRA | 0x150: LDSM, HMMA, VOTE, @P4 BRA 0x1f0 | general path
+#   0x190: @!P6 MUFU.EX2 x2, BRA | 0x1c0: LD | 0x1d0: FSEL, BRA | usual path 0x1f0: FFMA,
+#   MUFU.EX2 x2 | 0x220: VOTE, ISETP, BRA | 0x250: F2FP, LDSM.MT, HMMA, BRA | NaN rule 0x290:
+#   SHFL.IDX, FFMA | 0x2b0: IADD3, ISETP, BRA (back edge).
+TOY_FAMILY = "toy_backward_kernel"
+
+
+def toy_backward():
+    kernels = sass_parse.parse(open(TOY_BACKWARD).read())
+    assert len(kernels) == 1
+    return kernels[0]
+
+
+def block_addrs(cfg, blocks):
+    return sorted(cfg.blocks[b][0].addr for b in blocks)
+
+
+@pytest.fixture
+def toy_family(monkeypatch):
+    """toy_backward_kernel registered as a dQ-like pass: tile (64, 32, 128), 3 GEMMs a chunk, its
+    per-span loop 0 trips and its copy loop 2, the element path off, the backward's rules."""
+    monkeypatch.setitem(sass_model.TILES, TOY_FAMILY, (64, 32, 128))
+    monkeypatch.setitem(sass_model.GEMMS, TOY_FAMILY, 3)
+    monkeypatch.setitem(sass_model.PROFILES, TOY_FAMILY, lambda D, br, bc, t: [0, 2])
+    monkeypatch.setitem(sass_model.OFF_PATH, TOY_FAMILY, sass_model._bwd_off_path("LDG.E.U16"))
+    monkeypatch.setitem(sass_model.NAN_RULE_PATH, TOY_FAMILY, sass_model._nan_rule_path)
+    monkeypatch.setitem(sass_model.GENERAL_PATH, TOY_FAMILY, sass_model.general_softmax_path)
+    monkeypatch.setattr(sass_model, "PER_SPAN_REGIONS", {TOY_FAMILY})
+
+
+def test_general_softmax_path_is_the_other_side_of_the_usual_block():
+    cfg = sass_parse.Cfg(toy_backward().instrs)
+    loop = sass_model.chunk_loop(cfg)
+    assert loop.header_addr == 0x20
+    general, usual = sass_model.general_softmax_path(loop)
+    assert cfg.blocks[usual][0].addr == 0x1f0  # two unguarded MUFU.EX2
+    assert block_addrs(cfg, general) == [0x190, 0x1c0, 0x1d0]
+
+
+def test_general_softmax_path_needs_one_branch_into_the_usual_block():
+    # A second way into the usual block (the guarded branch at 0x30 retargeted to it): not the
+    # shape the rule reads, so no general path and both sides count.
+    k = toy_backward()
+    k.instrs[3] = sass_parse.Instr(0x30, "@P0 BRA 0x1f0")
+    loop = sass_model.chunk_loop(sass_parse.Cfg(k.instrs))
+    assert sass_model.general_softmax_path(loop) == (frozenset(), None)
+
+
+def test_guarded_region_of_the_per_span_loop():
+    cfg = sass_parse.Cfg(toy_backward().instrs)
+    loop = sass_model.chunk_loop(cfg)
+    per_span, copy = list(loop.descendants())
+    assert (per_span.header_addr, copy.header_addr) == (0x60, 0xb0)
+    dom, pdom = cfg.dominators(), loop.post_dominators()
+    g, region = loop.guarded_region(per_span.header, dom, pdom)
+    assert cfg.blocks[g][0].addr == 0x20
+    assert block_addrs(cfg, region) == [0x40, 0x60]  # the setup and the loop, not 0x90 on
+    # The copy loop runs on every chunk: no branch above it skips it.
+    assert loop.guarded_region(copy.header, dom, pdom) == (None, frozenset())
+    # Every path from the guard reaches the barrier block; from the scores branch, the join.
+    join = next(b for b in loop.blocks if cfg.blocks[b][0].addr == 0x220)
+    scores = next(b for b in loop.blocks if cfg.blocks[b][0].addr == 0x150)
+    assert join in pdom[scores]
+    assert sass_model.per_span_blocks(loop, [0, 2]) == region
+    assert sass_model.per_span_blocks(loop, [1, 2]) == frozenset()  # a loop that runs counts
+
+
+def test_backward_counts_take_the_usual_path_and_leave_per_span_work_out(toy_family):
+    r = sass_model.model_kernel(toy_backward(), 64, "f16", (64, 32, 128), TOY_FAMILY)
+    assert r["chunk_loop"]["profiled"] is True
+    assert r["chunk_loop"]["trip_counts"] == [0, 2]
+    assert r["per_warp_per_chunk"] == {"HMMA": 2, "LDG": 2, "LDS": 4, "STS": 0, "GEN": 0,
+                                       "FP32": 1, "MUFU": 2, "BAR": 1, "INT": 10, "OTHER": 15}
+    assert r["general_softmax_path"] == {"blocks": ["0x190", "0x1c0", "0x1d0"],
+                                         "instructions": 6, "usual_path_block": "0x1f0",
+                                         "usual_path_instructions": 3}
+    assert r["per_span_blocks"] == {"blocks": 2, "instructions": 5}
+    assert r["flop_per_chunk"] == 3 * 2 * 64 * 32 * 64
+    assert r["global_bytes_per_chunk"] == 2 * 16 * 32 * 4  # 2 trips of LDGSTS.128, 4 warps
+    # Shared memory: LDGSTS.128 4 wavefronts x 2 trips, LDSM.x4 4 each; the @!PT LDS never runs.
+    assert r["smem_wavefronts_per_warp"]["conflict_free"] == 4 * 2 + 4 + 4
+    dev = sass_model.DEVICES["sm_90"]
+    assert r["clocks_per_chunk_per_sm"]["issue"] == 37 * 4 / dev["issue_per_clk_sm"]
+    assert r["clocks_per_chunk_per_sm"]["tensor"] == 2 * 4096 * 4 / dev["tensor_flop_per_clk_sm"]
+
+
+def test_without_the_backward_rules_both_paths_and_the_setup_count(toy_family, monkeypatch):
+    monkeypatch.setattr(sass_model, "PER_SPAN_REGIONS", set())
+    monkeypatch.delitem(sass_model.GENERAL_PATH, TOY_FAMILY)
+    r = sass_model.model_kernel(toy_backward(), 64, "f16", (64, 32, 128), TOY_FAMILY)
+    # + the general path's 6 and the per-span setup's 2 (its loop still weighs 0 trips).
+    assert sum(r["per_warp_per_chunk"].values()) == 37 + 6 + 2
+    assert r["per_warp_per_chunk"]["GEN"] == 1  # the general path's LD
+
+
+def test_a_fractional_trip_count_is_a_share_of_the_warps():
+    loop = sass_model.chunk_loop(sass_parse.Cfg(toy_backward().instrs))
+    counts, _, _, _ = sass_model.count_chunk(loop, [0, 0.25])
+    once, _, _, _ = sass_model.count_chunk(loop, [0, 1])
+    # The copy loop's blocks (2, 3, 2 and 3 instructions; no off path is given here, so the
+    # element path's count too), run by a quarter of the warps: 0.75 of them fewer than once.
+    assert sum(once.values()) - sum(counts.values()) == (2 + 3 + 2 + 3) * 0.75
+    assert counts["LDG"] == 0.25 * 2  # the LDGSTS and the LDG.E.U16
+
+
+def test_backward_summary_weights_the_passes_by_time():
+    rows = [{"family": "backward_dq_mma_kernel", "arch": "sm_90", "dtype": "f16", "D": 64,
+             "estimate": 0.25},
+            {"family": "backward_dkdv_mma_kernel", "arch": "sm_90", "dtype": "f16", "D": 64,
+             "estimate": 0.5},
+            {"family": "forward_mma_kernel", "arch": "sm_90", "dtype": "f16", "D": 64,
+             "estimate": 0.9}]
+    (b,) = sass_model.backward_summary(rows)
+    # Per pair: 6 D FLOP at 25% and 8 D at 50%: times 24 and 16, 14 D in 40 units.
+    assert abs(b["estimate"] - 14 / 40) < 1e-12
+    assert abs(b["dq_share_of_time"] - 24 / 40) < 1e-12
+    assert abs(b["flash_attention_count_estimate"] - 10 / 40) < 1e-12
+    assert sass_model.backward_summary(rows[:1]) == []  # one pass alone: no line
+
+
+def test_backward_tiles_and_flop_per_chunk():
+    # mma_backward_loop.cuh's 64-row / 64-key blocks of 128 threads; backward_mma.cu's kDqKeys
+    # 32 / 64 and kKvRows 32 / 16, backward_mma_tf32.cu's kDqKeys 64 / 32 and kKvRows 32 / 16.
+    want = {("backward_dq_mma_kernel", 64): (64, 32, 128),
+            ("backward_dq_mma_kernel", 128): (64, 64, 128),
+            ("backward_dkdv_mma_kernel", 64): (64, 32, 128),
+            ("backward_dkdv_mma_kernel", 128): (64, 16, 128),
+            ("backward_dq_mma_tf32_kernel", 64): (64, 64, 128),
+            ("backward_dq_mma_tf32_kernel", 128): (64, 32, 128),
+            ("backward_dkdv_mma_tf32_kernel", 64): (64, 32, 128),
+            ("backward_dkdv_mma_tf32_kernel", 128): (64, 16, 128)}
+    for (family, D), tile in want.items():
+        assert sass_model.tile_of(sass_model.TILES[family], D) == tile
+    assert [sass_model.gemms_of(f) for f in ("forward_mma_kernel", "backward_dq_mma_kernel",
+                                             "backward_dkdv_mma_tf32_kernel")] == [2, 3, 4]
+    # The dK/dV pass's prepare loop: warp 0 of 4 (R = 32 or 16 rows, one a thread).
+    assert sass_model.PROFILES["backward_dkdv_mma_kernel"](64, 64, 32, 128) == [0, 0, 0, 0.25,
+                                                                                 2, 2]
+    assert sass_model.PROFILES["backward_dq_mma_tf32_kernel"](128, 64, 32, 128) == [0, 4, 4, 0,
+                                                                                    16, 16]

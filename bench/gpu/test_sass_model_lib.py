@@ -1,8 +1,9 @@
 """test_sass_model_lib.py - bench/gpu/sass_model.py on the library this build made with nvcc
-(DILATTN_CUDA_LIB): the model must find every forward kernel's chunk loop, match its profile,
-and count what the kernels' tiles imply. Registered by bench/gpu/meson.build only when the CUDA
-kernels are built; it then fails, never skips, without cuobjdump (sass_model.py says how to
-install it). Run by meson test (suite gpu_model) through pytest; no GPU needed.
+(DILATTN_CUDA_LIB): the model must find every forward and tensor-core backward kernel's chunk
+loop, match its profile, and count what the kernels' tiles imply. Registered by
+bench/gpu/meson.build only when the CUDA kernels are built; it then fails, never skips, without
+cuobjdump (sass_model.py says how to install it). Run by meson test (suite gpu_model) through
+pytest; no GPU needed.
 """
 import json
 import os
@@ -80,3 +81,39 @@ def test_mma_tf32_hmma_count_is_three_products_per_warp_product(rows):
         D, bc = r["D"], r["tile"]["BC"]
         assert r["per_warp_per_chunk"]["HMMA"] == 3 * (2 * 16 * bc * D) // (16 * 8 * 8), r["kernel"]
         assert [c["ways"] for c in r["bank_conflicts"]] == [1, 1], r["bank_conflicts"]
+
+
+@pytest.fixture(scope="module")
+def backward_rows(tmp_path_factory):
+    """The model of the library's tensor-core backward kernels, run once for the module."""
+    lib = os.environ["DILATTN_CUDA_LIB"]
+    out = tmp_path_factory.mktemp("model") / "backward.json"
+    assert sass_model.main([lib, "--kernel", r"backward_\w*mma\w*kernel", "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_every_backward_kernel_is_profiled_and_its_hmma_are_the_gemms(backward_rows):
+    rows = [r for r in backward_rows["results"] if r["arch"] in sass_model.DEVICES]
+    families = {r["family"] for r in rows}
+    assert families == {"backward_dq_mma_kernel", "backward_dkdv_mma_kernel",
+                        "backward_dq_mma_tf32_kernel", "backward_dkdv_mma_tf32_kernel"}
+    for r in rows:
+        assert "error" not in r, r
+        assert r["chunk_loop"]["profiled"], (r["kernel"], r["arch"], r["chunk_loop"])
+        assert r["general_softmax_path"]["blocks"], r["kernel"]
+        br, bc, D = r["tile"]["BR"], r["tile"]["BC"], r["D"]
+        gemms = 3 if "_dq_" in r["family"] else 4
+        assert r["flop_per_chunk"] == gemms * 2 * br * bc * D
+        # Each warp's 16 rows (dQ) or keys (dK/dV) through every GEMM of the chunk: 16 x BC x D
+        # multiply-adds each, m16n8k16 HMMAs (f16, bf16) or 3 m16n8k8 (3xTF32).
+        per_hmma, split = (16 * 8 * 8, 3) if r["dtype"] == "f32" else (16 * 8 * 16, 1)
+        assert r["per_warp_per_chunk"]["HMMA"] == split * gemms * 16 * bc * D // per_hmma, r
+        # The chunk's tiles by cp.async at least (K and V, or Q and dO), plus the row or key
+        # scalars and the f32 copies' peeled iteration, which count once (sass_model.py: at
+        # most 27% more); a copy loop at twice its trips would give 100% more.
+        elem = 4 if r["dtype"] == "f32" else 2
+        tiles = 2 * bc * D * elem
+        assert tiles <= r["global_bytes_per_chunk"] <= tiles * 1.3, r
+        assert [c["ways"] for c in r["bank_conflicts"]] == [1, 1], r["bank_conflicts"]
+    both = {(b["arch"], b["dtype"], b["D"]) for b in backward_rows["backward"]}
+    assert both == {(r["arch"], r["dtype"], r["D"]) for r in rows}
