@@ -285,6 +285,7 @@ struct PackedSequences {
     for (int64_t s = 0; s < p.num_seqs(); ++s) {
       const size_t z = static_cast<size_t>(s);
       Problem one = base;
+      one.packed_sequence = s;  // its frames and dropout draws name it (Problem)
       one.Nq = p.cu_seqlens_q[z + 1] - p.cu_seqlens_q[z];
       one.Nk = p.cu_seqlens_k[z + 1] - p.cu_seqlens_k[z];
       if (one.Nq == 0 && one.Nk == 0) continue;

@@ -112,6 +112,10 @@ struct Problem {
   // SPEC 5: a ring's sub-problem at positions of the whole problem (ring_pairs.cpp), or not.
   bool placed = false;
   Placement place;
+  // SPEC 10.2: a packed batch's sequence that a backend runs as a problem of its own (cpu:
+  // PackedSequences) keeps its index in the batch, so that its rows' frames name it and its
+  // dropout draws (SPEC 11.1) are those of the packed problem. 0 for every other problem.
+  int64_t packed_sequence = 0;
 
   int64_t num_branches() const { return static_cast<int64_t>(branches.size()); }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
@@ -134,7 +138,7 @@ struct Problem {
   // key_position for its positions.
   SequenceFrame frame_of_row(int64_t b, int64_t i) const {
     if (placed) return SequenceFrame{b, 0, 0, place.Nq, place.Nk};
-    if (!is_packed()) return SequenceFrame{b, 0, 0, Nq, Nk};
+    if (!is_packed()) return SequenceFrame{b + packed_sequence, 0, 0, Nq, Nk};
     int64_t lo = 0, hi = num_seqs() - 1;  // cu_q[lo] <= i < cu_q[hi + 1]
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo + 1) / 2;
