@@ -64,7 +64,7 @@ class Stream {
 }  // namespace
 
 harness::Forward run_forward(const harness::AttentionCase& c, const harness::Inputs& in,
-                             bool on_own_stream) {
+                             bool on_own_stream, const dilattn_call_options* options) {
   harness::CaseScope scope(c.name);
   harness::AttentionCase planned = c;
   planned.dtype = in.q.dtype();
@@ -80,8 +80,8 @@ harness::Forward run_forward(const harness::AttentionCase& c, const harness::Inp
                                        o.view(), lse.view(), nullptr, 0));
     cuda_ok(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
   } else {
-    CHECK_OK(dilattn_forward(plan.get(), q.view(), k.view(), v.view(), o.view(), lse.view(),
-                             nullptr, 0));
+    CHECK_OK(dilattn_forward_ex(plan.get(), q.view(), k.view(), v.view(), o.view(), lse.view(),
+                                options, nullptr, 0));
   }
   cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the forward");
   o.download(&out.o);
@@ -90,7 +90,8 @@ harness::Forward run_forward(const harness::AttentionCase& c, const harness::Inp
 }
 
 harness::Gradients run_backward(const harness::AttentionCase& c, const harness::Inputs& in,
-                                const harness::Forward& fwd, bool on_own_stream) {
+                                const harness::Forward& fwd, bool on_own_stream,
+                                const dilattn_call_options* options) {
   harness::CaseScope scope(c.name);
   harness::AttentionCase planned = c;
   planned.dtype = in.q.dtype();
@@ -111,8 +112,9 @@ harness::Gradients run_backward(const harness::AttentionCase& c, const harness::
                                         dv.view(), nullptr, 0));
     cuda_ok(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
   } else {
-    CHECK_OK(dilattn_backward(plan.get(), q.view(), k.view(), v.view(), o.view(), lse.view(),
-                              d_o.view(), dq.view(), dk.view(), dv.view(), nullptr, 0));
+    CHECK_OK(dilattn_backward_ex(plan.get(), q.view(), k.view(), v.view(), o.view(), lse.view(),
+                                 d_o.view(), dq.view(), dk.view(), dv.view(), options, nullptr,
+                                 0));
   }
   cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the backward");
   dq.download(&g.dq);
@@ -123,14 +125,15 @@ harness::Gradients run_backward(const harness::AttentionCase& c, const harness::
 
 #else  // a build without the CUDA runtime
 
-harness::Forward run_forward(const harness::AttentionCase& c, const harness::Inputs& in, bool) {
+harness::Forward run_forward(const harness::AttentionCase& c, const harness::Inputs& in, bool,
+                             const dilattn_call_options*) {
   harness::CaseScope scope(c.name);
   CHECK_MSG(false, "the cuda backend was asked for, but this test was built without CUDA");
   return {c.q_like(in.q.dtype(), c.output_layout), c.lse_like(DILATTN_F32)};
 }
 
 harness::Gradients run_backward(const harness::AttentionCase& c, const harness::Inputs& in,
-                                const harness::Forward&, bool) {
+                                const harness::Forward&, bool, const dilattn_call_options*) {
   harness::CaseScope scope(c.name);
   CHECK_MSG(false, "the cuda backend was asked for, but this test was built without CUDA");
   return {c.q_like(in.q.dtype(), c.output_layout), c.kv_like(in.q.dtype(), c.output_layout),

@@ -51,13 +51,23 @@ Outputs run_on(const VariantCase& vc, const harness::Inputs& in, dilattn_backend
               c.q_like(in.q.dtype(), layout), c.kv_like(in.q.dtype(), layout),
               c.kv_like(in.q.dtype(), layout), std::vector<double>(c.sinks ? c.H : 0, NAN)};
   for (harness::Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) t->poison();
-  harness::Plan plan;
-  if (!CHECK_OK(plan.create(planned, backend))) return out;
   dilattn_call_options options = dilattn_call_options_make();
   if (c.sinks) {
     options.sinks = vc.sinks.data();
     options.d_sinks = out.d_sinks.data();
   }
+  if (backend == DILATTN_BACKEND_CUDA) {  // device copies of the tensors (gpu_run.h)
+    harness::Forward fwd = kgpu::run_forward(planned, in, false, &options);
+    harness::Gradients grads = kgpu::run_backward(planned, in, fwd, false, &options);
+    out.o = std::move(fwd.o);
+    out.lse = std::move(fwd.lse);
+    out.dq = std::move(grads.dq);
+    out.dk = std::move(grads.dk);
+    out.dv = std::move(grads.dv);
+    return out;
+  }
+  harness::Plan plan;
+  if (!CHECK_OK(plan.create(planned, backend))) return out;
   CHECK_OK(dilattn_forward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
                               &out.o.view(), &out.lse.view(), &options, nullptr, 0));
   CHECK_OK(dilattn_backward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
