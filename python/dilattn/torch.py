@@ -157,12 +157,15 @@ def _check_sinks(sinks, H):
 
 
 def _refuse_cuda_sinks(device):
-    """The cuda backend does not compute sinks (SPEC 10.3: backends "ref" and "cpu"); moving the
-    tensors to the host behind the caller's back would hide a copy of the whole problem."""
+    """CUDA tensors run through the library's stream calls (dilattn_forward_on_stream), which
+    carry no sink values (SPEC 10.3 passes them in dilattn_call_options, taken by the _ex calls
+    on the default stream only); moving the tensors to the host behind the caller's back would
+    hide a copy of the whole problem."""
     if device.type == "cuda":
         raise error_for("DILATTN_ERROR_UNSUPPORTED",
                         f"sinks= with tensors on {device}: the cuda backend does not compute "
-                        "attention sinks (docs/spec.md section 10.3, backends 'ref' and 'cpu'); "
+                        "attention sinks through dilattn.torch, whose CUDA calls run on the "
+                        "caller's stream and carry no sink values (docs/spec.md section 10.3); "
                         "move q, k, v to the CPU to use them")
 
 
