@@ -45,6 +45,9 @@ def _rank_main(rank, world, store, backend, fn_name, args, out):
                             timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
     try:
         result = globals()[fn_name](rank, world, *args)
+        # Every rank done with its last exchange before any closes its connections: a rank that
+        # tears the group down while a peer still reads from it makes gloo abort the peer.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     torch.save(result, os.path.join(out, f"rank{rank}.pt"))
