@@ -194,7 +194,8 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     float64, within 1e-10 of "ref", and returns a float64 lse (docs/spec.md section 12);
     float32 and float16 inputs are computed in float32 (SPEC 8's bounds).
 
-    Variants (docs/spec.md section 10.1, backends "ref" and "cpu"; "auto" picks "cpu"):
+    Variants (docs/spec.md section 10.1; backends "ref", "cpu", "cuda" and "emu"; "auto" on
+    host arrays picks "cpu"):
     window_size=(left, right) keeps keys i + d - left <= j <= i + d + right (-1: unbounded);
     softcap=c > 0 caps scores as c * tanh(s / c); alibi_slopes (H values, or B * H as [B][H])
     add -m * |i + d - j| after the softcap (d = Nk - Nq).
@@ -205,9 +206,9 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     only within itself. o is then [total_q, H, D] and lse [H, total_q] for 3-d inputs.
     max_seqlen_q/k, when given, must be at least the longest sequence.
 
-    Sinks (docs/spec.md section 10.3, backends "ref" and "cpu"): sinks, H logits (one per query head,
-    finite or -inf), join every row's softmax once with no value; lse includes them, and a row
-    with no key gets o = 0, lse = sinks[h]."""
+    Sinks (docs/spec.md section 10.3; backends "ref", "cpu", "cuda" and "emu"): sinks, H logits
+    (one per query head, finite or -inf), join every row's softmax once with no value; lse
+    includes them, and a row with no key gets o = 0, lse = sinks[h]."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
