@@ -263,6 +263,32 @@ inline bool drop_empty_rows(const T* lse_s, int64_t rows, int64_t* allowed, bool
   return cut;
 }
 
+// Key by key, over the runs of rows t that see key c: first[t] <= c < allowed[t] (first null:
+// from 0) and a nonzero weight. The careful path of accumulate_keys_allowed and of
+// cpu_variants.h's accumulate_keys_ranges, where a pair a row does not see must not enter the
+// sum even as 0 x inf (SPEC 13).
+template <class T>
+inline void accumulate_keys_by_runs(T* O, int64_t ldo, int64_t kcount, const T* A, int64_t rows,
+                                    const int64_t* first, const int64_t* allowed, const T* Bm,
+                                    int64_t ldb, int64_t width, const PairWeights<T>& pw) {
+  auto sees = [&](int64_t t, int64_t c) {
+    return (first == nullptr || c >= first[t]) && c < allowed[t] &&
+           !(pw.has_zero && pw.per_pair[t * kBC + c] == T(0));
+  };
+  for (int64_t c = 0; c < kcount; ++c)
+    for (int64_t t = 0; t < rows;) {
+      if (!sees(t, c)) {
+        ++t;
+        continue;
+      }
+      int64_t e = t + 1;
+      while (e < rows && sees(e, c)) ++e;
+      accumulate_tile(O + c * ldo, ldo, 1, A + t * kBC + c, 1, kBC, e - t, Bm + t * ldb, ldb,
+                      width);
+      t = e;
+    }
+}
+
 // The key-side products of a tile, dV += P^T dO and dK += dS^T Q: O[c] += sum over rows t of
 // A[t][c] Bm[t] for keys c < kcount (A the S tile, read column-wise: accumulate_tile with
 // lda 1, a_step kBC). A pair a row does not see (c >= allowed[t], or weight 0) holds A = 0,
@@ -277,21 +303,7 @@ inline void accumulate_keys_allowed(T* O, int64_t ldo, int64_t kcount, const T* 
                                     const PairWeights<T>& pw, bool careful) {
   if (!careful || (!cut && !pw.has_zero))
     return accumulate_tile(O, ldo, kcount, A, 1, kBC, rows, Bm, ldb, width);
-  auto sees = [&](int64_t t, int64_t c) {
-    return c < allowed[t] && !(pw.has_zero && pw.per_pair[t * kBC + c] == T(0));
-  };
-  for (int64_t c = 0; c < kcount; ++c)
-    for (int64_t t = 0; t < rows;) {
-      if (!sees(t, c)) {
-        ++t;
-        continue;
-      }
-      int64_t e = t + 1;
-      while (e < rows && sees(e, c)) ++e;
-      accumulate_tile(O + c * ldo, ldo, 1, A + t * kBC + c, 1, kBC, e - t, Bm + t * ldb, ldb,
-                      width);
-      t = e;
-    }
+  accumulate_keys_by_runs(O, ldo, kcount, A, rows, nullptr, allowed, Bm, ldb, width, pw);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

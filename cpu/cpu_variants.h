@@ -192,21 +192,7 @@ inline void accumulate_keys_ranges(T* O, int64_t ldo, int64_t kcount, const T* A
                                    int64_t ldb, int64_t width, const PairWeights<T>& pw,
                                    bool careful) {
   if (!careful) return accumulate_tile(O, ldo, kcount, A, 1, kBC, rows, Bm, ldb, width);
-  auto sees = [&](int64_t t, int64_t c) {
-    return c >= first[t] && c < allowed[t] && !(pw.has_zero && pw.per_pair[t * kBC + c] == T(0));
-  };
-  for (int64_t c = 0; c < kcount; ++c)
-    for (int64_t t = 0; t < rows;) {
-      if (!sees(t, c)) {
-        ++t;
-        continue;
-      }
-      int64_t e = t + 1;
-      while (e < rows && sees(e, c)) ++e;
-      accumulate_tile(O + c * ldo, ldo, 1, A + t * kBC + c, 1, kBC, e - t, Bm + t * ldb, ldb,
-                      width);
-      t = e;
-    }
+  accumulate_keys_by_runs(O, ldo, kcount, A, rows, first, allowed, Bm, ldb, width, pw);
 }
 
 // Backward, after probabilities_and_ds (which zeroed P and dS from allowed[t] on): P and dS
