@@ -238,7 +238,8 @@ dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTen
 
 namespace {
 
-dilattn_status ring_backward(dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split,
+// split: the caller's int, read from the enum argument by enum_value (SPEC 7, abi_enum.h).
+dilattn_status ring_backward(dilattn_plan plan, dilattn_comm comm, int32_t split,
                              const dilattn_tensor* q, const dilattn_tensor* k,
                              const dilattn_tensor* v, const dilattn_tensor* o,
                              const dilattn_tensor* lse, const dilattn_tensor* d_o,
@@ -254,7 +255,7 @@ dilattn_status ring_backward(dilattn_plan plan, dilattn_comm comm, dilattn_ring_
     return buffers->status();
   };
   dilattn_status s = dilattn::start_ring_call(
-      plan, comm, dilattn::enum_value(split), true, options, entry,
+      plan, comm, split, true, options, entry,
       {{q, "q", role(TensorRole::q), false, false}, {k, "k", role(TensorRole::kv), false, false},
        {v, "v", role(TensorRole::kv), false, false}, {o, "o", role(TensorRole::o), false, false},
        {lse, "lse", role(TensorRole::lse), false, false},
@@ -263,7 +264,8 @@ dilattn_status ring_backward(dilattn_plan plan, dilattn_comm comm, dilattn_ring_
        {dv, "dv", role(TensorRole::kv), false, true}},
       allocate, &call);
   if (s != DILATTN_SUCCESS) return s;
-  s = dilattn::run_backward(call, *buffers, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});
+  s = dilattn::run_backward(
+      call, *buffers, dilattn::BackwardTensors{*q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv});
   dilattn::record_ring_call(comm, call);
   return s;
 }
@@ -276,8 +278,8 @@ extern "C" dilattn_status dilattn_ring_backward(
     const dilattn_tensor* lse, const dilattn_tensor* d_o, const dilattn_tensor* dq,
     const dilattn_tensor* dk, const dilattn_tensor* dv) {
   DILATTN_ABI_BEGIN
-  return ring_backward(plan, comm, split, q, k, v, o, lse, d_o, dq, dk, dv, nullptr,
-                       "dilattn_ring_backward");
+  return ring_backward(plan, comm, dilattn::enum_value(split), q, k, v, o, lse, d_o, dq, dk, dv,
+                       nullptr, "dilattn_ring_backward");
   DILATTN_ABI_END
 }
 
@@ -287,7 +289,7 @@ extern "C" dilattn_status dilattn_ring_backward_ex(
     const dilattn_tensor* lse, const dilattn_tensor* d_o, const dilattn_tensor* dq,
     const dilattn_tensor* dk, const dilattn_tensor* dv, const dilattn_call_options* options) {
   DILATTN_ABI_BEGIN
-  return ring_backward(plan, comm, split, q, k, v, o, lse, d_o, dq, dk, dv, options,
-                       "dilattn_ring_backward");
+  return ring_backward(plan, comm, dilattn::enum_value(split), q, k, v, o, lse, d_o, dq, dk, dv,
+                       options, "dilattn_ring_backward");
   DILATTN_ABI_END
 }

@@ -155,7 +155,8 @@ dilattn_status run_forward(RingCall& c, ForwardBuffers& buf, const dilattn_tenso
 
 namespace {
 
-dilattn_status ring_forward(dilattn_plan plan, dilattn_comm comm, dilattn_ring_split split,
+// split: the caller's int, read from the enum argument by enum_value (SPEC 7, abi_enum.h).
+dilattn_status ring_forward(dilattn_plan plan, dilattn_comm comm, int32_t split,
                             const dilattn_tensor* q, const dilattn_tensor* k,
                             const dilattn_tensor* v, const dilattn_tensor* o,
                             const dilattn_tensor* lse, const dilattn_call_options* options,
@@ -169,7 +170,7 @@ dilattn_status ring_forward(dilattn_plan plan, dilattn_comm comm, dilattn_ring_s
     return buffers->status();
   };
   dilattn_status s = dilattn::start_ring_call(
-      plan, comm, dilattn::enum_value(split), false, options, entry,
+      plan, comm, split, false, options, entry,
       {{q, "q", role(TensorRole::q), false, false}, {k, "k", role(TensorRole::kv), false, false},
        {v, "v", role(TensorRole::kv), false, false}, {o, "o", role(TensorRole::o), false, true},
        {lse, "lse", role(TensorRole::lse), true, true}},
@@ -188,7 +189,8 @@ extern "C" dilattn_status dilattn_ring_forward(dilattn_plan plan, dilattn_comm c
                                                const dilattn_tensor* o,
                                                const dilattn_tensor* lse) {
   DILATTN_ABI_BEGIN
-  return ring_forward(plan, comm, split, q, k, v, o, lse, nullptr, "dilattn_ring_forward");
+  return ring_forward(plan, comm, dilattn::enum_value(split), q, k, v, o, lse, nullptr,
+                      "dilattn_ring_forward");
   DILATTN_ABI_END
 }
 
@@ -199,6 +201,7 @@ extern "C" dilattn_status dilattn_ring_forward_ex(dilattn_plan plan, dilattn_com
                                                   const dilattn_tensor* lse,
                                                   const dilattn_call_options* options) {
   DILATTN_ABI_BEGIN
-  return ring_forward(plan, comm, split, q, k, v, o, lse, options, "dilattn_ring_forward");
+  return ring_forward(plan, comm, dilattn::enum_value(split), q, k, v, o, lse, options,
+                      "dilattn_ring_forward");
   DILATTN_ABI_END
 }
