@@ -10,6 +10,12 @@ Cases (B=1, H=8, D=64, f32, forward and backward):
       backward op per part (autograd alone would drop the merge's gradient: the op's LSE
       output is not differentiable).
   dense N=4096, dense causal N=4096: one flash-attention call.
+  packed: 64 causal documents of 128 .. 4096 tokens (cpu_bench's packed case: the same
+      lengths from the same generator), dilattn's packed batch (SPEC 10.2, no padding) against
+      the fused op on the batch padded to the longest document (what a PyTorch user without
+      varlen kernels runs; the inputs are padded before the timing, so the copy is not timed).
+      Causal rows never see the padding keys, so the rows of the documents agree; the
+      comparison covers those rows.
 Both sides run in the same child process, one after the other, with the same thread count;
 torch's OpenMP threads are passive (OMP_WAIT_POLICY) so they do not spin while dilattn runs.
 Per case: median seconds of repeats (wall) and process CPU-seconds; useful GFLOP/s from the
@@ -54,7 +60,19 @@ def cases(quick):
         {"name": f"dilated_mod_N{32768 // s}", "N": 32768 // s, "dilated": True, "causal": False},
         {"name": f"dense_N{4096 // s}", "N": 4096 // s, "dilated": False, "causal": False},
         {"name": f"dense_N{4096 // s}_causal", "N": 4096 // s, "dilated": False, "causal": True},
+        packed_case(s),
     ]
+
+
+def packed_case(scale):
+    """cpu_bench's packed case (bench/cpu/cpu_bench.cpp): 64 lengths of 128..4096 from its LCG,
+    divided by scale."""
+    state, docs = 12345, []
+    for _ in range(64):
+        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        docs.append((128 + (state >> 33) % (4096 - 128 + 1)) // scale)
+    return {"name": f"packed_64docs_N{sum(docs)}", "N": sum(docs), "dilated": False,
+            "causal": True, "docs": docs}
 
 
 def clipped(w, n):
@@ -64,6 +82,8 @@ def clipped(w, n):
 def pairs(case):
     """(query, key) pairs of A(i), summed over heads and rows (SPEC 3, mod mode)."""
     n = case["N"]
+    if "docs" in case:  # causal within each document (SPEC 10.2)
+        return H * sum(m * (m + 1) / 2 for m in case["docs"])
     if not case["dilated"]:
         return H * (n * (n + 1) / 2 if case["causal"] else n * n)
     total = 0
@@ -169,6 +189,13 @@ class Dilattn:
             dil = (ctypes.c_int64 * 3)(*DILATIONS)
             self.check(self.lib.dilattn_desc_set_dilated(desc, 3, seg, dil, self.HEADS_MOD), "set_dilated")
         self.check(self.lib.dilattn_desc_set_causal(desc, int(case["causal"])), "set_causal")
+        if "docs" in case:
+            offsets = [0]
+            for m in case["docs"]:
+                offsets.append(offsets[-1] + m)
+            cu = (ctypes.c_int64 * len(offsets))(*offsets)
+            self.check(self.lib.dilattn_desc_set_varlen(desc, ctypes.c_int64(len(case["docs"])),
+                                                        cu, cu), "set_varlen")
         self.check(self.lib.dilattn_desc_set_num_threads(desc, self.threads), "set_num_threads")
         n = case["N"]
         shape = Shape(ctypes.sizeof(Shape), B, n, n, H, H, D)
@@ -254,8 +281,25 @@ def torch_dilated_function(torch):
     return DilatedFlash
 
 
+def padded(torch, case, t):
+    """[1, H, N, D] of packed documents -> [docs, H, longest, D], zero-padded at each end."""
+    docs, longest = case["docs"], max(case["docs"])
+    out = t.new_zeros(len(docs), t.shape[1], longest, t.shape[3])
+    at = 0
+    for b, m in enumerate(docs):
+        out[b, :, :m] = t[0, :, at:at + m]
+        at += m
+    return out
+
+
+def unpadded(torch, case, t):
+    """[docs, H, longest, ...] -> [1, H, N, ...]: the documents' rows, end to end."""
+    return torch.cat([t[b:b + 1, :, :m] for b, m in enumerate(case["docs"])], dim=2)
+
+
 def torch_case(torch, case, q, k, v):
-    """O and LSE; with inputs that require grad, O carries the exact gradient."""
+    """O and LSE; with inputs that require grad, O carries the exact gradient. A packed case's
+    inputs are the padded batch (padded())."""
     if case["dilated"]:
         if q.requires_grad:
             return torch_dilated_function(torch).apply(q, k, v), None
@@ -313,6 +357,9 @@ def run_child(args):
         lib.lib.dilattn_plan_destroy(plan)
 
         tq, tk, tv, tdo = (t.permute(0, 2, 1, 3).contiguous() for t in (q, k, v, d_o))
+        if "docs" in case:  # the padded batch, built before any timing
+            tq, tk, tv, tdo = (padded(torch, case, t) for t in (tq, tk, tv, tdo))
+        back = (lambda t: unpadded(torch, case, t)) if "docs" in case else (lambda t: t)
         with torch.no_grad():
             t_fwd = timed(lambda: torch_case(torch, case, tq, tk, tv), repeats)
             t_o, t_lse = torch_case(torch, case, tq, tk, tv)
@@ -329,16 +376,16 @@ def run_child(args):
         t_forward_graph()
         t_bwd = timed(t_backward, repeats)
         diff = {
-            "O": (t_o - o.permute(0, 2, 1, 3)).abs().max().item(),
-            "LSE": (t_lse - lse[..., 0]).abs().max().item(),
-            "dQ": (gq.grad - dq.permute(0, 2, 1, 3)).abs().max().item(),
-            "dK": (gk.grad - dk.permute(0, 2, 1, 3)).abs().max().item(),
-            "dV": (gv.grad - dv.permute(0, 2, 1, 3)).abs().max().item(),
+            "O": (back(t_o) - o.permute(0, 2, 1, 3)).abs().max().item(),
+            "LSE": (back(t_lse[..., None])[..., 0] - lse[..., 0]).abs().max().item(),
+            "dQ": (back(gq.grad) - dq.permute(0, 2, 1, 3)).abs().max().item(),
+            "dK": (back(gk.grad) - dk.permute(0, 2, 1, 3)).abs().max().item(),
+            "dV": (back(gv.grad) - dv.permute(0, 2, 1, 3)).abs().max().item(),
         }
         flops = 4.0 * D * pairs(case)
         results.append({
             "name": case["name"], "N": n, "B": B, "H": H, "D": D, "dilated": case["dilated"],
-            "causal": case["causal"], "pairs": pairs(case),
+            "causal": case["causal"], "docs": case.get("docs"), "pairs": pairs(case),
             "distinct_pairs": distinct_pairs(case), "repeats": repeats,
             "dilattn": {"forward_s": d_fwd[0], "forward_cpu_s": d_fwd[1],
                         "backward_s": d_bwd[0], "backward_cpu_s": d_bwd[1]},
@@ -380,7 +427,7 @@ def report(meta, peak, child, out_json):
     print("\nmax |dilattn - torch|: " + "; ".join(
         f"{c['name']} " + ", ".join(f"{k} {v:.1e}" for k, v in c["max_abs_diff"].items())
         for c in child["cases"]))
-    print("\ntargets (CPU-second figures):")
+    print("\ntargets (CPU-second figures; the packed case is the SPEC 10.2 comparison, no target):")
     for c in child["cases"]:
         fwd = [r for r in rows if r[0] is c and r[1] == "forward"][0]
         bwd = [r for r in rows if r[0] is c and r[1] == "backward"][0]
