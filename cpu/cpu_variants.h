@@ -121,7 +121,9 @@ struct VariantTiles {
   // SPEC 10.1 on the kept scores [first[t], allowed[t]) of an S tile, which hold
   // pre * <q, k> (softmax_rules.h's score scale: s = S * post * ln 2 is scale * <q, k>):
   // S = (softcapped(s) + ALiBi bias) in the same units. slope (backward; may be null): the
-  // softcap's derivative at s, for scale_ds_by_slope.
+  // softcap's derivative at s, for scale_ds_by_slope. A row is worked in f64 a vector at a
+  // time (softcap_row; the ALiBi distances as exact f64 integers), all kBC columns, and only
+  // the kept ones are written back.
   template <class T>
   void transform(T* S, const KeyProgression& q, int64_t q0, int64_t rows,
                  const KeyProgression& k, int64_t k0, const int64_t* first,
@@ -129,18 +131,49 @@ struct VariantTiles {
     const double to_scaled = static_cast<double>(post) * kLn2;
     const double to_score = kLog2e / static_cast<double>(post);
     const bool alibi = !p->alibi_slopes.empty();
+    const int64_t j0 = progression_at(k, k0);
+    const double key_step = static_cast<double>(k.step);
+    alignas(64) double x[kBC], x_slope[kBC];
     SequenceFrame f = frame(progression_at(q, q0));
     for (int64_t t = 0; t < rows; ++t) {
+      if (first[t] >= allowed[t]) continue;
       const int64_t i = progression_at(q, q0 + t);
       if (frames && (i < f.q0 || i >= f.q0 + f.nq)) f = frame(i);
-      const double m = alibi ? p->alibi_slope(f.seq, h) : 0;
-      for (int64_t c = first[t]; c < allowed[t]; ++c) {
-        const double s = static_cast<double>(S[t * kBC + c]) * to_scaled;
-        double x = softcapped(s, softcap);
-        if (alibi) x += alibi_bias(m, i - f.q0, progression_at(k, k0 + c) - f.k0, f.nq, f.nk);
-        S[t * kBC + c] = static_cast<T>(x * to_score);
-        if (slope != nullptr) slope[t * kBC + c] = static_cast<T>(softcap_slope(s, softcap));
+      for (int c = 0; c < kBC; ++c) x[c] = static_cast<double>(S[t * kBC + c]) * to_scaled;
+      if (softcap > 0) softcap_row(x, x_slope, softcap);
+      if (alibi) {
+        // alibi_bias(m, i - q0, j - k0, nq, nk) with j = j0 + c * step: the distance
+        // (i - q0) + (nk - nq) - (j - k0) is below Nq + Nk (plan.cpp), so exact in f64.
+        const double m = p->alibi_slope(f.seq, h);
+        const double at_first_key =
+            static_cast<double>((i - f.q0) + (f.nk - f.nq) - (j0 - f.k0));
+        for (int c = 0; c < kBC; ++c)
+          x[c] += -m * std::fabs(at_first_key - static_cast<double>(c) * key_step);
       }
+      for (int64_t c = first[t]; c < allowed[t]; ++c) {
+        S[t * kBC + c] = static_cast<T>(x[c] * to_score);
+        if (slope != nullptr) slope[t * kBC + c] = static_cast<T>(softcap > 0 ? x_slope[c] : 1.0);
+      }
+    }
+  }
+
+  // softcapped() and softcap_slope() of lib/score_rules.h on kBC scaled scores in place, a
+  // vector at a time: tanh(y) = sign(y) (1 - e) / (1 + e), e = 2^(-2 |y| log2(e)) by exp2v's
+  // f64 polynomial (good to f64 rounding, so 1 - e loses nothing f32 or SPEC 12 would see),
+  // instead of a libm call per score. An infinite y gives e = 0 and tanh = +-1; a NaN stays
+  // NaN (SPEC 13).
+  static void softcap_row(double* s, double* slope, double c) {
+    typedef vec<double> V;
+    typedef ivec<double> I;
+    const V cap = splat(c), one = splat(1.0), to_exponent = splat(-2.0 * kLog2e);
+    const I sign_bit = (I)splat(-0.0);
+    for (int n = 0; n < kBC; n += kW<double>) {
+      const V y = vload(s + n) / cap;
+      const V e = exp2v(vmax_plain(y, -y) * to_exponent);
+      const V magnitude = (one - e) / (one + e);
+      const V t = (V)((I)magnitude | ((I)y & sign_bit));
+      vstore(s + n, cap * t);
+      vstore(slope + n, one - t * t);
     }
   }
 };
