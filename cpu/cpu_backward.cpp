@@ -393,13 +393,9 @@ dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
     backward_packed<V>(p, a, pool, T);
     return DILATTN_SUCCESS;
   }
-  // A packed block-sparse batch: causal per sequence, by the variant tiles (cpu_variants.h).
-  Problem per_sequence_causal;
-  if (p.is_packed()) {
-    per_sequence_causal = p;
-    per_sequence_causal.causal = false;
-  }
-  const Problem& tiles = p.is_packed() ? per_sequence_causal : p;
+  // Packed block-sparse and placed problems: causal by the variant tiles (cpu_variants.h).
+  Problem without_causal;
+  const Problem& tiles = plain_rules(p, &without_causal);
   if (backward_one_pass<V>(p)) {  // from the shape alone (cpu_tile_loop.h)
     const int64_t key_values = key_accumulator_values(p);
     pool.run(p.B * p.Hkv, [&](int64_t item, int worker) {

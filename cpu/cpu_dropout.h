@@ -20,7 +20,10 @@
 //     word j mod 4 is used. SPEC 11.1 puts four consecutive keys in one call, so a branch that
 //     selects one key in r >= 4 cannot share calls between its keys.
 // A row's frame (SPEC 10.2: the sequence, the row and the keys within it) comes from
-// Problem::frame_of_row, which is (b, i, j) itself without a packed batch.
+// Problem::frame_of_row, which is (b, i, j) itself without a packed batch; the row's and keys'
+// positions and the head from Problem::row_position, key_position and draw_head, which for a
+// ring's placed sub-problem (SPEC 5.5) are the whole problem's, so a ring draws the decisions
+// of the single-process call.
 //
 // Pairs several dilated branches hold (cpu_pair_weights.h) are computed once with weight k;
 // their decision is the pair's (i, j), the same in every branch, which is SPEC 11's one decision
@@ -59,7 +62,7 @@ inline TileDropout tile_dropout(const Problem& p, const DropoutCall& call) {
   d.drop_all = threshold > UINT32_MAX;
   d.threshold = static_cast<uint32_t>(d.drop_all ? 0 : threshold);
   d.offset = call.offset;
-  d.H = p.H;
+  d.H = p.draw_heads();
   d.keep_scale = 1.0 / (1.0 - p.dropout_p);
   uint32_t k0 = static_cast<uint32_t>(call.seed), k1 = static_cast<uint32_t>(call.seed >> 32);
   for (int r = 0; r < kPhiloxRounds; ++r) {  // the key schedule of philox4x32
@@ -240,10 +243,11 @@ inline uint64_t keep_bits_scalar(const TileDropout& d, const Problem& p, const S
                                  int64_t kcount) {
   uint64_t keep = 0;
   for (int64_t c = 0; c < kcount; ++c) {
-    const int64_t j = progression_at(k, k0 + c) - f.k0;
+    const int64_t j = p.key_position(f, progression_at(k, k0 + c));
     const Philox4x32 u = philox4x32(
-        Philox4x32{{static_cast<uint32_t>(quad_of(j)), static_cast<uint32_t>(i - f.q0),
-                    static_cast<uint32_t>(f.seq * p.H + h), static_cast<uint32_t>(d.offset)}},
+        Philox4x32{{static_cast<uint32_t>(quad_of(j)), static_cast<uint32_t>(p.row_position(f, i)),
+                    static_cast<uint32_t>(f.seq * d.H + p.draw_head(h)),
+                    static_cast<uint32_t>(d.offset)}},
         d.k0[0], d.k1[0]);
     keep |= static_cast<uint64_t>(u.w[j - 4 * quad_of(j)] >= d.threshold) << c;
   }
@@ -264,14 +268,16 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
     }
     const int64_t i = progression_at(q, q0 + t);
     const SequenceFrame f = p.frame_of_row(b, i);
-    const uint32_t c1 = static_cast<uint32_t>(i - f.q0);
-    const uint32_t c2 = static_cast<uint32_t>(f.seq * d.H + h);
+    const uint32_t c1 = static_cast<uint32_t>(p.row_position(f, i));
+    const uint32_t c2 = static_cast<uint32_t>(f.seq * d.H + p.draw_head(h));
     const uint32_t c3 = static_cast<uint32_t>(d.offset);
-    const int64_t j_lo = progression_at(k, k0) - f.k0;
-    if (k.step <= 2 || kcount == 1)
-      keep[t] = keep_bits_consecutive(d, c1, c2, c3, j_lo, kcount == 1 ? 1 : k.step, kcount);
-    else if (k.step < (int64_t{1} << 26))
-      keep[t] = keep_bits_strided(d, c1, c2, c3, j_lo, k.step, kcount);
+    const int64_t j_lo = p.key_position(f, progression_at(k, k0));
+    // The keys' step in positions: a placed sub-problem's keys are k_step positions apart.
+    const int64_t step = k.step * (p.placed ? p.place.k_step : 1);
+    if (step <= 2 || kcount == 1)
+      keep[t] = keep_bits_consecutive(d, c1, c2, c3, j_lo, kcount == 1 ? 1 : step, kcount);
+    else if (step < (int64_t{1} << 26))
+      keep[t] = keep_bits_strided(d, c1, c2, c3, j_lo, step, kcount);
     else
       keep[t] = keep_bits_scalar(d, p, f, h, i, k, k0, kcount);
   }

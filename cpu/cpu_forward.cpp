@@ -229,13 +229,9 @@ dilattn_status forward_in(const Problem& p, const ForwardArgs& a) {
     forward_packed<V>(p, a, pool, T);
     return DILATTN_SUCCESS;
   }
-  // A packed block-sparse batch: causal per sequence, by the variant tiles (cpu_variants.h).
-  Problem per_sequence_causal;
-  if (p.is_packed()) {
-    per_sequence_causal = p;
-    per_sequence_causal.causal = false;
-  }
-  const Problem& tiles = p.is_packed() ? per_sequence_causal : p;
+  // Packed block-sparse and placed problems: causal by the variant tiles (cpu_variants.h).
+  Problem without_causal;
+  const Problem& tiles = plain_rules(p, &without_causal);
   pool.run(p.B * p.H * blocks, [&](int64_t item, int worker) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % blocks, bh = item / blocks;

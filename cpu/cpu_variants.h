@@ -19,6 +19,10 @@
 // in the sequence's own positions, and no tile of another sequence is ever visited). A packed
 // block-sparse batch keeps the packed tensor (its mask indexes it) with frames looked up per
 // row, and causal applied here per sequence rather than by the plain loops.
+// A ring's placed sub-problem (SPEC 5.5, problem.h Placement) takes its causal rule, window,
+// ALiBi distances and (cpu_dropout.h) dropout draws at the whole problem's positions: the
+// bounds of each row are cut in those positions and mapped back to the sub-problem's keys, and
+// causal is applied here, not by the plain loops (plain_rules).
 // Sinks join each row's softmax once, when the row is finished (join_sink), and their gradient
 // is a separate sum over rows in a fixed order (sink_gradients).
 // Checked by tests/cpu/test_cpu_variants.cpp against the f64 reference.
@@ -58,22 +62,36 @@ struct VariantTiles {
       : p(&problem), b(batch), h(head), softcap(problem.softcap) {
     scores = problem.softcap != 0 || !problem.alibi_slopes.empty();
     frames = problem.is_packed();
-    active = scores || frames || problem.has_window();
+    active = scores || frames || problem.has_window() || problem.placed;
   }
 
   SequenceFrame frame(int64_t i) const {
-    return frames ? p->frame_of_row(b, i) : SequenceFrame{b, 0, 0, p->Nq, p->Nk};
+    return frames || p->placed ? p->frame_of_row(b, i) : SequenceFrame{b, 0, 0, p->Nq, p->Nk};
   }
   // The keys row i may see, [*lo, *hi] in the problem's positions (lo > hi: none), by its
   // sequence, the causal rule and the window; without clamping to the sequence they never
   // decrease with i inside a sequence (index_rules.h), which cover() relies on.
   void row_bounds(const SequenceFrame& f, int64_t i, int64_t* lo, int64_t* hi) const {
+    if (p->placed) return placed_row_bounds(f, i, lo, hi);
     const int64_t li = i - f.q0;
     int64_t first = max_i64(0, window_first_key(li, f.nq, f.nk, p->window_left));
     int64_t last = min_i64(f.nk - 1, window_last_key(li, f.nq, f.nk, p->window_right));
     if (p->causal) last = min_i64(last, causal_last_key(li, f.nq, f.nk));
     *lo = f.k0 + first;
     *hi = f.k0 + last;
+  }
+
+  // row_bounds of a placed sub-problem (SPEC 5.5): the bounds in the whole problem's positions
+  // (the frame is the whole problem), then the sub-problem's keys between them, key t sitting
+  // at position k_first + k_step t. Both maps never decrease, so neither do the bounds.
+  void placed_row_bounds(const SequenceFrame& f, int64_t i, int64_t* lo, int64_t* hi) const {
+    const int64_t position = p->row_position(f, i);
+    int64_t first = max_i64(0, window_first_key(position, f.nq, f.nk, p->window_left));
+    int64_t last = min_i64(f.nk - 1, window_last_key(position, f.nq, f.nk, p->window_right));
+    if (p->causal) last = min_i64(last, causal_last_key(position, f.nq, f.nk));
+    const KeyProgression keys{p->place.k_first, p->place.k_step, p->Nk};
+    *lo = first_term_at_least(keys, first);
+    *hi = terms_at_most(keys, last) - 1;
   }
 
   // Pairs (q term q0 + t, t < rows) x (k term k0 + c, c < kcount): how many of them the window
@@ -123,7 +141,8 @@ struct VariantTiles {
   // S = (softcapped(s) + ALiBi bias) in the same units. slope (backward; may be null): the
   // softcap's derivative at s, for scale_ds_by_slope. A row is worked in f64 a vector at a
   // time (softcap_row; the ALiBi distances as exact f64 integers), all kBC columns, and only
-  // the kept ones are written back.
+  // the kept ones are written back. Distances are between the positions of Problem::
+  // row_position and key_position (a sequence's, or the whole problem's for a placed one).
   template <class T>
   void transform(T* S, const KeyProgression& q, int64_t q0, int64_t rows,
                  const KeyProgression& k, int64_t k0, const int64_t* first,
@@ -132,7 +151,7 @@ struct VariantTiles {
     const double to_score = kLog2e / static_cast<double>(post);
     const bool alibi = !p->alibi_slopes.empty();
     const int64_t j0 = progression_at(k, k0);
-    const double key_step = static_cast<double>(k.step);
+    const double key_step = static_cast<double>(k.step * (p->placed ? p->place.k_step : 1));
     alignas(64) double x[kBC], x_slope[kBC];
     SequenceFrame f = frame(progression_at(q, q0));
     for (int64_t t = 0; t < rows; ++t) {
@@ -142,11 +161,11 @@ struct VariantTiles {
       for (int c = 0; c < kBC; ++c) x[c] = static_cast<double>(S[t * kBC + c]) * to_scaled;
       if (softcap > 0) softcap_row(x, x_slope, softcap);
       if (alibi) {
-        // alibi_bias(m, i - q0, j - k0, nq, nk) with j = j0 + c * step: the distance
-        // (i - q0) + (nk - nq) - (j - k0) is below Nq + Nk (plan.cpp), so exact in f64.
+        // alibi_bias(m, row position, key position, nq, nk) with the key position of j0 + c
+        // growing by key_step: the distance is below Nq + Nk (plan.cpp), so exact in f64.
         const double m = p->alibi_slope(f.seq, h);
-        const double at_first_key =
-            static_cast<double>((i - f.q0) + (f.nk - f.nq) - (j0 - f.k0));
+        const double at_first_key = static_cast<double>(
+            p->row_position(f, i) + (f.nk - f.nq) - p->key_position(f, j0));
         for (int c = 0; c < kBC; ++c)
           x[c] += -m * std::fabs(at_first_key - static_cast<double>(c) * key_step);
       }
@@ -177,6 +196,16 @@ struct VariantTiles {
     }
   }
 };
+
+// The problem whose causal rule the plain tile loops apply (cpu_tile_loop.h): p itself, or a
+// copy without causal (kept in *storage) where the variant tiles apply causal themselves: a
+// packed block-sparse batch (per sequence) and a placed sub-problem (at whole positions).
+inline const Problem& plain_rules(const Problem& p, Problem* storage) {
+  if (!p.causal || (!p.is_packed() && !p.placed)) return p;
+  *storage = p;
+  storage->causal = false;
+  return *storage;
+}
 
 // The variant work of one S tile after mask_tile: cut to the kept runs when the tile is partly
 // kept (returns true: some run starts after the tile's first key, so the products must go

@@ -16,10 +16,10 @@ bool any_stream(void*) { return true; }
 // The SPEC 10 and 11 options each backend computes (Backend::runs_options). cuda and emu run the
 // same kernels, so they run the same options: the window, softcap, ALiBi and sinks (the SIMT
 // kernels' variant instances, cuda/kernel_choice.h), not packed batches or dropout. The
-// reference runs every one, and the ring's placed sub-problems (kOptionPlaced, SPEC 5.5).
+// reference and cpu run every one, and the ring's placed sub-problems (kOptionPlaced, SPEC 5.5).
 constexpr uint32_t kKernelOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionSinks;
 constexpr uint32_t kCpuOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionPacked |
-                                 kOptionSinks | kOptionDropout;
+                                 kOptionSinks | kOptionDropout | kOptionPlaced;
 
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).

@@ -8,6 +8,9 @@
 //     within the f64 ring bounds of
 //     test_ring_forward.cpp / test_ring_backward.cpp; with sinks, every rank's d_sinks equals
 //     rank 0's bit for bit and the single-process d_sinks within 1e-11.
+//   each_option_on_cpu_matches_single_process: the same rings on the cpu backend, whose placed
+//     sub-problems (SPEC 5.5) cut windows and causal rules, draw dropout and measure ALiBi at
+//     whole-sequence positions, within SPEC 12's f64 bound (1e-10).
 //   dropout_is_the_same_draw_on_every_ring: dropout's O differs from the O without dropout (the
 //     ring applies it), and rings of P = 2 and P = 3 give the same O and gradients within 1e-12
 //     (the draws take global positions, SPEC 11.1).
@@ -30,6 +33,10 @@ const Tolerance kPOnP{1e-12, 1e-12};  // two rings: both merge orders round alik
 
 void each_option_matches_single_process() {
   ringtest::check_option_cases(ringtest::rings(1, 4, DILATTN_BACKEND_REF));
+}
+
+void each_option_on_cpu_matches_single_process() {
+  ringtest::check_option_cases(ringtest::rings(1, 4, DILATTN_BACKEND_CPU), ringtest::spec12_bounds());
 }
 
 double largest_difference(const Tensor& a, const Tensor& b) {
@@ -136,6 +143,7 @@ void packed_batch_refused() {
 
 int main() {
   each_option_matches_single_process();
+  each_option_on_cpu_matches_single_process();
   dropout_is_the_same_draw_on_every_ring();
   plain_calls_refuse_what_needs_options();
   packed_batch_refused();
