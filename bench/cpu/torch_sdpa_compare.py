@@ -2,7 +2,8 @@
 """torch_sdpa_compare.py - dilattn's cpu backend against PyTorch 2's fused CPU flash attention
 (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu), side by side in one run.
 
-Cases (B=1, H=8, D=64, f32, forward and backward):
+Cases (B=1, H=8, D=64, forward and backward; f32, or --dtype bf16 / f64: both sides get the
+same tensors of that dtype, the LSE in f32 (f64 for f64 inputs), and the table says which):
   dilated N=8192 and N=32768: head mode mod, segments 2048, 4096, 8192, dilations 1, 2, 4
       (SPEC 3). PyTorch: per branch and per offset group of heads, the selected rows of every
       segment as a batch of flash-attention calls, scattered back, branches merged by their LSE
@@ -33,6 +34,7 @@ PyTorch comes from PyPI into a virtual environment this script creates (default
 
 Run (after `meson setup build && ninja -C build`):
     python3 bench/cpu/torch_sdpa_compare.py --build build [--json out.json] [--quick]
+        [--dtype f32|bf16|f64] [--only NAME]
 """
 import argparse
 import ctypes
@@ -164,9 +166,11 @@ class Shape(ctypes.Structure):
 
 
 class Dilattn:
-    F32, CPU, HEADS_MOD = 0, 2, 0
+    CPU, HEADS_MOD = 2, 0
+    DTYPES = {"f32": 0, "f64": 1, "bf16": 3}  # lib/dilattn.h dilattn_dtype
 
-    def __init__(self, path, threads):
+    def __init__(self, path, threads, dtype="f32"):
+        self.dtype = dtype
         self.lib = ctypes.CDLL(path)
         self.lib.dilattn_tensor_contiguous.restype = Tensor
         self.lib.dilattn_tensor_contiguous.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_int64] * 4
@@ -200,12 +204,14 @@ class Dilattn:
         n = case["N"]
         shape = Shape(ctypes.sizeof(Shape), B, n, n, H, H, D)
         self.check(self.lib.dilattn_plan_create(ctypes.byref(plan), desc, ctypes.byref(shape),
-                                                self.F32, self.CPU), "plan_create")
+                                                self.DTYPES[self.dtype], self.CPU), "plan_create")
         self.lib.dilattn_desc_destroy(desc)
         return plan
 
     def view(self, t):  # a contiguous torch tensor [B, N, H, D] or [B, H, N, 1]
-        return self.lib.dilattn_tensor_contiguous(t.data_ptr(), self.F32, *t.shape)
+        import torch
+        code = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 3}[t.dtype]
+        return self.lib.dilattn_tensor_contiguous(t.data_ptr(), code, *t.shape)
 
 
 # ---------------------------------------------------------------- PyTorch side
@@ -221,7 +227,8 @@ def torch_dilated_parts(torch, q, k, v):
         assert n % w == 0 and w % r == 0
         s, m = n // w, w // r
         o_full = q.new_zeros(B, H, n, D)
-        lse_full = q.new_full((B, H, n), -math.inf)
+        lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32  # the op's LSE
+        lse_full = q.new_full((B, H, n), -math.inf, dtype=lse_dtype)
         for off in range(r):
             hs = [h for h in range(H) if h % r == off]
             if not hs:
@@ -249,7 +256,7 @@ def torch_dilated_parts(torch, q, k, v):
     out = 0
     for o_b, lse_b in zip(o_parts, lse_parts):
         out = out + torch.exp(lse_b - lse_all).unsqueeze(-1) * o_b
-    return out, lse_all, parts
+    return out.to(q.dtype), lse_all, parts
 
 
 def torch_dilated_function(torch):
@@ -272,8 +279,9 @@ def torch_dilated_function(torch):
             for part in ctx.parts:
                 pick = part["pick"]
                 weight = torch.exp(part["lse"] - pick(ctx.lse_all[..., None])[..., 0])
-                g = flash_bwd(pick(d_out) * weight[..., None], part["q"], part["k"], part["v"],
-                              pick(ctx.out), part["lse"], 0.0, False)
+                dt = part["q"].dtype
+                g = flash_bwd((pick(d_out) * weight[..., None]).to(dt), part["q"], part["k"],
+                              part["v"], pick(ctx.out).to(dt), part["lse"], 0.0, False)
                 for grad, acc in zip(g, (dq, dk, dv)):
                     acc.index_put_(part["at"], part["unpick"](grad), accumulate=True)
             return dq, dk, dv
@@ -324,7 +332,9 @@ def timed(fn, repeats):
 def run_child(args):
     import torch
     torch.set_num_threads(args.threads)
-    lib = Dilattn(args.lib, args.threads)
+    lib = Dilattn(args.lib, args.threads, args.dtype)
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f64": torch.float64}[args.dtype]
+    lse_dt = torch.float64 if args.dtype == "f64" else torch.float32
     results = []
     for case in cases(args.quick):
         if args.only and args.only not in case["name"]:
@@ -333,10 +343,10 @@ def run_child(args):
         repeats = args.repeats if n <= 8192 else max(1, args.repeats - 1)
         torch.manual_seed(0)
         # dilattn's layout [B, N, H, D]; torch's [B, H, N, D] views of the same numbers.
-        q, k, v, d_o = (torch.rand(B, n, H, D) * 2 - 1 for _ in range(4))
-        o = torch.zeros(B, n, H, D)
-        lse = torch.zeros(B, H, n, 1)
-        dq, dk, dv = (torch.zeros(B, n, H, D) for _ in range(3))
+        q, k, v, d_o = ((torch.rand(B, n, H, D) * 2 - 1).to(dt) for _ in range(4))
+        o = torch.zeros(B, n, H, D, dtype=dt)
+        lse = torch.zeros(B, H, n, 1, dtype=lse_dt)
+        dq, dk, dv = (torch.zeros(B, n, H, D, dtype=dt) for _ in range(3))
         views = {name: lib.view(t) for name, t in
                  dict(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=dq, dk=dk, dv=dv).items()}
         ref = ctypes.byref
@@ -375,12 +385,15 @@ def run_child(args):
 
         t_forward_graph()
         t_bwd = timed(t_backward, repeats)
+        def gap(x, y):
+            return (x.double() - y.double()).abs().max().item()
+
         diff = {
-            "O": (back(t_o) - o.permute(0, 2, 1, 3)).abs().max().item(),
-            "LSE": (back(t_lse[..., None])[..., 0] - lse[..., 0]).abs().max().item(),
-            "dQ": (back(gq.grad) - dq.permute(0, 2, 1, 3)).abs().max().item(),
-            "dK": (back(gk.grad) - dk.permute(0, 2, 1, 3)).abs().max().item(),
-            "dV": (back(gv.grad) - dv.permute(0, 2, 1, 3)).abs().max().item(),
+            "O": gap(back(t_o), o.permute(0, 2, 1, 3)),
+            "LSE": gap(back(t_lse[..., None])[..., 0], lse[..., 0]),
+            "dQ": gap(back(gq.grad), dq.permute(0, 2, 1, 3)),
+            "dK": gap(back(gk.grad), dk.permute(0, 2, 1, 3)),
+            "dV": gap(back(gv.grad), dv.permute(0, 2, 1, 3)),
         }
         flops = 4.0 * D * pairs(case)
         results.append({
@@ -395,19 +408,21 @@ def run_child(args):
             "max_abs_diff": diff,
         })
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    print(json.dumps({"torch": torch.__version__, "isa": lib.isa(), "cases": results}))
+    print(json.dumps({"torch": torch.__version__, "isa": lib.isa(), "dtype": args.dtype,
+                      "cases": results}))
 
 
 # ---------------------------------------------------------------- table
 def report(meta, peak, child, out_json):
     pk, pk_cpu = peak["fma_peak_gflops"], peak["fma_peak_gflops_per_cpu_second"]
     print(f"machine: {meta['cpu']}, {meta['cores']} logical cores; {meta['threads']} threads")
-    print(f"dilattn cpu backend ISA: {child['isa']}; torch {child['torch']}")
+    print(f"dilattn cpu backend ISA: {child['isa']}; torch {child['torch']}; "
+          f"dtype {child.get('dtype', 'f32')} (both sides)")
     print(f"FMA peak ({child['isa']}): {pk:.1f} GFLOP/s wall, {pk_cpu:.1f} GFLOP per CPU-second")
     print("GF/s: useful GFLOP per second (wall), every pair of SPEC 3's multiset counted as "
           "PyTorch computes it; /cpu-s: per CPU-second of the process;\n"
           "eff: GFLOP dilattn executes (a pair several branches hold once) per CPU-second / peak "
-          "per CPU-second\n")
+          "per CPU-second (the f32 FMA peak, whatever the dtype: f64's is half of it)\n")
     head = (f"{'case':24} {'pass':4} {'dilattn s':>10} {'torch s':>10} {'x wall':>7} "
             f"{'x cpu-s':>8} {'dl GF/s':>8} {'dl /cpu-s':>10} {'eff':>6}")
     print(head)
@@ -465,6 +480,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="every N divided by 8")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", help="cases whose name contains this")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "f64"], default="f32",
+                    help="the inputs' dtype on both sides (default f32)")
     ap.add_argument("--threads", type=int,
                     default=int(os.environ.get("DILATTN_NUM_THREADS", 0)) or os.cpu_count())
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -491,6 +508,7 @@ def main():
         cmd.append("--quick")
     if args.only:
         cmd += ["--only", args.only]
+    cmd += ["--dtype", args.dtype]
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True)
     child = json.loads(out.stdout.strip().splitlines()[-1])
     meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": args.threads}
