@@ -4,7 +4,8 @@
 //     against the reference with the bounds of test_ring_forward.cpp / test_ring_backward.cpp
 //     (f64 on ref: 1e-12 / 1e-11; f32 on cpu: SPEC 8).
 //   ring_mpi_options_match_single_process: ring_checks.h check_option_cases (a window, softcap,
-//     ALiBi, sinks with d_sinks, dropout, alone and together) on P = the world size.
+//     ALiBi, sinks with d_sinks, dropout, alone and together) on P = the world size, on ref and
+//     on cpu (placed sub-problems, SPEC 5.5; SPEC 12's f64 bound).
 //   ring_mpi_bitwise_equals_threads: O, LSE, dQ, dK, dV bitwise equal to the threads
 //     transport's for the same ring: both transports run the same algorithm in the same order.
 //   ring_mpi_chunks_in_pieces: the same with every shift cut into 1000-byte messages (the path
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   ringtest::check_backward_cases(DILATTN_F32, ringtest::rings(P, P, DILATTN_BACKEND_CPU, &world),
                                  spec8::of(DILATTN_F32));
   ringtest::check_option_cases(ringtest::rings(P, P, DILATTN_BACKEND_REF, &world));
+  ringtest::check_option_cases(ringtest::rings(P, P, DILATTN_BACKEND_CPU, &world),
+                              ringtest::spec12_bounds());
   check_bitwise_equals_threads(world, "ring_mpi_bitwise_equals_threads");
   const ringtest::MpiRanks pieces(1000);
   check_bitwise_equals_threads(pieces, "ring_mpi_chunks_in_pieces");
