@@ -9,9 +9,11 @@
 //       (forward_simt.cu) for the rest the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
 //   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
 //       cases, MMA_TF32 (backward_mma_tf32.cu, 3xTF32) for the same f32 ones, SIMT
-//       (backward_simt.cu) otherwise. Forward and backward choose alike.
-//   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3) runs SIMT,
-//       whose variant instances compute them; the tensor-core kernels run the problems without.
+//       (backward_simt.cu) otherwise. Without variants, forward and backward choose alike.
+//   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3). The forward
+//       runs the chosen kernel's variant instance (forward_mma.cu and forward_mma_tf32.cu with
+//       mma_variants.cuh, forward_simt.cu with variant_tile.cuh); the backward runs SIMT's
+//       variant instance (backward_simt.cu), whatever the dtype and head dim.
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -24,16 +26,19 @@ namespace dilattn {
 
 enum class KernelChoice { simt, mma, mma_tf32 };
 
+// `variants` does not change the forward's choice: every forward kernel has a variant instance.
 inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
                                        bool variants = false) {
-  if (variants || (D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
+  (void)variants;
+  if ((D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
   if (dtype == DILATTN_F32) return KernelChoice::mma_tf32;
   return dtype == DILATTN_F16 || dtype == DILATTN_BF16 ? KernelChoice::mma : KernelChoice::simt;
 }
 
 inline KernelChoice backward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
                                         bool variants = false) {
-  return forward_kernel_for(dtype, D, cc_major, variants);
+  if (variants) return KernelChoice::simt;
+  return forward_kernel_for(dtype, D, cc_major);
 }
 
 inline const char* kernel_name(KernelChoice k) {

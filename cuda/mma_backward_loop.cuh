@@ -118,6 +118,7 @@ struct DqSmem {
   static constexpr int kBr = kMmaBackwardRows, kBc = Products::kDqKeys;
   static constexpr int kStride = Products::kStride, kThreads = kMmaBackwardThreads;
   static constexpr int kSpanSlots = 3;  // as MmaTileSmem: mma_chunk_loop's span descriptors
+  static constexpr bool kVariants = false;  // no window in this pass (mma_chunk_loop.cuh)
   T* kv;                  // [K0][V0][K1][V1], each [kBc][kStride]
   T *q, *d_o;             // [kBr][kStride]
   float *lse_s, *di;      // [kBr]
