@@ -9,11 +9,10 @@
 //       (forward_simt.cu) for the rest the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
 //   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
 //       cases, MMA_TF32 (backward_mma_tf32.cu, 3xTF32) for the same f32 ones, SIMT
-//       (backward_simt.cu) otherwise. Without variants, forward and backward choose alike.
-//   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3). The forward
-//       runs the chosen kernel's variant instance (forward_mma.cu and forward_mma_tf32.cu with
-//       mma_variants.cuh, forward_simt.cu with variant_tile.cuh); the backward runs SIMT's
-//       variant instance (backward_simt.cu), whatever the dtype and head dim.
+//       (backward_simt.cu) otherwise. Forward and backward choose alike.
+//   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3) runs the
+//       chosen kernel's variant instance (the tensor-core kernels' with mma_variants.cuh, the
+//       SIMT kernels' with variant_tile.cuh): the options do not change which kernel runs.
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -26,7 +25,7 @@ namespace dilattn {
 
 enum class KernelChoice { simt, mma, mma_tf32 };
 
-// `variants` does not change the forward's choice: every forward kernel has a variant instance.
+// `variants` does not change the choice: every kernel has a variant instance.
 inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
                                        bool variants = false) {
   (void)variants;
@@ -37,8 +36,7 @@ inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_ma
 
 inline KernelChoice backward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
                                         bool variants = false) {
-  if (variants) return KernelChoice::simt;
-  return forward_kernel_for(dtype, D, cc_major);
+  return forward_kernel_for(dtype, D, cc_major, variants);
 }
 
 inline const char* kernel_name(KernelChoice k) {

@@ -1,7 +1,8 @@
-// mma_variants.cuh - what the tensor-core forward kernels' variant instances (forward_mma.cu and
-// forward_mma_tf32.cu with Variants = true) add to a warp's chunk for SPEC 10.1 and 10.3: the
-// window's cut of each row's keys, the softcap and ALiBi bias of each score, and the sink's
-// place in a row's result. The plain instances never include these steps (if constexpr), so the
+// mma_variants.cuh - what the tensor-core kernels' variant instances (forward_mma.cu,
+// forward_mma_tf32.cu, backward_mma.cu and backward_mma_tf32.cu with Variants = true) add to a
+// warp's chunk for SPEC 10.1 and 10.3: the window's cut of each row's keys, the softcap and ALiBi
+// bias of each score (and the softcap's slope in the backward), and the sink's place in a row's
+// result. The plain instances never include these steps (if constexpr), so the
 // kernels of problems without an option run the instructions they ran without this file.
 //
 //   ChunkWindow               the chunk's keys as the variant steps see them: its first key
@@ -16,12 +17,17 @@
 //                             variant_score), in variant_tile.cuh's score domain;
 //   window_unseen_values_not_finite
 //                             mma_unseen_pairs.cuh's test for the NaN rule with the keys a
-//                             row's window starts after also unseen.
+//                             row's window starts after also unseen;
+//   variant_prob_and_ds       the backward's P and dS of one pair (mma_backward_loop.cuh's
+//                             prob_and_ds) with the variant score, dS times the softcap's slope
+//                             1 - tanh^2 (SPEC 10.1), as backward_tile_loop.cuh's SIMT instance.
 //
 // The walk itself skips what no window reaches: read_window_span starts a tile's span at the
 // first key any of its rows sees and ends it at the last, so the chunk loop (mma_chunk_loop.cuh)
 // walks only the chunks the rows' windows reach, and a warp none of whose rows sees a key of a
-// chunk skips it. Sinks join each finished row once (mma_rows::finish_row<..., true>).
+// chunk skips it; the backward's dK/dV pass walks only the query rows whose window reaches its
+// key tile (window_query_cut, variant_tile.cuh). Sinks join each finished row of the forward
+// once (mma_rows::finish_row<..., true>); d_sinks is the launcher's (launch_backward.cu).
 // Checked by tests/kernels/test_variant_kernels.cpp against the reference.
 #ifndef DILATTN_MMA_VARIANTS_CUH
 #define DILATTN_MMA_VARIANTS_CUH
@@ -37,6 +43,10 @@ struct ChunkWindow {
   int64_t key0, step;  // the chunk's key c is key0 + step * c
   int from0, from1;    // the first key of the chunk rows 0 and 1 of the lane take, 0 .. BC
 };
+
+// The chunk loop's fifth argument where there is one (variant instances), else an empty window.
+__device__ __forceinline__ ChunkWindow chunk_window_or_none() { return ChunkWindow{0, 1, 0, 0}; }
+__device__ __forceinline__ ChunkWindow chunk_window_or_none(const ChunkWindow& w) { return w; }
 
 // span: the span's descriptor {first, step, largest count}; c0: the chunk's first key in it;
 // from_r0, from_r1: the lane's rows' window starts in the span (read_window_span).
@@ -101,6 +111,19 @@ __device__ __forceinline__ bool window_unseen_values_not_finite(const T* v, int 
   const int latest = -warp_fewest_keys(-w.from0, -w.from1);
   return (fewest < kBc && warp_rows_not_finite<T, D, kStride>(v, fewest, kBc)) ||
          (latest > 0 && warp_rows_not_finite<T, D, kStride>(v, 0, latest));
+}
+
+// The backward's pair (query row i, key j), seen or not: P = 2^(post (score - lse_s)) with
+// score = variant_score(pre s), and dS = P (dP - D_i) (1 - tanh^2(pre s / cs)); both exactly 0
+// where the pair is not seen (selection: whatever s and dp hold there).
+__device__ __forceinline__ void variant_prob_and_ds(const ForwardParams& p, bool seen,
+                                                    float slope, int64_t i, int64_t j,
+                                                    float lse_s, float di, float& s, float& dp) {
+  const float x = s * p.score_pre;
+  const float prob =
+      seen ? online_prob(variant_score(p, x, slope, i, j), lse_s, p.score_post) : 0.0f;
+  dp = seen ? prob * (dp - di) * softcap_slope_f32(x, p.softcap_s) : 0.0f;
+  s = prob;
 }
 
 }  // namespace DILATTN_BACKEND_NS

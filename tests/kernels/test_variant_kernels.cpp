@@ -8,8 +8,9 @@
 // empties), GQA with strided views, dilated (several branches: the sink joins each row once;
 // one branch with r > 1: the rows it does not select get LSE = the sink), block-sparse with an
 // empty BSR row, in f32, f16 and bf16, on each kernel that runs them: the SIMT variant
-// instances (head dims 8 to 16), and the tensor-core forwards' (forward_mma.cu for f16 and
-// bf16, forward_mma_tf32.cu for f32, D = 64 and 128, cuda/mma_variants.cuh) with every option
+// instances (head dims 8 to 16), and the tensor-core kernels' (forward_mma.cu and
+// backward_mma.cu for f16 and bf16, forward_mma_tf32.cu and backward_mma_tf32.cu for f32, D = 64
+// and 128, cuda/mma_variants.cuh) with every option
 // alone and all together, causal with Nq != Nk, GQA, dilated, block-sparse and windows whose
 // tiles skip whole key chunks; every case asserts the kernels kernel_choice.h picks for it.
 // Several cases put a NaN in one K and V row: NaN exactly where the reference has it, so a row
@@ -218,9 +219,10 @@ std::vector<VariantCase> variant_cases() {
     vc.nan_key = 12;
     out.push_back(vc);
   }
-  // The tensor-core forwards' variant instances: f16 and bf16 on forward_mma.cu, f32 on
-  // forward_mma_tf32.cu, D = 64 and 128 (tiles of 64 rows and 64 keys; f32: 128 rows at D = 64,
-  // 32 keys at D = 128). The backward of these problems runs SIMT's variant instance.
+  // The tensor-core kernels' variant instances: f16 and bf16 on forward_mma.cu and
+  // backward_mma.cu, f32 on the _tf32 ones, D = 64 and 128 (forward tiles of 64 rows and 64
+  // keys, f32: 128 rows at D = 64, 32 keys at D = 128; backward: 64-row query tiles, 64-key key
+  // tiles).
   for (dilattn_dtype t : {DILATTN_F16, DILATTN_BF16, DILATTN_F32}) {
     for (int64_t D : {64, 128}) {
       const KernelChoice fwd = t == DILATTN_F32 ? KernelChoice::mma_tf32 : KernelChoice::mma;
@@ -231,7 +233,7 @@ std::vector<VariantCase> variant_cases() {
         vc.c.dtype = t;
         vc.c.D = D;
         vc.forward = fwd;
-        vc.backward = KernelChoice::simt;
+        vc.backward = fwd;
         return vc;
       };
       auto with_sinks = [](VariantCase& vc, std::vector<double> sinks) {
@@ -247,7 +249,8 @@ std::vector<VariantCase> variant_cases() {
       vc.c.alibi_slopes = {0.5, 0.25, 0.125, 0.0625, 0.3, 0.2, 0.1, -0.05};
       with_sinks(vc, {0.5, -INFINITY, 1.25, -0.75});
       out.push_back(vc);
-      // A window of 9 keys over 260: each query tile walks two or three of the five chunks.
+      // A window of 9 keys over 260: each query tile walks two or three of the five chunks, each
+      // key tile of the dK/dV pass the query rows of two or three of the five query tiles.
       vc = base("window_skips_chunks");
       vc.c.Nq = vc.c.Nk = 260; vc.c.window_left = 5; vc.c.window_right = 3;
       out.push_back(vc);
@@ -319,12 +322,12 @@ std::vector<VariantCase> variant_cases() {
 int main() {
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
-  // The choice itself: with options the forward keeps its kernel (each has a variant instance)
-  // and the backward runs SIMT's; without them the tensor-core kernels keep their cases.
+  // The choice itself: options do not change it (every kernel has a variant instance).
   CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, true) == KernelChoice::mma);
   CHECK(dilattn::forward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::mma_tf32);
   CHECK(dilattn::forward_kernel_for(DILATTN_BF16, 32, 9, true) == KernelChoice::simt);
-  CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::simt);
+  CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::mma_tf32);
+  CHECK(dilattn::backward_kernel_for(DILATTN_BF16, 64, 8, true) == KernelChoice::mma);
   CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, false) == KernelChoice::mma);
   CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, false) == KernelChoice::mma_tf32);
   for (const VariantCase& vc : variant_cases()) run_case(vc, backend);
