@@ -13,9 +13,9 @@
 // and 128, cuda/mma_variants.cuh) with every option
 // alone and all together, causal with Nq != Nk, GQA, dilated, block-sparse and windows whose
 // tiles skip whole key chunks; every case asserts the kernels kernel_choice.h picks for it.
-// Several cases put a NaN in one K and V row: NaN exactly where the reference has it, so a row
-// whose window leaves the key out stays finite (no 0 * NaN from a key in its tile's chunk that
-// it does not see). Each case runs in the emulator's three thread orders (kernel_case.h) and
+// Several cases put a NaN in one K and V row, or one Q row: NaN exactly where the reference has
+// it, so a row whose window leaves the key out stays finite, and so does the dK of a key the NaN
+// row's window leaves out (no 0 * NaN from a pair of a tile's chunk that is not seen). Each case runs in the emulator's three thread orders (kernel_case.h) and
 // every output, d_sinks included, must be the same bits in each (SPEC 6: deterministic).
 //
 // DILATTN_TEST_CASES=NAME[,NAME...] keeps only the cases of those names (the part after the
@@ -38,6 +38,7 @@ struct VariantCase {
   Case c;
   std::vector<double> sinks;  // H logits when c.sinks
   int64_t nan_key = -1;       // >= 0: K[0, nan_key, 0, 0] = V[0, nan_key, 0, 0] = NaN
+  int64_t nan_query = -1;     // >= 0: Q[0, nan_query, 0, 0] = NaN
   // The kernels kernel_choice.h must pick for the case on sm_80 (the emulator's device).
   KernelChoice forward = KernelChoice::simt, backward = KernelChoice::simt;
 };
@@ -103,6 +104,7 @@ void run_case(const VariantCase& vc, dilattn_backend backend) {
     in.k.set(0, vc.nan_key, 0, 0, NAN);
     in.v.set(0, vc.nan_key, 0, 0, NAN);
   }
+  if (vc.nan_query >= 0) in.q.set(0, vc.nan_query, 0, 0, NAN);
   const Outputs ref = run_on(vc, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
   std::vector<Outputs> runs;
   kcase::repeated(backend, [&](int) { runs.push_back(run_on(vc, in, backend)); });
@@ -296,6 +298,18 @@ std::vector<VariantCase> variant_cases() {
       vc = base("nan_key_window");
       vc.c.Nq = vc.c.Nk = 150; vc.c.window_left = 2; vc.c.window_right = 1;
       vc.nan_key = 70;
+      out.push_back(vc);
+      // NaN in Q row 70: its dK and dV terms reach the keys of its window only, though the
+      // dK/dV pass's tiles hold its row next to keys it does not see.
+      vc = base("nan_query_window");
+      vc.c.Nq = vc.c.Nk = 150; vc.c.window_left = 3; vc.c.window_right = 2;
+      vc.nan_query = 70;
+      out.push_back(vc);
+      // One key a row, 15 keys to the right of the diagonal (Nk - Nq = 15): the first query row
+      // of a dK/dV chunk sees only the last key of a warp's 16 (key 15), so no warp may skip a
+      // chunk whose rows reach its keys with the last one.
+      vc = base("window_one_key_warp_edge");
+      vc.c.Nq = 100; vc.c.Nk = 115; vc.c.window_left = 0; vc.c.window_right = 0;
       out.push_back(vc);
       vc = base("nan_key_all_options_sinks");
       vc.c.Nq = vc.c.Nk = 150; vc.c.causal = true; vc.c.window_left = 4; vc.c.softcap = 2.0;
