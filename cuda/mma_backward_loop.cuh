@@ -503,14 +503,21 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
         const int32_t* seen_lo = tl.seen_lo + buf * R;
         const int64_t* row_of = tl.row_of + buf * R;
         const float slope = tl.slope[buf];
+        const int64_t lane_keys[2] = {tl.keys[kw + g], tl.keys[kw + g + 8]};
         DILATTN_UNROLL
         for (int n = 0; n < kTiles; ++n)
-          for (int e = 0; e < 4; ++e) {
-            const int t = 8 * n + 2 * t4 + (e & 1), key = kw + g + 8 * (e >> 1);
-            const bool seen_pair = key >= seen_lo[t] && key < seen[t];
-            variant_prob_and_ds(p, seen_pair, slope, row_of[t], tl.keys[key], lse[t], di[t],
-                                st[n][e], dpt[n][e]);
-            unseen_bad = unseen_bad || (!seen_pair && bad[t] != 0);
+          for (int col = 0; col < 2; ++col) {  // the chunk row t, then the lane's two keys
+            const int t = 8 * n + 2 * t4 + col, lo = seen_lo[t], hi = seen[t];
+            const int64_t i = row_of[t];
+            const float lse_t = lse[t], di_t = di[t];
+            const bool bad_t = bad[t] != 0;
+            for (int r = 0; r < 2; ++r) {
+              const int key = kw + g + 8 * r, e = 2 * r + col;
+              const bool seen_pair = key >= lo && key < hi;
+              variant_prob_and_ds(p, seen_pair, slope, i, lane_keys[r], lse_t, di_t, st[n][e],
+                                  dpt[n][e]);
+              unseen_bad = unseen_bad || (!seen_pair && bad_t);
+            }
           }
       } else if (__all_sync(0xffffffffu, row_whole) && p.score_post == 1.0f) {
         DILATTN_UNROLL
@@ -530,14 +537,25 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
           }
       }
       if (__any_sync(0xffffffffu, unseen_bad)) {
-        auto seen_by = [&](int key_row, int t) {
-          if constexpr (Variants)
-            return kw + key_row >= tl.seen_lo[buf * R + t] && kw + key_row < seen[t];
-          else
-            return kw + key_row < seen[t];
-        };
-        exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO
-        exact_rows_product<T, D, S, R>(dk, dpt, qc, seen_by);  // dK += dS^T Q
+        if constexpr (Variants) {
+          // The chunk rows that see the lane's keys kw + g and kw + g + 8 (the only key rows
+          // exact_rows_product asks about), one bit a row: two registers, not R pairs of loads.
+          const int32_t* seen_lo = tl.seen_lo + buf * R;
+          uint32_t sees0 = 0u, sees1 = 0u;
+          for (int t = 0; t < R; ++t) {
+            sees0 |= (kw + g >= seen_lo[t] && kw + g < seen[t] ? 1u : 0u) << t;
+            sees1 |= (kw + g + 8 >= seen_lo[t] && kw + g + 8 < seen[t] ? 1u : 0u) << t;
+          }
+          auto seen_by = [&](int key_row, int t) {
+            return (((key_row < 8 ? sees0 : sees1) >> t) & 1u) != 0u;
+          };
+          exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO
+          exact_rows_product<T, D, S, R>(dk, dpt, qc, seen_by);  // dK += dS^T Q
+        } else {
+          auto seen_by = [&](int key_row, int t) { return kw + key_row < seen[t]; };
+          exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO
+          exact_rows_product<T, D, S, R>(dk, dpt, qc, seen_by);  // dK += dS^T Q
+        }
       } else {
         Products::template accumulate<R>(frags, dv, st, doc);  // dV += P^T dO
         Products::template accumulate<R>(frags, dk, dpt, qc);  // dK += dS^T Q
