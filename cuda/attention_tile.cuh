@@ -61,8 +61,8 @@ struct ForwardParams {
   const int64_t* col_idx;
   const int64_t* head_ptr;
   int64_t mask_heads, bq, bk, I;
-  // SPEC 10.1 and 10.3, read by the SIMT kernels' variant instances only (variant_tile.cuh;
-  // kernel_choice.h sends every problem with one of these options to them).
+  // SPEC 10.1 and 10.3, read by the kernels' variant instances only (variant_tile.cuh,
+  // mma_variants.cuh; the launchers run them for every problem with one of these options).
   int64_t window_left, window_right;  // -1: unbounded
   float softcap_s;                    // c * log2(e): the softcap in the score domain; 0: off
   const double* alibi;                // device slopes, [H] or [B][H] (alibi_per_batch); null: off

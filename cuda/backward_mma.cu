@@ -99,35 +99,45 @@ struct MmaBackwardProducts {
   }
 };
 
-template <class T, int D>
+// Variants: the instances with SPEC 10.1's window, softcap and ALiBi (mma_backward_loop.cuh,
+// cuda/mma_variants.cuh), which kernel_choice.h picks for a problem with any option.
+template <class T, int D, bool Variants>
 __global__ void __launch_bounds__(128, 1) backward_dq_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dq<MmaBackwardProducts<T, D>>(bp, smem);
+  mma_backward_dq<MmaBackwardProducts<T, D>, Variants>(bp, smem);
 }
 
-template <class T, int D>
+template <class T, int D, bool Variants>
 __global__ void __launch_bounds__(128, 1) backward_dkdv_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dkdv<MmaBackwardProducts<T, D>>(bp, smem);
+  mma_backward_dkdv<MmaBackwardProducts<T, D>, Variants>(bp, smem);
 }
 
-template __global__ void backward_dq_mma_kernel<__half, 64>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__half, 128>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 64>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 128>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 64, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 128, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 64, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 128, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 64, true>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 128, true>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64, true>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 64, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 128, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128, true>(BackwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, int D>
+template <class T, int D, bool Variants>
 BackwardKernels mma_backward_of() {
   using Products = MmaBackwardProducts<T, D>;
-  return BackwardKernels{backward_dq_mma_kernel<T, D>,
-                         backward_dkdv_mma_kernel<T, D>,
-                         smem_bytes_of<DqSmem<Products>>(),
-                         smem_bytes_of<DkdvSmem<Products>>(),
+  return BackwardKernels{backward_dq_mma_kernel<T, D, Variants>,
+                         backward_dkdv_mma_kernel<T, D, Variants>,
+                         smem_bytes_of<DqSmem<Products, Variants>>(),
+                         smem_bytes_of<DkdvSmem<Products, Variants>>(),
                          kMmaBackwardRows,
                          kMmaBackwardKeys,
                          kMmaBackwardThreads,
@@ -135,12 +145,13 @@ BackwardKernels mma_backward_of() {
 }
 
 template <class T>
-BackwardKernels mma_backward(int64_t D) {  // backward_kernel_for picks MMA for D = 64, 128 only
-  return D == 64 ? mma_backward_of<T, 64>() : mma_backward_of<T, 128>();
+BackwardKernels mma_backward(int64_t D, bool variants) {  // D = 64 or 128 (backward_kernel_for)
+  if (variants) return D == 64 ? mma_backward_of<T, 64, true>() : mma_backward_of<T, 128, true>();
+  return D == 64 ? mma_backward_of<T, 64, false>() : mma_backward_of<T, 128, false>();
 }
 
-template BackwardKernels mma_backward<__half>(int64_t);
-template BackwardKernels mma_backward<__nv_bfloat16>(int64_t);
+template BackwardKernels mma_backward<__half>(int64_t, bool);
+template BackwardKernels mma_backward<__nv_bfloat16>(int64_t, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -46,6 +46,7 @@
 #include "mma_sync.cuh"
 #include "mma_unseen_pairs.cuh"
 #include "mma_tile_smem.cuh"
+#include "mma_variants.cuh"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -56,13 +57,15 @@ namespace DILATTN_BACKEND_NS {
 // warps of 158 registers let three blocks share an SM (12 warps, against 8 for one 8-warp
 // block) and ran dense 25%, causal 28%, block-sparse 44% and dilated 21% faster than 8 warps;
 // 128-key chunks with 8 warps gained less (21% dense) and lost on block-sparse spans.
-template <class T, int D>
-using MmaTile = MmaTileSmem<T, 4, 64, D + 8>;
+// Variants: the instance with SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks
+// (cuda/mma_variants.cuh), which kernel_choice.h picks for a problem with any of them.
+template <class T, int D, bool Variants = false>
+using MmaTile = MmaTileSmem<T, 4, 64, D + 8, Variants>;
 
-template <class T, int D>
+template <class T, int D, bool Variants>
 inline size_t mma_smem_bytes() {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  return mma_tile_smem_bytes<MmaTile<T, D>>();
+  return mma_tile_smem_bytes<MmaTile<T, D, Variants>>();
 }
 
 // ---------------------------------------------------------------- loads
@@ -117,12 +120,15 @@ __device__ __forceinline__ int frag_cols_first(int lane) {
 // One chunk for one warp: S = Q K^T, mask and scale, the online softmax, O = alpha O + P V.
 // keys0, keys1: how many of the chunk's first keys the lane's two rows take (the rest are
 // masked); frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first,
-// frag_rows_first).
-template <class T, int D>
+// frag_rows_first). Variants: w and vr give each score's window range, key and row
+// (mma_variants.cuh).
+template <class T, int D, bool Variants = false>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
                                            const T* k, const T* v, int frag_k, int frag_v,
                                            int keys0, int keys1,
-                                           mma_rows::RowState<D>& st) {
+                                           mma_rows::RowState<D>& st,
+                                           const VariantRows& vr,
+                                           const ChunkWindow& w = ChunkWindow{}) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
   float s[kTiles][4];
@@ -137,13 +143,23 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
       mma_m16n8k16<T>(s[n], qf[kk], b, s[n]);
       mma_m16n8k16<T>(s[n + 1], qf[kk], b + 2, s[n + 1]);
     }
-  mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
   // The NaN rule (mma_unseen_pairs.cuh): a V row some row of the warp skips that is not finite
   // would reach it as 0 * NaN on tensor cores; then P V is summed pair by pair.
-  if (unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
-    exact_rows_product<T, D, Tile::kStride, Tile::kBc>(
-        st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
-    return;
+  if constexpr (Variants) {
+    softmax_chunk_variant<kTiles, D>(p, s, keys0, keys1, w, vr, st);
+    if (window_unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1, w)) {
+      exact_rows_product<T, D, Tile::kStride, Tile::kBc>(st.o, s, v, [&](int row, int c) {
+        return row < 8 ? c >= w.from0 && c < keys0 : c >= w.from1 && c < keys1;
+      });
+      return;
+    }
+  } else {
+    mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+    if (unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
+      exact_rows_product<T, D, Tile::kStride, Tile::kBc>(
+          st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+      return;
+    }
   }
   // P V: S's C tiles 2kk and 2kk + 1 are, in the input dtype, P's A fragment for keys
   // 16kk .. 16kk + 15 (PTX layout: a[0], a[1] rows g, g + 8 of columns 2t..; a[2], a[3] of
@@ -167,9 +183,9 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
 }
 
 // ---------------------------------------------------------------- the kernel
-template <class T, int D>
+template <class T, int D, bool Variants>
 __global__ void forward_mma_kernel(ForwardParams p) {
-  using Tile = MmaTile<T, D>;
+  using Tile = MmaTile<T, D, Variants>;
   constexpr int BR = Tile::kBr, S = Tile::kStride;
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   SmemCarver carver{smem};
@@ -183,7 +199,13 @@ __global__ void forward_mma_kernel(ForwardParams p) {
 
   // 1. Rows, dilated gaps, Q.
   for (int r = tid; r < BR; r += Tile::kThreads) tl.rows[r] = tile_row(p, h, tile, r, BR);
-  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
+  if (p.o != nullptr && p.kind == kKindDilated) {
+    if constexpr (Variants)  // with sinks, a row no branch selects has LSE = the sink
+      write_dilated_gaps<T>(p, b, h, tile, BR,
+                            p.sinks != nullptr ? p.sinks[h] : -static_cast<double>(INFINITY));
+    else
+      write_dilated_gaps<T>(p, b, h, tile, BR);
+  }
   __syncthreads();
   bool any_row = false;
   for (int r = 0; r < BR; ++r) any_row = any_row || tl.rows[r] >= 0;
@@ -195,7 +217,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   }
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (warp == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0);
   __syncthreads();
   const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
   uint32_t qf[D / 16][4];
@@ -203,6 +225,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
     ldmatrix<4>(qf[kk], tl.q() + warp * 16 * S + frag_a + kk * 16);
   mma_rows::RowState<D> st;
   mma_rows::start(st);
+  VariantRows vr;
+  if constexpr (Variants) vr = variant_rows(p, b, h, tl.rows[r0], tl.rows[r1]);
 
   // 2-3. The chunks (mma_chunk_loop.cuh).
   const T* kb = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
@@ -212,34 +236,41 @@ __global__ void forward_mma_kernel(ForwardParams p) {
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         issue_chunk<T, D>(p, kb, vb, first, step, c0, cn, k, v);
       },
-      [&](const T* k, const T* v, int keys0, int keys1) {
-        warp_chunk<T, D>(p, qf, k, v, frag_k, frag_a, keys0, keys1, st);
+      [&](const T* k, const T* v, int keys0, int keys1, const auto&... window) {
+        warp_chunk<T, D, Variants>(p, qf, k, v, frag_k, frag_a, keys0, keys1, st, vr,
+                                   window...);
       });
 
   // 4. Finish the lane's two rows.
-  mma_rows::finish_row<T, D>(p, b, h, tl.rows[r0], 0, st);
-  mma_rows::finish_row<T, D>(p, b, h, tl.rows[r1], 1, st);
+  mma_rows::finish_row<T, D, Variants>(p, b, h, tl.rows[r0], 0, st);
+  mma_rows::finish_row<T, D, Variants>(p, b, h, tl.rows[r1], 1, st);
 }
 
-template __global__ void forward_mma_kernel<__half, 64>(ForwardParams);
-template __global__ void forward_mma_kernel<__half, 128>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 64>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 128>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 64, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 128, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 64, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 128, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 64, true>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 128, true>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 64, true>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 128, true>(ForwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, int D>
+template <class T, int D, bool Variants>
 ForwardKernel mma_forward_of() {
-  return ForwardKernel{forward_mma_kernel<T, D>, mma_smem_bytes<T, D>(), MmaTile<T, D>::kBr,
-                       MmaTile<T, D>::kThreads};
+  using Tile = MmaTile<T, D, Variants>;
+  return ForwardKernel{forward_mma_kernel<T, D, Variants>, mma_smem_bytes<T, D, Variants>(),
+                       Tile::kBr, Tile::kThreads};
 }
 
 template <class T>
-ForwardKernel mma_forward(int64_t D) {  // forward_kernel_for picks MMA for D = 64 and 128 only
-  return D == 64 ? mma_forward_of<T, 64>() : mma_forward_of<T, 128>();
+ForwardKernel mma_forward(int64_t D, bool variants) {  // D = 64 or 128 (forward_kernel_for)
+  if (variants) return D == 64 ? mma_forward_of<T, 64, true>() : mma_forward_of<T, 128, true>();
+  return D == 64 ? mma_forward_of<T, 64, false>() : mma_forward_of<T, 128, false>();
 }
 
-template ForwardKernel mma_forward<__half>(int64_t);
-template ForwardKernel mma_forward<__nv_bfloat16>(int64_t);
+template ForwardKernel mma_forward<__half>(int64_t, bool);
+template ForwardKernel mma_forward<__nv_bfloat16>(int64_t, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -41,6 +41,7 @@
 #include "mma_rows.cuh"
 #include "mma_sync.cuh"
 #include "mma_unseen_pairs.cuh"
+#include "mma_variants.cuh"
 #include "mma_tile_smem.cuh"
 #include "tf32_split.cuh"
 
@@ -58,13 +59,15 @@ namespace DILATTN_BACKEND_NS {
 // ---------------------------------------------------------------- the tile's shape
 // D = 64: 8 warps, 64-key chunks; D = 128: 4 warps, 32-key chunks (header); rows padded by 4
 // floats (mma_tile_smem.cuh).
-template <int D>
-using Tf32Tile = MmaTileSmem<float, D == 64 ? 8 : 4, D == 64 ? 64 : 32, D + 4>;
+// Variants: the instance with SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks
+// (cuda/mma_variants.cuh), which kernel_choice.h picks for a problem with any of them.
+template <int D, bool Variants = false>
+using Tf32Tile = MmaTileSmem<float, D == 64 ? 8 : 4, D == 64 ? 64 : 32, D + 4, Variants>;
 
-template <int D>
+template <int D, bool Variants = false>
 inline size_t tf32_smem_bytes() {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  return mma_tile_smem_bytes<Tf32Tile<D>>();
+  return mma_tile_smem_bytes<Tf32Tile<D, Variants>>();
 }
 
 // ---------------------------------------------------------------- loads
@@ -101,11 +104,14 @@ __device__ __forceinline__ void issue_tf32_chunk(const ForwardParams& p, const f
 
 // ---------------------------------------------------------------- one chunk, one warp
 // qf[kk]: the lane's A fragment of Q for dims 8kk .. 8kk + 7 (a0 = row 0 dim t, a1 = row 1
-// dim t, a2, a3 the same at dim t + 4).
-template <int D, int kProducts>
+// dim t, a2, a3 the same at dim t + 4). Variants: w and vr give each score's window range, key
+// and row (mma_variants.cuh).
+template <int D, int kProducts, bool Variants = false>
 __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const float (&qf)[D / 8][4],
                                                 const float* k, const float* v, int keys0,
-                                                int keys1, mma_rows::RowState<D>& st) {
+                                                int keys1, mma_rows::RowState<D>& st,
+                                                const VariantRows& vr,
+                                                const ChunkWindow& w = ChunkWindow{}) {
   using Tile = Tf32Tile<D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
   const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
@@ -122,13 +128,24 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
       mma_f32<kProducts>(s[n], a, to_tf32<kProducts>(kf));
     }
   }
-  mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
   // The NaN rule (mma_unseen_pairs.cuh): a V row some row of the warp skips that is not finite
   // would reach it as 0 * NaN on tensor cores; then P V is summed pair by pair, in f32.
-  if (unseen_values_not_finite<float, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
-    exact_rows_product<float, D, Tile::kStride, Tile::kBc>(
-        st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
-    return;
+  if constexpr (Variants) {
+    softmax_chunk_variant<kTiles, D>(p, s, keys0, keys1, w, vr, st);
+    if (window_unseen_values_not_finite<float, D, Tile::kStride, Tile::kBc>(v, keys0, keys1,
+                                                                            w)) {
+      exact_rows_product<float, D, Tile::kStride, Tile::kBc>(st.o, s, v, [&](int row, int c) {
+        return row < 8 ? c >= w.from0 && c < keys0 : c >= w.from1 && c < keys1;
+      });
+      return;
+    }
+  } else {
+    mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+    if (unseen_values_not_finite<float, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
+      exact_rows_product<float, D, Tile::kStride, Tile::kBc>(
+          st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+      return;
+    }
   }
   // O += P V over the chunk's 8-key tiles, k = t standing for key 2t and k = t + 4 for key
   // 2t + 1 (header): A = {c0, c2, c1, c3}, B[k][n] = V[key][dim 8nd + g].
@@ -146,10 +163,10 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
 }
 
 // ---------------------------------------------------------------- the kernel
-template <int D, int kProducts>
+template <int D, int kProducts, bool Variants = false>
 __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   static_assert(kProducts == 3 || kProducts == 1, "3xTF32, or plain TF32 for the test");
-  using Tile = Tf32Tile<D>;
+  using Tile = Tf32Tile<D, Variants>;
   constexpr int BR = Tile::kBr, S = Tile::kStride;
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   SmemCarver carver{smem};
@@ -163,7 +180,13 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
 
   // 1. Rows, dilated gaps, Q.
   for (int r = tid; r < BR; r += Tile::kThreads) tl.rows[r] = tile_row(p, h, tile, r, BR);
-  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<float>(p, b, h, tile, BR);
+  if (p.o != nullptr && p.kind == kKindDilated) {
+    if constexpr (Variants)  // with sinks, a row no branch selects has LSE = the sink
+      write_dilated_gaps<float>(p, b, h, tile, BR,
+                                p.sinks != nullptr ? p.sinks[h] : -static_cast<double>(INFINITY));
+    else
+      write_dilated_gaps<float>(p, b, h, tile, BR);
+  }
   __syncthreads();
   bool any_row = false;
   for (int r = 0; r < BR; ++r) any_row = any_row || tl.rows[r] >= 0;
@@ -175,7 +198,7 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   }
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (tid < 32 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  if (tid < 32 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0);
   __syncthreads();
   float qf[D / 8][4];
   for (int kk = 0; kk < D / 8; ++kk) {
@@ -188,6 +211,8 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   }
   mma_rows::RowState<D> st;
   mma_rows::start(st);
+  VariantRows vr;
+  if constexpr (Variants) vr = variant_rows(p, b, h, tl.rows[r0], tl.rows[r1]);
 
   // 2-3. The chunks (mma_chunk_loop.cuh).
   const float* kb = static_cast<const float*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
@@ -197,28 +222,32 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, float* k, float* v) {
         issue_tf32_chunk<D>(p, kb, vb, first, step, c0, cn, k, v);
       },
-      [&](const float* k, const float* v, int keys0, int keys1) {
-        tf32_warp_chunk<D, kProducts>(p, qf, k, v, keys0, keys1, st);
+      [&](const float* k, const float* v, int keys0, int keys1, const auto&... window) {
+        tf32_warp_chunk<D, kProducts, Variants>(p, qf, k, v, keys0, keys1, st, vr, window...);
       });
 
   // 4. Finish the lane's two rows.
-  mma_rows::finish_row<float, D>(p, b, h, tl.rows[r0], 0, st);
-  mma_rows::finish_row<float, D>(p, b, h, tl.rows[r1], 1, st);
+  mma_rows::finish_row<float, D, Variants>(p, b, h, tl.rows[r0], 0, st);
+  mma_rows::finish_row<float, D, Variants>(p, b, h, tl.rows[r1], 1, st);
 }
 
-template __global__ void forward_mma_tf32_kernel<64, 3>(ForwardParams);
-template __global__ void forward_mma_tf32_kernel<128, 3>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<64, 3, false>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<128, 3, false>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<64, 3, true>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<128, 3, true>(ForwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <int D>
+template <int D, bool Variants>
 ForwardKernel tf32_forward_of() {
-  return ForwardKernel{forward_mma_tf32_kernel<D, 3>, tf32_smem_bytes<D>(), Tf32Tile<D>::kBr,
-                       Tf32Tile<D>::kThreads};
+  using Tile = Tf32Tile<D, Variants>;
+  return ForwardKernel{forward_mma_tf32_kernel<D, 3, Variants>, tf32_smem_bytes<D, Variants>(),
+                       Tile::kBr, Tile::kThreads};
 }
 
 // forward_kernel_for picks MMA_TF32 for D = 64 and 128 only.
-ForwardKernel tf32_forward(int64_t D) {
-  return D == 64 ? tf32_forward_of<64>() : tf32_forward_of<128>();
+ForwardKernel tf32_forward(int64_t D, bool variants) {
+  if (variants) return D == 64 ? tf32_forward_of<64, true>() : tf32_forward_of<128, true>();
+  return D == 64 ? tf32_forward_of<64, false>() : tf32_forward_of<128, false>();
 }
 
 }  // namespace DILATTN_BACKEND_NS

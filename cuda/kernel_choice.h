@@ -10,8 +10,9 @@
 //   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
 //       cases, MMA_TF32 (backward_mma_tf32.cu, 3xTF32) for the same f32 ones, SIMT
 //       (backward_simt.cu) otherwise. Forward and backward choose alike.
-//   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3) runs SIMT,
-//       whose variant instances compute them; the tensor-core kernels run the problems without.
+//   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3) runs the
+//       chosen kernel's variant instance (the tensor-core kernels' with mma_variants.cuh, the
+//       SIMT kernels' with variant_tile.cuh): the options do not change which kernel runs.
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -24,9 +25,11 @@ namespace dilattn {
 
 enum class KernelChoice { simt, mma, mma_tf32 };
 
+// `variants` does not change the choice: every kernel has a variant instance.
 inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
                                        bool variants = false) {
-  if (variants || (D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
+  (void)variants;
+  if ((D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
   if (dtype == DILATTN_F32) return KernelChoice::mma_tf32;
   return dtype == DILATTN_F16 || dtype == DILATTN_BF16 ? KernelChoice::mma : KernelChoice::simt;
 }

@@ -36,11 +36,12 @@ struct ForwardKernel {
 // instance that runs SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks.
 template <class T>
 ForwardKernel simt_forward(int64_t D, bool variants = false);
-// forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
+// forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128. variants: the instance that runs
+// SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks (mma_variants.cuh).
 template <class T>
-ForwardKernel mma_forward(int64_t D);
-// forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128.
-ForwardKernel tf32_forward(int64_t D);
+ForwardKernel mma_forward(int64_t D, bool variants = false);
+// forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128. variants: as mma_forward's.
+ForwardKernel tf32_forward(int64_t D, bool variants = false);
 
 // ---------------------------------------------------------------- backward (SPEC 6)
 using BackwardKernelFn = void (*)(BackwardParams);
@@ -61,11 +62,12 @@ struct BackwardKernels {
 // simt_forward's.
 template <class T>
 BackwardKernels simt_backward(int64_t D, bool variants = false);
-// backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
+// backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128. variants: the instances that run
+// SPEC 10.1's window, softcap and ALiBi (mma_variants.cuh).
 template <class T>
-BackwardKernels mma_backward(int64_t D);
-// backward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128.
-BackwardKernels tf32_backward(int64_t D);
+BackwardKernels mma_backward(int64_t D, bool variants = false);
+// backward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128. variants: as mma_backward's.
+BackwardKernels tf32_backward(int64_t D, bool variants = false);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

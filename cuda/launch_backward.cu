@@ -188,11 +188,12 @@ BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
     case DILATTN_F16:
-      return mma ? mma_backward<__half>(p.D) : simt_backward<__half>(p.D, variants);
+      return mma ? mma_backward<__half>(p.D, variants) : simt_backward<__half>(p.D, variants);
     case DILATTN_BF16:
-      return mma ? mma_backward<__nv_bfloat16>(p.D) : simt_backward<__nv_bfloat16>(p.D, variants);
+      return mma ? mma_backward<__nv_bfloat16>(p.D, variants)
+                 : simt_backward<__nv_bfloat16>(p.D, variants);
     default:
-      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D)
+      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D, variants)
                                               : simt_backward<float>(p.D, variants);
   }
 }

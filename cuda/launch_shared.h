@@ -17,8 +17,8 @@
 //                                      mask, the ALiBi slopes;
 //   grant_shared_memory                a kernel's dynamic shared memory limit raised, once per
 //                                      device;
-//   uses_variant_kernels,              whether a problem runs the SIMT kernels' variant
-//   kernel_score_scale                 instances (SPEC 10.1, 10.3), and the score scale
+//   uses_variant_kernels,              whether a problem runs the kernels' variant instances
+//   kernel_score_scale                 (SPEC 10.1, 10.3), and the score scale
 //                                      every kernel and pre-pass of a call uses;
 //   shared_params, prepare_launch      the index part of every forward and backward launch;
 //   rows_of_16_bytes                   whether a view's rows may be copied by cp.async.
@@ -204,8 +204,8 @@ struct Workspace {
 // contiguous, every row 16-byte aligned.
 bool rows_of_16_bytes(const dilattn_tensor* t);
 
-// SPEC 10.1 and 10.3: a problem with a window, softcap, ALiBi or sinks runs the SIMT kernels'
-// variant instances (kernel_choice.h).
+// SPEC 10.1 and 10.3: a problem with a window, softcap, ALiBi or sinks runs the variant instance
+// of its kernel (kernel_choice.h).
 bool uses_variant_kernels(const Problem& p);
 
 // The score scale (lib/softmax_rules.h) of every kernel and pre-pass of a call: score_scale,

@@ -37,6 +37,13 @@
 // cuda/mma_unseen_pairs.cuh): a NaN reaches exactly the rows whose keys hold it. Finite inputs
 // never take that path.
 //
+// Variants (the variant instances, SPEC 10.1): each pair's score softcapped and biased by ALiBi
+// and dS times the softcap's slope (mma_variants.cuh's variant_prob_and_ds); the dQ pass walks
+// read_window_span's spans (only the key chunks the rows' windows reach) and takes the keys
+// [from, keys) of each row; the dK/dV pass walks only the query rows whose window reaches its key
+// tile (window_query_cut) and a row sees the range [seen_lo, seen) of the tile's keys
+// (window_keys_seen). d_sinks (SPEC 10.3) is the launcher's pre-pass (launch_backward.cu).
+//
 // Products, the kernel file's part:
 //   using Input;                          the input dtype, also the shared-memory element
 //   kHeadDim, kStride (padded row), kDqKeys (dQ pass chunk), kKvRows (dK/dV pass chunk)
@@ -55,6 +62,7 @@
 #include "backward_tile.cuh"
 #include "mma_chunk_loop.cuh"
 #include "mma_unseen_pairs.cuh"
+#include "mma_variants.cuh"
 #include "smem_carver.cuh"
 #include "softmax_rules.h"
 
@@ -112,12 +120,13 @@ __device__ __forceinline__ void prob_and_ds_seen(const ForwardParams& p, float l
 }
 
 // ================================================================ the dQ pass
-template <class Products>
+template <class Products, bool Variants = false>
 struct DqSmem {
   using T = typename Products::Input;
   static constexpr int kBr = kMmaBackwardRows, kBc = Products::kDqKeys;
   static constexpr int kStride = Products::kStride, kThreads = kMmaBackwardThreads;
   static constexpr int kSpanSlots = 3;  // as MmaTileSmem: mma_chunk_loop's span descriptors
+  static constexpr bool kVariants = Variants;  // the window's spans (mma_chunk_loop.cuh)
   T* kv;                  // [K0][V0][K1][V1], each [kBc][kStride]
   T *q, *d_o;             // [kBr][kStride]
   float *lse_s, *di;      // [kBr]
@@ -125,6 +134,7 @@ struct DqSmem {
   int64_t* rows;          // [kBr] query row, -1 for none
   int64_t* cnt;           // [kSpanSlots][kBr] each row's key count in a span
   int64_t* span;          // [kSpanSlots][3] {first, step, largest count}
+  int64_t* from = nullptr;  // Variants: [kSpanSlots][kBr] each row's first key in a span
 
   __host__ __device__ void carve(SmemCarver& c) {
     kv = c.take<T>(static_cast<size_t>(4 * kBc) * kStride);
@@ -136,6 +146,7 @@ struct DqSmem {
     rows = c.take<int64_t>(kBr);
     cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
     span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
+    if constexpr (Variants) from = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
   }
   __device__ __forceinline__ T* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
   __device__ __forceinline__ T* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
@@ -148,10 +159,10 @@ inline size_t smem_bytes_of() {
   return c.used;
 }
 
-template <class Products>
+template <class Products, bool Variants = false>
 __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsigned char* smem) {
   using T = typename Products::Input;
-  using Tile = DqSmem<Products>;
+  using Tile = DqSmem<Products, Variants>;
   constexpr int D = Products::kHeadDim;
   constexpr int BR = Tile::kBr, BC = Tile::kBc, S = Tile::kStride, kThreads = Tile::kThreads;
   SmemCarver carver{smem};
@@ -183,10 +194,12 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
     tl.di[r] = i >= 0 ? bp.di[row] : 0.0f;
   }
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (warp == 0 && num_spans > 0) read_span(p, h, tile, 0, tl.rows, BR, tl.cnt, tl.span);
+  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0);
   __syncthreads();
 
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
+  VariantRows vr;
+  if constexpr (Variants) vr = variant_rows(p, b, h, tl.rows[r0], tl.rows[r1]);
   const float lse0 = tl.lse_s[r0], lse1 = tl.lse_s[r1], di0 = tl.di[r0], di1 = tl.di[r1];
   const T* qw = tl.q + warp * 16 * S;
   const typename Products::Frags frags = Products::frags();
@@ -213,7 +226,7 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
             flags[c] = 0;
         }
       },
-      [&](const T* k, const T* v, int keys0, int keys1) {
+      [&](const T* k, const T* v, int keys0, int keys1, const auto&... window) {
         constexpr int kTiles = BC / 8;
         float s[kTiles][4], dp[kTiles][4];
         for (int n = 0; n < kTiles; ++n)
@@ -224,8 +237,20 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
         // the chunk one row skips and whose K is not finite sends the chunk the exact way.
         const int32_t* flags = tl.bad_key + (k == tl.k(0) ? 0 : BC);
         bool unseen_bad = false;
-        if (p.score_post == 1.0f && keys0 >= BC && keys1 >= BC && lse0 != INFINITY &&
-            lse1 != INFINITY) {
+        const ChunkWindow w = chunk_window_or_none(window...);
+        if constexpr (Variants) {  // the pairs c in [from, keys) of each row, variant scores
+          DILATTN_UNROLL
+          for (int n = 0; n < kTiles; ++n)
+            for (int e = 0; e < 4; ++e) {
+              const int c = 8 * n + 2 * t4 + (e & 1);
+              const bool row1 = (e >> 1) != 0;
+              const bool seen = row1 ? c >= w.from1 && c < keys1 : c >= w.from0 && c < keys0;
+              variant_prob_and_ds(p, seen, vr.slope, row1 ? vr.i1 : vr.i0, w.key0 + w.step * c,
+                                  row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
+              unseen_bad = unseen_bad || (!seen && flags[c] != 0);
+            }
+        } else if (p.score_post == 1.0f && keys0 >= BC && keys1 >= BC && lse0 != INFINITY &&
+                   lse1 != INFINITY) {
           // Both rows see every key of the chunk: no selection, no flag (prob_and_ds_seen).
           DILATTN_UNROLL
           for (int n = 0; n < kTiles; ++n)
@@ -246,8 +271,13 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
         }
         if (__any_sync(0xffffffffu, unseen_bad)) {
           // The lane's rows are g (keys0 of the chunk's keys) and g + 8 (keys1).
-          exact_rows_product<T, D, S, BC>(
-              dq, dp, k, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+          if constexpr (Variants)
+            exact_rows_product<T, D, S, BC>(dq, dp, k, [&](int row, int c) {
+              return row < 8 ? c >= w.from0 && c < keys0 : c >= w.from1 && c < keys1;
+            });
+          else
+            exact_rows_product<T, D, S, BC>(
+                dq, dp, k, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
         } else {
           Products::template accumulate<BC>(frags, dq, dp, k);  // dQ += dS K
         }
@@ -264,7 +294,7 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
 }
 
 // ================================================================ the dK/dV pass
-template <class Products>
+template <class Products, bool Variants = false>
 struct DkdvSmem {
   using T = typename Products::Input;
   static constexpr int kBc = kMmaBackwardKeys, kRows = Products::kKvRows;
@@ -274,6 +304,11 @@ struct DkdvSmem {
   float *lse_s, *di;        // [2][kRows]
   int32_t *seen, *bad_row;  // [2][kRows] keys of the tile the row sees; Q or dO not finite
   int64_t* keys;            // [kBc] the tile's keys (-1: none), ascending
+  // Variants: [2][kRows] the first key of the tile the row sees (the window) and the row;
+  // [2] the chunk's ALiBi slope (its head's).
+  int32_t* seen_lo = nullptr;
+  int64_t* row_of = nullptr;
+  float* slope = nullptr;
 
   __host__ __device__ void carve(SmemCarver& c) {
     k = c.take<T>(static_cast<size_t>(kBc) * kStride);
@@ -284,6 +319,11 @@ struct DkdvSmem {
     seen = c.take<int32_t>(2 * kRows);
     bad_row = c.take<int32_t>(2 * kRows);
     keys = c.take<int64_t>(kBc);
+    if constexpr (Variants) {
+      seen_lo = c.take<int32_t>(2 * kRows);
+      row_of = c.take<int64_t>(2 * kRows);
+      slope = c.take<float>(2);
+    }
   }
   __device__ __forceinline__ T* q(int buf) const { return qdo + (2 * buf) * kRows * kStride; }
   __device__ __forceinline__ T* d_o(int buf) const {
@@ -302,9 +342,13 @@ struct QueryChunkCursor {
 };
 
 // The cursor moved to the next chunk holding a row: the rest of this span, else the next span
-// with any row, else the next head's first. done() when there is none.
+// with any row, else the next head's first. done() when there is none. kWindow (variant
+// instances): a span's rows cut to those whose window reaches the tile's keys first_key ..
+// last_key (window_query_cut).
+template <bool kWindow = false>
 __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64_t hk,
-                                                 int64_t tile, int64_t first_key, int chunk_rows,
+                                                 int64_t tile, int64_t first_key,
+                                                 int64_t last_key, int chunk_rows,
                                                  QueryChunkCursor& cur, bool first_call) {
   if (!first_call) {
     cur.t0 += chunk_rows;
@@ -316,15 +360,16 @@ __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64
     const int64_t h = hk * (bp.ix.H / bp.ix.Hkv) + cur.head;
     for (; cur.span < cur.num_spans; ++cur.span) {
       cur.rows = query_span(bp, h, tile, cur.span, first_key);
+      if constexpr (kWindow) cur.rows = window_query_cut(bp.ix, cur.rows, first_key, last_key);
       if (cur.rows.count > 0) return;
     }
   }
 }
 
-template <class Products>
+template <class Products, bool Variants = false>
 __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsigned char* smem) {
   using T = typename Products::Input;
-  using Tile = DkdvSmem<Products>;
+  using Tile = DkdvSmem<Products, Variants>;
   constexpr int D = Products::kHeadDim;
   constexpr int BC = Tile::kBc, R = Tile::kRows, S = Tile::kStride;
   constexpr int kThreads = kMmaBackwardThreads;
@@ -355,7 +400,7 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
     tl.k[c * S + d] = j >= 0 ? load_bnhd<T>(p.k, p.k_stride, b, j, hk, d) : from_float<T>(0.0f);
     tl.v[c * S + d] = j >= 0 ? load_bnhd<T>(p.v, p.v_stride, b, j, hk, d) : from_float<T>(0.0f);
   }
-  const int64_t first_key = tl.keys[0];
+  const int64_t first_key = tl.keys[0], last_key = tl.keys[num_keys - 1];
 
   // One chunk's rows into buffer buf: seen counts, lse_s, D_i, flags by plain stores; Q and
   // dO by copy_rows (cp.async where it can). Read after the next barrier.
@@ -368,9 +413,19 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
     for (int t = tid; t < R; t += kThreads) {
       const int64_t i = t < cn ? progression_at(cur.rows, cur.t0 + t) : -1;
       const int at = buf * R + t;
-      tl.seen[at] = i >= 0 ? static_cast<int32_t>(tile_keys_seen(
-                                 query_row_keys(bp, hq, tile, i), tl.keys, num_keys))
-                           : 0;
+      if constexpr (Variants) {  // the window leaves a range [seen_lo, seen) of the keys
+        int64_t lo = 0, hi = 0;
+        if (i >= 0)
+          window_keys_seen(p, query_row_keys(bp, hq, tile, i), i, tl.keys, num_keys, &lo, &hi);
+        tl.seen_lo[at] = static_cast<int32_t>(lo);
+        tl.seen[at] = static_cast<int32_t>(hi);
+        tl.row_of[at] = i;
+        if (t == 0) tl.slope[buf] = block_alibi_slope(p, b, hq);
+      } else {
+        tl.seen[at] = i >= 0 ? static_cast<int32_t>(tile_keys_seen(
+                                   query_row_keys(bp, hq, tile, i), tl.keys, num_keys))
+                             : 0;
+      }
       // The row's scalars by cp.async, as its Q and dO: the warp issuing them goes on to this
       // chunk's products instead of waiting for global memory while the others wait for it.
       if (i >= 0) {
@@ -400,13 +455,13 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   // The cursor names the chunk being prepared: one ahead of the chunk computed.
   QueryChunkCursor cur{head_first, head_end, 0, query_span_count(bp), 0,
                        KeyProgression{0, 1, 0}};
-  next_query_chunk(bp, hk, tile, first_key, R, cur, true);
+  next_query_chunk<Variants>(bp, hk, tile, first_key, last_key, R, cur, true);
   bool has_chunk = !cur.done();
   if (has_chunk) prepare(cur, 0);
   async_copy_commit();
   int buf = 0;
   while (has_chunk) {
-    next_query_chunk(bp, hk, tile, first_key, R, cur, false);
+    next_query_chunk<Variants>(bp, hk, tile, first_key, last_key, R, cur, false);
     const bool has_next = !cur.done();
     async_copy_wait<0>();
     __syncthreads();  // this chunk visible to all; every thread is done with the other buffer
@@ -415,9 +470,14 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
 
     const int32_t* seen = tl.seen + buf * R;
     // A warp none of whose keys any row of the chunk sees skips it (seen counts are prefixes
-    // of the tile's keys).
+    // of the tile's keys; with the window, the ranges [seen_lo, seen)).
     bool any = false;
-    for (int t = lane; t < R; t += 32) any = any || seen[t] > kw;
+    if constexpr (Variants) {
+      for (int t = lane; t < R; t += 32)
+        any = any || (seen[t] > kw && tl.seen_lo[buf * R + t] < kw + 16);
+    } else {
+      for (int t = lane; t < R; t += 32) any = any || seen[t] > kw;
+    }
     if (__any_sync(0xffffffffu, any)) {
       const T* qc = tl.q(buf);
       const T* doc = tl.d_o(buf);
@@ -439,7 +499,27 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
       // finite lse_s: no selection, no flag (prob_and_ds_seen). One row a lane, R <= 32.
       static_assert(R <= 32, "one chunk row per lane");
       const bool row_whole = lane >= R || (seen[lane] >= kw + 16 && lse[lane] != INFINITY);
-      if (__all_sync(0xffffffffu, row_whole) && p.score_post == 1.0f) {
+      if constexpr (Variants) {  // the pairs in [seen_lo, seen), variant scores
+        const int32_t* seen_lo = tl.seen_lo + buf * R;
+        const int64_t* row_of = tl.row_of + buf * R;
+        const float slope = tl.slope[buf];
+        const int64_t lane_keys[2] = {tl.keys[kw + g], tl.keys[kw + g + 8]};
+        DILATTN_UNROLL
+        for (int n = 0; n < kTiles; ++n)
+          for (int col = 0; col < 2; ++col) {  // the chunk row t, then the lane's two keys
+            const int t = 8 * n + 2 * t4 + col, lo = seen_lo[t], hi = seen[t];
+            const int64_t i = row_of[t];
+            const float lse_t = lse[t], di_t = di[t];
+            const bool bad_t = bad[t] != 0;
+            for (int r = 0; r < 2; ++r) {
+              const int key = kw + g + 8 * r, e = 2 * r + col;
+              const bool seen_pair = key >= lo && key < hi;
+              variant_prob_and_ds(p, seen_pair, slope, i, lane_keys[r], lse_t, di_t, st[n][e],
+                                  dpt[n][e]);
+              unseen_bad = unseen_bad || (!seen_pair && bad_t);
+            }
+          }
+      } else if (__all_sync(0xffffffffu, row_whole) && p.score_post == 1.0f) {
         DILATTN_UNROLL
         for (int n = 0; n < kTiles; ++n)
           for (int e = 0; e < 4; ++e) {
@@ -457,9 +537,25 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
           }
       }
       if (__any_sync(0xffffffffu, unseen_bad)) {
-        auto seen_by = [&](int key_row, int t) { return kw + key_row < seen[t]; };
-        exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO
-        exact_rows_product<T, D, S, R>(dk, dpt, qc, seen_by);  // dK += dS^T Q
+        if constexpr (Variants) {
+          // The chunk rows that see the lane's keys kw + g and kw + g + 8 (the only key rows
+          // exact_rows_product asks about), one bit a row: two registers, not R pairs of loads.
+          const int32_t* seen_lo = tl.seen_lo + buf * R;
+          uint32_t sees0 = 0u, sees1 = 0u;
+          for (int t = 0; t < R; ++t) {
+            sees0 |= (kw + g >= seen_lo[t] && kw + g < seen[t] ? 1u : 0u) << t;
+            sees1 |= (kw + g + 8 >= seen_lo[t] && kw + g + 8 < seen[t] ? 1u : 0u) << t;
+          }
+          auto seen_by = [&](int key_row, int t) {
+            return (((key_row < 8 ? sees0 : sees1) >> t) & 1u) != 0u;
+          };
+          exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO
+          exact_rows_product<T, D, S, R>(dk, dpt, qc, seen_by);  // dK += dS^T Q
+        } else {
+          auto seen_by = [&](int key_row, int t) { return kw + key_row < seen[t]; };
+          exact_rows_product<T, D, S, R>(dv, st, doc, seen_by);  // dV += P^T dO
+          exact_rows_product<T, D, S, R>(dk, dpt, qc, seen_by);  // dK += dS^T Q
+        }
       } else {
         Products::template accumulate<R>(frags, dv, st, doc);  // dV += P^T dO
         Products::template accumulate<R>(frags, dk, dpt, qc);  // dK += dS^T Q

@@ -7,7 +7,12 @@
 //                                     cn .. BC - 1 zero, by cp.async (the loop commits them);
 //   compute(k, v, keys0, keys1)       one warp's S = Q K^T, online softmax, O += P V for the
 //                                     chunk in k and v; keys0, keys1: how many of its first keys
-//                                     the lane's two rows take.
+//                                     the lane's two rows take. Variant instances (Tile::
+//                                     kVariants) get a fifth argument, the chunk's ChunkWindow
+//                                     (mma_variants.cuh): the rows' window starts and the keys'
+//                                     indices; their spans are read_window_span's, which start
+//                                     at the first key any row's window reaches and end at the
+//                                     last, so chunks no window reaches are never walked.
 //
 // Double-buffered: the next chunk's K and V are copied while this one is computed; one
 // __syncthreads a chunk. Span descriptors rotate through Tile::kSpanSlots = 3 slots: warp 0
@@ -21,9 +26,23 @@
 #include "attention_tile.cuh"
 #include "mma_rows.cuh"
 #include "mma_tile_smem.cuh"
+#include "mma_variants.cuh"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
+
+// Warp 0 reads span `span` of the tile's rows into descriptor slot `slot`: read_span, or with
+// the window read_window_span (variant instances).
+template <class Tile>
+__device__ __forceinline__ void read_tile_span(const ForwardParams& p, const Tile& tl, int64_t h,
+                                               int64_t tile, int64_t span, int slot) {
+  constexpr int BR = Tile::kBr;
+  if constexpr (Tile::kVariants)
+    read_window_span(p, h, tile, span, tl.rows, BR, tl.from + slot * BR, tl.cnt + slot * BR,
+                     tl.span + 3 * slot);
+  else
+    read_span(p, h, tile, span, tl.rows, BR, tl.cnt + slot * BR, tl.span + 3 * slot);
+}
 
 // The tile's rows and the first span's descriptor are in tl (read_span of span 0 done, visible
 // to all); r0, r1: the lane's two tile rows.
@@ -51,8 +70,7 @@ __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Til
       next_slot = slot + 1 == Tile::kSpanSlots ? 0 : slot + 1;
     }
     if (tid < 32 && next_span != span && next_span < num_spans)
-      read_span(p, h, tile, next_span, tl.rows, BR, tl.cnt + next_slot * BR,
-                tl.span + 3 * next_slot);
+      read_tile_span(p, tl, h, tile, next_span, next_slot);
     async_copy_wait<0>();
     __syncthreads();  // this chunk's K, V and the next span's descriptor visible to all
     // buf holds this chunk (if the span has one); the next goes to the other buffer, whose
@@ -70,8 +88,14 @@ __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Til
       const int64_t cn = min_i64(BC, most - c0);
       const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
       const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
-      if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
+      if constexpr (Tile::kVariants) {  // the rows' keys in it: [from, keys) (the window)
+        const ChunkWindow w =
+            chunk_window<BC>(info, c0, tl.from[slot * BR + r0], tl.from[slot * BR + r1]);
+        if (__any_sync(0xffffffffu, w.from0 < keys0 || w.from1 < keys1))
+          compute(tl.k(buf), tl.v(buf), keys0, keys1, w);
+      } else if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0)) {
         compute(tl.k(buf), tl.v(buf), keys0, keys1);
+      }
     }
     buf = next_buf;
     span = next_span;

@@ -10,15 +10,18 @@
 //   RowState<D>                 O as D / 8 C fragments, the running max m and sum l (base 2)
 //   row_keys_in_chunk(...)      how many of a chunk's keys a row takes
 //   softmax_chunk(p, s, ...)    S of one chunk (kTiles C fragments): scale, mask, the online
-//                               update of m, l and O; S becomes P
-//   finish_row<T, D>(p, ...)    one branch: O / l and LSE to the caller's tensors; several:
-//                               SPEC 5's merge into the workspace
+//                               update of m, l and O; S becomes P (softmax_scaled: the
+//                               same with pre and post given)
+//   finish_row<T, D>(p, ...)    one branch: O / l and LSE to the caller's tensors (with
+//                               the sink joined, SPEC 10.3, when kSinks); several: SPEC 5's
+//                               merge into the workspace
 // Checked through the kernel by tests/kernels/test_forward_kernels.cpp.
 #ifndef DILATTN_MMA_ROWS_CUH
 #define DILATTN_MMA_ROWS_CUH
 
 #include "forward_outputs.cuh"
 #include "softmax_rules.h"
+#include "variant_tile.cuh"  // sink_merge
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -68,12 +71,15 @@ __device__ __forceinline__ int row_keys_in_chunk(int64_t cn, int64_t count, int6
 // rescaled only when some row of the warp moved its maximum (alpha = 1 multiplies exactly, so
 // skipping it changes no bit). A negative pre, post != 1 or a scaled maximum that overflowed takes
 // the general form, score by score as online_prob states it.
+//
+// softmax_scaled is the same with pre and post given: the variant instances (mma_variants.cuh)
+// apply pre, the softcap and ALiBi to the scores first and pass pre = 1.
 template <int kTiles, int D>
-__device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)[kTiles][4],
-                                              int keys0, int keys1, RowState<D>& st) {
+__device__ __forceinline__ void softmax_scaled(const float pre, const float post,
+                                               float (&s)[kTiles][4], int keys0, int keys1,
+                                               RowState<D>& st) {
   constexpr int kKeys = kTiles * 8;
   const int t = static_cast<int>(threadIdx.x) & 3;
-  const float pre = p.score_pre, post = p.score_post;
   const bool pre_positive = pre > 0.0f;
   if (!pre_positive)
     for (int n = 0; n < kTiles; ++n)
@@ -116,18 +122,29 @@ __device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)
       for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
 }
 
+template <int kTiles, int D>
+__device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)[kTiles][4],
+                                              int keys0, int keys1, RowState<D>& st) {
+  softmax_scaled<kTiles, D>(p.score_pre, p.score_post, s, keys0, keys1, st);
+}
+
 // Row r (0 or 1) of the lane, query row i (-1: none): one branch writes O / l and LSE to the
 // caller's tensors; several branches merge (O / l, LSE) into the workspace with SPEC 5's
 // update. All 4 lanes of the row read the old LSE before the first of them writes it.
-template <class T, int D>
+// kSinks (the variant instances): one branch joins the head's sink once (SPEC 10.3,
+// variant_tile.cuh's sink_merge); several merge into a workspace the launcher started at the
+// sinks (launch.cu).
+template <class T, int D, bool kSinks = false>
 __device__ __forceinline__ void finish_row(const ForwardParams& p, int64_t b, int64_t h,
                                            int64_t i, int r, const RowState<D>& st) {
   const int t = static_cast<int>(threadIdx.x) & 3;
   const float m = st.m[r], l = st.l[r];
-  const double lse_b = finalize_lse(m, l, p.score_post);
-  const float factor = finalize_o_factor(m, l);
+  double lse_b = finalize_lse(m, l, p.score_post);
+  float factor = finalize_o_factor(m, l);
   if (p.o != nullptr) {
     if (i < 0) return;
+    if constexpr (kSinks)
+      if (p.sinks != nullptr) sink_merge(p.sinks[h], &lse_b, &factor);
     for (int nd = 0; nd < D / 8; ++nd)
       for (int e = 0; e < 2; ++e)
         store_o<T>(p, b, i, h, nd * 8 + 2 * t + e, st.o[nd][2 * r + e] * factor);

@@ -3,6 +3,7 @@
 // elements (rows padded against bank conflicts); the tile's query rows; kSpanSlots span
 // descriptors (see the kernels' loops). Q ([kBr][kStride]) passes through [K1][V1] on its way
 // into registers, before chunk 1 is copied there, so the block holds the two chunks alone.
+// Variant instances (kVariants, SPEC 10.1 windows) add each row's window start per span slot.
 #ifndef DILATTN_MMA_TILE_SMEM_CUH
 #define DILATTN_MMA_TILE_SMEM_CUH
 
@@ -11,8 +12,9 @@
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
-template <class Elem, int kWarpsT, int kBcT, int kStrideT>
+template <class Elem, int kWarpsT, int kBcT, int kStrideT, bool kVariantsT = false>
 struct MmaTileSmem {
+  static constexpr bool kVariants = kVariantsT;
   static constexpr int kWarps = kWarpsT;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBr = 16 * kWarps;   // query rows per block, 16 per warp
@@ -25,12 +27,14 @@ struct MmaTileSmem {
   int64_t* rows;  // [BR] query row, -1 for none
   int64_t* cnt;   // [kSpanSlots][BR] each row's key count in a span
   int64_t* span;  // [kSpanSlots][3] {first, step, largest count}
+  int64_t* from = nullptr;  // kVariants: [kSpanSlots][BR] each row's first key in a span
 
   __host__ __device__ void carve(SmemCarver& c) {
     kv = c.take<Elem>(static_cast<size_t>(4 * kBc) * kStride);
     rows = c.take<int64_t>(kBr);
     cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
     span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
+    if constexpr (kVariants) from = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
   }
   __device__ __forceinline__ Elem* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
   __device__ __forceinline__ Elem* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }

@@ -7,11 +7,16 @@
 // Every option alone and together, over dense, causal (with rows the window or causal rule
 // empties), GQA with strided views, dilated (several branches: the sink joins each row once;
 // one branch with r > 1: the rows it does not select get LSE = the sink), block-sparse with an
-// empty BSR row, in f32, f16 and bf16, and at D = 64 (a head dim the tensor-core kernels take:
-// kernel_choice.h must send a problem with options to the SIMT variant kernels). Two cases put
-// a NaN in one K and V row: NaN exactly where the reference has it, so a row whose window leaves
-// the key out stays finite (no 0 * NaN from a key in its tile's chunk that it does not see). Each case runs in the emulator's three thread orders (kernel_case.h)
-// and every output, d_sinks included, must be the same bits in each (SPEC 6: deterministic).
+// empty BSR row, in f32, f16 and bf16, on each kernel that runs them: the SIMT variant
+// instances (head dims 8 to 16), and the tensor-core kernels' (forward_mma.cu and
+// backward_mma.cu for f16 and bf16, forward_mma_tf32.cu and backward_mma_tf32.cu for f32, D = 64
+// and 128, cuda/mma_variants.cuh) with every option
+// alone and all together, causal with Nq != Nk, GQA, dilated, block-sparse and windows whose
+// tiles skip whole key chunks; every case asserts the kernels kernel_choice.h picks for it.
+// Several cases put a NaN in one K and V row, or one Q row: NaN exactly where the reference has
+// it, so a row whose window leaves the key out stays finite, and so does the dK of a key the NaN
+// row's window leaves out (no 0 * NaN from a pair of a tile's chunk that is not seen). Each case runs in the emulator's three thread orders (kernel_case.h) and
+// every output, d_sinks included, must be the same bits in each (SPEC 6: deterministic).
 //
 // DILATTN_TEST_CASES=NAME[,NAME...] keeps only the cases of those names (the part after the
 // last '/').
@@ -27,11 +32,15 @@
 namespace {
 
 using Case = harness::AttentionCase;
+using dilattn::KernelChoice;
 
 struct VariantCase {
   Case c;
   std::vector<double> sinks;  // H logits when c.sinks
   int64_t nan_key = -1;       // >= 0: K[0, nan_key, 0, 0] = V[0, nan_key, 0, 0] = NaN
+  int64_t nan_query = -1;     // >= 0: Q[0, nan_query, 0, 0] = NaN
+  // The kernels kernel_choice.h must pick for the case on sm_80 (the emulator's device).
+  KernelChoice forward = KernelChoice::simt, backward = KernelChoice::simt;
 };
 
 struct Outputs {
@@ -87,13 +96,15 @@ void run_case(const VariantCase& vc, dilattn_backend backend) {
   const Case& c = vc.c;
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
-  // Whatever the dtype and head dim, a problem with an option runs the SIMT variant kernels.
-  CHECK(dilattn::forward_kernel_for(c.dtype, c.D, 8, true) == dilattn::KernelChoice::simt);
+  // The kernels this case is about are the ones that run it.
+  CHECK(dilattn::forward_kernel_for(c.dtype, c.D, 8, true) == vc.forward);
+  CHECK(dilattn::backward_kernel_for(c.dtype, c.D, 8, true) == vc.backward);
   harness::Inputs in = kcase::random_inputs(c);
   if (vc.nan_key >= 0) {
     in.k.set(0, vc.nan_key, 0, 0, NAN);
     in.v.set(0, vc.nan_key, 0, 0, NAN);
   }
+  if (vc.nan_query >= 0) in.q.set(0, vc.nan_query, 0, 0, NAN);
   const Outputs ref = run_on(vc, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
   std::vector<Outputs> runs;
   kcase::repeated(backend, [&](int) { runs.push_back(run_on(vc, in, backend)); });
@@ -155,12 +166,6 @@ std::vector<VariantCase> variant_cases() {
     vc.c.alibi_slopes = {0.2, 0.4};
     with_sinks(vc, {0.0, 2.0});
     out.push_back(vc);
-    // D = 64: the tensor-core kernels' head dim, where the options must go to SIMT.
-    vc = base("all_d64_causal", 64);
-    vc.c.Nq = vc.c.Nk = 20; vc.c.causal = true; vc.c.H = vc.c.Hkv = 1;
-    vc.c.window_left = 7; vc.c.softcap = 1.0; vc.c.alibi_slopes = {0.3};
-    with_sinks(vc, {-0.5});
-    out.push_back(vc);
     if (!f32) continue;
     // Each option alone (f32).
     vc = base("window_dense_nq_lt_nk", 12);
@@ -216,6 +221,104 @@ std::vector<VariantCase> variant_cases() {
     vc.nan_key = 12;
     out.push_back(vc);
   }
+  // The tensor-core kernels' variant instances: f16 and bf16 on forward_mma.cu and
+  // backward_mma.cu, f32 on the _tf32 ones, D = 64 and 128 (forward tiles of 64 rows and 64
+  // keys, f32: 128 rows at D = 64, 32 keys at D = 128; backward: 64-row query tiles, 64-key key
+  // tiles).
+  for (dilattn_dtype t : {DILATTN_F16, DILATTN_BF16, DILATTN_F32}) {
+    for (int64_t D : {64, 128}) {
+      const KernelChoice fwd = t == DILATTN_F32 ? KernelChoice::mma_tf32 : KernelChoice::mma;
+      auto base = [&](const char* name) {
+        VariantCase vc;
+        vc.c.name = std::string(dilattn::kernel_name(fwd)) + "/" + dilattn::dtype_name(t) +
+                    "/d" + std::to_string(D) + "/" + name;
+        vc.c.dtype = t;
+        vc.c.D = D;
+        vc.forward = fwd;
+        vc.backward = fwd;
+        return vc;
+      };
+      auto with_sinks = [](VariantCase& vc, std::vector<double> sinks) {
+        vc.c.sinks = true;
+        vc.sinks = std::move(sinks);
+      };
+      // All four together: causal with Nq < Nk (rows see keys 60 and on: a tile's span starts
+      // past the first chunk), GQA, strided views, ALiBi per batch x head.
+      VariantCase vc = base("all_causal_gqa_nq_lt_nk_strided");
+      vc.c.B = 2; vc.c.Nq = 70; vc.c.Nk = 150; vc.c.H = 4; vc.c.Hkv = 2; vc.c.causal = true;
+      vc.c.input_layout = vc.c.output_layout = {false, 8};
+      vc.c.window_left = 20; vc.c.softcap = 1.5;
+      vc.c.alibi_slopes = {0.5, 0.25, 0.125, 0.0625, 0.3, 0.2, 0.1, -0.05};
+      with_sinks(vc, {0.5, -INFINITY, 1.25, -0.75});
+      out.push_back(vc);
+      // A window of 9 keys over 260: each query tile walks two or three of the five chunks, each
+      // key tile of the dK/dV pass the query rows of two or three of the five query tiles.
+      vc = base("window_skips_chunks");
+      vc.c.Nq = vc.c.Nk = 260; vc.c.window_left = 5; vc.c.window_right = 3;
+      out.push_back(vc);
+      // Nq > Nk, causal, one key a row: the first 60 rows see none, empty warps and tiles.
+      vc = base("window_zero_causal_nq_gt_nk");
+      vc.c.Nq = 150; vc.c.Nk = 90; vc.c.causal = true; vc.c.window_left = 0;
+      out.push_back(vc);
+      vc = base("softcap_dense");
+      vc.c.Nq = 90; vc.c.Nk = 100; vc.c.softcap = 0.75;
+      vc.c.scale = 0.5;  // scores beyond the softcap, where tanh bends
+      out.push_back(vc);
+      vc = base("alibi_per_head_gqa");
+      vc.c.Nq = 80; vc.c.Nk = 100; vc.c.H = 4; vc.c.Hkv = 2;
+      vc.c.alibi_slopes = {0.5, 0.25, 0.0, -0.125};
+      out.push_back(vc);
+      vc = base("sinks_causal_empty_rows");  // rows with no key: O = 0, LSE = the sink
+      vc.c.Nq = 90; vc.c.Nk = 70; vc.c.causal = true;
+      with_sinks(vc, {0.5});
+      out.push_back(vc);
+      vc = base("all_dilated_two_branches");  // the sink joins each row once (workspace)
+      vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 150; vc.c.H = 2; vc.c.Hkv = 1;
+      vc.c.segments = {64, 150}; vc.c.dilations = {1, 2}; vc.c.head_mode = DILATTN_HEADS_MOD;
+      vc.c.window_left = 10; vc.c.window_right = 6; vc.c.softcap = 2.0;
+      vc.c.alibi_slopes = {0.25, 0.5};
+      with_sinks(vc, {0.3, -1.0});
+      out.push_back(vc);
+      vc = base("sinks_window_dilated_one_branch_gaps");  // unselected rows: LSE = the sink
+      vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 100; vc.c.H = 3; vc.c.Hkv = 1;
+      vc.c.segments = {40}; vc.c.dilations = {3}; vc.c.head_mode = DILATTN_HEADS_MOD;
+      vc.c.window_left = 4;
+      with_sinks(vc, {0.25, -INFINITY, -1.0});
+      out.push_back(vc);
+      vc = base("all_sparse_empty_row");
+      vc.c.kind = DILATTN_KIND_BLOCK_SPARSE; vc.c.Nq = vc.c.Nk = 200; vc.c.H = 2; vc.c.Hkv = 1;
+      vc.c.mask.bq = 64; vc.c.mask.bk = 32;
+      kcase::local_sink_mask(vc.c, 1, 0);
+      vc.c.window_left = 40; vc.c.window_right = 8; vc.c.softcap = 3.0;
+      vc.c.alibi_slopes = {0.2, 0.4};
+      with_sinks(vc, {0.0, 2.0});
+      out.push_back(vc);
+      // NaN in K and V row 70: the rows whose window holds it are NaN, their tile neighbours
+      // (the same chunk, keys before or after their window) are not.
+      vc = base("nan_key_window");
+      vc.c.Nq = vc.c.Nk = 150; vc.c.window_left = 2; vc.c.window_right = 1;
+      vc.nan_key = 70;
+      out.push_back(vc);
+      // NaN in Q row 70: its dK and dV terms reach the keys of its window only, though the
+      // dK/dV pass's tiles hold its row next to keys it does not see.
+      vc = base("nan_query_window");
+      vc.c.Nq = vc.c.Nk = 150; vc.c.window_left = 3; vc.c.window_right = 2;
+      vc.nan_query = 70;
+      out.push_back(vc);
+      // One key a row, 15 keys to the right of the diagonal (Nk - Nq = 15): the first query row
+      // of a dK/dV chunk sees only the last key of a warp's 16 (key 15), so no warp may skip a
+      // chunk whose rows reach its keys with the last one.
+      vc = base("window_one_key_warp_edge");
+      vc.c.Nq = 100; vc.c.Nk = 115; vc.c.window_left = 0; vc.c.window_right = 0;
+      out.push_back(vc);
+      vc = base("nan_key_all_options_sinks");
+      vc.c.Nq = vc.c.Nk = 150; vc.c.causal = true; vc.c.window_left = 4; vc.c.softcap = 2.0;
+      vc.c.alibi_slopes = {0.2};
+      with_sinks(vc, {0.1});
+      vc.nan_key = 70;
+      out.push_back(vc);
+    }
+  }
   // DILATTN_TEST_CASES: keep the cases named.
   const char* list = std::getenv("DILATTN_TEST_CASES");
   if (list == nullptr || list[0] == '\0') return out;
@@ -233,11 +336,12 @@ std::vector<VariantCase> variant_cases() {
 int main() {
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
-  // The choice itself: options send every dtype and head dim to SIMT; without them the
-  // tensor-core kernels keep their cases.
-  using dilattn::KernelChoice;
-  CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, true) == KernelChoice::simt);
-  CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::simt);
+  // The choice itself: options do not change it (every kernel has a variant instance).
+  CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, true) == KernelChoice::mma);
+  CHECK(dilattn::forward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::mma_tf32);
+  CHECK(dilattn::forward_kernel_for(DILATTN_BF16, 32, 9, true) == KernelChoice::simt);
+  CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::mma_tf32);
+  CHECK(dilattn::backward_kernel_for(DILATTN_BF16, 64, 8, true) == KernelChoice::mma);
   CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, false) == KernelChoice::mma);
   CHECK(dilattn::backward_kernel_for(DILATTN_F32, 128, 9, false) == KernelChoice::mma_tf32);
   for (const VariantCase& vc : variant_cases()) run_case(vc, backend);
