@@ -33,9 +33,10 @@ struct ForwardKernel {
 };
 
 // forward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants: the
-// instance that runs SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks.
+// instance that runs SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks; dropout: the
+// one that runs SPEC 11's dropout as well as those.
 template <class T>
-ForwardKernel simt_forward(int64_t D, bool variants = false);
+ForwardKernel simt_forward(int64_t D, bool variants = false, bool dropout = false);
 // forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
 template <class T>
 ForwardKernel mma_forward(int64_t D);
@@ -57,10 +58,10 @@ struct BackwardKernels {
   bool dkdv_all_heads = false;
 };
 
-// backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants: as
-// simt_forward's.
+// backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants and
+// dropout: as simt_forward's.
 template <class T>
-BackwardKernels simt_backward(int64_t D, bool variants = false);
+BackwardKernels simt_backward(int64_t D, bool variants = false, bool dropout = false);
 // backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
 template <class T>
 BackwardKernels mma_backward(int64_t D);
