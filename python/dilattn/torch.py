@@ -316,8 +316,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     and offset (0 .. 2**32 - 1); the backward regenerates the same mask. seed=None draws one
     from torch's default CPU generator at each call (torch.randint), so torch.manual_seed
     makes a run reproducible and every call gets a new mask; nothing is drawn when
-    dropout_p = 0, which is no dropout, bitwise. Backends "cpu" and "ref" (the same decisions):
-    CPU tensors ("auto" picks cpu); CUDA tensors with dropout_p > 0 raise
+    dropout_p = 0, which is no dropout, bitwise. Backends "cpu", "ref" and "emu" (the same
+    decisions): CPU tensors ("auto" picks cpu); CUDA tensors with dropout_p > 0 raise
     dilattn.UnsupportedError (this module's CUDA calls carry no seed). Calls with dropout run
     the torch.autograd.Function on every torch."""
     if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
