@@ -99,33 +99,42 @@ struct MmaBackwardProducts {
   }
 };
 
-template <class T, int D>
+// Dropout: the instances that draw SPEC 11.3's factors (mma_backward_loop.cuh).
+template <class T, int D, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dq_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dq<MmaBackwardProducts<T, D>>(bp, smem);
+  mma_backward_dq<MmaBackwardProducts<T, D>, Dropout>(bp, smem);
 }
 
-template <class T, int D>
+template <class T, int D, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dkdv_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dkdv<MmaBackwardProducts<T, D>>(bp, smem);
+  mma_backward_dkdv<MmaBackwardProducts<T, D>, Dropout>(bp, smem);
 }
 
-template __global__ void backward_dq_mma_kernel<__half, 64>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__half, 128>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 64>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 128>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 64, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 128, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 64, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 128, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128, false>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 64, true>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__half, 128, true>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64, true>(BackwardParams);
+template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 64, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__half, 128, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128, true>(BackwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, int D>
+template <class T, int D, bool Dropout>
 BackwardKernels mma_backward_of() {
   using Products = MmaBackwardProducts<T, D>;
-  return BackwardKernels{backward_dq_mma_kernel<T, D>,
-                         backward_dkdv_mma_kernel<T, D>,
+  return BackwardKernels{backward_dq_mma_kernel<T, D, Dropout>,
+                         backward_dkdv_mma_kernel<T, D, Dropout>,
                          smem_bytes_of<DqSmem<Products>>(),
                          smem_bytes_of<DkdvSmem<Products>>(),
                          kMmaBackwardRows,
@@ -135,12 +144,13 @@ BackwardKernels mma_backward_of() {
 }
 
 template <class T>
-BackwardKernels mma_backward(int64_t D) {  // backward_kernel_for picks MMA for D = 64, 128 only
-  return D == 64 ? mma_backward_of<T, 64>() : mma_backward_of<T, 128>();
+BackwardKernels mma_backward(int64_t D, bool dropout) {  // MMA is picked for D = 64, 128 only
+  if (dropout) return D == 64 ? mma_backward_of<T, 64, true>() : mma_backward_of<T, 128, true>();
+  return D == 64 ? mma_backward_of<T, 64, false>() : mma_backward_of<T, 128, false>();
 }
 
-template BackwardKernels mma_backward<__half>(int64_t);
-template BackwardKernels mma_backward<__nv_bfloat16>(int64_t);
+template BackwardKernels mma_backward<__half>(int64_t, bool);
+template BackwardKernels mma_backward<__nv_bfloat16>(int64_t, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

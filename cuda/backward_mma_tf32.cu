@@ -83,29 +83,34 @@ struct Tf32BackwardProducts {
   }
 };
 
-template <int D>
+// Dropout: the instances that draw SPEC 11.3's factors (mma_backward_loop.cuh).
+template <int D, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dq_mma_tf32_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dq<Tf32BackwardProducts<D>>(bp, smem);
+  mma_backward_dq<Tf32BackwardProducts<D>, Dropout>(bp, smem);
 }
 
-template <int D>
+template <int D, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dkdv_mma_tf32_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dkdv<Tf32BackwardProducts<D>>(bp, smem);
+  mma_backward_dkdv<Tf32BackwardProducts<D>, Dropout>(bp, smem);
 }
 
-template __global__ void backward_dq_mma_tf32_kernel<64>(BackwardParams);
-template __global__ void backward_dq_mma_tf32_kernel<128>(BackwardParams);
-template __global__ void backward_dkdv_mma_tf32_kernel<64>(BackwardParams);
-template __global__ void backward_dkdv_mma_tf32_kernel<128>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<64, false>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<128, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<64, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<128, false>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<64, true>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<128, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<64, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<128, true>(BackwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <int D>
+template <int D, bool Dropout>
 BackwardKernels tf32_backward_of() {
   using Products = Tf32BackwardProducts<D>;
-  return BackwardKernels{backward_dq_mma_tf32_kernel<D>,
-                         backward_dkdv_mma_tf32_kernel<D>,
+  return BackwardKernels{backward_dq_mma_tf32_kernel<D, Dropout>,
+                         backward_dkdv_mma_tf32_kernel<D, Dropout>,
                          smem_bytes_of<DqSmem<Products>>(),
                          smem_bytes_of<DkdvSmem<Products>>(),
                          kMmaBackwardRows,
@@ -114,8 +119,9 @@ BackwardKernels tf32_backward_of() {
                          true};
 }
 
-BackwardKernels tf32_backward(int64_t D) {  // backward_kernel_for: f32, D = 64 or 128 only
-  return D == 64 ? tf32_backward_of<64>() : tf32_backward_of<128>();
+BackwardKernels tf32_backward(int64_t D, bool dropout) {  // f32, D = 64 or 128 only
+  if (dropout) return D == 64 ? tf32_backward_of<64, true>() : tf32_backward_of<128, true>();
+  return D == 64 ? tf32_backward_of<64, false>() : tf32_backward_of<128, false>();
 }
 
 }  // namespace DILATTN_BACKEND_NS

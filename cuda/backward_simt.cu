@@ -14,7 +14,8 @@
 // 128 threads (4 warps); every output element is summed by one thread in a fixed order.
 // Three instances per dtype, as forward_simt.cu's: plain, variant (kVariants: SPEC 10.1's
 // window, softcap and ALiBi, variant_tile.cuh) for the problems kernel_choice.h sends there,
-// and dropout (kVariants and kDropout: SPEC 11.3, dropout_tile.cuh) for a problem with p > 0.
+// and dropout (kVariants and kDropout: SPEC 11.3, dropout_tile.cuh) for a problem with p > 0
+// that runs SIMT.
 // BC = 16 keeps the dK/dV pass's tiles (K, V, dK, dV: [BC][D] f32 each) within the 163 KiB of
 // an sm_80 block at D = 256.
 //

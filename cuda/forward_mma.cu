@@ -23,6 +23,8 @@
 //      O = alpha O + P V (mma; V's B fragments by ldmatrix .trans), where P is S's C fragments
 //      rounded to the input dtype and repacked as A fragments (the PTX layout makes C tiles 2k,
 //      2k+1 the A fragment k). A warp none of whose rows has a key in the chunk skips it.
+//      The dropout instance multiplies P by each pair's factor M_ij before P V (SPEC 11,
+//      dropout_tile.cuh's dropout_row_fragments); l has taken P already, so LSE is unchanged.
 //   4. Finish each row: one branch: O / l and LSE straight to the caller's tensors
 //      (forward_outputs.cuh); several dilated branches: merged into the workspace (SPEC 3/5).
 //
@@ -38,6 +40,7 @@
 // three thread orders, against the reference) and tests/kernels/check_ptxas_spills.py (nvcc, no
 // spills).
 #include "async_copy.cuh"
+#include "dropout_tile.cuh"
 #include "forward_outputs.cuh"
 #include "kernels.h"
 #include "ldmatrix.cuh"
@@ -117,12 +120,14 @@ __device__ __forceinline__ int frag_cols_first(int lane) {
 // One chunk for one warp: S = Q K^T, mask and scale, the online softmax, O = alpha O + P V.
 // keys0, keys1: how many of the chunk's first keys the lane's two rows take (the rest are
 // masked); frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first,
-// frag_rows_first).
-template <class T, int D>
+// frag_rows_first). after_softmax(s): what the kernel does to P before P V (dropout instances:
+// SPEC 11's factors; the others nothing).
+template <class T, int D, class AfterSoftmax>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
                                            const T* k, const T* v, int frag_k, int frag_v,
                                            int keys0, int keys1,
-                                           mma_rows::RowState<D>& st) {
+                                           mma_rows::RowState<D>& st,
+                                           AfterSoftmax after_softmax) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
   float s[kTiles][4];
@@ -138,6 +143,7 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
       mma_m16n8k16<T>(s[n + 1], qf[kk], b + 2, s[n + 1]);
     }
   mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+  after_softmax(s);
   // The NaN rule (mma_unseen_pairs.cuh): a V row some row of the warp skips that is not finite
   // would reach it as 0 * NaN on tensor cores; then P V is summed pair by pair.
   if (unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
@@ -167,7 +173,9 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
 }
 
 // ---------------------------------------------------------------- the kernel
-template <class T, int D>
+// Dropout: the instance that multiplies each probability by its factor M_ij after the row's sum
+// took it (SPEC 11, dropout_tile.cuh); the other runs no dropout code.
+template <class T, int D, bool Dropout>
 __global__ void forward_mma_kernel(ForwardParams p) {
   using Tile = MmaTile<T, D>;
   constexpr int BR = Tile::kBr, S = Tile::kStride;
@@ -212,8 +220,13 @@ __global__ void forward_mma_kernel(ForwardParams p) {
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         issue_chunk<T, D>(p, kb, vb, first, step, c0, cn, k, v);
       },
-      [&](const T* k, const T* v, int keys0, int keys1) {
-        warp_chunk<T, D>(p, qf, k, v, frag_k, frag_a, keys0, keys1, st);
+      [&](const T* k, const T* v, int keys0, int keys1, const ChunkKeys& at) {
+        warp_chunk<T, D>(p, qf, k, v, frag_k, frag_a, keys0, keys1, st,
+                         [&](float (&s)[MmaTile<T, D>::kBc / 8][4]) {
+                           if constexpr (Dropout)
+                             dropout_row_fragments(p, b, h, {tl.rows[r0], tl.rows[r1]},
+                                                   {keys0, keys1}, at.first, at.step, at.c0, s);
+                         });
       });
 
   // 4. Finish the lane's two rows.
@@ -221,25 +234,30 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   mma_rows::finish_row<T, D>(p, b, h, tl.rows[r1], 1, st);
 }
 
-template __global__ void forward_mma_kernel<__half, 64>(ForwardParams);
-template __global__ void forward_mma_kernel<__half, 128>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 64>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 128>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 64, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 128, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 64, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 128, false>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 64, true>(ForwardParams);
+template __global__ void forward_mma_kernel<__half, 128, true>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 64, true>(ForwardParams);
+template __global__ void forward_mma_kernel<__nv_bfloat16, 128, true>(ForwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, int D>
+template <class T, int D, bool Dropout>
 ForwardKernel mma_forward_of() {
-  return ForwardKernel{forward_mma_kernel<T, D>, mma_smem_bytes<T, D>(), MmaTile<T, D>::kBr,
-                       MmaTile<T, D>::kThreads};
+  return ForwardKernel{forward_mma_kernel<T, D, Dropout>, mma_smem_bytes<T, D>(),
+                       MmaTile<T, D>::kBr, MmaTile<T, D>::kThreads};
 }
 
 template <class T>
-ForwardKernel mma_forward(int64_t D) {  // forward_kernel_for picks MMA for D = 64 and 128 only
-  return D == 64 ? mma_forward_of<T, 64>() : mma_forward_of<T, 128>();
+ForwardKernel mma_forward(int64_t D, bool dropout) {  // MMA is picked for D = 64 and 128 only
+  if (dropout) return D == 64 ? mma_forward_of<T, 64, true>() : mma_forward_of<T, 128, true>();
+  return D == 64 ? mma_forward_of<T, 64, false>() : mma_forward_of<T, 128, false>();
 }
 
-template ForwardKernel mma_forward<__half>(int64_t);
-template ForwardKernel mma_forward<__nv_bfloat16>(int64_t);
+template ForwardKernel mma_forward<__half>(int64_t, bool);
+template ForwardKernel mma_forward<__nv_bfloat16>(int64_t, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

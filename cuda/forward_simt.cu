@@ -15,8 +15,8 @@
 // Three instances per dtype: the plain one, the variant one (kVariants: the window, softcap,
 // ALiBi and sinks of SPEC 10.1 and 10.3, variant_tile.cuh) that kernel_choice.h picks for a
 // problem with any of them, and the dropout one (kVariants and kDropout: SPEC 11,
-// dropout_tile.cuh, with any of those options) for a problem with p > 0, so the plain and
-// variant ones stay as they are.
+// dropout_tile.cuh, with any of those options) for a problem with p > 0 that runs SIMT, so the
+// plain and variant ones stay as they are.
 //
 // Launched by cuda/launch.cu through simt_forward (kernels.h). Checked by
 // tests/kernels/test_forward_kernels.cpp and tests/kernels/test_nonfinite_kernels.cpp (emulator,

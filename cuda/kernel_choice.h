@@ -12,8 +12,8 @@
 //       (backward_simt.cu) otherwise. Forward and backward choose alike.
 //   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3) runs SIMT,
 //       whose variant instances compute them; the tensor-core kernels run the problems without.
-//   dropout: a problem with p > 0 (SPEC 11) runs SIMT too, whose dropout instances compute it
-//       (with any of the variants); the tensor-core kernels do not draw.
+//   dropout (SPEC 11) is no input: a problem with p > 0 runs the kernel chosen as above, in that
+//       kernel's dropout instance (every kernel has one; with variants, SIMT's).
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -27,15 +27,15 @@ namespace dilattn {
 enum class KernelChoice { simt, mma, mma_tf32 };
 
 inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
-                                       bool variants = false, bool dropout = false) {
-  if (variants || dropout || (D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
+                                       bool variants = false) {
+  if (variants || (D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
   if (dtype == DILATTN_F32) return KernelChoice::mma_tf32;
   return dtype == DILATTN_F16 || dtype == DILATTN_BF16 ? KernelChoice::mma : KernelChoice::simt;
 }
 
 inline KernelChoice backward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
-                                        bool variants = false, bool dropout = false) {
-  return forward_kernel_for(dtype, D, cc_major, variants, dropout);
+                                        bool variants = false) {
+  return forward_kernel_for(dtype, D, cc_major, variants);
 }
 
 inline const char* kernel_name(KernelChoice k) {

@@ -37,11 +37,12 @@ struct ForwardKernel {
 // one that runs SPEC 11's dropout as well as those.
 template <class T>
 ForwardKernel simt_forward(int64_t D, bool variants = false, bool dropout = false);
-// forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
+// forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128. dropout: the instance that runs
+// SPEC 11's dropout.
 template <class T>
-ForwardKernel mma_forward(int64_t D);
-// forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128.
-ForwardKernel tf32_forward(int64_t D);
+ForwardKernel mma_forward(int64_t D, bool dropout = false);
+// forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128; dropout as mma_forward's.
+ForwardKernel tf32_forward(int64_t D, bool dropout = false);
 
 // ---------------------------------------------------------------- backward (SPEC 6)
 using BackwardKernelFn = void (*)(BackwardParams);
@@ -62,11 +63,11 @@ struct BackwardKernels {
 // dropout: as simt_forward's.
 template <class T>
 BackwardKernels simt_backward(int64_t D, bool variants = false, bool dropout = false);
-// backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128.
+// backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128; dropout as mma_forward's.
 template <class T>
-BackwardKernels mma_backward(int64_t D);
-// backward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128.
-BackwardKernels tf32_backward(int64_t D);
+BackwardKernels mma_backward(int64_t D, bool dropout = false);
+// backward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128; dropout as mma_forward's.
+BackwardKernels tf32_backward(int64_t D, bool dropout = false);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

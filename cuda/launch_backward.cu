@@ -184,16 +184,17 @@ dilattn_status check_backward_views(const BackwardArgs& a) {
 // backward_kernel_for's choice, from the kernel files (kernels.h).
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
   const bool variants = uses_variant_kernels(p), dropout = p.dropout_p > 0;
-  const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major, variants, dropout);
+  const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major, variants);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
     case DILATTN_F16:
-      return mma ? mma_backward<__half>(p.D) : simt_backward<__half>(p.D, variants, dropout);
+      return mma ? mma_backward<__half>(p.D, dropout)
+                 : simt_backward<__half>(p.D, variants, dropout);
     case DILATTN_BF16:
-      return mma ? mma_backward<__nv_bfloat16>(p.D)
+      return mma ? mma_backward<__nv_bfloat16>(p.D, dropout)
                  : simt_backward<__nv_bfloat16>(p.D, variants, dropout);
     default:
-      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D)
+      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D, dropout)
                                               : simt_backward<float>(p.D, variants, dropout);
   }
 }

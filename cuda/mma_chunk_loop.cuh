@@ -5,9 +5,10 @@
 //   issue(first, step, c0, cn, k, v)  copy keys c0 .. c0 + cn - 1 of a span (rows first +
 //                                     step * (c0 + c)) of K and V into buffers k and v, rows
 //                                     cn .. BC - 1 zero, by cp.async (the loop commits them);
-//   compute(k, v, keys0, keys1)       one warp's S = Q K^T, online softmax, O += P V for the
+//   compute(k, v, keys0, keys1, at)   one warp's S = Q K^T, online softmax, O += P V for the
 //                                     chunk in k and v; keys0, keys1: how many of its first keys
-//                                     the lane's two rows take.
+//                                     the lane's two rows take; at: where its keys lie (ChunkKeys,
+//                                     for dropout's draws).
 //
 // Double-buffered: the next chunk's K and V are copied while this one is computed; one
 // __syncthreads a chunk. Span descriptors rotate through Tile::kSpanSlots = 3 slots: warp 0
@@ -24,6 +25,11 @@
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
+
+// Where a chunk's keys lie: key c of the chunk is first + step * (c0 + c).
+struct ChunkKeys {
+  int64_t first, step, c0;
+};
 
 // The tile's rows and the first span's descriptor are in tl (read_span of span 0 done, visible
 // to all); r0, r1: the lane's two tile rows.
@@ -71,7 +77,7 @@ __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Til
       const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
       const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
       if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0))
-        compute(tl.k(buf), tl.v(buf), keys0, keys1);
+        compute(tl.k(buf), tl.v(buf), keys0, keys1, ChunkKeys{info[0], info[1], c0});
     }
     buf = next_buf;
     span = next_span;
