@@ -5,11 +5,12 @@
 //
 //   against the reference: O and LSE, then dQ, dK, dV of a backward from the forward's own O and
 //     LSE, within SPEC 8 (the f16/bf16 tensor-core backward's dQ and dK within SPEC 12's
-//     dropout bound, SPEC 8's times 1 / (1 - p)), for every kind (dense, causal with Nq < Nk and Nq > Nk, GQA with
-//     strided views, dilated with several branches in two head modes, causal dilated,
-//     block-sparse with an empty BSR row), every dtype of the kernel, p = 0.1 and 0.5, and on
-//     SIMT with the SPEC 10 options the kernels run (window, softcap, ALiBi, sinks) at once;
-//     each case in the emulator's three thread orders, the same bits in each (SPEC 6);
+//     dropout bound, SPEC 8's times 1 / (1 - p)), for every kind (dense, causal with Nq < Nk
+//     and Nq > Nk, GQA with strided views, dilated with several branches in two head modes,
+//     causal dilated, block-sparse with an empty BSR row), every dtype of the kernel, p = 0.1
+//     and 0.5, and on SIMT with the SPEC 10 options the kernels run (window, softcap, ALiBi,
+//     sinks) at once; each case in the emulator's three thread orders, the same bits in each
+//     (SPEC 6);
 //   the same pairs as the reference, exactly: V's rows are the unit vectors (v_j = e_j), so
 //     O_i[j] = P_ij M_ij, zero exactly where pair (i, j) is dropped (or unseen); dO's rows too
 //     (dO_i = e_i), so dV_j[i] = P_ij M_ij: the backward's regenerated decisions, transposed.
