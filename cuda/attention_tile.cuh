@@ -69,6 +69,11 @@ struct ForwardParams {
   int32_t alibi_per_batch;
   double alibi_to_score;              // log2(e) / post: a natural score into the score domain
   const double* sinks;                // device [H], the call's sink logits; null: none
+  // SPEC 11, read by the SIMT kernels' dropout instances only (dropout_tile.cuh; kernel_choice.h
+  // sends every problem with p > 0 to them): the call's seed and offset, the smallest draw
+  // that keeps a score (ceil(p 2^32), up to 2^32), and 1 / (1 - p) computed in f64.
+  uint64_t dropout_seed, dropout_offset, dropout_threshold;
+  float dropout_scale;
 };
 
 // ---------------------------------------------------------------- element conversions

@@ -100,42 +100,40 @@ struct MmaBackwardProducts {
 };
 
 // Variants: the instances with SPEC 10.1's window, softcap and ALiBi (mma_backward_loop.cuh,
-// cuda/mma_variants.cuh), which kernel_choice.h picks for a problem with any option.
-template <class T, int D, bool Variants>
+// cuda/mma_variants.cuh); Dropout: the ones that draw SPEC 11.3's factors. kernel_choice.h picks
+// one or the other (a problem with both runs SIMT).
+template <class T, int D, bool Variants, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dq_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dq<MmaBackwardProducts<T, D>, Variants>(bp, smem);
+  mma_backward_dq<MmaBackwardProducts<T, D>, Variants, Dropout>(bp, smem);
 }
 
-template <class T, int D, bool Variants>
+template <class T, int D, bool Variants, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dkdv_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dkdv<MmaBackwardProducts<T, D>, Variants>(bp, smem);
+  mma_backward_dkdv<MmaBackwardProducts<T, D>, Variants, Dropout>(bp, smem);
 }
 
-template __global__ void backward_dq_mma_kernel<__half, 64, false>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__half, 128, false>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64, false>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128, false>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 64, false>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 128, false>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64, false>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128, false>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__half, 64, true>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__half, 128, true>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64, true>(BackwardParams);
-template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128, true>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 64, true>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__half, 128, true>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64, true>(BackwardParams);
-template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128, true>(BackwardParams);
+#define DILATTN_BACKWARD_MMA_INSTANCES(V, DROP)                                          \
+  template __global__ void backward_dq_mma_kernel<__half, 64, V, DROP>(BackwardParams);        \
+  template __global__ void backward_dq_mma_kernel<__half, 128, V, DROP>(BackwardParams);       \
+  template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 64, V, DROP>(BackwardParams); \
+  template __global__ void backward_dq_mma_kernel<__nv_bfloat16, 128, V, DROP>(BackwardParams);\
+  template __global__ void backward_dkdv_mma_kernel<__half, 64, V, DROP>(BackwardParams);      \
+  template __global__ void backward_dkdv_mma_kernel<__half, 128, V, DROP>(BackwardParams);     \
+  template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 64, V, DROP>(BackwardParams); \
+  template __global__ void backward_dkdv_mma_kernel<__nv_bfloat16, 128, V, DROP>(BackwardParams);
+DILATTN_BACKWARD_MMA_INSTANCES(false, false)
+DILATTN_BACKWARD_MMA_INSTANCES(true, false)
+DILATTN_BACKWARD_MMA_INSTANCES(false, true)
+#undef DILATTN_BACKWARD_MMA_INSTANCES
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, int D, bool Variants>
+template <class T, int D, bool Variants, bool Dropout>
 BackwardKernels mma_backward_of() {
   using Products = MmaBackwardProducts<T, D>;
-  return BackwardKernels{backward_dq_mma_kernel<T, D, Variants>,
-                         backward_dkdv_mma_kernel<T, D, Variants>,
+  return BackwardKernels{backward_dq_mma_kernel<T, D, Variants, Dropout>,
+                         backward_dkdv_mma_kernel<T, D, Variants, Dropout>,
                          smem_bytes_of<DqSmem<Products, Variants>>(),
                          smem_bytes_of<DkdvSmem<Products, Variants>>(),
                          kMmaBackwardRows,
@@ -145,13 +143,16 @@ BackwardKernels mma_backward_of() {
 }
 
 template <class T>
-BackwardKernels mma_backward(int64_t D, bool variants) {  // D = 64 or 128 (backward_kernel_for)
-  if (variants) return D == 64 ? mma_backward_of<T, 64, true>() : mma_backward_of<T, 128, true>();
-  return D == 64 ? mma_backward_of<T, 64, false>() : mma_backward_of<T, 128, false>();
+BackwardKernels mma_backward(int64_t D, bool variants, bool dropout) {  // D = 64 or 128
+  if (dropout)
+    return D == 64 ? mma_backward_of<T, 64, false, true>() : mma_backward_of<T, 128, false, true>();
+  if (variants)
+    return D == 64 ? mma_backward_of<T, 64, true, false>() : mma_backward_of<T, 128, true, false>();
+  return D == 64 ? mma_backward_of<T, 64, false, false>() : mma_backward_of<T, 128, false, false>();
 }
 
-template BackwardKernels mma_backward<__half>(int64_t, bool);
-template BackwardKernels mma_backward<__nv_bfloat16>(int64_t, bool);
+template BackwardKernels mma_backward<__half>(int64_t, bool, bool);
+template BackwardKernels mma_backward<__nv_bfloat16>(int64_t, bool, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -84,34 +84,39 @@ struct Tf32BackwardProducts {
 };
 
 // Variants: the instances with SPEC 10.1's window, softcap and ALiBi (mma_backward_loop.cuh,
-// cuda/mma_variants.cuh), which kernel_choice.h picks for a problem with any option.
-template <int D, bool Variants>
+// cuda/mma_variants.cuh); Dropout: the ones that draw SPEC 11.3's factors. kernel_choice.h picks
+// one or the other (a problem with both runs SIMT).
+template <int D, bool Variants, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dq_mma_tf32_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dq<Tf32BackwardProducts<D>, Variants>(bp, smem);
+  mma_backward_dq<Tf32BackwardProducts<D>, Variants, Dropout>(bp, smem);
 }
 
-template <int D, bool Variants>
+template <int D, bool Variants, bool Dropout>
 __global__ void __launch_bounds__(128, 1) backward_dkdv_mma_tf32_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  mma_backward_dkdv<Tf32BackwardProducts<D>, Variants>(bp, smem);
+  mma_backward_dkdv<Tf32BackwardProducts<D>, Variants, Dropout>(bp, smem);
 }
 
-template __global__ void backward_dq_mma_tf32_kernel<64, false>(BackwardParams);
-template __global__ void backward_dq_mma_tf32_kernel<128, false>(BackwardParams);
-template __global__ void backward_dkdv_mma_tf32_kernel<64, false>(BackwardParams);
-template __global__ void backward_dkdv_mma_tf32_kernel<128, false>(BackwardParams);
-template __global__ void backward_dq_mma_tf32_kernel<64, true>(BackwardParams);
-template __global__ void backward_dq_mma_tf32_kernel<128, true>(BackwardParams);
-template __global__ void backward_dkdv_mma_tf32_kernel<64, true>(BackwardParams);
-template __global__ void backward_dkdv_mma_tf32_kernel<128, true>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<64, false, false>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<128, false, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<64, false, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<128, false, false>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<64, true, false>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<128, true, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<64, true, false>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<128, true, false>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<64, false, true>(BackwardParams);
+template __global__ void backward_dq_mma_tf32_kernel<128, false, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<64, false, true>(BackwardParams);
+template __global__ void backward_dkdv_mma_tf32_kernel<128, false, true>(BackwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <int D, bool Variants>
+template <int D, bool Variants, bool Dropout>
 BackwardKernels tf32_backward_of() {
   using Products = Tf32BackwardProducts<D>;
-  return BackwardKernels{backward_dq_mma_tf32_kernel<D, Variants>,
-                         backward_dkdv_mma_tf32_kernel<D, Variants>,
+  return BackwardKernels{backward_dq_mma_tf32_kernel<D, Variants, Dropout>,
+                         backward_dkdv_mma_tf32_kernel<D, Variants, Dropout>,
                          smem_bytes_of<DqSmem<Products, Variants>>(),
                          smem_bytes_of<DkdvSmem<Products, Variants>>(),
                          kMmaBackwardRows,
@@ -120,9 +125,13 @@ BackwardKernels tf32_backward_of() {
                          true};
 }
 
-BackwardKernels tf32_backward(int64_t D, bool variants) {  // f32, D = 64 or 128 only
-  if (variants) return D == 64 ? tf32_backward_of<64, true>() : tf32_backward_of<128, true>();
-  return D == 64 ? tf32_backward_of<64, false>() : tf32_backward_of<128, false>();
+// variants and dropout are never both set (kernel_choice.h sends such problems to SIMT).
+BackwardKernels tf32_backward(int64_t D, bool variants, bool dropout) {  // f32, D = 64 or 128
+  if (dropout)
+    return D == 64 ? tf32_backward_of<64, false, true>() : tf32_backward_of<128, false, true>();
+  if (variants)
+    return D == 64 ? tf32_backward_of<64, true, false>() : tf32_backward_of<128, true, false>();
+  return D == 64 ? tf32_backward_of<64, false, false>() : tf32_backward_of<128, false, false>();
 }
 
 }  // namespace DILATTN_BACKEND_NS

@@ -12,8 +12,10 @@
 //                    summed over the rows that see the key only (a NaN in a row that does not
 //                    see it must not reach it as 0 * NaN).
 // 128 threads (4 warps); every output element is summed by one thread in a fixed order.
-// Two instances per dtype, as forward_simt.cu's: plain, and variant (kVariants: SPEC 10.1's
-// window, softcap and ALiBi, variant_tile.cuh) for the problems kernel_choice.h sends there.
+// Three instances per dtype, as forward_simt.cu's: plain, variant (kVariants: SPEC 10.1's
+// window, softcap and ALiBi, variant_tile.cuh) for the problems kernel_choice.h sends there,
+// and dropout (kVariants and kDropout: SPEC 11.3, dropout_tile.cuh) for a problem with p > 0
+// that runs SIMT.
 // BC = 16 keeps the dK/dV pass's tiles (K, V, dK, dV: [BC][D] f32 each) within the 163 KiB of
 // an sm_80 block at D = 256.
 //
@@ -26,11 +28,12 @@
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
-template <class T, bool Variants = false>
+template <class T, bool Variants = false, bool Dropout = false>
 struct SimtBackwardProducts {
   using Input = T;
   using Elem = float;  // inputs are widened to f32 once, when gathered
   static constexpr bool kVariants = Variants;  // SPEC 10.1 steps (variant_tile.cuh)
+  static constexpr bool kDropout = Dropout;    // SPEC 11.3 (dropout_tile.cuh)
   static constexpr int kThreads = 128;
   static constexpr int kBr = 16;  // query rows per chunk
   static constexpr int kBc = 16;  // keys per chunk
@@ -85,37 +88,43 @@ struct SimtBackwardProducts {
   }
 };
 
-template <class T, bool Variants>
+template <class T, bool Variants, bool Dropout>
 __global__ void backward_dq_simt_kernel(BackwardParams p) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  backward_dq_tile<SimtBackwardProducts<T, Variants>>(p, p.ix.D, smem);
+  backward_dq_tile<SimtBackwardProducts<T, Variants, Dropout>>(p, p.ix.D, smem);
 }
 
-template <class T, bool Variants>
+template <class T, bool Variants, bool Dropout>
 __global__ void backward_dkdv_simt_kernel(BackwardParams p) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  backward_dkdv_tile<SimtBackwardProducts<T, Variants>>(p, p.ix.D, smem);
+  backward_dkdv_tile<SimtBackwardProducts<T, Variants, Dropout>>(p, p.ix.D, smem);
 }
 
-template __global__ void backward_dq_simt_kernel<float, false>(BackwardParams);
-template __global__ void backward_dq_simt_kernel<__half, false>(BackwardParams);
-template __global__ void backward_dq_simt_kernel<__nv_bfloat16, false>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<float, false>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<__half, false>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, false>(BackwardParams);
-template __global__ void backward_dq_simt_kernel<float, true>(BackwardParams);
-template __global__ void backward_dq_simt_kernel<__half, true>(BackwardParams);
-template __global__ void backward_dq_simt_kernel<__nv_bfloat16, true>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<float, true>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<__half, true>(BackwardParams);
-template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, true>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<float, false, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__half, false, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__nv_bfloat16, false, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<float, false, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__half, false, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, false, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<float, true, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__half, true, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__nv_bfloat16, true, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<float, true, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__half, true, false>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, true, false>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<float, true, true>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__half, true, true>(BackwardParams);
+template __global__ void backward_dq_simt_kernel<__nv_bfloat16, true, true>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<float, true, true>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__half, true, true>(BackwardParams);
+template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, true, true>(BackwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, bool Variants>
+template <class T, bool Variants, bool Dropout>
 BackwardKernels simt_backward_instance(int64_t D) {
-  using Products = SimtBackwardProducts<T, Variants>;
-  return BackwardKernels{backward_dq_simt_kernel<T, Variants>,
-                         backward_dkdv_simt_kernel<T, Variants>,
+  using Products = SimtBackwardProducts<T, Variants, Dropout>;
+  return BackwardKernels{backward_dq_simt_kernel<T, Variants, Dropout>,
+                         backward_dkdv_simt_kernel<T, Variants, Dropout>,
                          backward_smem_bytes<Products>(D, false),
                          backward_smem_bytes<Products>(D, true),
                          Products::kBr,
@@ -124,13 +133,15 @@ BackwardKernels simt_backward_instance(int64_t D) {
 }
 
 template <class T>
-BackwardKernels simt_backward(int64_t D, bool variants) {
-  return variants ? simt_backward_instance<T, true>(D) : simt_backward_instance<T, false>(D);
+BackwardKernels simt_backward(int64_t D, bool variants, bool dropout) {
+  if (dropout) return simt_backward_instance<T, true, true>(D);
+  return variants ? simt_backward_instance<T, true, false>(D)
+                  : simt_backward_instance<T, false, false>(D);
 }
 
-template BackwardKernels simt_backward<float>(int64_t, bool);
-template BackwardKernels simt_backward<__half>(int64_t, bool);
-template BackwardKernels simt_backward<__nv_bfloat16>(int64_t, bool);
+template BackwardKernels simt_backward<float>(int64_t, bool, bool);
+template BackwardKernels simt_backward<__half>(int64_t, bool, bool);
+template BackwardKernels simt_backward<__nv_bfloat16>(int64_t, bool, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

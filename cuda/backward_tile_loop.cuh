@@ -22,6 +22,8 @@
 //       dV += P^T dO, dK += dS^T Q                              (Products::accumulate_cols)
 //     dk_acc[key] += dK, dv_acc[key] += dV.
 // The scale of dQ and dK (SPEC 6) is applied once, when the accumulators are stored.
+// Dropout instances (kDropout, SPEC 11.3) regenerate each pair's factor M_ij (dropout_tile.cuh):
+// dS = P (M dP - D_i) and dV += P M dO, D_i still <dO_i, O_i> of the forward's dropped O.
 //
 // NaN (SPEC 13): a pair a row does not see is left out (P = dS = 0, and the SIMT
 // products skip it), so a NaN K or V row reaches only the rows that see it; a NaN row (LSE NaN)
@@ -35,7 +37,8 @@
 //                                                           acc[t] += sum_{c < seen[t]} x[t][c] y[c];
 //   void accumulate_cols(acc [BC][D], x [BR][BC], y [BR][D], seen_lo, seen, D)
 //                                                           acc[c] += sum_{t: c < seen[t]} x[t][c] y[t];
-//   (variant instances, kVariants: also c >= seen_lo[t], the window's first key).
+//   (variant instances, kVariants: also c >= seen_lo[t], the window's first key;
+//   kDropout, only with kVariants: SPEC 11.3's factors).
 // Each ends with the block's threads synchronized. Every tile lives in shared memory and every
 // output element is summed by one thread (or one warp's fixed mma order): bitwise the same in
 // every thread order. Checked by tests/kernels/test_backward_kernels.cpp (emulator, three
@@ -44,6 +47,7 @@
 #define DILATTN_BACKWARD_TILE_LOOP_CUH
 
 #include "backward_tile.cuh"
+#include "dropout_tile.cuh"
 #include "smem_carver.cuh"
 #include "softmax_rules.h"
 #include "variant_tile.cuh"
@@ -162,11 +166,14 @@ __device__ __forceinline__ void probabilities_and_ds(const ForwardParams& p,
 
 // probabilities_and_ds for the variant instances (variant_tile.cuh): the pair (rows[t],
 // keys[c]) is seen for seen_lo[t] <= c < seen[t]; its score is softcapped and biased by ALiBi
-// as the forward's, and dS takes the softcap's slope 1 - tanh^2 (SPEC 10.1).
-template <class E, int BR, int BC>
+// as the forward's, and dS takes the softcap's slope 1 - tanh^2 (SPEC 10.1). Dropout instances
+// (SPEC 11.3): S becomes P M (what dV takes) and dS = P (M dP - D_i), M the pair's factor in
+// batch element b, query head h.
+template <class E, int BR, int BC, bool Dropout>
 __device__ __forceinline__ void variant_probabilities_and_ds(const ForwardParams& p,
                                                              const BackwardTiles<E>& s,
-                                                             float alibi_slope) {
+                                                             float alibi_slope, int64_t b,
+                                                             int64_t h) {
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   for (int idx = tid; idx < BR * BC; idx += nt) {
     const int t = idx / BC, c = idx % BC;
@@ -175,7 +182,15 @@ __device__ __forceinline__ void variant_probabilities_and_ds(const ForwardParams
       const float x = s.s[idx] * p.score_pre;
       const float score = variant_score(p, x, alibi_slope, s.rows[t], s.keys[c]);
       prob = online_prob(score, s.lse_s[t], p.score_post);
-      ds = prob * (s.dp[idx] - s.di[t]) * softcap_slope_f32(x, p.softcap_s);
+      float dp = s.dp[idx];
+      if constexpr (Dropout) {
+        const float factor = dropout_factor(p, b, h, s.rows[t], s.keys[c]);
+        dp *= factor;
+        ds = prob * (dp - s.di[t]) * softcap_slope_f32(x, p.softcap_s);
+        prob *= factor;
+      } else {
+        ds = prob * (dp - s.di[t]) * softcap_slope_f32(x, p.softcap_s);
+      }
     }
     s.s[idx] = prob;
     s.dp[idx] = ds;
@@ -211,6 +226,7 @@ __device__ __forceinline__ void backward_dq_tile(const BackwardParams& bp, const
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
   const int64_t hk = kv_head_of(h, p.H, p.Hkv);
   constexpr bool kVariants = Products::kVariants;  // SPEC 10.1 steps (variant_tile.cuh)
+  static_assert(!Products::kDropout || kVariants, "a dropout instance is a variant instance");
   float alibi_slope = 0.0f;
   if constexpr (kVariants) alibi_slope = block_alibi_slope(p, b, h);
 
@@ -250,7 +266,7 @@ __device__ __forceinline__ void backward_dq_tile(const BackwardParams& bp, const
       products.scores(s.q, s.k, s.s, D);
       products.scores(s.d_o, s.v, s.dp, D);
       if constexpr (kVariants)
-        variant_probabilities_and_ds<E, BR, BC>(p, s, alibi_slope);
+        variant_probabilities_and_ds<E, BR, BC, Products::kDropout>(p, s, alibi_slope, b, h);
       else
         probabilities_and_ds<E, BR, BC>(p, s);
       products.accumulate_rows(s.acc_a, s.dp, s.k, s.seen_lo, s.seen, D);  // dQ += dS K
@@ -277,6 +293,7 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
   const int64_t b = blockIdx.y / p.Hkv, g = blockIdx.y % p.Hkv;
   const int64_t h = g * (p.H / p.Hkv) + bp.head_in_group;
   constexpr bool kVariants = Products::kVariants;  // SPEC 10.1 steps (variant_tile.cuh)
+  static_assert(!Products::kDropout || kVariants, "a dropout instance is a variant instance");
   float alibi_slope = 0.0f;
   if constexpr (kVariants) alibi_slope = block_alibi_slope(p, b, h);
 
@@ -323,7 +340,7 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
       products.scores(s.q, s.k, s.s, D);
       products.scores(s.d_o, s.v, s.dp, D);
       if constexpr (kVariants)
-        variant_probabilities_and_ds<E, BR, BC>(p, s, alibi_slope);
+        variant_probabilities_and_ds<E, BR, BC, Products::kDropout>(p, s, alibi_slope, b, h);
       else
         probabilities_and_ds<E, BR, BC>(p, s);
       products.accumulate_cols(s.acc_b, s.s, s.d_o, s.seen_lo, s.seen, D);  // dV += P^T dO

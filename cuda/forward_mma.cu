@@ -23,6 +23,8 @@
 //      O = alpha O + P V (mma; V's B fragments by ldmatrix .trans), where P is S's C fragments
 //      rounded to the input dtype and repacked as A fragments (the PTX layout makes C tiles 2k,
 //      2k+1 the A fragment k). A warp none of whose rows has a key in the chunk skips it.
+//      The dropout instance multiplies P by each pair's factor M_ij before P V (SPEC 11,
+//      dropout_tile.cuh's dropout_row_fragments); l has taken P already, so LSE is unchanged.
 //   4. Finish each row: one branch: O / l and LSE straight to the caller's tensors
 //      (forward_outputs.cuh); several dilated branches: merged into the workspace (SPEC 3/5).
 //
@@ -38,6 +40,7 @@
 // three thread orders, against the reference) and tests/kernels/check_ptxas_spills.py (nvcc, no
 // spills).
 #include "async_copy.cuh"
+#include "dropout_tile.cuh"
 #include "forward_outputs.cuh"
 #include "kernels.h"
 #include "ldmatrix.cuh"
@@ -121,13 +124,14 @@ __device__ __forceinline__ int frag_cols_first(int lane) {
 // keys0, keys1: how many of the chunk's first keys the lane's two rows take (the rest are
 // masked); frag_k, frag_v: the lane's ldmatrix row offsets in K and V (frag_cols_first,
 // frag_rows_first). Variants: w and vr give each score's window range, key and row
-// (mma_variants.cuh).
-template <class T, int D, bool Variants = false>
+// (mma_variants.cuh). after_softmax(s): what the kernel does to P before P V (dropout instances:
+// SPEC 11's factors; the others nothing).
+template <class T, int D, bool Variants, class AfterSoftmax>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
                                            const T* k, const T* v, int frag_k, int frag_v,
                                            int keys0, int keys1,
                                            mma_rows::RowState<D>& st,
-                                           const VariantRows& vr,
+                                           const VariantRows& vr, AfterSoftmax after_softmax,
                                            const ChunkWindow& w = ChunkWindow{}) {
   using Tile = MmaTile<T, D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
@@ -147,6 +151,7 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
   // would reach it as 0 * NaN on tensor cores; then P V is summed pair by pair.
   if constexpr (Variants) {
     softmax_chunk_variant<kTiles, D>(p, s, keys0, keys1, w, vr, st);
+    after_softmax(s);
     if (window_unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1, w)) {
       exact_rows_product<T, D, Tile::kStride, Tile::kBc>(st.o, s, v, [&](int row, int c) {
         return row < 8 ? c >= w.from0 && c < keys0 : c >= w.from1 && c < keys1;
@@ -155,6 +160,7 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
     }
   } else {
     mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+    after_softmax(s);
     if (unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
       exact_rows_product<T, D, Tile::kStride, Tile::kBc>(
           st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
@@ -183,7 +189,11 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
 }
 
 // ---------------------------------------------------------------- the kernel
-template <class T, int D, bool Variants>
+// Variants: the instance that runs SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks
+// (mma_variants.cuh); Dropout: the one that multiplies each probability by its factor M_ij after
+// the row's sum took it (SPEC 11, dropout_tile.cuh); the plain instance runs neither. A problem
+// with both runs the SIMT kernels (kernel_choice.h).
+template <class T, int D, bool Variants, bool Dropout>
 __global__ void forward_mma_kernel(ForwardParams p) {
   using Tile = MmaTile<T, D, Variants>;
   constexpr int BR = Tile::kBr, S = Tile::kStride;
@@ -236,9 +246,16 @@ __global__ void forward_mma_kernel(ForwardParams p) {
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         issue_chunk<T, D>(p, kb, vb, first, step, c0, cn, k, v);
       },
-      [&](const T* k, const T* v, int keys0, int keys1, const auto&... window) {
-        warp_chunk<T, D, Variants>(p, qf, k, v, frag_k, frag_a, keys0, keys1, st, vr,
-                                   window...);
+      [&](const T* k, const T* v, int keys0, int keys1, const ChunkKeys& at,
+          const auto&... window) {
+        warp_chunk<T, D, Variants>(
+            p, qf, k, v, frag_k, frag_a, keys0, keys1, st, vr,
+            [&](auto& s) {
+              if constexpr (Dropout)
+                dropout_row_fragments(p, b, h, {tl.rows[r0], tl.rows[r1]}, {keys0, keys1},
+                                      at.first, at.step, at.c0, s);
+            },
+            window...);
       });
 
   // 4. Finish the lane's two rows.
@@ -246,31 +263,36 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   mma_rows::finish_row<T, D, Variants>(p, b, h, tl.rows[r1], 1, st);
 }
 
-template __global__ void forward_mma_kernel<__half, 64, false>(ForwardParams);
-template __global__ void forward_mma_kernel<__half, 128, false>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 64, false>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 128, false>(ForwardParams);
-template __global__ void forward_mma_kernel<__half, 64, true>(ForwardParams);
-template __global__ void forward_mma_kernel<__half, 128, true>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 64, true>(ForwardParams);
-template __global__ void forward_mma_kernel<__nv_bfloat16, 128, true>(ForwardParams);
+#define DILATTN_FORWARD_MMA_INSTANCES(V, DROP)                                        \
+  template __global__ void forward_mma_kernel<__half, 64, V, DROP>(ForwardParams);         \
+  template __global__ void forward_mma_kernel<__half, 128, V, DROP>(ForwardParams);        \
+  template __global__ void forward_mma_kernel<__nv_bfloat16, 64, V, DROP>(ForwardParams);  \
+  template __global__ void forward_mma_kernel<__nv_bfloat16, 128, V, DROP>(ForwardParams);
+DILATTN_FORWARD_MMA_INSTANCES(false, false)
+DILATTN_FORWARD_MMA_INSTANCES(true, false)
+DILATTN_FORWARD_MMA_INSTANCES(false, true)
+#undef DILATTN_FORWARD_MMA_INSTANCES
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, int D, bool Variants>
+template <class T, int D, bool Variants, bool Dropout>
 ForwardKernel mma_forward_of() {
   using Tile = MmaTile<T, D, Variants>;
-  return ForwardKernel{forward_mma_kernel<T, D, Variants>, mma_smem_bytes<T, D, Variants>(),
-                       Tile::kBr, Tile::kThreads};
+  return ForwardKernel{forward_mma_kernel<T, D, Variants, Dropout>,
+                       mma_smem_bytes<T, D, Variants>(), Tile::kBr, Tile::kThreads};
 }
 
+// variants and dropout are never both set (kernel_choice.h sends such problems to SIMT).
 template <class T>
-ForwardKernel mma_forward(int64_t D, bool variants) {  // D = 64 or 128 (forward_kernel_for)
-  if (variants) return D == 64 ? mma_forward_of<T, 64, true>() : mma_forward_of<T, 128, true>();
-  return D == 64 ? mma_forward_of<T, 64, false>() : mma_forward_of<T, 128, false>();
+ForwardKernel mma_forward(int64_t D, bool variants, bool dropout) {  // D = 64 or 128
+  if (dropout)
+    return D == 64 ? mma_forward_of<T, 64, false, true>() : mma_forward_of<T, 128, false, true>();
+  if (variants)
+    return D == 64 ? mma_forward_of<T, 64, true, false>() : mma_forward_of<T, 128, true, false>();
+  return D == 64 ? mma_forward_of<T, 64, false, false>() : mma_forward_of<T, 128, false, false>();
 }
 
-template ForwardKernel mma_forward<__half>(int64_t, bool);
-template ForwardKernel mma_forward<__nv_bfloat16>(int64_t, bool);
+template ForwardKernel mma_forward<__half>(int64_t, bool, bool);
+template ForwardKernel mma_forward<__nv_bfloat16>(int64_t, bool, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -29,12 +29,14 @@
 //     does not care about their order, so k = t is taken to be key 2t and k = t + 4 key 2t + 1:
 //     P's A fragment is the lane's own C registers {c0, c2, c1, c3}, and V's B fragment reads
 //     rows 2t and 2t + 1 to match. No shuffles.
+// Dropout (SPEC 11) as in forward_mma.cu: the dropout instance multiplies P by M_ij before P V.
 //
 // Launched by cuda/launch.cu through tf32_forward (kernels.h; kernel_choice.h: f32, D 64 or
 // 128, sm_80+). Checked by tests/kernels/test_forward_kernels.cpp and test_nonfinite_kernels.cpp
 // (emulator, three thread orders, against the reference), test_tf32_split.cpp (the split is
 // needed) and tests/kernels/check_ptxas_spills.py (nvcc, no spills).
 #include "async_copy.cuh"
+#include "dropout_tile.cuh"
 #include "forward_outputs.cuh"
 #include "kernels.h"
 #include "mma_chunk_loop.cuh"
@@ -105,12 +107,13 @@ __device__ __forceinline__ void issue_tf32_chunk(const ForwardParams& p, const f
 // ---------------------------------------------------------------- one chunk, one warp
 // qf[kk]: the lane's A fragment of Q for dims 8kk .. 8kk + 7 (a0 = row 0 dim t, a1 = row 1
 // dim t, a2, a3 the same at dim t + 4). Variants: w and vr give each score's window range, key
-// and row (mma_variants.cuh).
-template <int D, int kProducts, bool Variants = false>
+// and row (mma_variants.cuh). after_softmax(s): what the kernel does to P before P V (dropout:
+// SPEC 11's factors).
+template <int D, int kProducts, bool Variants, class AfterSoftmax>
 __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const float (&qf)[D / 8][4],
                                                 const float* k, const float* v, int keys0,
                                                 int keys1, mma_rows::RowState<D>& st,
-                                                const VariantRows& vr,
+                                                const VariantRows& vr, AfterSoftmax after_softmax,
                                                 const ChunkWindow& w = ChunkWindow{}) {
   using Tile = Tf32Tile<D>;
   constexpr int kTiles = Tile::kBc / 8;  // 8-key column blocks of S
@@ -132,6 +135,7 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
   // would reach it as 0 * NaN on tensor cores; then P V is summed pair by pair, in f32.
   if constexpr (Variants) {
     softmax_chunk_variant<kTiles, D>(p, s, keys0, keys1, w, vr, st);
+    after_softmax(s);
     if (window_unseen_values_not_finite<float, D, Tile::kStride, Tile::kBc>(v, keys0, keys1,
                                                                             w)) {
       exact_rows_product<float, D, Tile::kStride, Tile::kBc>(st.o, s, v, [&](int row, int c) {
@@ -141,6 +145,7 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
     }
   } else {
     mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+    after_softmax(s);
     if (unseen_values_not_finite<float, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
       exact_rows_product<float, D, Tile::kStride, Tile::kBc>(
           st.o, s, v, [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
@@ -163,7 +168,11 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
 }
 
 // ---------------------------------------------------------------- the kernel
-template <int D, int kProducts, bool Variants = false>
+// Variants: the instance that runs SPEC 10.1's options and SPEC 10.3's sinks
+// (mma_variants.cuh); Dropout: the one that multiplies each probability by its factor M_ij after
+// the row's sum took it (SPEC 11, dropout_tile.cuh); the plain instance runs neither. A problem
+// with both runs the SIMT kernels (kernel_choice.h).
+template <int D, int kProducts, bool Variants = false, bool Dropout = false>
 __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   static_assert(kProducts == 3 || kProducts == 1, "3xTF32, or plain TF32 for the test");
   using Tile = Tf32Tile<D, Variants>;
@@ -222,8 +231,16 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, float* k, float* v) {
         issue_tf32_chunk<D>(p, kb, vb, first, step, c0, cn, k, v);
       },
-      [&](const float* k, const float* v, int keys0, int keys1, const auto&... window) {
-        tf32_warp_chunk<D, kProducts, Variants>(p, qf, k, v, keys0, keys1, st, vr, window...);
+      [&](const float* k, const float* v, int keys0, int keys1, const ChunkKeys& at,
+          const auto&... window) {
+        tf32_warp_chunk<D, kProducts, Variants>(
+            p, qf, k, v, keys0, keys1, st, vr,
+            [&](auto& s) {
+              if constexpr (Dropout)
+                dropout_row_fragments(p, b, h, {tl.rows[r0], tl.rows[r1]}, {keys0, keys1},
+                                      at.first, at.step, at.c0, s);
+            },
+            window...);
       });
 
   // 4. Finish the lane's two rows.
@@ -231,23 +248,29 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   mma_rows::finish_row<float, D, Variants>(p, b, h, tl.rows[r1], 1, st);
 }
 
-template __global__ void forward_mma_tf32_kernel<64, 3, false>(ForwardParams);
-template __global__ void forward_mma_tf32_kernel<128, 3, false>(ForwardParams);
-template __global__ void forward_mma_tf32_kernel<64, 3, true>(ForwardParams);
-template __global__ void forward_mma_tf32_kernel<128, 3, true>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<64, 3, false, false>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<128, 3, false, false>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<64, 3, true, false>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<128, 3, true, false>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<64, 3, false, true>(ForwardParams);
+template __global__ void forward_mma_tf32_kernel<128, 3, false, true>(ForwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <int D, bool Variants>
+template <int D, bool Variants, bool Dropout>
 ForwardKernel tf32_forward_of() {
   using Tile = Tf32Tile<D, Variants>;
-  return ForwardKernel{forward_mma_tf32_kernel<D, 3, Variants>, tf32_smem_bytes<D, Variants>(),
-                       Tile::kBr, Tile::kThreads};
+  return ForwardKernel{forward_mma_tf32_kernel<D, 3, Variants, Dropout>,
+                       tf32_smem_bytes<D, Variants>(), Tile::kBr, Tile::kThreads};
 }
 
-// forward_kernel_for picks MMA_TF32 for D = 64 and 128 only.
-ForwardKernel tf32_forward(int64_t D, bool variants) {
-  if (variants) return D == 64 ? tf32_forward_of<64, true>() : tf32_forward_of<128, true>();
-  return D == 64 ? tf32_forward_of<64, false>() : tf32_forward_of<128, false>();
+// forward_kernel_for picks MMA_TF32 for D = 64 and 128 only; variants and dropout are never both
+// set (kernel_choice.h sends such problems to SIMT).
+ForwardKernel tf32_forward(int64_t D, bool variants, bool dropout) {
+  if (dropout)
+    return D == 64 ? tf32_forward_of<64, false, true>() : tf32_forward_of<128, false, true>();
+  if (variants)
+    return D == 64 ? tf32_forward_of<64, true, false>() : tf32_forward_of<128, true, false>();
+  return D == 64 ? tf32_forward_of<64, false, false>() : tf32_forward_of<128, false, false>();
 }
 
 }  // namespace DILATTN_BACKEND_NS

@@ -12,9 +12,11 @@
 //                        over the keys the row sees only (a NaN in a V row the row does not
 //                        see must not reach it as 0 * NaN).
 // 128 threads (4 warps); every output element is summed by one thread in a fixed order.
-// Two instances per dtype: the plain one, and the variant one (kVariants: the window, softcap,
+// Three instances per dtype: the plain one, the variant one (kVariants: the window, softcap,
 // ALiBi and sinks of SPEC 10.1 and 10.3, variant_tile.cuh) that kernel_choice.h picks for a
-// problem with any of them, so the plain one stays as it is.
+// problem with any of them, and the dropout one (kVariants and kDropout: SPEC 11,
+// dropout_tile.cuh, with any of those options) for a problem with p > 0 that runs SIMT, so the
+// plain and variant ones stay as they are.
 //
 // Launched by cuda/launch.cu through simt_forward (kernels.h). Checked by
 // tests/kernels/test_forward_kernels.cpp and tests/kernels/test_nonfinite_kernels.cpp (emulator,
@@ -25,11 +27,12 @@
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
-template <class T, bool Variants = false>
+template <class T, bool Variants = false, bool Dropout = false>
 struct SimtProducts {
   using Input = T;
   using Elem = float;  // inputs are widened to f32 once, when gathered
   static constexpr bool kVariants = Variants;
+  static constexpr bool kDropout = Dropout;
   static constexpr int kThreads = 128;
   static constexpr int kBr = 16;  // query rows per tile
   static constexpr int kBc = 32;  // keys per chunk
@@ -73,35 +76,40 @@ struct SimtProducts {
 
 // No __launch_bounds__(128): with it ptxas 13 spilled 40 bytes in the f16/bf16 versions (seen
 // in the ptxas report), without it none.
-template <class T, bool Variants>
+template <class T, bool Variants, bool Dropout>
 __global__ void forward_simt_kernel(ForwardParams p) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
-  forward_tile<SimtProducts<T, Variants>>(p, p.D, smem);
+  forward_tile<SimtProducts<T, Variants, Dropout>>(p, p.D, smem);
 }
 
-template __global__ void forward_simt_kernel<float, false>(ForwardParams);
-template __global__ void forward_simt_kernel<__half, false>(ForwardParams);
-template __global__ void forward_simt_kernel<__nv_bfloat16, false>(ForwardParams);
-template __global__ void forward_simt_kernel<float, true>(ForwardParams);
-template __global__ void forward_simt_kernel<__half, true>(ForwardParams);
-template __global__ void forward_simt_kernel<__nv_bfloat16, true>(ForwardParams);
+template __global__ void forward_simt_kernel<float, false, false>(ForwardParams);
+template __global__ void forward_simt_kernel<__half, false, false>(ForwardParams);
+template __global__ void forward_simt_kernel<__nv_bfloat16, false, false>(ForwardParams);
+template __global__ void forward_simt_kernel<float, true, false>(ForwardParams);
+template __global__ void forward_simt_kernel<__half, true, false>(ForwardParams);
+template __global__ void forward_simt_kernel<__nv_bfloat16, true, false>(ForwardParams);
+template __global__ void forward_simt_kernel<float, true, true>(ForwardParams);
+template __global__ void forward_simt_kernel<__half, true, true>(ForwardParams);
+template __global__ void forward_simt_kernel<__nv_bfloat16, true, true>(ForwardParams);
 
 // ---------------------------------------------------------------- for the launcher (kernels.h)
-template <class T, bool Variants>
+template <class T, bool Variants, bool Dropout>
 ForwardKernel simt_forward_instance(int64_t D) {
-  using Products = SimtProducts<T, Variants>;
-  return ForwardKernel{forward_simt_kernel<T, Variants>, tile_smem_bytes<Products>(D),
+  using Products = SimtProducts<T, Variants, Dropout>;
+  return ForwardKernel{forward_simt_kernel<T, Variants, Dropout>, tile_smem_bytes<Products>(D),
                        Products::kBr, Products::kThreads};
 }
 
 template <class T>
-ForwardKernel simt_forward(int64_t D, bool variants) {
-  return variants ? simt_forward_instance<T, true>(D) : simt_forward_instance<T, false>(D);
+ForwardKernel simt_forward(int64_t D, bool variants, bool dropout) {
+  if (dropout) return simt_forward_instance<T, true, true>(D);
+  return variants ? simt_forward_instance<T, true, false>(D)
+                  : simt_forward_instance<T, false, false>(D);
 }
 
-template ForwardKernel simt_forward<float>(int64_t, bool);
-template ForwardKernel simt_forward<__half>(int64_t, bool);
-template ForwardKernel simt_forward<__nv_bfloat16>(int64_t, bool);
+template ForwardKernel simt_forward<float>(int64_t, bool, bool);
+template ForwardKernel simt_forward<__half>(int64_t, bool, bool);
+template ForwardKernel simt_forward<__nv_bfloat16>(int64_t, bool, bool);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -11,6 +11,7 @@
 //          gather K and V;  S = Q K^T                        (Products::scores)
 //          S = pre * S, -inf past each row's own key count   (the causal cut, other rows' keys)
 //          online softmax, one warp a row: m, l, alpha, S -> P (lib/softmax_rules.h)
+//          dropout instances: P = P * M_ij, after l took P   (SPEC 11, dropout_tile.cuh)
 //          O = alpha O + P V                                 (Products::accumulate)
 //     4. one branch (p.o set): O / l and LSE straight to the caller's tensors, and the dilated
 //        gaps (forward_outputs.cuh); several: merge (O / l, LSE) into the running (O, LSE) of
@@ -23,6 +24,7 @@
 //
 // Products, the kernel's part:
 //   using Input (the input dtype) and Elem (the Q, K, V tiles' element type);
+//   kVariants, kDropout (the SPEC 10.1/10.3 steps; SPEC 11's, only with kVariants);
 //   kThreads, kBr, kBc (threads per block, query rows per tile, keys per chunk);
 //   void carve(SmemCarver&, D)                            its own scratch, after the tiles;
 //   static int64_t key_pitch(D)                           the K tile's row pitch, >= D;
@@ -38,6 +40,7 @@
 #define DILATTN_FORWARD_TILE_LOOP_CUH
 
 #include "attention_tile.cuh"
+#include "dropout_tile.cuh"
 #include "forward_outputs.cuh"
 #include "smem_carver.cuh"
 #include "softmax_rules.h"
@@ -204,6 +207,8 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
   using T = typename Products::Input;
   constexpr int BR = Products::kBr, BC = Products::kBc;
   constexpr bool kVariants = Products::kVariants;  // SPEC 10.1/10.3 steps (variant_tile.cuh)
+  constexpr bool kDropout = Products::kDropout;    // SPEC 11 (dropout_tile.cuh)
+  static_assert(!kDropout || kVariants, "a dropout instance is a variant instance (s.from)");
   SmemCarver carver{smem};
   const TileMemory<E> s = carve_tiles<Products>(carver, D);
   Products products;
@@ -290,6 +295,17 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
       for (int t = warp; t < BR; t += num_warps)
         softmax_chunk_row(s.s + t * BC, BC, p.score_post, s.m + t, s.l + t, s.alpha + t);
       __syncthreads();
+      if constexpr (kDropout) {
+        // SPEC 11: each probability the row sees times its factor M_ij, after the row's sum l
+        // took it (LSE is the softmax's); a dropped key's term is 0 * v_j.
+        for (int idx = tid; idx < BR * BC; idx += nt) {
+          const int t = idx / BC, c = idx % BC;
+          const int64_t at = c0 + c;
+          if (c < cn && at >= s.from[t] && at < s.cnt[t])
+            s.s[idx] *= dropout_factor(p, b, h, s.rows[t], first + step * at);
+        }
+        __syncthreads();
+      }
       products.accumulate(s, D, c0);
     }
     __syncthreads();  // span and cnt are rewritten by the next span

@@ -13,6 +13,9 @@
 //   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3) runs the
 //       chosen kernel's variant instance (the tensor-core kernels' with mma_variants.cuh, the
 //       SIMT kernels' with variant_tile.cuh): the options do not change which kernel runs.
+//   dropout (SPEC 11): a problem with p > 0 runs the chosen kernel's dropout instance; with SPEC
+//       10 options as well it runs SIMT, whose dropout instance computes both (the tensor-core
+//       kernels have a variant instance and a dropout instance, not one with both).
 #ifndef DILATTN_KERNEL_CHOICE_H
 #define DILATTN_KERNEL_CHOICE_H
 
@@ -25,18 +28,18 @@ namespace dilattn {
 
 enum class KernelChoice { simt, mma, mma_tf32 };
 
-// `variants` does not change the choice: every kernel has a variant instance.
+// `variants` alone or `dropout` alone does not change the choice (every kernel has a variant
+// instance and a dropout instance); both together run SIMT.
 inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
-                                       bool variants = false) {
-  (void)variants;
-  if ((D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
+                                       bool variants = false, bool dropout = false) {
+  if ((variants && dropout) || (D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
   if (dtype == DILATTN_F32) return KernelChoice::mma_tf32;
   return dtype == DILATTN_F16 || dtype == DILATTN_BF16 ? KernelChoice::mma : KernelChoice::simt;
 }
 
 inline KernelChoice backward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
-                                        bool variants = false) {
-  return forward_kernel_for(dtype, D, cc_major, variants);
+                                        bool variants = false, bool dropout = false) {
+  return forward_kernel_for(dtype, D, cc_major, variants, dropout);
 }
 
 inline const char* kernel_name(KernelChoice k) {

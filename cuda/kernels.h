@@ -33,15 +33,17 @@ struct ForwardKernel {
 };
 
 // forward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants: the
-// instance that runs SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks.
+// instance that runs SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks; dropout: the
+// one that runs SPEC 11's dropout as well as those.
 template <class T>
-ForwardKernel simt_forward(int64_t D, bool variants = false);
+ForwardKernel simt_forward(int64_t D, bool variants = false, bool dropout = false);
 // forward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128. variants: the instance that runs
-// SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks (mma_variants.cuh).
+// SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks (mma_variants.cuh); dropout: the
+// one that runs SPEC 11's dropout (never both: kernel_choice.h sends such problems to SIMT).
 template <class T>
-ForwardKernel mma_forward(int64_t D, bool variants = false);
-// forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128. variants: as mma_forward's.
-ForwardKernel tf32_forward(int64_t D, bool variants = false);
+ForwardKernel mma_forward(int64_t D, bool variants = false, bool dropout = false);
+// forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128. variants, dropout: as mma_forward's.
+ForwardKernel tf32_forward(int64_t D, bool variants = false, bool dropout = false);
 
 // ---------------------------------------------------------------- backward (SPEC 6)
 using BackwardKernelFn = void (*)(BackwardParams);
@@ -58,16 +60,16 @@ struct BackwardKernels {
   bool dkdv_all_heads = false;
 };
 
-// backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants: as
-// simt_forward's.
+// backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants and
+// dropout: as simt_forward's.
 template <class T>
-BackwardKernels simt_backward(int64_t D, bool variants = false);
-// backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128. variants: the instances that run
-// SPEC 10.1's window, softcap and ALiBi (mma_variants.cuh).
+BackwardKernels simt_backward(int64_t D, bool variants = false, bool dropout = false);
+// backward_mma.cu: T = __half, __nv_bfloat16; D = 64 or 128. variants, dropout: as
+// mma_forward's.
 template <class T>
-BackwardKernels mma_backward(int64_t D, bool variants = false);
-// backward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128. variants: as mma_backward's.
-BackwardKernels tf32_backward(int64_t D, bool variants = false);
+BackwardKernels mma_backward(int64_t D, bool variants = false, bool dropout = false);
+// backward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128. variants, dropout: as mma_forward's.
+BackwardKernels tf32_backward(int64_t D, bool variants = false, bool dropout = false);
 
 }  // namespace DILATTN_BACKEND_NS
 }  // namespace dilattn

@@ -22,8 +22,9 @@
 //                       no cudaGetDeviceProperties per call);
 //     choose_kernel     MMA for f16/bf16 and MMA_TF32 (3xTF32) for f32, with D in {64, 128}
 //                       on sm_80+, else SIMT (forward_kernel_for); a window, softcap, ALiBi or
-//                       sinks: the chosen kernel's variant instance; its shared memory within
-//                       the device's limit;
+//                       sinks: the chosen kernel's variant instance; dropout (SPEC 11): its
+//                       dropout instance (with SPEC 10 options too: SIMT's, which runs both);
+//                       its shared memory within the device's limit;
 //     prepare_workspace from the plan's pool (workspace_layout): with sinks, the call's H sink
 //                       logits (SPEC 10.3); several dilated branches: o_acc [B, H, Nq, D]
 //                       f32 = 0, lse_acc [B, H, Nq] f64 = -inf (with sinks: the head's sink,
@@ -132,18 +133,19 @@ dilattn_status check_views(const ForwardArgs& a) {
 // ---------------------------------------------------------------- choose_kernel
 // forward_kernel_for's choice, from the kernel files (kernels.h).
 ForwardKernel pick_kernel(const Problem& p, int cc_major) {
-  const bool variants = uses_variant_kernels(p);
-  const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major, variants);
+  const bool variants = uses_variant_kernels(p), dropout = p.dropout_p > 0;
+  const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major, variants, dropout);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
     case DILATTN_F16:
-      return mma ? mma_forward<__half>(p.D, variants) : simt_forward<__half>(p.D, variants);
+      return mma ? mma_forward<__half>(p.D, variants, dropout)
+                 : simt_forward<__half>(p.D, variants, dropout);
     case DILATTN_BF16:
-      return mma ? mma_forward<__nv_bfloat16>(p.D, variants)
-                 : simt_forward<__nv_bfloat16>(p.D, variants);
+      return mma ? mma_forward<__nv_bfloat16>(p.D, variants, dropout)
+                 : simt_forward<__nv_bfloat16>(p.D, variants, dropout);
     default:  // f32: 3xTF32 on tensor cores for D = 64 and 128 (forward_mma_tf32.cu)
-      return choice == KernelChoice::mma_tf32 ? tf32_forward(p.D, variants)
-                                              : simt_forward<float>(p.D, variants);
+      return choice == KernelChoice::mma_tf32 ? tf32_forward(p.D, variants, dropout)
+                                              : simt_forward<float>(p.D, variants, dropout);
   }
 }
 

@@ -183,18 +183,19 @@ dilattn_status check_backward_views(const BackwardArgs& a) {
 // ---------------------------------------------------------------- choose_backward_kernels
 // backward_kernel_for's choice, from the kernel files (kernels.h).
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
-  const bool variants = uses_variant_kernels(p);
-  const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major, variants);
+  const bool variants = uses_variant_kernels(p), dropout = p.dropout_p > 0;
+  const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major, variants, dropout);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
     case DILATTN_F16:
-      return mma ? mma_backward<__half>(p.D, variants) : simt_backward<__half>(p.D, variants);
+      return mma ? mma_backward<__half>(p.D, variants, dropout)
+                 : simt_backward<__half>(p.D, variants, dropout);
     case DILATTN_BF16:
-      return mma ? mma_backward<__nv_bfloat16>(p.D, variants)
-                 : simt_backward<__nv_bfloat16>(p.D, variants);
+      return mma ? mma_backward<__nv_bfloat16>(p.D, variants, dropout)
+                 : simt_backward<__nv_bfloat16>(p.D, variants, dropout);
     default:
-      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D, variants)
-                                              : simt_backward<float>(p.D, variants);
+      return choice == KernelChoice::mma_tf32 ? tf32_backward(p.D, variants, dropout)
+                                              : simt_backward<float>(p.D, variants, dropout);
   }
 }
 
@@ -366,7 +367,8 @@ BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
                                const BackwardWorkspace& ws) {
   BackwardParams bp;
   std::memset(&bp, 0, sizeof(bp));
-  const ForwardArgs fa{a.q, a.k, a.v, nullptr, nullptr, nullptr, a.run};
+  ForwardArgs fa{a.q, a.k, a.v, nullptr, nullptr, nullptr, a.run};
+  fa.dropout = a.dropout;  // SPEC 11.3: the forward's seed and offset, drawn again
   Workspace fws{};
   fws.plan = ws.plan;
   fws.sinks = ws.sinks;

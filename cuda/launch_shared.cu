@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 
+#include "dropout_rng.h"
 #include "dtype_convert.h"
 #include "kernels.h"
 #include "softmax_rules.h"
@@ -302,6 +303,12 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
   fp.alibi_per_batch = static_cast<int64_t>(p.alibi_slopes.size()) == p.H ? 0 : 1;
   fp.alibi_to_score = kLog2e / static_cast<double>(scale.post);
   fp.sinks = ws.sinks;
+  if (p.dropout_p > 0) {  // SPEC 11 (dropout_tile.cuh); dispatch.cpp checked offset < 2^32
+    fp.dropout_seed = a.dropout.seed;
+    fp.dropout_offset = a.dropout.offset;
+    fp.dropout_threshold = dropout_threshold(p.dropout_p);
+    fp.dropout_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+  }
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
     fp.row_ptr = ws.plan.mask[0];
     fp.col_idx = ws.plan.mask[1];

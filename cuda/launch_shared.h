@@ -214,7 +214,8 @@ bool uses_variant_kernels(const Problem& p);
 ScoreScale kernel_score_scale(const Problem& p);
 
 // What every launch of a forward shares (and the backward's index part, with no forward
-// workspace): the views, the problem's sizes, the scale, the kind's parameters, the variants'.
+// workspace): the views, the problem's sizes, the scale, the kind's parameters, the variants',
+// and with p > 0 the call's dropout seed and offset, the threshold and 1 / (1 - p) (SPEC 11).
 ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Workspace& ws);
 
 // Sets launch `launch`'s kind and branch in fp; returns its number of tiles (grid.x) of

@@ -28,6 +28,11 @@
 //     dV += P^T dO, dK += dS^T Q        (Products::accumulate)
 // dK and dV (16 x D each per warp) live in registers and are added to dk_acc, dv_acc at the end.
 //
+// Dropout (SPEC 11.3, the Dropout instances; dropout_tile.cuh): each pair's factor M_ij is drawn
+// again, dP takes it before dS = P (M dP - D_i) is formed, and in the dK/dV pass P^T becomes
+// P^T M for dV. The dQ pass draws with the forward's fragment layout (dropout_row_fragments);
+// the dK/dV pass's lane holds two keys of two rows each, one draw a pair.
+//
 // The NaN rule (SPEC 13): a product on tensor cores multiplies every pair of its tile, so a
 // pair a row does not see (P = dS = 0 there) still meets the other side's values: 0 * NaN is a
 // NaN. The pre-pass marks each query row whose Q or dO holds a value that is not finite and each
@@ -60,6 +65,7 @@
 
 #include "async_copy.cuh"
 #include "backward_tile.cuh"
+#include "dropout_tile.cuh"
 #include "mma_chunk_loop.cuh"
 #include "mma_unseen_pairs.cuh"
 #include "mma_variants.cuh"
@@ -159,8 +165,10 @@ inline size_t smem_bytes_of() {
   return c.used;
 }
 
-template <class Products, bool Variants = false>
+template <class Products, bool Variants = false, bool Dropout = false>
 __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsigned char* smem) {
+  // A problem with SPEC 10 options and dropout runs the SIMT kernels (kernel_choice.h).
+  static_assert(!(Variants && Dropout), "variant and dropout instances are separate");
   using T = typename Products::Input;
   using Tile = DqSmem<Products, Variants>;
   constexpr int D = Products::kHeadDim;
@@ -226,13 +234,17 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
             flags[c] = 0;
         }
       },
-      [&](const T* k, const T* v, int keys0, int keys1, const auto&... window) {
+      [&](const T* k, const T* v, int keys0, int keys1, const ChunkKeys& at,
+          const auto&... window) {
         constexpr int kTiles = BC / 8;
         float s[kTiles][4], dp[kTiles][4];
         for (int n = 0; n < kTiles; ++n)
           for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
         Products::template scores<BC>(frags, s, qw, k);    // S = Q K^T
         Products::template scores<BC>(frags, dp, dow, v);  // dP = dO V^T
+        if constexpr (Dropout)  // M dP (SPEC 11.3)
+          dropout_row_fragments(p, b, h, {tl.rows[r0], tl.rows[r1]}, {keys0, keys1}, at.first,
+                                at.step, at.c0, dp);
         // P and dS; the lane's keys are c = 8n + 2t + (e & 1), row 0 or 1 by e >> 1. A key of
         // the chunk one row skips and whose K is not finite sends the chunk the exact way.
         const int32_t* flags = tl.bad_key + (k == tl.k(0) ? 0 : BC);
@@ -366,8 +378,10 @@ __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64
   }
 }
 
-template <class Products, bool Variants = false>
+template <class Products, bool Variants = false, bool Dropout = false>
 __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsigned char* smem) {
+  // A problem with SPEC 10 options and dropout runs the SIMT kernels (kernel_choice.h).
+  static_assert(!(Variants && Dropout), "variant and dropout instances are separate");
   using T = typename Products::Input;
   using Tile = DkdvSmem<Products, Variants>;
   constexpr int D = Products::kHeadDim;
@@ -461,6 +475,7 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   async_copy_commit();
   int buf = 0;
   while (has_chunk) {
+    const QueryChunkCursor chunk = cur;  // the chunk computed below (dropout's rows and head)
     next_query_chunk<Variants>(bp, hk, tile, first_key, last_key, R, cur, false);
     const bool has_next = !cur.done();
     async_copy_wait<0>();
@@ -499,6 +514,12 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
       // finite lse_s: no selection, no flag (prob_and_ds_seen). One row a lane, R <= 32.
       static_assert(R <= 32, "one chunk row per lane");
       const bool row_whole = lane >= R || (seen[lane] >= kw + 16 && lse[lane] != INFINITY);
+      // Dropout: pair (row t of the chunk, key kw + g + 8 (e >> 1)) of the chunk's head.
+      [[maybe_unused]] auto factor = [&](int t, int e) {
+        return dropout_factor(p, b, hk * group + chunk.head,
+                              progression_at(chunk.rows, chunk.t0 + t),
+                              tl.keys[kw + g + 8 * (e >> 1)]);
+      };
       if constexpr (Variants) {  // the pairs in [seen_lo, seen), variant scores
         const int32_t* seen_lo = tl.seen_lo + buf * R;
         const int64_t* row_of = tl.row_of + buf * R;
@@ -524,7 +545,14 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
         for (int n = 0; n < kTiles; ++n)
           for (int e = 0; e < 4; ++e) {
             const int t = 8 * n + 2 * t4 + (e & 1);
-            prob_and_ds_seen(p, lse[t], di[t], st[n][e], dpt[n][e]);
+            if constexpr (Dropout) {  // P (M dP - D_i) for dK; P M for dV
+              const float m = factor(t, e);
+              dpt[n][e] *= m;
+              prob_and_ds_seen(p, lse[t], di[t], st[n][e], dpt[n][e]);
+              st[n][e] *= m;
+            } else {
+              prob_and_ds_seen(p, lse[t], di[t], st[n][e], dpt[n][e]);
+            }
           }
       } else {
         DILATTN_UNROLL
@@ -532,7 +560,14 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
           for (int e = 0; e < 4; ++e) {
             const int t = 8 * n + 2 * t4 + (e & 1);
             const bool seen_pair = kw + g + 8 * (e >> 1) < seen[t];
-            prob_and_ds(p, seen_pair, lse[t], di[t], st[n][e], dpt[n][e]);
+            if constexpr (Dropout) {  // as above; an unseen pair stays 0 (no draw)
+              const float m = seen_pair ? factor(t, e) : 0.0f;
+              dpt[n][e] *= m;
+              prob_and_ds(p, seen_pair, lse[t], di[t], st[n][e], dpt[n][e]);
+              st[n][e] *= m;
+            } else {
+              prob_and_ds(p, seen_pair, lse[t], di[t], st[n][e], dpt[n][e]);
+            }
             unseen_bad = unseen_bad || (!seen_pair && bad[t] != 0);
           }
       }

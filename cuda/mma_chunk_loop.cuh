@@ -5,10 +5,11 @@
 //   issue(first, step, c0, cn, k, v)  copy keys c0 .. c0 + cn - 1 of a span (rows first +
 //                                     step * (c0 + c)) of K and V into buffers k and v, rows
 //                                     cn .. BC - 1 zero, by cp.async (the loop commits them);
-//   compute(k, v, keys0, keys1)       one warp's S = Q K^T, online softmax, O += P V for the
+//   compute(k, v, keys0, keys1, at)   one warp's S = Q K^T, online softmax, O += P V for the
 //                                     chunk in k and v; keys0, keys1: how many of its first keys
-//                                     the lane's two rows take. Variant instances (Tile::
-//                                     kVariants) get a fifth argument, the chunk's ChunkWindow
+//                                     the lane's two rows take; at: where its keys lie (ChunkKeys,
+//                                     for dropout's draws). Variant instances (Tile::kVariants)
+//                                     get a sixth argument, the chunk's ChunkWindow
 //                                     (mma_variants.cuh): the rows' window starts and the keys'
 //                                     indices; their spans are read_window_span's, which start
 //                                     at the first key any row's window reaches and end at the
@@ -43,6 +44,10 @@ __device__ __forceinline__ void read_tile_span(const ForwardParams& p, const Til
   else
     read_span(p, h, tile, span, tl.rows, BR, tl.cnt + slot * BR, tl.span + 3 * slot);
 }
+// Where a chunk's keys lie: key c of the chunk is first + step * (c0 + c).
+struct ChunkKeys {
+  int64_t first, step, c0;
+};
 
 // The tile's rows and the first span's descriptor are in tl (read_span of span 0 done, visible
 // to all); r0, r1: the lane's two tile rows.
@@ -88,13 +93,14 @@ __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Til
       const int64_t cn = min_i64(BC, most - c0);
       const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
       const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
+      const ChunkKeys at{info[0], info[1], c0};
       if constexpr (Tile::kVariants) {  // the rows' keys in it: [from, keys) (the window)
         const ChunkWindow w =
             chunk_window<BC>(info, c0, tl.from[slot * BR + r0], tl.from[slot * BR + r1]);
         if (__any_sync(0xffffffffu, w.from0 < keys0 || w.from1 < keys1))
-          compute(tl.k(buf), tl.v(buf), keys0, keys1, w);
+          compute(tl.k(buf), tl.v(buf), keys0, keys1, at, w);
       } else if (__any_sync(0xffffffffu, keys0 > 0 || keys1 > 0)) {
-        compute(tl.k(buf), tl.v(buf), keys0, keys1);
+        compute(tl.k(buf), tl.v(buf), keys0, keys1, at);
       }
     }
     buf = next_buf;

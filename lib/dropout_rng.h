@@ -70,12 +70,18 @@ DILATTN_RNG_HD Philox4x32 dropout_draws(uint64_t seed, uint64_t offset, int64_t 
   return philox4x32(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
+// Word k (0 to 3) of a call's result, by selection: an index computed at run time into w would
+// put the four words in local memory on a GPU (ptxas gives the array a stack frame).
+DILATTN_RNG_HD uint32_t philox_word(const Philox4x32& u, int64_t k) {
+  return k == 0 ? u.w[0] : k == 1 ? u.w[1] : k == 2 ? u.w[2] : u.w[3];
+}
+
 // keep_ij of SPEC 11 for one score: draw word j mod 4 of its key quad's call. Fast paths draw a
 // whole quad at once with dropout_draws and compare each word with dropout_threshold.
 DILATTN_RNG_HD bool dropout_keep(uint64_t seed, uint64_t offset, int64_t b, int64_t h, int64_t H,
                                  int64_t i, int64_t j, uint64_t threshold) {
   const Philox4x32 u = dropout_draws(seed, offset, b, h, H, i, j / 4);
-  return u.w[j % 4] >= threshold;
+  return philox_word(u, j % 4) >= threshold;
 }
 
 // Whether a problem's scores fit the counter words (SPEC 11.1): Nq <= 2^32, ceil(Nk / 4) <= 2^32,

@@ -49,7 +49,8 @@ KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_ker
 test_nonfinite_kernels:simt test_nonfinite_kernels:mma test_nonfinite_kernels:mma_tf32
 test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32
 test_backward_nonfinite_kernels:simt test_backward_nonfinite_kernels:mma
-test_backward_nonfinite_kernels:mma_tf32 test_variant_kernels: test_launch_device_arch:"
+test_backward_nonfinite_kernels:mma_tf32 test_variant_kernels: test_dropout_kernels:simt
+test_dropout_kernels:mma test_dropout_kernels:mma_tf32 test_launch_device_arch:"
 # Kernel tests only the emulator can run: listed in the summary as not run on cuda.
 EMU_ONLY="test_launch_stream test_smem_banks test_tf32_split test_launch_checks"
 # Step 4's reduced list: each kernel x dtype once, the "dense" case (small shapes).
@@ -59,7 +60,7 @@ SANITIZER_TOOLS="memcheck racecheck synccheck initcheck"
 TARGETS="lib/libdilattn.so.0.2.0 tests/kernels/test_forward_kernels
 tests/kernels/test_nonfinite_kernels tests/kernels/test_backward_kernels
 tests/kernels/test_backward_nonfinite_kernels tests/kernels/test_variant_kernels
-tests/kernels/test_launch_device_arch
+tests/kernels/test_dropout_kernels tests/kernels/test_launch_device_arch
 tests/ring/test_ring_cuda_matches_reference bench/gpu/bench_gpu"
 SCRIPTS="bench/gpu/torch_compare_gpu.py bench/gpu/first_light_report.py bench/gpu/sass_model.py
 tests/packages/python/test_torch_cuda.py tests/packages/python/test_torch_compile.py

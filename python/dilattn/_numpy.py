@@ -186,8 +186,8 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
     Dropout (SPEC 11): dropout_p in [0, 1) drops each (query, key) pair's probability with
     that chance and scales the kept ones by 1 / (1 - dropout_p); lse is unaffected. It needs
     seed (0 .. 2**64 - 1) and offset (0 .. 2**32 - 1), which fix the mask: advance the offset
-    every training step and pass the same pair to backward. Backends "cpu" (what "auto" picks)
-    and "ref" run dropout and drop the same pairs.
+    every training step and pass the same pair to backward. Backends "cpu" (what "auto" picks),
+    "ref" and "emu" run dropout and drop the same pairs.
 
     Precision: backend "ref" computes in f64 whatever the dtype; the fast "cpu" backend (what
     "auto" picks for float64 inputs, which the GPU backends refuse) computes float64 inputs in

@@ -170,14 +170,16 @@ def _refuse_cuda_sinks(device):
 
 
 def _refuse_cuda_dropout(name, device):
-    """The cuda backend does not run dropout (SPEC 11.2: backends "cpu" and "ref"); refused before
-    any seed is drawn, any plan made or anything copied."""
+    """The cuda backend runs dropout through the calls that carry a seed (dilattn_forward_ex and
+    dilattn_backward_ex, SPEC 11.2), which run on the legacy default stream; this module's CUDA
+    calls run on the caller's stream, whose entry points carry no seed. Refused before any seed
+    is drawn, any plan made or anything copied."""
     if device.type == "cuda":
         raise error_for("DILATTN_ERROR_UNSUPPORTED",
-                        f"dropout_p > 0 with {name} on {device}: the cuda backend does not "
-                        "run attention dropout (docs/spec.md section 11: backends 'cpu' and "
-                        "'ref' do); move q, k, v to the CPU, or pass dropout_p=0 (a module: "
-                        "eval() or dropout 0)")
+                        f"dropout_p > 0 with {name} on {device}: dilattn.torch's CUDA calls run "
+                        "on the caller's stream and carry no dropout seed (docs/spec.md section "
+                        "11.2); move q, k, v to the CPU, or pass dropout_p=0 (a module: eval() "
+                        "or dropout 0)")
 
 
 def _dropout_call(dropout_p, seed, offset):
@@ -314,9 +316,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     and offset (0 .. 2**32 - 1); the backward regenerates the same mask. seed=None draws one
     from torch's default CPU generator at each call (torch.randint), so torch.manual_seed
     makes a run reproducible and every call gets a new mask; nothing is drawn when
-    dropout_p = 0, which is no dropout, bitwise. Backends "cpu" and "ref" (the same decisions):
-    CPU tensors ("auto" picks cpu); CUDA tensors with dropout_p > 0 raise
-    dilattn.UnsupportedError. Calls with dropout run
+    dropout_p = 0, which is no dropout, bitwise. Backends "cpu", "ref" and "emu" (the same
+    decisions): CPU tensors ("auto" picks cpu); CUDA tensors with dropout_p > 0 raise
+    dilattn.UnsupportedError (this module's CUDA calls carry no seed). Calls with dropout run
     the torch.autograd.Function on every torch."""
     if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
         alibi_slopes = alibi_slopes.detach().cpu().numpy()

@@ -1,7 +1,8 @@
 """test_cli_dropout.py - `dilattn forward/backward --dropout P --seed S [--offset O]` (SPEC 11)
 on backends ref and cpu against spec_numpy (its own numpy Philox4x32-10), dense and dilated,
 backward both recomputing the forward and from the forward's files (cpu: f64 within SPEC 12's
-1e-10, f32 within SPEC 8); the flag rules (exit 2) and emu's refusal where built (exit 3)."""
+1e-10, f32 within SPEC 8), and on emu (the CUDA kernels) where built (f32 within SPEC 8); the
+flag rules (exit 2)."""
 import numpy as np
 import pytest
 
@@ -84,10 +85,24 @@ def test_bad_dropout_flags_exit_2(tmp_path, extra, mentions):
 
 
 @pytest.mark.skipif(not available_backends().get("emu", False), reason="emu is not built")
-def test_emu_refuses_dropout_exit_3(tmp_path):
-    _, paths = make_inputs(tmp_path)
-    p = run("forward", "--q", paths["q"], "--k", paths["k"], "--v", paths["v"], "--out",
-            tmp_path / "o.npy", "--backend", "emu", "--dropout", "0.1", "--seed", "1")
-    assert p.returncode == 3, p.stderr
-    assert "does not run dropout" in p.stderr
-    assert not (tmp_path / "o.npy").exists()
+@pytest.mark.parametrize("kind", ["dense_causal", "dilated"])
+def test_emu_dropout_matches_numpy_spec(tmp_path, kind):
+    """The CUDA kernels (run by the emulator) draw the same pairs: f32 within SPEC 8."""
+    arrs, paths = make_inputs(tmp_path, B=2, Nq=12, H=2, D=4, dtype="<f4")
+    if kind == "dilated":
+        flags = ["--segments", "4,12", "--dilations", "1,3"]
+        counts = dilated_counts(12, 2, [(4, 1), (12, 3)], "mod", False)
+    else:
+        flags = ["--causal"]
+        counts = dense_counts(12, 12, 2, True)
+    flags += ["--dropout", "0.4", "--seed", str(SEED), "--offset", "7", "--backend", "emu"]
+    want = attention_numpy(arrs["q"], arrs["k"], arrs["v"], counts, d_o=arrs["do"],
+                           dropout=(0.4, SEED, 7))
+    run("forward", *qkv_flags(paths), "--out", tmp_path / "o.npy", "--lse", tmp_path / "lse.npy",
+        *flags, expect=0)
+    assert_close(np.load(tmp_path / "o.npy"), want[0], atol=1e-5, rtol=1e-4)
+    assert_close(np.load(tmp_path / "lse.npy"), want[1], atol=1e-4, rtol=0)
+    run("backward", *qkv_flags(paths), "--do", paths["do"], "--dq", tmp_path / "dq.npy",
+        "--dk", tmp_path / "dk.npy", "--dv", tmp_path / "dv.npy", *flags, expect=0)
+    for name, ref in zip(("dq", "dk", "dv"), want[2:]):
+        assert_close(np.load(tmp_path / f"{name}.npy"), ref, atol=1e-5, rtol=1e-4)

@@ -2,9 +2,9 @@
 // message naming the argument or bound, and every output byte untouched:
 //   - dilattn_desc_set_dropout with p outside [0, 1) (negative, 1, above 1, NaN, infinity): the
 //     description keeps its p (a plan made from it runs the plain calls);
-//   - a plan with p > 0 on emu (where built): UNSUPPORTED naming dropout; ref and cpu take it,
-//     and AUTO gives cpu (cuda, the only backend AUTO prefers to it, refuses dropout);
-//   - the calls without a seed on a dropout plan of ref and of cpu: dilattn_forward,
+//   - none: a plan with p > 0 on ref, cpu and emu (where built) is made (every backend runs
+//     dropout), and AUTO picks for it the backend it picks with p = 0;
+//   - the calls without a seed on a dropout plan of ref, cpu and emu: dilattn_forward,
 //     dilattn_backward, their _on_stream twins, dilattn_reference_rows, and the _ex calls with
 //     options NULL;
 //   - a dilattn_call_options with a foreign struct_size, an offset of 2^32 (2^32 - 1 runs);
@@ -54,24 +54,22 @@ void bad_p_refused_desc_unchanged() {
   }
 }
 
-void backends_without_dropout_refuse_it() {
-  for (dilattn_backend backend : errtest::cpu_side_backends()) {
+void every_backend_takes_dropout() {
+  for (dilattn_backend backend : errtest::cpu_side_backends()) {  // SPEC 11.2
     CaseScope scope(dilattn_backend_name(backend));
     Problem pr;
-    if (backend == DILATTN_BACKEND_REF || backend == DILATTN_BACKEND_CPU) {  // SPEC 11.2
-      CHECK_OK(replan(pr, 0.25, backend));
-      continue;
-    }
-    CHECK_ERROR(replan(pr, 0.25, backend), DILATTN_ERROR_UNSUPPORTED, "dropout", "p = 0.25");
-    CHECK(pr.plan == nullptr);
-    // p = 0 is no dropout: every backend takes it.
-    CHECK_OK(replan(pr, 0.0, backend));
+    CHECK_OK(replan(pr, 0.25, backend));
+    CHECK(pr.plan != nullptr);
   }
+  // Dropout does not move AUTO's choice (cuda where a GPU runs the problem, else cpu).
   Problem pr;
+  dilattn_backend without = DILATTN_BACKEND_AUTO, with = DILATTN_BACKEND_AUTO;
+  CHECK_OK(replan(pr, 0.0, DILATTN_BACKEND_AUTO));
+  CHECK_OK(dilattn_plan_backend(pr.plan, &without));
   CHECK_OK(replan(pr, 0.25, DILATTN_BACKEND_AUTO));
-  dilattn_backend chosen = DILATTN_BACKEND_AUTO;
-  CHECK_OK(dilattn_plan_backend(pr.plan, &chosen));
-  CHECK_EQ(chosen, DILATTN_BACKEND_CPU);
+  CHECK_OK(dilattn_plan_backend(pr.plan, &with));
+  CHECK_EQ(with, without);
+  CHECK(with != DILATTN_BACKEND_REF);
 }
 
 void seedless_calls_refused(dilattn_backend backend) {
@@ -180,9 +178,8 @@ void ring_needs_a_seed() {
 
 int main() {
   bad_p_refused_desc_unchanged();
-  backends_without_dropout_refuse_it();
-  seedless_calls_refused(DILATTN_BACKEND_REF);
-  seedless_calls_refused(DILATTN_BACKEND_CPU);
+  every_backend_takes_dropout();
+  for (dilattn_backend backend : errtest::cpu_side_backends()) seedless_calls_refused(backend);
   bad_call_options_refused();
   counter_bounds_refused_at_plan_creation();
   ring_needs_a_seed();

@@ -6,7 +6,7 @@ block-sparse, with p = 0.1 and 0.5, forward and backward; p = 0 equals no dropou
 the same seed and offset give the same bits, another offset another mask; and the refusals.
 The cpu backend runs the same cases against spec_numpy: f64 inputs within SPEC 12's 1e-10, f32
 inputs within SPEC 8's bounds, and it drops exactly the pairs ref drops (seen through a one-hot
-V); emu, where built, refuses dropout."""
+V); emu (the CUDA kernels), where built, gives ref's result within SPEC 8."""
 import math
 
 import numpy as np
@@ -183,7 +183,13 @@ def test_refusals():
         dilattn.forward(q, k, v, backend="ref", dropout_p=0.5, seed=-1)
     with pytest.raises(dilattn.InvalidArgumentError, match="needs seed="):
         dilattn.forward(q, k, v, backend="cpu", dropout_p=0.5)
-    if dilattn.backend_available("emu"):  # the CUDA kernels, which do not run dropout
-        with pytest.raises(dilattn.UnsupportedError, match="backend emu does not run dropout"):
-            dilattn.forward(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
-                            backend="emu", dropout_p=0.5, seed=1)
+
+
+@pytest.mark.skipif(not dilattn.backend_available("emu"), reason="emu is not built")
+def test_emu_equals_ref():
+    """The CUDA kernels (run by the emulator) drop ref's pairs: f32 within SPEC 8."""
+    q, k, v, _ = inputs((1, 8, 8, 2, 2, 4), seed=16)
+    got, _ = dilattn.forward(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                             backend="emu", dropout_p=0.5, seed=1)
+    want, _ = dilattn.forward(q, k, v, backend="ref", dropout_p=0.5, seed=1)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
