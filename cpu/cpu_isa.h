@@ -86,6 +86,11 @@ struct IsaKernels {
   // tests/cpu/test_cpu_dropout_draws.cpp can check every instruction set's copy against
   // lib/dropout_rng.h's dropout_keep.
   void (*dropout_keep_bits)(const DropoutTileQuery& query, uint64_t* keep);
+  // out[i] = acc[i] plus the bf16 pair dot product of words a[i] and b[i], i < n, by the
+  // products bf16 inputs take (cpu_pair_dot.h's pair_dot: vdpbf16ps, or its emulation in
+  // bf16emu); null where bf16 inputs are widened to f32. Exposed so
+  // tests/cpu/test_cpu_bf16_emulation.cpp can hold the emulation to the instruction.
+  void (*pair_dot)(const float* acc, const uint32_t* a, const uint32_t* b, float* out, int64_t n);
 };
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is
