@@ -1,5 +1,6 @@
 // cpu_backward.cpp - the cpu backend's backward, SPEC 6, tiled, deterministic, no atomics, in
-// the compute type T (f32; f64 for f64 inputs, SPEC 12), one template for both.
+// the compute type T (f32; f64 for f64 inputs, SPEC 12), one template for both; bf16 inputs on
+// a target with pair products multiply bf16 pairs (kPairs, as in cpu_forward.cpp; SPEC 12).
 // Read it beside reference_backward.cpp: the same terms, grouped so that every output row has
 // one owner and one summation order.
 //
@@ -55,8 +56,9 @@ inline double value_of(double x) { return x; }
 inline float value_of(uint16_t bf16) { return bf16_to_float(bf16); }
 
 // Per query row t < count of term first + t of `rows`: D_t = <dO_t, O_t> (dO already in
-// `d_o`, ld Dp: the compute type, or the bf16 row words of the pair products) and the LSE in the score domain (lse_in_score_domain: +inf where LSE = -inf,
-// a row with no key, so every P is 0, never NaN).
+// `d_o`, ld Dp: the compute type, or the bf16 row words of the pair products) and the LSE in
+// the score domain (lse_in_score_domain: +inf where LSE = -inf, a row with no key, so every P
+// is 0, never NaN).
 template <class T, class DO>
 void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
                const KeyProgression& rows, int64_t first, int64_t count, T post, const DO* d_o,

@@ -1,8 +1,10 @@
 // cpu_forward.cpp - the cpu backend's forward: SPEC 2 (dense), 3 (dilated), 4 (block-sparse)
 // as tiled online softmax, on a pool of threads, in the compute type T: f32 (f32, f16 and bf16
-// inputs, SPEC 1), f64 for f64 inputs (SPEC 12); one template serves both. Read it beside reference_forward.cpp:
-// the reference computes each softmax group of a row exactly and combines the groups by LSE;
-// this file streams the same keys through one running (max, sum, O) per row.
+// inputs, SPEC 1), f64 for f64 inputs (SPEC 12); one template serves both. bf16 inputs on a
+// target with pair products (avx512bf16, bf16emu) multiply bf16 pairs (kPairs, SPEC 12).
+// Read it beside reference_forward.cpp: the reference computes each softmax group of a row
+// exactly and combines the groups by LSE; this file streams the same keys through one running
+// (max, sum, O) per row.
 //
 // Work item = (batch b, head h, block of block_rows(p) query rows). For each piece of the block
 // (cpu_tile_loop.h: the rows one dilated branch selects in one segment, or the whole block)

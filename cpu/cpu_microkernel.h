@@ -2,7 +2,8 @@
 // vectorised exp2 (SPEC 2), and the lane shuffles they need (horizontal max/sum by a fixed tree,
 // an in-register transpose of a square block of lanes), all templates on the compute type T:
 // float for f32, f16 and bf16 inputs (accumulated in f32 as SPEC 1 allows for fast paths),
-// double for f64 inputs (computed in f64, SPEC 12). The same code serves both; only the vector
+// double for f64 inputs (computed in f64, SPEC 12). (bf16 inputs on avx512bf16 and bf16emu
+// multiply bf16 pairs instead: cpu_pair_dot.h.) The same code serves both; only the vector
 // helpers (one instruction each) and exp2's constants are written per type.
 //
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while

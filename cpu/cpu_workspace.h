@@ -9,8 +9,8 @@
 // dK and dV in the compute type, and at most 64 MiB per worker.
 // Tiles start on 64-byte boundaries. One layout serves forward and backward (the forward
 // leaves some tiles unused). The bf16 pair products (cpu_pair_dot.h) keep their word layouts
-// (cpu_pair_tiles.h) in the same tiles, each in at most the tile's bytes. The plan sizes it once (workspace_sizes, cpu_backend.cpp); the hot
-// loops never allocate.
+// (cpu_pair_tiles.h) in the same tiles, each in at most the tile's bytes. The plan sizes it
+// once (workspace_sizes, cpu_backend.cpp); the hot loops never allocate.
 #ifndef DILATTN_CPU_WORKSPACE_H
 #define DILATTN_CPU_WORKSPACE_H
 

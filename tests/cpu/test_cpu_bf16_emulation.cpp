@@ -12,6 +12,10 @@
 // It needs a CPU with AVX512_BF16 and a build holding avx512bf16 (a compiler that knows
 // -mavx512bf16). Elsewhere it prints "not run: ..." and exits 77, which meson counts as
 // skipped, never as passed.
+// With --model (a test of its own, run on every AVX2 CPU): bf16emu's pair_dot on the inputs of
+// 1. against a scalar model written from the instruction's description (each half widened by a
+// shift, denormal inputs and results flushed to zero of their sign, std::fma for the high pair
+// then the low pair), bit for bit but for NaN payloads.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -41,7 +45,12 @@ uint32_t bits_of(float x) {
 }
 
 // ---------------------------------------------------------------- 1. the primitive
-void check_primitive(const IsaKernels& real, const IsaKernels& emulated) {
+struct PairDotInputs {
+  std::vector<uint32_t> a, b;
+  std::vector<float> acc;
+};
+
+PairDotInputs pair_dot_inputs() {
   const std::vector<uint32_t> halves = {
       0x0000, 0x8000,          // +-0
       0x0001, 0x807F, 0x0040,  // denormals
@@ -73,10 +82,16 @@ void check_primitive(const IsaKernels& real, const IsaKernels& emulated) {
     b.push_back(static_cast<uint32_t>(rng()));
     acc.push_back(u(rng));
   }
+  return {a, b, acc};
+}
+
+// Counts (and shows a few of) the results that differ in more than a NaN's payload.
+void compare_pair_dots(const char* want_name, const char* got_name, const PairDotInputs& in,
+                       const std::vector<float>& want, const std::vector<float>& got) {
+  const std::vector<uint32_t>& a = in.a;
+  const std::vector<uint32_t>& b = in.b;
+  const std::vector<float>& acc = in.acc;
   const int64_t n = static_cast<int64_t>(a.size());
-  std::vector<float> want(a.size()), got(a.size());
-  real.pair_dot(acc.data(), a.data(), b.data(), want.data(), n);
-  emulated.pair_dot(acc.data(), a.data(), b.data(), got.data(), n);
   int64_t differ = 0;
   for (int64_t i = 0; i < n; ++i) {
     const size_t k = static_cast<size_t>(i);
@@ -85,11 +100,44 @@ void check_primitive(const IsaKernels& real, const IsaKernels& emulated) {
     if (differ++ < 8)
       std::fprintf(stderr,
                    "FAILED pair_dot(acc 0x%08" PRIx32 ", a 0x%08" PRIx32 ", b 0x%08" PRIx32
-                   "): vdpbf16ps 0x%08" PRIx32 ", emulation 0x%08" PRIx32 "\n",
-                   bits_of(acc[k]), a[k], b[k], bits_of(want[k]), bits_of(got[k]));
+                   "): %s 0x%08" PRIx32 ", %s 0x%08" PRIx32 "\n",
+                   bits_of(acc[k]), a[k], b[k], want_name, bits_of(want[k]), got_name,
+                   bits_of(got[k]));
   }
-  std::printf("pair_dot: %" PRId64 " of %" PRId64 " results differ\n", differ, n);
+  std::printf("pair_dot: %" PRId64 " of %" PRId64 " results differ (%s, %s)\n", differ, n,
+              want_name, got_name);
   if (differ != 0) ++failures;
+}
+
+void check_primitive(const IsaKernels& real, const IsaKernels& emulated) {
+  const PairDotInputs in = pair_dot_inputs();
+  const int64_t n = static_cast<int64_t>(in.a.size());
+  std::vector<float> want(in.a.size()), got(in.a.size());
+  real.pair_dot(in.acc.data(), in.a.data(), in.b.data(), want.data(), n);
+  emulated.pair_dot(in.acc.data(), in.a.data(), in.b.data(), got.data(), n);
+  compare_pair_dots("vdpbf16ps", "emulation", in, want, got);
+}
+
+// The scalar model of vdpbf16ps (--model).
+float flushed(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+float widened(uint32_t half) {
+  const uint32_t u = half << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return flushed(x);
+}
+float model_pair_dot(float acc, uint32_t a, uint32_t b) {
+  acc = flushed(std::fma(widened(a >> 16), widened(b >> 16), flushed(acc)));
+  return flushed(std::fma(widened(a & 0xFFFFu), widened(b & 0xFFFFu), acc));
+}
+
+void check_model(const IsaKernels& emulated) {
+  const PairDotInputs in = pair_dot_inputs();
+  const int64_t n = static_cast<int64_t>(in.a.size());
+  std::vector<float> want(in.a.size()), got(in.a.size());
+  for (size_t i = 0; i < in.a.size(); ++i) want[i] = model_pair_dot(in.acc[i], in.a[i], in.b[i]);
+  emulated.pair_dot(in.acc.data(), in.a.data(), in.b.data(), got.data(), n);
+  compare_pair_dots("scalar model", "bf16emu", in, want, got);
 }
 
 // ---------------------------------------------------------------- 2. whole calls
@@ -183,6 +231,16 @@ void check_calls(const std::string& self) {
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--child") return run_child(argv[2]);
   const uint32_t have = this_cpu_features();
+  if (argc == 2 && std::string(argv[1]) == "--model") {
+    const IsaChoice emulated = choose_isa("bf16emu", have);
+    if (emulated.kernels == nullptr) {
+      std::printf("not run: %s\n", emulated.refusal.c_str());
+      return 77;
+    }
+    check_model(*emulated.kernels);
+    std::printf("%s\n", failures ? "FAILED" : "ok");
+    return failures != 0;
+  }
   if ((have & kFeatureAvx512bf16) == 0) {
     std::printf("not run: no AVX512_BF16 on this CPU\n");
     return 77;
