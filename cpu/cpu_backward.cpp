@@ -1,5 +1,6 @@
 // cpu_backward.cpp - the cpu backend's backward, SPEC 6, tiled, deterministic, no atomics, in
-// the compute type T (f32; f64 for f64 inputs, SPEC 12), one template for both.
+// the compute type T (f32; f64 for f64 inputs, SPEC 12), one template for both; bf16 inputs on
+// a target with pair products multiply bf16 pairs (kPairs, as in cpu_forward.cpp; SPEC 12).
 // Read it beside reference_backward.cpp: the same terms, grouped so that every output row has
 // one owner and one summation order.
 //
@@ -38,6 +39,8 @@
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_dropout.h"
 #include "cpu_microkernel.h"
+#include "cpu_pair_dot.h"
+#include "cpu_pair_tiles.h"
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
@@ -48,12 +51,17 @@ namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 namespace {
 
+inline float value_of(float x) { return x; }
+inline double value_of(double x) { return x; }
+inline float value_of(uint16_t bf16) { return bf16_to_float(bf16); }
+
 // Per query row t < count of term first + t of `rows`: D_t = <dO_t, O_t> (dO already in
-// `d_o`, ld Dp) and the LSE in the score domain (lse_in_score_domain: +inf where LSE = -inf,
-// a row with no key, so every P is 0, never NaN).
-template <class T>
+// `d_o`, ld Dp: the compute type, or the bf16 row words of the pair products) and the LSE in
+// the score domain (lse_in_score_domain: +inf where LSE = -inf, a row with no key, so every P
+// is 0, never NaN).
+template <class T, class DO>
 void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
-               const KeyProgression& rows, int64_t first, int64_t count, T post, const T* d_o,
+               const KeyProgression& rows, int64_t first, int64_t count, T post, const DO* d_o,
                T* o_tile, T* di, T* lse_s) {
   const int64_t D = p.D, Dp = padded(D);
   for (int64_t t0 = 0; t0 < count; t0 += kBR) {
@@ -61,7 +69,7 @@ void row_terms(const Problem& p, const BackwardArgs& a, int64_t b, int64_t h,
     gather_rows(*a.o, b, h, rows, first + t0, n, D, o_tile, Dp);
     for (int64_t t = 0; t < n; ++t) {
       T s = 0;
-      for (int64_t d = 0; d < D; ++d) s += d_o[(t0 + t) * Dp + d] * o_tile[t * Dp + d];
+      for (int64_t d = 0; d < D; ++d) s += value_of(d_o[(t0 + t) * Dp + d]) * o_tile[t * Dp + d];
       di[t0 + t] = s;
     }
   }
@@ -114,7 +122,10 @@ void probabilities_and_ds(T* S, T* dP, int64_t rows, T post, const T* lse_s, con
 // has key accumulators (w.keys_dk, w.keys_dv: row j holds the running dK_j, dV_j of the item's
 // kv head), and the same S and dS also give dV += P^T dO and dK += dS^T Q for each tile's keys.
 // options: the problem whose SPEC 10 options the tiles apply (forward_block in cpu_forward.cpp).
-template <class T>
+// kPairs: the bf16 pair products, as in forward_block: Q and dO as row words (for S, dP) and
+// pair rows (for dK, dV) in block_a and block_b, K and V as key pairs, K as pair rows; dS and P
+// rounded to bf16 words after every f32 step (dropout, softcap slope, weights).
+template <class T, bool kPairs>
 void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
                  int64_t h, int64_t i0, int64_t i1, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
@@ -128,16 +139,38 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
     const KeyProgression& own = piece.own;
-    gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
-    gather_rows(*a.d_o, b, h, own, 0, own.count, D, w.block_b, Dp);
-    row_terms(p, a, b, h, own, 0, own.count, scaling.post, w.block_b, w.tile_o, w.row_a, w.row_b);
+    // kPairs: row words from 0, pair rows after an even number of rows' words.
+    const int64_t pair_rows_at = (own.count + 1) / 2 * Dp;
+    if constexpr (kPairs) {
+      gather_row_words(*a.q, b, h, own, 0, own.count, D, words_in(w.block_a), Dp / 2);
+      gather_row_words(*a.d_o, b, h, own, 0, own.count, D, words_in(w.block_b), Dp / 2);
+      if (w.keys_dk != nullptr) {
+        gather_pair_rows(*a.q, b, h, own, 0, own.count, D, words_in(w.block_a) + pair_rows_at, Dp);
+        gather_pair_rows(*a.d_o, b, h, own, 0, own.count, D, words_in(w.block_b) + pair_rows_at,
+                         Dp);
+      }
+      row_terms(p, a, b, h, own, 0, own.count, scaling.post,
+                reinterpret_cast<const bf16_t*>(w.block_b), w.tile_o, w.row_a, w.row_b);
+    } else {
+      gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
+      gather_rows(*a.d_o, b, h, own, 0, own.count, D, w.block_b, Dp);
+      row_terms(p, a, b, h, own, 0, own.count, scaling.post, w.block_b, w.tile_o, w.row_a,
+                w.row_b);
+    }
     // Rare, so checked once per piece: an empty row, a nonfinite Q or dO row (drop_empty_rows,
     // accumulate_keys_allowed).
     bool has_empty = false;
     for (int64_t t = 0; t < own.count; ++t)
       has_empty |= w.row_b[t] == std::numeric_limits<T>::infinity();
-    const bool careful = w.keys_dk != nullptr && (!rows_finite(w.block_a, Dp, own.count, Dp) ||
-                                                  !rows_finite(w.block_b, Dp, own.count, Dp));
+    bool careful = false;
+    if (w.keys_dk != nullptr) {
+      if constexpr (kPairs)
+        careful = !words_finite(words_in(w.block_a), own.count * Dp / 2) ||
+                  !words_finite(words_in(w.block_b), own.count * Dp / 2);
+      else
+        careful = !rows_finite(w.block_a, Dp, own.count, Dp) ||
+                  !rows_finite(w.block_b, Dp, own.count, Dp);
+    }
     const int64_t ldo = row_stride(own) * Dp;
     T* dq = w.block_c + (own.first - i0) * Dp;
     bool done = false;
@@ -153,9 +186,15 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
           continue;  // no row of the piece needs this key tile here (cpu_pair_weights.h)
         if (vx.active && vx.cover(own, 0, own.count, keys, k0, kcount) == Cover::none)
           continue;  // outside the window or the rows' sequences (cpu_variants.h)
-        gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
-        gather_columns(*a.v, b, kvh, keys, k0, kcount, D, w.vt);
-        gather_rows(*a.k, b, kvh, keys, k0, kcount, D, w.kv, Dp);
+        if constexpr (kPairs) {
+          gather_key_pairs(*a.k, b, kvh, keys, k0, kcount, D, words_in(w.kt));
+          gather_key_pairs(*a.v, b, kvh, keys, k0, kcount, D, words_in(w.vt));
+          gather_pair_rows(*a.k, b, kvh, keys, k0, kcount, D, words_in(w.kv), Dp);
+        } else {
+          gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
+          gather_columns(*a.v, b, kvh, keys, k0, kcount, D, w.vt);
+          gather_rows(*a.k, b, kvh, keys, k0, kcount, D, w.kv, Dp);
+        }
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
@@ -164,13 +203,21 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
           const PairWeights<T> pw =
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
-          scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
+          if constexpr (kPairs)
+            scores_pairs_tile(words_in(w.block_a) + t0 * (Dp / 2), Dp / 2, rows, words_in(w.kt),
+                              D, scaling.pre, w.s);
+          else
+            scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           const bool ranges =
               vx.active && prepare_variant_tile(vx, cover, w.s, own, t0, rows, keys, k0, first,
                                                 allowed, &cut, scaling.post, slope);
           if (has_empty) cut = drop_empty_rows(w.row_b + t0, rows, allowed, cut);
-          scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp);
+          if constexpr (kPairs)
+            scores_pairs_tile(words_in(w.block_b) + t0 * (Dp / 2), Dp / 2, rows, words_in(w.vt),
+                              D, 1.0f, w.dp);
+          else
+            scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp);
           // SPEC 11.3: dS = P (M dP - D_i), and dV takes P M.
           if (dropout.active)
             drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.dp, keep);
@@ -178,26 +225,46 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
                                allowed, pw);
           if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
           if (dropout.active) apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
-          if (ranges)
-            accumulate_ranges(dq + t0 * ldo, ldo, rows, w.dp, kBC, first, allowed, w.kv, Dp, Dp,
-                              pw);
-          else
-            accumulate_allowed(dq + t0 * ldo, ldo, rows, w.dp, kBC, cut, allowed, kcount, w.kv,
-                               Dp, Dp, pw);
-          if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
-          // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
+          auto add_ds_k = [&](const auto& ds_k) {
+            if (ranges)
+              accumulate_ranges(dq + t0 * ldo, ldo, rows, ds_k, first, allowed, Dp, pw);
+            else
+              accumulate_allowed(dq + t0 * ldo, ldo, rows, ds_k, cut, allowed, kcount, Dp, pw);
+          };
+          // dV += P^T dO, dK += dS^T Q: P and dS read column-wise.
           const int64_t at = progression_at(keys, k0) * Dp;
-          if (ranges) {
-            accumulate_keys_ranges(w.keys_dv + at, ldk, kcount, w.s, rows, first, allowed,
-                                   w.block_b + t0 * Dp, Dp, Dp, pw, careful);
-            accumulate_keys_ranges(w.keys_dk + at, ldk, kcount, w.dp, rows, first, allowed,
-                                   w.block_a + t0 * Dp, Dp, Dp, pw, careful);
-            continue;
+          auto add_keys = [&](const auto& pt_do, const auto& dst_q) {
+            if (ranges) {
+              accumulate_keys_ranges(w.keys_dv + at, ldk, kcount, pt_do, rows, first, allowed, Dp,
+                                     pw, careful);
+              accumulate_keys_ranges(w.keys_dk + at, ldk, kcount, dst_q, rows, first, allowed, Dp,
+                                     pw, careful);
+              return;
+            }
+            accumulate_keys_allowed(w.keys_dv + at, ldk, kcount, pt_do, rows, cut, allowed, Dp, pw,
+                                    careful);
+            accumulate_keys_allowed(w.keys_dk + at, ldk, kcount, dst_q, rows, cut, allowed, Dp, pw,
+                                    careful);
+          };
+          if constexpr (kPairs) {
+            word_t* const ds_rows = words_in(w.low_a);
+            word_t* const ds_columns = ds_rows + kBR * kBC / 2;
+            word_t* const p_columns = words_in(w.low_b);
+            round_rows_to_words(w.dp, rows, ds_rows);
+            add_ds_k(PairProduct{ds_rows, kBC / 2, 1, words_in(w.kv), Dp});
+            if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
+            round_columns_to_words(w.s, rows, p_columns);
+            round_columns_to_words(w.dp, rows, ds_columns);
+            const word_t* const do_pairs = words_in(w.block_b) + pair_rows_at + t0 / 2 * Dp;
+            const word_t* const q_pairs = words_in(w.block_a) + pair_rows_at + t0 / 2 * Dp;
+            add_keys(PairProduct{p_columns, 1, kBC, do_pairs, Dp},
+                     PairProduct{ds_columns, 1, kBC, q_pairs, Dp});
+          } else {
+            add_ds_k(F32Product<T>{w.dp, kBC, 1, w.kv, Dp});
+            if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
+            add_keys(F32Product<T>{w.s, 1, kBC, w.block_b + t0 * Dp, Dp},
+                     F32Product<T>{w.dp, 1, kBC, w.block_a + t0 * Dp, Dp});
           }
-          accumulate_keys_allowed(w.keys_dv + at, ldk, kcount, w.s, rows, cut, allowed,
-                                  w.block_b + t0 * Dp, Dp, Dp, pw, careful);
-          accumulate_keys_allowed(w.keys_dk + at, ldk, kcount, w.dp, rows, cut, allowed,
-                                  w.block_a + t0 * Dp, Dp, Dp, pw, careful);
         }
       }
     });
@@ -211,14 +278,14 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
 // Every query head of g in order, every query block of it in order (query_block with the key
 // accumulators): each tile pair's S and dS are formed once. dK and dV of all Nk keys are
 // stored when the whole head group is done.
-template <class T>
+template <class T, bool kPairs>
 void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
                       int64_t g, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv, block = block_rows(p);
   for (int64_t x = 0; x < p.Nk * Dp; ++x) w.keys_dk[x] = w.keys_dv[x] = 0;
   for (int64_t h = g * group; h < (g + 1) * group; ++h)
     for (int64_t i0 = 0; i0 < p.Nq; i0 += block)
-      query_block(p, a, w, b, h, i0, min_i64(i0 + block, p.Nq), options);
+      query_block<T, kPairs>(p, a, w, b, h, i0, min_i64(i0 + block, p.Nq), options);
 
   const T scale = static_cast<T>(p.scale);  // SPEC 6: dQ and dK carry the scale itself
   for (int64_t j = 0; j < p.Nk; ++j) {
@@ -228,7 +295,9 @@ void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace<T
 }
 
 // ---------------------------------------------------------------- dK, dV, per key block
-template <class T>
+// kPairs: as query_block: the piece's K and V as key pairs in block_c and block_d, a query
+// tile's Q and dO as row words and pair rows in tile_q and tile_do.
+template <class T, bool kPairs>
 void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
                 int64_t g, int64_t j0, int64_t j1, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
@@ -249,8 +318,13 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
       // K^T and V^T of all the piece's key tiles, gathered once; the query tiles stream past.
       for (int64_t k0 = 0; k0 < own.count; k0 += kBC) {
         const int64_t kcount = min_i64(kBC, own.count - k0);
-        gather_columns(*a.k, b, g, own, k0, kcount, D, w.block_c + k0 * Dp);
-        gather_columns(*a.v, b, g, own, k0, kcount, D, w.block_d + k0 * Dp);
+        if constexpr (kPairs) {
+          gather_key_pairs(*a.k, b, g, own, k0, kcount, D, words_in(w.block_c + k0 * Dp));
+          gather_key_pairs(*a.v, b, g, own, k0, kcount, D, words_in(w.block_d + k0 * Dp));
+        } else {
+          gather_columns(*a.k, b, g, own, k0, kcount, D, w.block_c + k0 * Dp);
+          gather_columns(*a.v, b, g, own, k0, kcount, D, w.block_d + k0 * Dp);
+        }
       }
       for_each_other_range(p, h, piece, false, [&](const KeyProgression& queries) {
         // Causal: queries before the first one that may see key own.first see none of them.
@@ -262,15 +336,29 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
             continue;  // every pair of these queries with the piece's keys is computed elsewhere
           if (vx.active && vx.cover(queries, t0, rows, own, 0, own.count) == Cover::none)
             continue;  // outside the window or the keys' sequences (cpu_variants.h)
-          gather_rows(*a.q, b, h, queries, t0, rows, D, w.tile_q, Dp);
-          gather_rows(*a.d_o, b, h, queries, t0, rows, D, w.tile_do, Dp);
-          row_terms(p, a, b, h, queries, t0, rows, scaling.post, w.tile_do, w.tile_o, w.row_a,
-                    w.row_b);
+          // kPairs: row words from 0, pair rows from kBR rows' words on.
+          word_t* const q_pairs = words_in(w.tile_q) + kBR * Dp / 2;
+          word_t* const do_pairs = words_in(w.tile_do) + kBR * Dp / 2;
+          bool careful = false;
+          if constexpr (kPairs) {
+            gather_row_words(*a.q, b, h, queries, t0, rows, D, words_in(w.tile_q), Dp / 2);
+            gather_row_words(*a.d_o, b, h, queries, t0, rows, D, words_in(w.tile_do), Dp / 2);
+            gather_pair_rows(*a.q, b, h, queries, t0, rows, D, q_pairs, Dp);
+            gather_pair_rows(*a.d_o, b, h, queries, t0, rows, D, do_pairs, Dp);
+            row_terms(p, a, b, h, queries, t0, rows, scaling.post,
+                      reinterpret_cast<const bf16_t*>(w.tile_do), w.tile_o, w.row_a, w.row_b);
+            careful = !words_finite(words_in(w.tile_q), rows * Dp / 2) ||
+                      !words_finite(words_in(w.tile_do), rows * Dp / 2);
+          } else {
+            gather_rows(*a.q, b, h, queries, t0, rows, D, w.tile_q, Dp);
+            gather_rows(*a.d_o, b, h, queries, t0, rows, D, w.tile_do, Dp);
+            row_terms(p, a, b, h, queries, t0, rows, scaling.post, w.tile_do, w.tile_o, w.row_a,
+                      w.row_b);
+            careful = !rows_finite(w.tile_q, Dp, rows, Dp) || !rows_finite(w.tile_do, Dp, rows, Dp);
+          }
           bool has_empty = false;  // as in query_block
           for (int64_t t = 0; t < rows; ++t)
             has_empty |= w.row_b[t] == std::numeric_limits<T>::infinity();
-          const bool careful =
-              !rows_finite(w.tile_q, Dp, rows, Dp) || !rows_finite(w.tile_do, Dp, rows, Dp);
           for (int64_t k0 = 0; k0 < own.count; k0 += kBC) {
             // Keys ascend: once a tile is past every row's limit, so are the later ones.
             if (tile_skipped(p, queries, t0, rows, own, k0)) break;
@@ -281,13 +369,21 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
             const PairWeights<T> pw =
                 pair_weights(p, h, piece.branch, queries, t0, rows, own, k0, kcount, w.pair_weights);
             if (pw.skip) continue;
-            scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
+            if constexpr (kPairs)
+              scores_pairs_tile(words_in(w.tile_q), Dp / 2, rows, words_in(w.block_c + k0 * Dp), D,
+                                scaling.pre, w.s);
+            else
+              scores_tile(w.tile_q, Dp, rows, w.block_c + k0 * Dp, D, scaling.pre, w.s);
             bool cut = mask_tile(w.s, kBC, queries, t0, rows, own, k0, kcount, kBC, p, allowed);
             const bool ranges =
                 vx.active && prepare_variant_tile(vx, cover, w.s, queries, t0, rows, own, k0,
                                                   first, allowed, &cut, scaling.post, slope);
             if (has_empty) cut = drop_empty_rows(w.row_b, rows, allowed, cut);
-            scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp);
+            if constexpr (kPairs)
+              scores_pairs_tile(words_in(w.tile_do), Dp / 2, rows, words_in(w.block_d + k0 * Dp),
+                                D, 1.0f, w.dp);
+            else
+              scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp);
             if (dropout.active)
               drop_tile(dropout, p, b, h, queries, t0, rows, own, k0, kcount, w.dp, keep);
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
@@ -295,18 +391,31 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
             if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
             if (dropout.active)
               apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
-            if (ranges) {
-              accumulate_keys_ranges(dv + k0 * ldo, ldo, kcount, w.s, rows, first, allowed,
-                                     w.tile_do, Dp, Dp, pw, careful);
-              accumulate_keys_ranges(dk + k0 * ldo, ldo, kcount, w.dp, rows, first, allowed,
-                                     w.tile_q, Dp, Dp, pw, careful);
-              continue;
+            // dV += P^T dO, dK += dS^T Q: P and dS read column-wise.
+            auto add_keys = [&](const auto& pt_do, const auto& dst_q) {
+              if (ranges) {
+                accumulate_keys_ranges(dv + k0 * ldo, ldo, kcount, pt_do, rows, first, allowed, Dp,
+                                       pw, careful);
+                accumulate_keys_ranges(dk + k0 * ldo, ldo, kcount, dst_q, rows, first, allowed, Dp,
+                                       pw, careful);
+                return;
+              }
+              accumulate_keys_allowed(dv + k0 * ldo, ldo, kcount, pt_do, rows, cut, allowed, Dp,
+                                      pw, careful);
+              accumulate_keys_allowed(dk + k0 * ldo, ldo, kcount, dst_q, rows, cut, allowed, Dp,
+                                      pw, careful);
+            };
+            if constexpr (kPairs) {
+              word_t* const p_columns = words_in(w.low_b);
+              word_t* const ds_columns = words_in(w.low_a);
+              round_columns_to_words(w.s, rows, p_columns);
+              round_columns_to_words(w.dp, rows, ds_columns);
+              add_keys(PairProduct{p_columns, 1, kBC, do_pairs, Dp},
+                       PairProduct{ds_columns, 1, kBC, q_pairs, Dp});
+            } else {
+              add_keys(F32Product<T>{w.s, 1, kBC, w.tile_do, Dp},
+                       F32Product<T>{w.dp, 1, kBC, w.tile_q, Dp});
             }
-            // dV += P^T dO, dK += dS^T Q: P and dS read column-wise (lda 1, step kBC).
-            accumulate_keys_allowed(dv + k0 * ldo, ldo, kcount, w.s, rows, cut, allowed,
-                                    w.tile_do, Dp, Dp, pw, careful);
-            accumulate_keys_allowed(dk + k0 * ldo, ldo, kcount, w.dp, rows, cut, allowed,
-                                    w.tile_q, Dp, Dp, pw, careful);
           }
         }
       });
@@ -323,7 +432,7 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
 // SPEC 10.2: a packed batch of dense or dilated attention, one problem per sequence
 // (cpu_variants.h): the one pass with items (sequence, kv head), or the two passes with dQ items
 // (sequence, head, query block), then dK/dV items (sequence, kv head, key block).
-template <class V>
+template <class V, bool kPairs>
 void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& pool, int64_t T) {
   // The sequence's rows of every tensor, as the arguments of a problem of its own.
   struct Views {
@@ -356,7 +465,7 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
       Views x;
       views_of(by_head, s, &x);
       const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T, key_values);
-      kv_head_one_pass(by_head.problems[s], x.args, w, 0, g, by_head.problems[s]);
+      kv_head_one_pass<V, kPairs>(by_head.problems[s], x.args, w, 0, g, by_head.problems[s]);
     });
     return;
   }
@@ -369,7 +478,7 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
     views_of(by_query, s, &x);
     const int64_t blocks = ceil_div(one.Nq, T), i0 = (local % blocks) * T;
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
-    query_block(one, x.args, w, 0, local / blocks, i0, min_i64(i0 + T, one.Nq), one);
+    query_block<V, kPairs>(one, x.args, w, 0, local / blocks, i0, min_i64(i0 + T, one.Nq), one);
   });
   const PackedSequences by_key(p, p.Hkv, [&](const Problem& one) { return ceil_div(one.Nk, T); });
   pool.run(by_key.items(), [&](int64_t item, int worker) {
@@ -380,17 +489,17 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
     views_of(by_key, s, &x);
     const int64_t blocks = ceil_div(one.Nk, T), j0 = (local % blocks) * T;
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
-    dkdv_block(one, x.args, w, 0, local / blocks, j0, min_i64(j0 + T, one.Nk), one);
+    dkdv_block<V, kPairs>(one, x.args, w, 0, local / blocks, j0, min_i64(j0 + T, one.Nk), one);
   });
 }
 
-template <class V>
+template <class V, bool kPairs>
 dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
   ThreadPool pool(p.num_threads);
   const int64_t T = block_rows(p), q_blocks = ceil_div(p.Nq, T), k_blocks = ceil_div(p.Nk, T);
   if (a.sinks.d_values != nullptr) sink_gradients(p, a, pool);  // SPEC 10.3
   if (p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE) {
-    backward_packed<V>(p, a, pool, T);
+    backward_packed<V, kPairs>(p, a, pool, T);
     return DILATTN_SUCCESS;
   }
   // Packed block-sparse and placed problems: causal by the variant tiles (cpu_variants.h).
@@ -400,7 +509,7 @@ dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
     const int64_t key_values = key_accumulator_values(p);
     pool.run(p.B * p.Hkv, [&](int64_t item, int worker) {
       const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T, key_values);
-      kv_head_one_pass(tiles, a, w, item / p.Hkv, item % p.Hkv, p);
+      kv_head_one_pass<V, kPairs>(tiles, a, w, item / p.Hkv, item % p.Hkv, p);
     });
     return DILATTN_SUCCESS;
   }
@@ -408,23 +517,25 @@ dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;
     const int64_t i0 = blk * T;
-    query_block(tiles, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq), p);
+    query_block<V, kPairs>(tiles, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq), p);
   });
   pool.run(p.B * p.Hkv * k_blocks, [&](int64_t item, int worker) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % k_blocks, bg = item / k_blocks;
     const int64_t j0 = blk * T;
-    dkdv_block(tiles, a, w, bg / p.Hkv, bg % p.Hkv, j0, min_i64(j0 + T, p.Nk), p);
+    dkdv_block<V, kPairs>(tiles, a, w, bg / p.Hkv, bg % p.Hkv, j0, min_i64(j0 + T, p.Nk), p);
   });
   return DILATTN_SUCCESS;
 }
 
 }  // namespace
 
-// f64 inputs are computed in f64 (SPEC 12), every other dtype in f32 (SPEC 1).
+// f64 inputs are computed in f64 (SPEC 12), every other dtype in f32 (SPEC 1); bf16 inputs on a
+// target with pair products take them (SPEC 12), f16 inputs never do.
 dilattn_status backward(const Problem& p, const BackwardArgs& a) {
-  if (p.dtype == DILATTN_F64) return backward_in<double>(p, a);
-  return backward_in<float>(p, a);
+  if (p.dtype == DILATTN_F64) return backward_in<double, false>(p, a);
+  if (kPairDot && p.dtype == DILATTN_BF16) return backward_in<float, kPairDot>(p, a);
+  return backward_in<float, false>(p, a);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -83,7 +83,7 @@ inline u32vec splat_u32(uint32_t x) { return u32vec{} + x; }
 // unmasked intrinsic starts from an undefined vector, which GCC 12 warns about, as in
 // cpu_microkernel.h).
 inline u64vec mul_low_words(u64vec a, uint32_t m) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (u64vec)_mm512_mask_mul_epu32((__m512i)a, 0xFF, (__m512i)a,
                                        _mm512_set1_epi32(static_cast<int>(m)));
 #elif defined(DILATTN_CPU_TARGET_AVX2) || (DILATTN_CPU_VEC_BYTES == 32 && defined(__AVX2__))
@@ -129,14 +129,14 @@ inline void philox_lanes(u32vec* c, const TileDropout& d) {
 
 // Bit l set where lane l of w keeps its pair (w[l] >= the threshold).
 inline uint32_t kept_lanes(u32vec w, const TileDropout& d) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return _mm512_cmpge_epu32_mask((__m512i)w, _mm512_set1_epi32(static_cast<int>(d.threshold)));
 #else
   typedef int32_t i32vec __attribute__((vector_size(kVecBytes)));
   const i32vec keep = w >= splat_u32(d.threshold);  // -1 where kept
 #if DILATTN_CPU_VEC_BYTES == 32
   return static_cast<uint32_t>(_mm256_movemask_ps((__m256)keep));
-#elif defined(__SSE__)
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE__)
   return static_cast<uint32_t>(_mm_movemask_ps((__m128)keep));
 #else
   uint32_t bits = 0;
@@ -285,7 +285,8 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
 
 // The factors of kW<T> pairs from their keep bits: keep_scale where the bit is set, else 0.
 // AVX-512: one masked move. Narrower vectors: a row of a table of 0/1 vectors (2^kW<T> rows,
-// 8 KiB at most), times the scale.
+// 8 KiB at most), times the scale. bf16emu's 64-byte vectors on AVX2: the scale's bits where the
+// lane's bit is set, else +0, as the masked move gives.
 #if DILATTN_CPU_VEC_BYTES != 64
 template <class T>
 struct KeepVectorTable {
@@ -299,16 +300,29 @@ template <class T>
 inline constexpr KeepVectorTable<T> kKeepVectors{};
 #endif
 
+#if DILATTN_CPU_VEC_BYTES == 64 && !DILATTN_CPU_AVX512
+template <class T, int... L>
+inline vec<T> keep_factors_by_lanes(uint32_t bits, vec<T> scale, std::integer_sequence<int, L...>) {
+  typedef ivec<T> I;
+  const I lane_bit = ((I{} + bits) >> I{L...}) & 1;
+  return (vec<T>)((I)scale & -lane_bit);
+}
+#endif
+
 inline vec<float> keep_factors(uint32_t bits, vec<float> scale) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vec<float>)_mm512_maskz_mov_ps(static_cast<__mmask16>(bits), (__m512)scale);
+#elif DILATTN_CPU_VEC_BYTES == 64
+  return keep_factors_by_lanes<float>(bits, scale, std::make_integer_sequence<int, kW<float>>{});
 #else
   return vload(kKeepVectors<float>.lanes[bits]) * scale;
 #endif
 }
 inline vec<double> keep_factors(uint32_t bits, vec<double> scale) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vec<double>)_mm512_maskz_mov_pd(static_cast<__mmask8>(bits), (__m512d)scale);
+#elif DILATTN_CPU_VEC_BYTES == 64
+  return keep_factors_by_lanes<double>(bits, scale, std::make_integer_sequence<int, kW<double>>{});
 #else
   return vload(kKeepVectors<double>.lanes[bits]) * scale;
 #endif

@@ -1,8 +1,10 @@
 // cpu_forward.cpp - the cpu backend's forward: SPEC 2 (dense), 3 (dilated), 4 (block-sparse)
 // as tiled online softmax, on a pool of threads, in the compute type T: f32 (f32, f16 and bf16
-// inputs, SPEC 1), f64 for f64 inputs (SPEC 12); one template serves both. Read it beside reference_forward.cpp:
-// the reference computes each softmax group of a row exactly and combines the groups by LSE;
-// this file streams the same keys through one running (max, sum, O) per row.
+// inputs, SPEC 1), f64 for f64 inputs (SPEC 12); one template serves both. bf16 inputs on a
+// target with pair products (avx512bf16, bf16emu) multiply bf16 pairs (kPairs, SPEC 12).
+// Read it beside reference_forward.cpp: the reference computes each softmax group of a row
+// exactly and combines the groups by LSE; this file streams the same keys through one running
+// (max, sum, O) per row.
 //
 // Work item = (batch b, head h, block of block_rows(p) query rows). For each piece of the block
 // (cpu_tile_loop.h: the rows one dilated branch selects in one segment, or the whole block)
@@ -27,6 +29,8 @@
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_dropout.h"
 #include "cpu_microkernel.h"
+#include "cpu_pair_dot.h"
+#include "cpu_pair_tiles.h"
 #include "cpu_pair_weights.h"
 #include "cpu_tile_io.h"
 #include "cpu_tile_loop.h"
@@ -109,7 +113,11 @@ constexpr int64_t kDecodeRows = kMR;
 
 // One work item: rows [i0, i1) of head h, batch b. options: the problem whose SPEC 10 options
 // the tiles apply (cpu_variants.h); p itself but for a packed block-sparse batch.
-template <class T>
+// kPairs (bf16 inputs on a kPairDot target, T = float): S = Q K^T and O += P V are bf16 pair
+// products (cpu_pair_dot.h): Q, K, V gathered into word layouts straight from bf16 memory
+// (cpu_pair_tiles.h), P rounded to bf16 after everything the f32 path does to it (softmax,
+// weights, variants, dropout). Everything else is the f32 path itself.
+template <class T, bool kPairs>
 void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w, int64_t b,
                    int64_t h, int64_t i0, int64_t i1, const Problem& options) {
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
@@ -126,14 +134,17 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
     const KeyProgression& own = piece.own;
-    gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
+    if constexpr (kPairs)
+      gather_row_words(*a.q, b, h, own, 0, own.count, D, words_in(w.block_a), Dp / 2);
+    else
+      gather_rows(*a.q, b, h, own, 0, own.count, D, w.block_a, Dp);
     // This piece's rows in the block state: `stride` rows apart.
     const int64_t at = own.first - i0, stride = row_stride(own), ldo = stride * Dp;
     T* acc = w.block_c + at * Dp;
     T* m = w.row_a + at;
     T* l = w.row_b + at;
     // A piece of a few rows (decode) reads K rows in place: no transposed key tile.
-    const bool decode = own.count <= kDecodeRows && rows_are_vectors<T>(*a.k, D);
+    const bool decode = !kPairs && own.count <= kDecodeRows && rows_are_vectors<T>(*a.k, D);
     const T* k_rows[kBC];
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
@@ -147,11 +158,16 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
           continue;  // no row of the piece needs this key tile here (cpu_pair_weights.h)
         if (vx.active && vx.cover(own, 0, own.count, keys, k0, kcount) == Cover::none)
           continue;  // outside the window or the rows' sequences (cpu_variants.h)
-        if (decode)
-          row_pointers(*a.k, b, kvh, keys, k0, kcount, k_rows);
-        else
-          gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
-        gather_rows(*a.v, b, kvh, keys, k0, kcount, D, w.kv, Dp);
+        if constexpr (kPairs) {
+          gather_key_pairs(*a.k, b, kvh, keys, k0, kcount, D, words_in(w.kt));
+          gather_pair_rows(*a.v, b, kvh, keys, k0, kcount, D, words_in(w.kv), Dp);
+        } else {
+          if (decode)
+            row_pointers(*a.k, b, kvh, keys, k0, kcount, k_rows);
+          else
+            gather_columns(*a.k, b, kvh, keys, k0, kcount, D, w.kt);
+          gather_rows(*a.v, b, kvh, keys, k0, kcount, D, w.kv, Dp);
+        }
         for (int64_t t0 = 0; t0 < own.count; t0 += kBR) {
           const int64_t rows = min_i64(kBR, own.count - t0);
           if (tile_skipped(p, own, t0, rows, keys, k0)) continue;
@@ -160,7 +176,10 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
           const PairWeights<T> pw =
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
-          if (decode)
+          if constexpr (kPairs)
+            scores_pairs_tile(words_in(w.block_a) + t0 * (Dp / 2), Dp / 2, rows, words_in(w.kt),
+                              D, scaling.pre, w.s);
+          else if (decode)
             scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);
           else
             scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
@@ -175,12 +194,18 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
           if (dropout.active)
             drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.s, keep);
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
-          if (ranges)
-            accumulate_ranges(acc + t0 * ldo, ldo, rows, w.s, kBC, first, allowed, w.kv, Dp, Dp,
-                              pw);
-          else
-            accumulate_allowed(acc + t0 * ldo, ldo, rows, w.s, kBC, cut, allowed, kcount, w.kv,
-                               Dp, Dp, pw);
+          auto add_pv = [&](const auto& pv) {
+            if (ranges)
+              accumulate_ranges(acc + t0 * ldo, ldo, rows, pv, first, allowed, Dp, pw);
+            else
+              accumulate_allowed(acc + t0 * ldo, ldo, rows, pv, cut, allowed, kcount, Dp, pw);
+          };
+          if constexpr (kPairs) {
+            round_rows_to_words(w.s, rows, words_in(w.low_a));
+            add_pv(PairProduct{words_in(w.low_a), kBC / 2, 1, words_in(w.kv), Dp});
+          } else {
+            add_pv(F32Product<T>{w.s, kBC, 1, w.kv, Dp});
+          }
         }
       }
     });
@@ -201,7 +226,7 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
 
 // SPEC 10.2: a packed batch of dense or dilated attention, one problem per sequence
 // (cpu_variants.h): work items (sequence, head, block of its rows).
-template <class V>
+template <class V, bool kPairs>
 void forward_packed(const Problem& p, const ForwardArgs& a, const ThreadPool& pool, int64_t T) {
   const PackedSequences seqs(p, p.H, [&](const Problem& one) { return ceil_div(one.Nq, T); });
   pool.run(seqs.items(), [&](int64_t item, int worker) {
@@ -217,16 +242,16 @@ void forward_packed(const Problem& p, const ForwardArgs& a, const ThreadPool& po
     ForwardArgs sa = a;
     sa.q = &q; sa.k = &k; sa.v = &v; sa.o = &o; sa.lse = a.lse ? &lse : nullptr;
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
-    forward_block(one, sa, w, 0, local / blocks, i0, min_i64(i0 + T, one.Nq), one);
+    forward_block<V, kPairs>(one, sa, w, 0, local / blocks, i0, min_i64(i0 + T, one.Nq), one);
   });
 }
 
-template <class V>
+template <class V, bool kPairs>
 dilattn_status forward_in(const Problem& p, const ForwardArgs& a) {
   const int64_t T = block_rows(p), blocks = ceil_div(p.Nq, T);
   ThreadPool pool(p.num_threads);
   if (p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE) {
-    forward_packed<V>(p, a, pool, T);
+    forward_packed<V, kPairs>(p, a, pool, T);
     return DILATTN_SUCCESS;
   }
   // Packed block-sparse and placed problems: causal by the variant tiles (cpu_variants.h).
@@ -236,17 +261,19 @@ dilattn_status forward_in(const Problem& p, const ForwardArgs& a) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % blocks, bh = item / blocks;
     const int64_t i0 = blk * T;
-    forward_block(tiles, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq), p);
+    forward_block<V, kPairs>(tiles, a, w, bh / p.H, bh % p.H, i0, min_i64(i0 + T, p.Nq), p);
   });
   return DILATTN_SUCCESS;
 }
 
 }  // namespace
 
-// f64 inputs are computed in f64 (SPEC 12), every other dtype in f32 (SPEC 1).
+// f64 inputs are computed in f64 (SPEC 12), every other dtype in f32 (SPEC 1); bf16 inputs on a
+// target with pair products take them (SPEC 12), f16 inputs never do.
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
-  if (p.dtype == DILATTN_F64) return forward_in<double>(p, a);
-  return forward_in<float>(p, a);
+  if (p.dtype == DILATTN_F64) return forward_in<double, false>(p, a);
+  if (kPairDot && p.dtype == DILATTN_BF16) return forward_in<float, kPairDot>(p, a);
+  return forward_in<float, false>(p, a);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

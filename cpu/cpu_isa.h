@@ -5,9 +5,13 @@
 // for the whole process, once, at first use (thread-safe: a function-local static):
 //   - DILATTN_CPU_ISA unset or empty: the first built table, widest first, whose required
 //     features this CPU has (cpuid, __builtin_cpu_supports);
-//   - DILATTN_CPU_ISA=sse|avx2|avx512 (neon, generic elsewhere): that table, if it is built and
-//     this CPU runs it; otherwise no table, and the cpu backend refuses every plan with a
-//     message naming the value (never an illegal instruction).
+//   - DILATTN_CPU_ISA=sse|avx2|avx512|avx512bf16 (neon, generic elsewhere): that table, if it is
+//     built and this CPU runs it; otherwise no table, and the cpu backend refuses every plan
+//     with a message naming the value (never an illegal instruction);
+//   - DILATTN_CPU_ISA=bf16emu: the test table (avx512bf16's bf16 code on AVX2 vectors with
+//     vdpbf16ps emulated, cpu_pair_dot.h), never chosen by default.
+// avx512bf16 differs from avx512 for bf16 inputs only: their products are bf16 pair dot
+// products (SPEC 12); f16, f32 and f64 inputs run the same code as avx512.
 // Results are bitwise identical across thread counts for each ISA; different ISAs differ in
 // the last bits (vector width changes the order of sums), all within SPEC 8 (SPEC 12 for f64).
 // Checked by tests/cpu/test_cpu_isa.cpp (every ISA this CPU runs, and the refusals).
@@ -28,6 +32,7 @@ enum CpuFeature : uint32_t {
   kFeatureAvx2 = 1u << 1,
   kFeatureFma = 1u << 2,
   kFeatureAvx512f = 1u << 3,
+  kFeatureAvx512bf16 = 1u << 4,  // vdpbf16ps (AVX512_BF16: Zen 4 and newer, Sapphire Rapids)
 };
 
 // The features the compiler may use in the file that evaluates this (its -m/-march flags).
@@ -44,6 +49,9 @@ constexpr uint32_t compiler_features() {
 #endif
 #if defined(__AVX512F__)
   f |= kFeatureAvx512f;
+#endif
+#if defined(__AVX512BF16__)
+  f |= kFeatureAvx512bf16;
 #endif
   return f;
 }
@@ -78,11 +86,18 @@ struct IsaKernels {
   // tests/cpu/test_cpu_dropout_draws.cpp can check every instruction set's copy against
   // lib/dropout_rng.h's dropout_keep.
   void (*dropout_keep_bits)(const DropoutTileQuery& query, uint64_t* keep);
+  // out[i] = acc[i] plus the bf16 pair dot product of words a[i] and b[i], i < n, by the
+  // products bf16 inputs take (cpu_pair_dot.h's pair_dot: vdpbf16ps, or its emulation in
+  // bf16emu); null where bf16 inputs are widened to f32. Exposed so
+  // tests/cpu/test_cpu_bf16_emulation.cpp can hold the emulation to the instruction.
+  void (*pair_dot)(const float* acc, const uint32_t* a, const uint32_t* b, float* out, int64_t n);
 };
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is
 // cpu/meson.build's choice (DILATTN_CPU_BUILT_<NAME> in cpu_isa_dispatch.cpp).
+namespace avx512bf16 { extern const IsaKernels kKernels; }
 namespace avx512 { extern const IsaKernels kKernels; }
+namespace bf16emu { extern const IsaKernels kKernels; }
 namespace avx2 { extern const IsaKernels kKernels; }
 namespace baseline { extern const IsaKernels kKernels; }
 namespace native { extern const IsaKernels kKernels; }

@@ -3,7 +3,9 @@
 // the CPU.
 // Checked by tests/cpu/test_cpu_isa.cpp.
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "cpu_isa.h"
 
@@ -16,6 +18,9 @@ const IsaKernels* const kBuilt[] = {
 #if defined(DILATTN_CPU_BUILT_NATIVE)
     &native::kKernels,
 #endif
+#if defined(DILATTN_CPU_BUILT_AVX512BF16)
+    &avx512bf16::kKernels,
+#endif
 #if defined(DILATTN_CPU_BUILT_AVX512)
     &avx512::kKernels,
 #endif
@@ -25,6 +30,15 @@ const IsaKernels* const kBuilt[] = {
 #if defined(DILATTN_CPU_BUILT_BASELINE)
     &baseline::kKernels,
 #endif
+};
+
+// Tables for tests, chosen only by name: bf16emu emulates vdpbf16ps (cpu_pair_dot.h) so the
+// avx512bf16 code runs on CPUs without it.
+const IsaKernels* const kTestOnly[] = {
+#if defined(DILATTN_CPU_BUILT_BF16EMU)
+    &bf16emu::kKernels,
+#endif
+    nullptr,
 };
 
 }  // namespace
@@ -37,6 +51,7 @@ uint32_t this_cpu_features() {
   if (__builtin_cpu_supports("avx2")) f |= kFeatureAvx2;
   if (__builtin_cpu_supports("fma")) f |= kFeatureFma;
   if (__builtin_cpu_supports("avx512f")) f |= kFeatureAvx512f;
+  if (__builtin_cpu_supports("avx512bf16")) f |= kFeatureAvx512bf16;
 #endif
   return f;
 }
@@ -59,7 +74,10 @@ IsaChoice choose_isa(const char* requested, uint32_t have) {
     return c;
   }
   std::string built;
-  for (const IsaKernels* k : kBuilt) {
+  std::vector<const IsaKernels*> named(std::begin(kBuilt), std::end(kBuilt));
+  for (const IsaKernels* k : kTestOnly)
+    if (k != nullptr) named.push_back(k);
+  for (const IsaKernels* k : named) {
     built += std::string(built.empty() ? "" : ", ") + k->name;
     if (std::string(requested) != k->name) continue;
     if (runs_here(*k, have)) {

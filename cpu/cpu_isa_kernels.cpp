@@ -6,6 +6,7 @@
 #include "cpu_isa_target.h"
 #include "cpu_dropout.h"
 #include "cpu_microkernel.h"
+#include "cpu_pair_dot.h"
 #include "cpu_tile_loop.h"
 #include "cpu_workspace.h"
 
@@ -40,10 +41,25 @@ void dropout_keep_bits_of(const DropoutTileQuery& query, uint64_t* keep) {
   dropout_keep_bits(tile_dropout(p, call), p, query.b, query.h, rows, 0, query.rows, keys, 0,
                     query.kcount, keep);
 }
+// pair_dot over arrays, a vector at a time (the tail through zero-padded vectors).
+void pair_dot_array(const float* acc, const uint32_t* a, const uint32_t* b, float* out,
+                    int64_t n) {
+  for (int64_t i = 0; i < n; i += kWords) {
+    const size_t m = static_cast<size_t>(min_i64(kWords, n - i));
+    float sum[kWords] = {}, result[kWords];
+    uint32_t x[kWords] = {}, y[kWords] = {};
+    std::memcpy(sum, acc + i, sizeof(float) * m);
+    std::memcpy(x, a + i, sizeof(uint32_t) * m);
+    std::memcpy(y, b + i, sizeof(uint32_t) * m);
+    vstore(result, pair_dot(vload(sum), load_words(x), load_words(y)));
+    std::memcpy(out + i, result, sizeof(float) * m);
+  }
+}
 }  // namespace
 
 extern const IsaKernels kKernels = {DILATTN_CPU_ISA_NAME, DILATTN_CPU_REQUIRED, kVecBytes,
                                     workspace_sizes,      forward,              backward,
-                                    exp2_array<float>,    exp2_array<double>,   dropout_keep_bits_of};
+                                    exp2_array<float>,    exp2_array<double>,   dropout_keep_bits_of,
+                                    kPairDot ? pair_dot_array : nullptr};
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -21,10 +21,18 @@
 //   DILATTN_CPU_ISA_NS        namespace of this compilation
 //   DILATTN_CPU_ISA_NAME      what dilattn_cpu_isa() and DILATTN_CPU_ISA call it
 //   DILATTN_CPU_VEC_BYTES     vector width: 64, 32 or 16 bytes
+//   DILATTN_CPU_AVX512        1 when the 64-byte vectors are AVX-512 registers (0 for bf16emu's,
+//                             which GCC splits into AVX2 halves)
 //   DILATTN_CPU_FMA           1 when a*b+c is one fused instruction
 //   DILATTN_CPU_REQUIRED      CpuFeature bits (cpu_isa.h) the CPU must have
-// Targets: avx512 (AVX-512F + AVX2 + FMA), avx2 (AVX2 + FMA), baseline (the compiler's default:
-// SSE2 on x86-64, NEON on aarch64), native (-Dnative=true: -march=native for everything).
+//   DILATTN_CPU_PAIR_DOT      how bf16 inputs are multiplied (cpu_pair_dot.h): 0 widened to f32
+//                             (f32 products), 1 by vdpbf16ps, 2 by an exact emulation of it
+// Targets: avx512bf16 (AVX-512F + AVX512_BF16 + AVX2 + FMA: bf16 products by vdpbf16ps),
+// avx512 (AVX-512F + AVX2 + FMA), avx2 (AVX2 + FMA), baseline (the compiler's default: SSE2 on
+// x86-64, NEON on aarch64), native (-Dnative=true: -march=native for everything), and bf16emu,
+// a test path never chosen on its own (cpu_isa.h): avx512bf16's code, vector width included, on
+// AVX2 instructions, with vdpbf16ps emulated exactly, so machines without AVX512_BF16 run the
+// same arithmetic bit for bit (and machines without AVX-512 that of avx512 for other dtypes).
 #ifndef DILATTN_CPU_ISA_TARGET_H
 #define DILATTN_CPU_ISA_TARGET_H
 
@@ -50,10 +58,30 @@
 #include "softmax_rules.h"
 
 // ---------------------------------------------------------------- the target
-#if defined(DILATTN_CPU_TARGET_AVX512)
+#if defined(DILATTN_CPU_TARGET_AVX512BF16)
+#define DILATTN_CPU_ISA_NS avx512bf16
+#define DILATTN_CPU_ISA_NAME "avx512bf16"
+#define DILATTN_CPU_VEC_BYTES 64
+#define DILATTN_CPU_AVX512 1
+#define DILATTN_CPU_FMA 1
+#define DILATTN_CPU_PAIR_DOT 1
+#define DILATTN_CPU_REQUIRED \
+  (kFeatureAvx | kFeatureAvx2 | kFeatureFma | kFeatureAvx512f | kFeatureAvx512bf16)
+#pragma GCC target("avx512f,avx512bf16,avx2,fma")
+#elif defined(DILATTN_CPU_TARGET_BF16EMU)
+#define DILATTN_CPU_ISA_NS bf16emu
+#define DILATTN_CPU_ISA_NAME "bf16emu"
+#define DILATTN_CPU_VEC_BYTES 64
+#define DILATTN_CPU_AVX512 0
+#define DILATTN_CPU_FMA 1
+#define DILATTN_CPU_PAIR_DOT 2
+#define DILATTN_CPU_REQUIRED (kFeatureAvx | kFeatureAvx2 | kFeatureFma)
+#pragma GCC target("avx2,fma")
+#elif defined(DILATTN_CPU_TARGET_AVX512)
 #define DILATTN_CPU_ISA_NS avx512
 #define DILATTN_CPU_ISA_NAME "avx512"
 #define DILATTN_CPU_VEC_BYTES 64
+#define DILATTN_CPU_AVX512 1
 #define DILATTN_CPU_FMA 1
 #define DILATTN_CPU_REQUIRED (kFeatureAvx | kFeatureAvx2 | kFeatureFma | kFeatureAvx512f)
 #pragma GCC target("avx512f,avx2,fma")
@@ -73,6 +101,7 @@
 #if defined(__AVX512F__)
 #define DILATTN_CPU_ISA_NAME "avx512"
 #define DILATTN_CPU_VEC_BYTES 64
+#define DILATTN_CPU_AVX512 1
 #define DILATTN_CPU_FMA 1
 #elif defined(__AVX__)
 #if defined(__AVX2__) && defined(__FMA__)
@@ -101,6 +130,15 @@
 #endif
 // What the compiler was told it may use: the CPU must have it too.
 #define DILATTN_CPU_REQUIRED compiler_features()
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#define DILATTN_CPU_PAIR_DOT 1
+#endif
+#endif
+#if !defined(DILATTN_CPU_PAIR_DOT)
+#define DILATTN_CPU_PAIR_DOT 0
+#endif
+#if !defined(DILATTN_CPU_AVX512)
+#define DILATTN_CPU_AVX512 0
 #endif
 
 #endif  // DILATTN_CPU_ISA_TARGET_H

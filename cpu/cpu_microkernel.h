@@ -2,7 +2,8 @@
 // vectorised exp2 (SPEC 2), and the lane shuffles they need (horizontal max/sum by a fixed tree,
 // an in-register transpose of a square block of lanes), all templates on the compute type T:
 // float for f32, f16 and bf16 inputs (accumulated in f32 as SPEC 1 allows for fast paths),
-// double for f64 inputs (computed in f64, SPEC 12). The same code serves both; only the vector
+// double for f64 inputs (computed in f64, SPEC 12). (bf16 inputs on avx512bf16 and bf16emu
+// multiply bf16 pairs instead: cpu_pair_dot.h.) The same code serves both; only the vector
 // helpers (one instruction each) and exp2's constants are written per type.
 //
 // Register blocking: a block of kMR rows times a few vectors of columns lives in registers while
@@ -80,22 +81,22 @@ inline vec<T> vload(const T* p) { vec<T> v; std::memcpy(&v, p, sizeof v); return
 template <class T>
 inline void vstore(T* p, vec<T> v) { std::memcpy(p, &v, sizeof v); }
 inline vfloat splat(float x) {  // one broadcast instruction
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vfloat)_mm512_set1_ps(x);
 #elif DILATTN_CPU_VEC_BYTES == 32
   return (vfloat)_mm256_set1_ps(x);
-#elif defined(__SSE__)
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE__)
   return (vfloat)_mm_set1_ps(x);
 #else
   return vfloat{} + x;
 #endif
 }
 inline vec<double> splat(double x) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vec<double>)_mm512_set1_pd(x);
 #elif DILATTN_CPU_VEC_BYTES == 32
   return (vec<double>)_mm256_set1_pd(x);
-#elif defined(__SSE2__)
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE2__)
   return (vec<double>)_mm_set1_pd(x);
 #else
   return vec<double>{} + x;
@@ -103,29 +104,55 @@ inline vec<double> splat(double x) {
 }
 // Pins a loaded vector in a register. Without it the compiler folds the load into every FMA
 // that uses it (kMR loads of the same vector per step), which makes the kernels load-bound.
+// (bf16emu's 64-byte vectors fit no AVX2 register: left to the compiler there.)
 template <class V>
 inline V in_register(V v) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && \
+    (DILATTN_CPU_AVX512 || DILATTN_CPU_VEC_BYTES < 64)
   __asm__("" : "+v"(v));
 #endif
   return v;
 }
 
+// 64-byte vectors on AVX2 (bf16emu): a fused multiply-add per 32-byte half.
+template <class V, class Half, class FusedHalf>
+inline V madd_by_halves(V a, V b, V c, FusedHalf fma_half) {
+  Half x[2], y[2], z[2];
+  std::memcpy(x, &a, sizeof a);
+  std::memcpy(y, &b, sizeof b);
+  std::memcpy(z, &c, sizeof c);
+  for (int i = 0; i < 2; ++i) z[i] = fma_half(x[i], y[i], z[i]);
+  std::memcpy(&c, z, sizeof c);
+  return c;
+}
+#if !DILATTN_CPU_AVX512 && DILATTN_CPU_FMA && DILATTN_CPU_VEC_BYTES == 64
+struct FusedHalfPs {
+  __m256 operator()(__m256 a, __m256 b, __m256 c) const { return _mm256_fmadd_ps(a, b, c); }
+};
+struct FusedHalfPd {
+  __m256d operator()(__m256d a, __m256d b, __m256d c) const { return _mm256_fmadd_pd(a, b, c); }
+};
+#endif
+
 // a * b + c, one rounding where the target has FMA.
 inline vfloat madd(vfloat a, vfloat b, vfloat c) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vfloat)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 #elif DILATTN_CPU_FMA && DILATTN_CPU_VEC_BYTES == 32
   return (vfloat)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#elif DILATTN_CPU_FMA && DILATTN_CPU_VEC_BYTES == 64
+  return madd_by_halves<vfloat, __m256>(a, b, c, FusedHalfPs{});
 #else
   return a * b + c;
 #endif
 }
 inline vec<double> madd(vec<double> a, vec<double> b, vec<double> c) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vec<double>)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
 #elif DILATTN_CPU_FMA && DILATTN_CPU_VEC_BYTES == 32
   return (vec<double>)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#elif DILATTN_CPU_FMA && DILATTN_CPU_VEC_BYTES == 64
+  return madd_by_halves<vec<double>, __m256d>(a, b, c, FusedHalfPd{});
 #else
   return a * b + c;
 #endif
@@ -148,22 +175,22 @@ inline V vmax(V a, V b) {
 // instruction. AVX-512's unmasked ones start from an undefined vector, which GCC 12 warns
 // about; the all-lanes mask form says the same without it.)
 inline vfloat vmax_plain(vfloat a, vfloat b) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vfloat)_mm512_mask_max_ps((__m512)a, 0xFFFF, (__m512)a, (__m512)b);
 #elif DILATTN_CPU_VEC_BYTES == 32
   return (vfloat)_mm256_max_ps((__m256)a, (__m256)b);
-#elif defined(__SSE__)
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE__)
   return (vfloat)_mm_max_ps((__m128)a, (__m128)b);
 #else
   return a > b ? a : b;
 #endif
 }
 inline vec<double> vmax_plain(vec<double> a, vec<double> b) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vec<double>)_mm512_mask_max_pd((__m512d)a, 0xFF, (__m512d)a, (__m512d)b);
 #elif DILATTN_CPU_VEC_BYTES == 32
   return (vec<double>)_mm256_max_pd((__m256d)a, (__m256d)b);
-#elif defined(__SSE2__)
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE2__)
   return (vec<double>)_mm_max_pd((__m128d)a, (__m128d)b);
 #else
   return a > b ? a : b;
@@ -171,22 +198,22 @@ inline vec<double> vmax_plain(vec<double> a, vec<double> b) {
 }
 // The same for min (where a lane is NaN, b's lane wins).
 inline vfloat vmin_plain(vfloat a, vfloat b) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vfloat)_mm512_mask_min_ps((__m512)a, 0xFFFF, (__m512)a, (__m512)b);
 #elif DILATTN_CPU_VEC_BYTES == 32
   return (vfloat)_mm256_min_ps((__m256)a, (__m256)b);
-#elif defined(__SSE__)
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE__)
   return (vfloat)_mm_min_ps((__m128)a, (__m128)b);
 #else
   return a < b ? a : b;
 #endif
 }
 inline vec<double> vmin_plain(vec<double> a, vec<double> b) {
-#if DILATTN_CPU_VEC_BYTES == 64
+#if DILATTN_CPU_AVX512
   return (vec<double>)_mm512_mask_min_pd((__m512d)a, 0xFF, (__m512d)a, (__m512d)b);
 #elif DILATTN_CPU_VEC_BYTES == 32
   return (vec<double>)_mm256_min_pd((__m256d)a, (__m256d)b);
-#elif defined(__SSE2__)
+#elif DILATTN_CPU_VEC_BYTES == 16 && defined(__SSE2__)
   return (vec<double>)_mm_min_pd((__m128d)a, (__m128d)b);
 #else
   return a < b ? a : b;

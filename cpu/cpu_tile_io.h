@@ -6,7 +6,8 @@
 // whole tensor; a dilated branch's rows are gathered with a stride (the KeyProgression step,
 // index_rules.h), which is how dilation costs no copy. Outputs are rounded once to their dtype.
 // Rows of T itself with unit stride and D a multiple of the vector width are transposed a
-// vector at a time (gather_columns_vectors) or read in place (row_pointers).
+// vector at a time (gather_columns_vectors) or read in place (row_pointers). bf16 inputs on a
+// target with pair products are not widened: cpu_pair_tiles.h gathers them as bf16.
 // Checked through tests/cpu/ (every dtype, strided outputs).
 #ifndef DILATTN_CPU_TILE_IO_H
 #define DILATTN_CPU_TILE_IO_H

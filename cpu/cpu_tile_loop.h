@@ -209,14 +209,35 @@ inline bool mask_tile(T* S, int64_t lds, const KeyProgression& q, int64_t q0, in
   return cut;
 }
 
-// O[t] += sum_{c < allowed[t]} A[t][c] B[c] for t < rows (accumulate_tile's layout): one
-// register-blocked call when every row sees all kcount keys, else one call per row. Pairs of
-// weight 0 (computed in another branch, cpu_pair_weights.h) are left out as masked keys are,
-// a run of keys at a time: their B row must not enter even as 0 * x.
+// ---------------------------------------------------------------- the products O += A B
+// The tile loops below say which (row, shared index) ranges of a product enter; a product type
+// says how they are multiplied: add(O, ldo, r0, rows, c0, c1, width) does
+// O[r] += sum_{c0 <= c < c1} A(r0 + r, c) B(c) for r < rows. F32Product multiplies tiles of the
+// compute type (accumulate_tile); cpu_pair_dot.h's PairProduct multiplies bf16 pairs. The
+// query-side products (P V, dS K) have A = the S tile's rows (lda kBC, a_step 1) and B = key
+// rows; the key-side ones (P^T dO, dS^T Q) read the S tile column-wise (lda 1, a_step kBC) with
+// B = query rows.
 template <class T>
-inline void accumulate_allowed(T* O, int64_t ldo, int64_t rows, const T* A, int64_t lda,
-                               bool cut, const int64_t* allowed, int64_t kcount, const T* Bm,
-                               int64_t ldb, int64_t width, const PairWeights<T>& pw) {
+struct F32Product {
+  const T* a;
+  int64_t lda, a_step;
+  const T* b;
+  int64_t ldb;
+  void add(T* O, int64_t ldo, int64_t r0, int64_t rows, int64_t c0, int64_t c1,
+           int64_t width) const {
+    accumulate_tile(O, ldo, rows, a + r0 * lda + c0 * a_step, lda, a_step, c1 - c0,
+                    b + c0 * ldb, ldb, width);
+  }
+};
+
+// O[t] += sum_{c < allowed[t]} A[t][c] B[c] for t < rows: one register-blocked call when every
+// row sees all kcount keys, else one call per row. Pairs of weight 0 (computed in another
+// branch, cpu_pair_weights.h) are left out as masked keys are, a run of keys at a time: their B
+// row must not enter even as 0 * x.
+template <class T, class Product>
+inline void accumulate_allowed(T* O, int64_t ldo, int64_t rows, const Product& product, bool cut,
+                               const int64_t* allowed, int64_t kcount, int64_t width,
+                               const PairWeights<T>& pw) {
   if (pw.has_zero) {
     for (int64_t t = 0; t < rows; ++t) {
       const T* w = pw.per_pair + t * kBC;
@@ -224,16 +245,14 @@ inline void accumulate_allowed(T* O, int64_t ldo, int64_t rows, const T* A, int6
         if (w[c] == T(0)) { ++c; continue; }
         int64_t e = c + 1;
         while (e < allowed[t] && w[e] != T(0)) ++e;
-        accumulate_tile(O + t * ldo, ldo, 1, A + t * lda + c, lda, 1, e - c, Bm + c * ldb, ldb,
-                        width);
+        product.add(O + t * ldo, ldo, t, 1, c, e, width);
         c = e;
       }
     }
     return;
   }
-  if (!cut) return accumulate_tile(O, ldo, rows, A, lda, 1, kcount, Bm, ldb, width);
-  for (int64_t t = 0; t < rows; ++t)
-    accumulate_tile(O + t * ldo, ldo, 1, A + t * lda, lda, 1, allowed[t], Bm, ldb, width);
+  if (!cut) return product.add(O, ldo, 0, rows, 0, kcount, width);
+  for (int64_t t = 0; t < rows; ++t) product.add(O + t * ldo, ldo, t, 1, 0, allowed[t], width);
 }
 
 // True when rows [0, rows) of Bm (ldb apart, `width` values each) are all finite.
@@ -266,11 +285,11 @@ inline bool drop_empty_rows(const T* lse_s, int64_t rows, int64_t* allowed, bool
 // Key by key, over the runs of rows t that see key c: first[t] <= c < allowed[t] (first null:
 // from 0) and a nonzero weight. The careful path of accumulate_keys_allowed and of
 // cpu_variants.h's accumulate_keys_ranges, where a pair a row does not see must not enter the
-// sum even as 0 x inf (SPEC 13).
-template <class T>
-inline void accumulate_keys_by_runs(T* O, int64_t ldo, int64_t kcount, const T* A, int64_t rows,
-                                    const int64_t* first, const int64_t* allowed, const T* Bm,
-                                    int64_t ldb, int64_t width, const PairWeights<T>& pw) {
+// sum even as 0 x inf (SPEC 13). `product` is key-side (F32Product's comment).
+template <class T, class Product>
+inline void accumulate_keys_by_runs(T* O, int64_t ldo, int64_t kcount, const Product& product,
+                                    int64_t rows, const int64_t* first, const int64_t* allowed,
+                                    int64_t width, const PairWeights<T>& pw) {
   auto sees = [&](int64_t t, int64_t c) {
     return (first == nullptr || c >= first[t]) && c < allowed[t] &&
            !(pw.has_zero && pw.per_pair[t * kBC + c] == T(0));
@@ -283,27 +302,23 @@ inline void accumulate_keys_by_runs(T* O, int64_t ldo, int64_t kcount, const T* 
       }
       int64_t e = t + 1;
       while (e < rows && sees(e, c)) ++e;
-      accumulate_tile(O + c * ldo, ldo, 1, A + t * kBC + c, 1, kBC, e - t, Bm + t * ldb, ldb,
-                      width);
+      product.add(O + c * ldo, ldo, c, 1, t, e, width);
       t = e;
     }
 }
 
 // The key-side products of a tile, dV += P^T dO and dK += dS^T Q: O[c] += sum over rows t of
-// A[t][c] Bm[t] for keys c < kcount (A the S tile, read column-wise: accumulate_tile with
-// lda 1, a_step kBC). A pair a row does not see (c >= allowed[t], or weight 0) holds A = 0,
-// which adds nothing while Bm[t] is finite: one register-blocked call. When some Bm row is not
-// finite (`careful`, known per query tile), such a pair must not enter even as 0 x inf = NaN
-// (SPEC 13): a tile with such pairs is then summed key by key over the runs of rows
-// that see the key.
-template <class T>
-inline void accumulate_keys_allowed(T* O, int64_t ldo, int64_t kcount, const T* A,
-                                    int64_t rows, bool cut, const int64_t* allowed,
-                                    const T* Bm, int64_t ldb, int64_t width,
+// A[t][c] Bm[t] for keys c < kcount (`product` key-side). A pair a row does not see
+// (c >= allowed[t], or weight 0) holds A = 0, which adds nothing while Bm[t] is finite: one
+// register-blocked call. When some Bm row is not finite (`careful`, known per query tile), such
+// a pair must not enter even as 0 x inf = NaN (SPEC 13): a tile with such pairs is then summed
+// key by key over the runs of rows that see the key.
+template <class T, class Product>
+inline void accumulate_keys_allowed(T* O, int64_t ldo, int64_t kcount, const Product& product,
+                                    int64_t rows, bool cut, const int64_t* allowed, int64_t width,
                                     const PairWeights<T>& pw, bool careful) {
-  if (!careful || (!cut && !pw.has_zero))
-    return accumulate_tile(O, ldo, kcount, A, 1, kBC, rows, Bm, ldb, width);
-  accumulate_keys_by_runs(O, ldo, kcount, A, rows, nullptr, allowed, Bm, ldb, width, pw);
+  if (!careful || (!cut && !pw.has_zero)) return product.add(O, ldo, 0, kcount, 0, rows, width);
+  accumulate_keys_by_runs(O, ldo, kcount, product, rows, nullptr, allowed, width, pw);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

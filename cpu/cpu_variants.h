@@ -228,18 +228,17 @@ inline bool prepare_variant_tile(const VariantTiles& vx, Cover cover, T* S,
 
 // O[t] += sum_{first[t] <= c < allowed[t]} A[t][c] Bm[c], row by row (accumulate_allowed for
 // runs that need not start at the tile's first key); pairs of weight 0 left out as there.
-template <class T>
-inline void accumulate_ranges(T* O, int64_t ldo, int64_t rows, const T* A, int64_t lda,
-                              const int64_t* first, const int64_t* allowed, const T* Bm,
-                              int64_t ldb, int64_t width, const PairWeights<T>& pw) {
+template <class T, class Product>
+inline void accumulate_ranges(T* O, int64_t ldo, int64_t rows, const Product& product,
+                              const int64_t* first, const int64_t* allowed, int64_t width,
+                              const PairWeights<T>& pw) {
   for (int64_t t = 0; t < rows; ++t) {
     const T* w = pw.has_zero ? pw.per_pair + t * kBC : nullptr;
     for (int64_t c = first[t]; c < allowed[t];) {
       if (w != nullptr && w[c] == T(0)) { ++c; continue; }
       int64_t e = c + 1;
       while (e < allowed[t] && (w == nullptr || w[e] != T(0))) ++e;
-      accumulate_tile(O + t * ldo, ldo, 1, A + t * lda + c, lda, 1, e - c, Bm + c * ldb, ldb,
-                      width);
+      product.add(O + t * ldo, ldo, t, 1, c, e, width);
       c = e;
     }
   }
@@ -248,13 +247,12 @@ inline void accumulate_ranges(T* O, int64_t ldo, int64_t rows, const T* A, int64
 // The key-side products (accumulate_keys_allowed) for a tile whose runs may start late: while
 // every Bm row is finite, one register-blocked call (A is 0 outside the runs); else key by key
 // over the runs of rows that see the key.
-template <class T>
-inline void accumulate_keys_ranges(T* O, int64_t ldo, int64_t kcount, const T* A, int64_t rows,
-                                   const int64_t* first, const int64_t* allowed, const T* Bm,
-                                   int64_t ldb, int64_t width, const PairWeights<T>& pw,
-                                   bool careful) {
-  if (!careful) return accumulate_tile(O, ldo, kcount, A, 1, kBC, rows, Bm, ldb, width);
-  accumulate_keys_by_runs(O, ldo, kcount, A, rows, first, allowed, Bm, ldb, width, pw);
+template <class T, class Product>
+inline void accumulate_keys_ranges(T* O, int64_t ldo, int64_t kcount, const Product& product,
+                                   int64_t rows, const int64_t* first, const int64_t* allowed,
+                                   int64_t width, const PairWeights<T>& pw, bool careful) {
+  if (!careful) return product.add(O, ldo, 0, kcount, 0, rows, width);
+  accumulate_keys_by_runs(O, ldo, kcount, product, rows, first, allowed, width, pw);
 }
 
 // Backward, after probabilities_and_ds (which zeroed P and dS from allowed[t] on): P and dS

@@ -8,8 +8,9 @@
 // worker (key_values each), on at most min(threads, one_pass_items) workers: at most the size of
 // dK and dV in the compute type, and at most 64 MiB per worker.
 // Tiles start on 64-byte boundaries. One layout serves forward and backward (the forward
-// leaves some tiles unused). The plan sizes it once (workspace_sizes, cpu_backend.cpp); the hot
-// loops never allocate.
+// leaves some tiles unused). The bf16 pair products (cpu_pair_dot.h) keep their word layouts
+// (cpu_pair_tiles.h) in the same tiles, each in at most the tile's bytes. The plan sizes it
+// once (workspace_sizes, cpu_backend.cpp); the hot loops never allocate.
 #ifndef DILATTN_CPU_WORKSPACE_H
 #define DILATTN_CPU_WORKSPACE_H
 
@@ -35,6 +36,9 @@ struct Workspace {
   T* s;        // [kBR][kBC]: scores, then probabilities
   T* dp;       // [kBR][kBC]: dO V^T, then dS (backward)
   T* slope;    // [kBR][kBC]: the softcap's slope per pair (backward, cpu_variants.h)
+  // bf16 pair products only (cpu_pair_dot.h), P and dS rounded to bf16 words, kBR x kBC words:
+  T* low_a;    // P's row words (forward); dS's row words, then its column words (backward)
+  T* low_b;    // P's column words (backward)
   PairWeightsMemo<T> pair_weights;  // per-pair weights of the last tile that had them, and its key
   T* tile_q;   // [kBR][Dp]: Q of a query tile (dK/dV)
   T* tile_do;  // [kBR][Dp]: dO of a query tile (dK/dV)
@@ -56,7 +60,7 @@ inline int64_t key_accumulator_values(const Problem& p) {
 inline int64_t values_per_worker(int64_t D, int64_t T, int64_t key_values = 0) {
   const int64_t Dp = padded(D);
   return 4 * round16(T * Dp) + 2 * round16(T) + 3 * round16(Dp * kBC) +
-         4 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_values +
+         6 * round16(kBR * kBC) + round16(kMemoInts) + 3 * round16(kBR * Dp) + round16(kBR) + 2 * key_values +
          16;  // +16: alignment
 }
 
@@ -103,6 +107,8 @@ inline Workspace<V> carve_workspace(void* workspace, int worker, int64_t D, int6
   s.s = take(kBR * kBC);
   s.dp = take(kBR * kBC);
   s.slope = take(kBR * kBC);
+  s.low_a = take(kBR * kBC);
+  s.low_b = take(kBR * kBC);
   s.pair_weights.weights = take(kBR * kBC);
   s.pair_weights.key = reinterpret_cast<int32_t*>(take(kMemoInts));  // only read as int32
   s.pair_weights.key[0] = -1;                                          // nothing kept yet

@@ -22,7 +22,11 @@
 //           "dropout cost" lines compare the least CPU-seconds of the two
 // Each case runs in a child process (this program with --case), so peak RSS is the case's own.
 // Run: cpu_bench [--quick] [--repeats R] [--json out.json] [--only NAME[,NAME...]]
-//      (--only: the cases whose names contain one of the NAMEs)
+//                [--dtype f32|bf16|both]
+//      (--only: the cases whose names contain one of the NAMEs; --dtype: the inputs' dtype,
+//      f32 by default; both: every case in f32, then again in bf16 (names ending "_bf16"), and
+//      a table of bf16's speed over f32's per case. The LSE is f32 either way. With
+//      DILATTN_CPU_ISA the instruction set, e.g. avx512bf16 against avx512.)
 //      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
@@ -58,6 +62,32 @@ struct BenchCase {
   int64_t window_left = -1, window_right = -1;  // SPEC 10.1; -1: unbounded
   std::vector<int64_t> docs;  // packed documents' lengths (B = 1, N = their sum), SPEC 10.2
   bool one_by_one = false;    // the documents as separate calls, one plan each
+  dilattn_dtype dtype = DILATTN_F32;  // Q, K, V, O, dO, dQ, dK, dV (f32 or bf16)
+};
+
+// f32 to bf16, round to nearest even (NaN stays NaN), as the library rounds (SPEC 1).
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// A tensor's elements in the case's dtype, f32 or bf16.
+struct Storage {
+  dilattn_dtype dtype;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  Storage(dilattn_dtype t, size_t n) : dtype(t) {
+    if (t == DILATTN_BF16) bf16.resize(n); else f32.resize(n);
+  }
+  void set(size_t i, float x) {
+    if (dtype == DILATTN_BF16) bf16[i] = to_bf16(x); else f32[i] = x;
+  }
+  void* at(int64_t element) {
+    if (dtype == DILATTN_BF16) return bf16.data() + element;
+    return f32.data() + element;
+  }
 };
 
 struct Result {
@@ -113,14 +143,16 @@ Result run_case(const BenchCase& c, int repeats) {
   const size_t n_elem = static_cast<size_t>(c.B * c.N * c.H * c.D);
   const size_t n_q = static_cast<size_t>(c.B * Nq * c.H * c.D);
   const size_t n_lse = static_cast<size_t>(c.B * c.H * Nq);
-  res.tensor_bytes = 4.0 * (2 * n_q + 2 * n_elem + n_lse);
-  std::vector<float> q(n_q), k(n_elem), v(n_elem), o(n_q), lse(n_lse);
+  const double element_bytes = c.dtype == DILATTN_BF16 ? 2.0 : 4.0;
+  res.tensor_bytes = element_bytes * (2 * n_q + 2 * n_elem) + 4.0 * n_lse;
+  Storage q(c.dtype, n_q), k(c.dtype, n_elem), v(c.dtype, n_elem), o(c.dtype, n_q);
+  std::vector<float> lse(n_lse);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (size_t x = 0; x < n_elem; ++x) { k[x] = u(rng); v[x] = u(rng); }
-  for (size_t x = 0; x < n_q; ++x) q[x] = u(rng);
-  auto view = [&](std::vector<float>& t, int64_t rows) {
-    return dilattn_tensor_contiguous(t.data(), DILATTN_F32, c.B, rows, c.H, c.D);
+  for (size_t x = 0; x < n_elem; ++x) { k.set(x, u(rng)); v.set(x, u(rng)); }
+  for (size_t x = 0; x < n_q; ++x) q.set(x, u(rng));
+  auto view = [&](Storage& t, int64_t rows) {
+    return dilattn_tensor_contiguous(t.at(0), c.dtype, c.B, rows, c.H, c.D);
   };
   dilattn_tensor tq = view(q, Nq), tk = view(k, c.N), tv = view(v, c.N), to = view(o, Nq);
   dilattn_tensor tl = dilattn_tensor_contiguous(lse.data(), DILATTN_F32, c.B, c.H, Nq, 1);
@@ -162,11 +194,11 @@ Result run_case(const BenchCase& c, int repeats) {
                                     cu.data()), "set_varlen");
     const int64_t keys = c.one_by_one ? call.rows : c.N;
     const dilattn_shape shape = dilattn_shape_make(c.B, call.rows, keys, c.H, c.H, c.D);
-    check(dilattn_plan_create(&call.plan, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU),
+    check(dilattn_plan_create(&call.plan, desc, &shape, c.dtype, DILATTN_BACKEND_CPU),
           "plan_create");
     if (opts != nullptr) {
       check(dilattn_desc_set_dropout(desc, 0.0), "set_dropout");
-      check(dilattn_plan_create(&call.base, desc, &shape, DILATTN_F32, DILATTN_BACKEND_CPU),
+      check(dilattn_plan_create(&call.base, desc, &shape, c.dtype, DILATTN_BACKEND_CPU),
             "plan_create");
     }
     int64_t score_terms = 0;  // the (query, key) pairs of every A(i), from the library's rules
@@ -179,9 +211,9 @@ Result run_case(const BenchCase& c, int repeats) {
   }
   std::vector<unsigned char> ws(ws_bytes);
   // A call's rows of a [B, rows, H, D] tensor (B = 1 wherever there are several calls).
-  auto rows_of = [&](std::vector<float>& t, const Call& call) {
-    return dilattn_tensor_contiguous(t.data() + call.first * c.H * c.D, DILATTN_F32, c.B,
-                                     call.rows, c.H, c.D);
+  auto rows_of = [&](Storage& t, const Call& call) {
+    return dilattn_tensor_contiguous(t.at(call.first * c.H * c.D), c.dtype, c.B, call.rows, c.H,
+                                     c.D);
   };
 
   std::vector<double> times, cpu_times;
@@ -213,8 +245,8 @@ Result run_case(const BenchCase& c, int repeats) {
   res.fwd_s = median(times);
   res.fwd_cpu_s = median(cpu_times);
   if (c.backward) {
-    std::vector<float> d_o(n_q), dq(n_q), dk(n_elem), dv(n_elem);
-    for (size_t x = 0; x < n_q; ++x) d_o[x] = u(rng);
+    Storage d_o(c.dtype, n_q), dq(c.dtype, n_q), dk(c.dtype, n_elem), dv(c.dtype, n_elem);
+    for (size_t x = 0; x < n_q; ++x) d_o.set(x, u(rng));
     dilattn_tensor tdo = view(d_o, Nq), tdq = view(dq, Nq), tdk = view(dk, c.N),
                    tdv = view(dv, c.N);
     times.clear();
@@ -311,8 +343,9 @@ double fma_peak_gflops(int threads, double* per_cpu_s) {
   float (*loop)() = peak_loop_sse;
   int lanes = 4;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (isa == "avx512") { loop = peak_loop_avx512; lanes = 16; }
-  if (isa == "avx2") { loop = peak_loop_avx2; lanes = 8; }
+  // (The f32 FMA peak on avx512bf16 too: bf16 pair products do twice its multiply-adds.)
+  if (isa == "avx512" || isa == "avx512bf16") { loop = peak_loop_avx512; lanes = 16; }
+  if (isa == "avx2" || isa == "bf16emu") { loop = peak_loop_avx2; lanes = 8; }
 #endif
   std::vector<double> sink(static_cast<size_t>(threads));
   auto body = [&](int t) { sink[static_cast<size_t>(t)] = loop(); };  // keeps the loop alive
@@ -353,7 +386,7 @@ std::string simd_flags() {
   return out;
 }
 
-std::vector<BenchCase> all_cases(bool quick) {
+std::vector<BenchCase> f32_cases(bool quick) {
   std::vector<BenchCase> cases;
   const int64_t scale = quick ? 8 : 1;  // --quick: every N divided by 8
   BenchCase main_case;
@@ -443,6 +476,20 @@ std::vector<BenchCase> all_cases(bool quick) {
   return cases;
 }
 
+// The cases in the dtypes --dtype asks for: f32, bf16 (names + "_bf16"), or both, f32 first.
+std::vector<BenchCase> all_cases(bool quick, const std::string& dtype) {
+  const std::vector<BenchCase> f32 = f32_cases(quick);
+  std::vector<BenchCase> cases;
+  if (dtype != "bf16") cases = f32;
+  if (dtype != "f32")
+    for (BenchCase c : f32) {
+      c.dtype = DILATTN_BF16;
+      c.name += "_bf16";
+      cases.push_back(c);
+    }
+  return cases;
+}
+
 // Whether name contains one of the comma-separated parts of `only`.
 bool name_matches(const std::string& name, const std::string& only) {
   std::istringstream parts(only);
@@ -457,7 +504,7 @@ bool name_matches(const std::string& name, const std::string& only) {
 int main(int argc, char** argv) {
   bool quick = false;
   int repeats = 5;
-  std::string json_path, only;
+  std::string json_path, only, dtype = "f32";
   int one_case = -1;
   bool peak_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -468,13 +515,17 @@ int main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--case" && i + 1 < argc) one_case = std::atoi(argv[++i]);
+    else if (a == "--dtype" && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "bf16" ||
+              std::string(argv[i + 1]) == "both"))
+      dtype = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME[,NAME...]] [--peak]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--repeats R] [--json FILE] [--only NAME[,NAME...]] [--dtype f32|bf16|both] [--peak]\n", argv[0]);
       return 2;
     }
   }
   if (quick && repeats == 5) repeats = 2;
-  const std::vector<BenchCase> cases = all_cases(quick);
+  const std::vector<BenchCase> cases = all_cases(quick, dtype);
 
   if (one_case >= 0) {  // child: one case, one result line on stdout
     // Long cases take seconds each: fewer repeats keep the full run to minutes.
@@ -531,7 +582,8 @@ int main(int argc, char** argv) {
     const BenchCase& c = cases[i];
     if (!only.empty() && !name_matches(c.name, only)) continue;
     const std::string cmd = std::string(argv[0]) + " --case " + std::to_string(i) +
-                            " --repeats " + std::to_string(repeats) + (quick ? " --quick" : "");
+                            " --repeats " + std::to_string(repeats) + " --dtype " + dtype +
+                            (quick ? " --quick" : "");
     FILE* child = popen(cmd.c_str(), "r");
     Result r;
     if (!child ||
@@ -563,6 +615,7 @@ int main(int argc, char** argv) {
          << ", \"window\": [" << c.window_left << ", " << c.window_right << "], \"documents\": "
          << c.docs.size()
          << ", \"head_mode\": \"groups\", \"dropout_p\": " << c.dropout_p
+         << ", \"dtype\": \"" << (c.dtype == DILATTN_BF16 ? "bf16" : "f32") << "\""
          << ", \"pairs\": " << r.pairs << ", \"forward_s\": " << r.fwd_s
          << ", \"forward_gflops\": " << fwd_gf << ", \"forward_efficiency\": " << fwd_gf / peak
          << ", \"forward_cpu_s\": " << r.fwd_cpu_s << ", \"forward_cpu_efficiency\": " << cpu_eff
@@ -597,6 +650,31 @@ int main(int argc, char** argv) {
          << ", \"backward_cpu_s\": " << r.paired_bwd_cpu_s
          << ", \"backward_cpu_s_without\": " << r.paired_base_bwd_cpu_s << "}";
     header = true;
+  }
+  if (header) json << "\n  ]";
+  // --dtype both: each case's bf16 speed over its f32 speed (f32 seconds / bf16 seconds), wall
+  // time and CPU time, forward and backward.
+  header = false;
+  for (const auto& [name, bf] : done) {
+    const size_t suffix = name.size() >= 5 ? name.size() - 5 : 0;
+    if (name.compare(suffix, std::string::npos, "_bf16") != 0) continue;
+    const std::string base = name.substr(0, suffix);
+    for (const auto& [other, f] : done) {
+      if (other != base) continue;
+      if (!header) {
+        std::printf("\nbf16 over f32 (f32 seconds / bf16 seconds; > 1: bf16 faster):\n");
+        json << ",\n  \"bf16_speedup\": [";
+      }
+      const double fwd = f.fwd_s / bf.fwd_s, fwd_cpu = f.fwd_cpu_s / bf.fwd_cpu_s;
+      const double bwd = bf.bwd_s > 0 ? f.bwd_s / bf.bwd_s : 0;
+      const double bwd_cpu = bf.bwd_cpu_s > 0 ? f.bwd_cpu_s / bf.bwd_cpu_s : 0;
+      std::printf("  %-32s forward %.2fx (CPU time %.2fx)  backward %.2fx (CPU time %.2fx)\n",
+                  base.c_str(), fwd, fwd_cpu, bwd, bwd_cpu);
+      json << (header ? ",\n" : "\n") << "    {\"name\": \"" << base << "\", \"forward\": " << fwd
+           << ", \"forward_cpu\": " << fwd_cpu << ", \"backward\": " << bwd
+           << ", \"backward_cpu\": " << bwd_cpu << "}";
+      header = true;
+    }
   }
   if (header) json << "\n  ]";
   json << "\n}\n";

@@ -125,12 +125,26 @@ mod bundled {
             .unwrap_or(false)
     }
 
-    /// cpu/meson.build's targets: avx512, avx2 and the baseline on x86-64 with GCC (they are
-    /// switched on by `#pragma GCC target`), else the baseline only.
+    /// Whether the compiler takes `flag` (as meson's has_argument asks).
+    fn takes_flag(cxx: &str, flag: &str) -> bool {
+        Command::new(cxx)
+            .args([flag, "-x", "c++", "-E", "-o", "/dev/null", "/dev/null"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+
+    /// cpu/meson.build's targets but its test copy bf16emu: avx512bf16 (where the compiler
+    /// takes -mavx512bf16), avx512, avx2 and the baseline on x86-64 with GCC (they are switched
+    /// on by `#pragma GCC target`), else the baseline only.
     fn isa_targets(cxx: &str) -> Vec<&'static str> {
         let x86_64 = env::var("CARGO_CFG_TARGET_ARCH").map(|a| a == "x86_64").unwrap_or(false);
         if x86_64 && is_gcc(cxx) {
-            vec!["avx512", "avx2", "baseline"]
+            let mut targets = vec!["avx512", "avx2", "baseline"];
+            if takes_flag(cxx, "-mavx512bf16") {
+                targets.insert(0, "avx512bf16");
+            }
+            targets
         } else {
             vec!["baseline"]
         }

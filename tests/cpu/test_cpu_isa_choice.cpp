@@ -1,7 +1,8 @@
 // test_cpu_isa_choice.cpp - the cpu backend's choice of instruction set (cpu/cpu_isa.h,
 // choose_isa) for CPUs this machine is not: with the feature bits of an SSE2-only, an AVX2 and
 // an AVX-512 CPU, the default is the widest built table that CPU runs, DILATTN_CPU_ISA picks a
-// narrower one, and a wider one than the CPU has, or an unknown name, is refused with a
+// narrower one (avx512 on an AVX512_BF16 CPU; bf16emu, the test path, only by name), and a
+// wider one than the CPU has, or an unknown name, is refused with a
 // message naming the value (so it never runs: no illegal instruction). x86-64 GCC builds only
 // (the others hold one table). The ISAs this machine runs are run for real by test_cpu_isa.cpp.
 #include <cstdio>
@@ -57,6 +58,18 @@ int main() {
   expect_choice("avx512", sse2_cpu, "(refused)");
   expect_choice("AVX2", avx512_cpu, "(refused)");  // names are exact
   expect_choice("neon", avx512_cpu, "(refused)");
+  // AVX512_BF16: avx512bf16 first where the compiler could build it (tests/cpu/meson.build);
+  // avx512 by name still. bf16emu, the emulation for tests, only by name, on any AVX2 CPU.
+  const uint32_t bf16_cpu = avx512_cpu | kFeatureAvx512bf16;
+  expect_choice(nullptr, bf16_cpu, DILATTN_TEST_AVX512BF16_BUILT ? "avx512bf16" : "avx512");
+  expect_choice("avx512", bf16_cpu, "avx512");
+  expect_choice("avx512bf16", bf16_cpu, DILATTN_TEST_AVX512BF16_BUILT ? "avx512bf16" : "(refused)");
+  expect_choice("avx512bf16", avx512_cpu, "(refused)");
+  expect_choice("avx512bf16", avx2_cpu, "(refused)");
+  expect_choice("bf16emu", avx2_cpu, "bf16emu");
+  expect_choice("bf16emu", bf16_cpu, "bf16emu");
+  expect_choice("bf16emu", sse2_cpu, "(refused)");
+  expect_choice("bf16emu", kFeatureAvx | kFeatureAvx2, "(refused)");  // no FMA
   std::printf("%s\n", failures ? "FAILED" : "ok");
   return failures != 0;
 #endif

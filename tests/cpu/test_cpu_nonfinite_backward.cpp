@@ -9,7 +9,8 @@
 // Cases: dense causal N = 16 (row 3: keys 4..15 must stay finite), dense causal across tiles
 // (N = 150, Nq < Nk), dense without a mask, block-sparse causal local:1 (keys 4..7), dilated
 // causal (two passes) and dilated causal GQA with B x Hkv = 8 (the one pass); the dense causal
-// across tiles, the block-sparse and both dilated cases again in f64. Runs once per
+// across tiles, the block-sparse and both dilated cases again in f64, and all but the unmasked
+// dense one in bf16. Runs once per
 // instruction set (DILATTN_CPU_ISA, tests/cpu/meson.build); an instruction set this CPU lacks is
 // a skip (exit 77), never a pass.
 #include <cmath>
@@ -67,6 +68,14 @@ std::vector<AttentionCase> cases() {
     f64.name += "_f64";
     f64.dtype = DILATTN_F64;
     all.push_back(f64);
+  }
+  // bf16: on avx512bf16 and bf16emu the pair products, whose pairs of keys or rows a masked
+  // neighbour may share (cpu/cpu_pair_dot.h, pair_keep).
+  for (const AttentionCase* c : {&small, &wide, &sparse, &dilated, &one_pass}) {
+    AttentionCase bf16 = *c;
+    bf16.name += "_bf16";
+    bf16.dtype = DILATTN_BF16;
+    all.push_back(bf16);
   }
   return all;
 }
