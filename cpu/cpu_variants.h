@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 #include "cpu_isa_target.h"  // first: see there
@@ -185,7 +186,7 @@ struct VariantTiles {
     typedef vec<double> V;
     typedef ivec<double> I;
     const V cap = splat(c), one = splat(1.0), to_exponent = splat(-2.0 * kLog2e);
-    const I sign_bit = (I)splat(-0.0);
+    const I sign_bit = I{} + std::numeric_limits<int64_t>::min();  // not splat(-0.0): {} + -0.0 is +0
     for (int n = 0; n < kBC; n += kW<double>) {
       const V y = vload(s + n) / cap;
       const V e = exp2v(vmax_plain(y, -y) * to_exponent);
