@@ -4,7 +4,8 @@
 // compilation publishes one IsaKernels table (cpu_isa_kernels.cpp). chosen_isa() picks one table
 // for the whole process, once, at first use (thread-safe: a function-local static):
 //   - DILATTN_CPU_ISA unset or empty: the first built table, widest first, whose required
-//     features this CPU has (cpuid, __builtin_cpu_supports);
+//     features this CPU has (cpuid, __builtin_cpu_supports), avx512bf16 left out (chosen by
+//     name only: cpu_isa_dispatch.cpp says why);
 //   - DILATTN_CPU_ISA=sse|avx2|avx512|avx512bf16 (neon, generic elsewhere): that table, if it is
 //     built and this CPU runs it; otherwise no table, and the cpu backend refuses every plan
 //     with a message naming the value (never an illegal instruction);

@@ -18,9 +18,6 @@ const IsaKernels* const kBuilt[] = {
 #if defined(DILATTN_CPU_BUILT_NATIVE)
     &native::kKernels,
 #endif
-#if defined(DILATTN_CPU_BUILT_AVX512BF16)
-    &avx512bf16::kKernels,
-#endif
 #if defined(DILATTN_CPU_BUILT_AVX512)
     &avx512::kKernels,
 #endif
@@ -32,9 +29,15 @@ const IsaKernels* const kBuilt[] = {
 #endif
 };
 
-// Tables for tests, chosen only by name: bf16emu emulates vdpbf16ps (cpu_pair_dot.h) so the
-// avx512bf16 code runs on CPUs without it.
-const IsaKernels* const kTestOnly[] = {
+// Tables chosen only by name (DILATTN_CPU_ISA): avx512bf16, whose bf16 pair products measured
+// slower than avx512's f32 products of widened bf16 (0.48-0.77x on an Intel Xeon with
+// AVX512_BF16, bench/results/cpu_bench_bf16.xeon-emr-2threads.txt), so it is not the default
+// until it is faster; and bf16emu, which emulates vdpbf16ps (cpu_pair_dot.h) so the avx512bf16
+// code runs in tests on CPUs without it.
+const IsaKernels* const kByNameOnly[] = {
+#if defined(DILATTN_CPU_BUILT_AVX512BF16)
+    &avx512bf16::kKernels,
+#endif
 #if defined(DILATTN_CPU_BUILT_BF16EMU)
     &bf16emu::kKernels,
 #endif
@@ -75,7 +78,7 @@ IsaChoice choose_isa(const char* requested, uint32_t have) {
   }
   std::string built;
   std::vector<const IsaKernels*> named(std::begin(kBuilt), std::end(kBuilt));
-  for (const IsaKernels* k : kTestOnly)
+  for (const IsaKernels* k : kByNameOnly)
     if (k != nullptr) named.push_back(k);
   for (const IsaKernels* k : named) {
     built += std::string(built.empty() ? "" : ", ") + k->name;

@@ -333,9 +333,9 @@ DILATTN_API const char* dilattn_backend_name(dilattn_backend backend);
 /* One line per fact: version, backends, CUDA/NCCL found at build time, CPU features. */
 DILATTN_API const char* dilattn_build_info(void);
 /* The instruction set the cpu backend uses in this process, chosen once at first use: the
- * widest this CPU runs ("avx512bf16", "avx512", "avx2", "sse" on x86-64; "neon" on aarch64), or
- * the one the environment variable DILATTN_CPU_ISA names (a narrower one, or the test path
- * "bf16emu", for testing and comparison).
+ * widest this CPU runs ("avx512", "avx2", "sse" on x86-64; "neon" on aarch64), or the one the
+ * environment variable DILATTN_CPU_ISA names (a narrower one, "avx512bf16" for bf16 pair
+ * products, or the test path "bf16emu", for testing and comparison).
  * "none" when DILATTN_CPU_ISA names one that is not built or this CPU lacks: the cpu backend
  * then refuses every plan with DILATTN_ERROR_UNSUPPORTED and a message naming the value. */
 DILATTN_API const char* dilattn_cpu_isa(void);

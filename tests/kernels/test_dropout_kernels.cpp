@@ -174,8 +174,10 @@ void run_case(const DropoutCase& dc, const std::string& kernel, dilattn_backend 
   // without dropout, while the sums keep their size (E[M] = 1), so the rounding error of those
   // sums grows by up to that factor; their bound is SPEC 8's times 1 / (1 - p). Measured in
   // this list: at most 1.06 of SPEC 8's own bound at p = 0.3 to 0.5 (0.71 without dropout).
+  // The 3xTF32 backward on a GPU: dQ and dK to atol 2e-5 (SPEC 12; as test_variant_kernels.cpp).
   const double widen = kernel == "mma" ? 1.0 / (1.0 - c.dropout_p) : 1.0;
-  const spec8::Tolerance ds_tol{tol.atol * widen, tol.rtol * widen};
+  const double atol = kernel == "mma_tf32" && backend == DILATTN_BACKEND_CUDA ? 2e-5 : tol.atol;
+  const spec8::Tolerance ds_tol{atol * widen, tol.rtol * widen};
   CHECK_CLOSE("O", got.o, ref.o, tol);
   CHECK_CLOSE("LSE", got.lse, ref.lse, spec8::lse());
   CHECK_CLOSE("dQ", got.dq, ref.dq, ds_tol);
@@ -208,8 +210,18 @@ void run_no_dropout_case(const DropoutCase& dc, const std::string& kernel,
   DropoutCase tiny = dc;
   tiny.c.dropout_p = std::ldexp(1.0, -40);
   const Outputs almost = run_on(tiny, in, backend);
-  CHECK_MSG(bits_of(almost) == bits_of(plain),
-            "p = 2^-40 (every pair kept, factor 1) gives other bits than no dropout");
+  if (backend == DILATTN_BACKEND_CUDA) {
+    // On a GPU nvcc compiles the dropout instance apart from the plain one and may fuse other
+    // multiply-adds there (-fmad), so only SPEC 8 holds; the emulator's host build keeps the bits.
+    const spec8::Tolerance tol = spec8::of(c.dtype);
+    CHECK_CLOSE("O, p = 2^-40 against no dropout", almost.o, plain.o, tol);
+    CHECK_CLOSE("dQ, p = 2^-40 against no dropout", almost.dq, plain.dq, tol);
+    CHECK_CLOSE("dK, p = 2^-40 against no dropout", almost.dk, plain.dk, tol);
+    CHECK_CLOSE("dV, p = 2^-40 against no dropout", almost.dv, plain.dv, tol);
+  } else {
+    CHECK_MSG(bits_of(almost) == bits_of(plain),
+              "p = 2^-40 (every pair kept, factor 1) gives other bits than no dropout");
+  }
   std::printf("%-60s %s\n", c.name.c_str(), harness::failures() == failed_before ? "ok" : "FAILED");
 }
 

@@ -113,10 +113,16 @@ void run_case(const VariantCase& vc, dilattn_backend backend) {
               dilattn_backend_name(backend), r);
   const Outputs& got = runs[0];
   const spec8::Tolerance tol = spec8::of(c.dtype);
+  // SPEC 12: the 3xTF32 backward on a GPU holds dQ and dK to atol 2e-5 (tensor cores sum an
+  // mma's products their own way, not by the emulator's IEEE steps).
+  const spec8::Tolerance grad_tol =
+      backend == DILATTN_BACKEND_CUDA && vc.backward == dilattn::KernelChoice::mma_tf32
+          ? spec8::Tolerance{2e-5, tol.rtol}
+          : tol;
   CHECK_CLOSE("O", got.o, ref.o, tol);
   CHECK_CLOSE("LSE", got.lse, ref.lse, spec8::lse());
-  CHECK_CLOSE("dQ", got.dq, ref.dq, tol);
-  CHECK_CLOSE("dK", got.dk, ref.dk, tol);
+  CHECK_CLOSE("dQ", got.dq, ref.dq, grad_tol);
+  CHECK_CLOSE("dK", got.dk, ref.dk, grad_tol);
   CHECK_CLOSE("dV", got.dv, ref.dv, tol);
   if (c.sinks) CHECK_CLOSE("d_sinks", got.d_sinks, ref.d_sinks, tol);
   // A case must check something: some finite LSE, some nonzero reference gradient.
