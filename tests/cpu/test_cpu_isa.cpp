@@ -8,8 +8,8 @@
 //   <isa> this CPU lacks, or an unknown name: the cpu backend refuses plans with
 //         DILATTN_ERROR_INVALID_VALUE and a message naming the value (AUTO too), dilattn_cpu_isa() is
 //         "none", and nothing runs (no illegal instruction);
-//   unset: the widest instruction set this CPU runs (x86-64: avx512bf16, avx512, avx2, sse;
-//         never the test path bf16emu).
+//   unset: the widest instruction set this CPU runs (x86-64: avx512, avx2, sse; never
+//         avx512bf16 or the test path bf16emu, which are chosen by name only).
 // Public ABI only (dilattn.h) and SPEC 8's and 12's tolerances.
 #include <cmath>
 #include <cstdint>
@@ -54,10 +54,9 @@ bool cpu_runs(const std::string& isa) {
 
 std::string widest_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  // avx512bf16 where the compiler could build it (tests/cpu/meson.build); bf16emu never.
-  for (const char* isa : {"avx512bf16", "avx512", "avx2", "sse"})
-    if (cpu_runs(isa) && (DILATTN_TEST_AVX512BF16_BUILT || std::string(isa) != "avx512bf16"))
-      return isa;
+  // avx512bf16 and bf16emu only by name (cpu/cpu_isa_dispatch.cpp).
+  for (const char* isa : {"avx512", "avx2", "sse"})
+    if (cpu_runs(isa)) return isa;
 #endif
   return "";
 }
