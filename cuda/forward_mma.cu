@@ -25,6 +25,9 @@
 //      2k+1 the A fragment k). A warp none of whose rows has a key in the chunk skips it.
 //      The dropout instance multiplies P by each pair's factor M_ij before P V (SPEC 11,
 //      dropout_tile.cuh's dropout_row_fragments); l has taken P already, so LSE is unchanged.
+//      The variant instance applies SPEC 10.1's softcap and ALiBi to each score and its window
+//      per row (a tile walks only the chunks its rows' windows reach), and joins SPEC 10.3's sinks
+//      when a row is finished (cuda/mma_variants.cuh).
 //   4. Finish each row: one branch: O / l and LSE straight to the caller's tensors
 //      (forward_outputs.cuh); several dilated branches: merged into the workspace (SPEC 3/5).
 //

@@ -30,6 +30,7 @@
 //     P's A fragment is the lane's own C registers {c0, c2, c1, c3}, and V's B fragment reads
 //     rows 2t and 2t + 1 to match. No shuffles.
 // Dropout (SPEC 11) as in forward_mma.cu: the dropout instance multiplies P by M_ij before P V.
+// The variant instance (SPEC 10.1, 10.3) as in forward_mma.cu (cuda/mma_variants.cuh).
 //
 // Launched by cuda/launch.cu through tf32_forward (kernels.h; kernel_choice.h: f32, D 64 or
 // 128, sm_80+). Checked by tests/kernels/test_forward_kernels.cpp and test_nonfinite_kernels.cpp
