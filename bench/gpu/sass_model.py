@@ -674,11 +674,12 @@ def kernel_variants(kernel, head_dims):
 
 
 def is_option_instance(kernel):
-    """The SIMT kernels' instances for the options of docs/spec.md section 10 (window, softcap,
-    ALiBi, sinks: cuda/forward_simt.cu's kVariants, a last template argument true): a problem
-    without them never runs these, so the model of the forward's chunk loop leaves them out."""
+    """The kernels' instances for the options of docs/spec.md sections 10 and 11 (window,
+    softcap, ALiBi, sinks: the Variants template argument; dropout: the Dropout one; every
+    kernel family has them, a template argument true): a problem without options never runs
+    these, so the model of the chunk loops leaves them out and models the plain instances."""
     _, args = kernel.family_and_args()
-    return bool(args) and args[-1] == "true"
+    return "true" in args
 
 
 def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
