@@ -685,8 +685,9 @@ def is_option_instance(kernel):
 def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
               dtypes=("f16", "bf16")):
     rows = []
-    for k in sass_parse.parse(sass_text):
-        if not re.search(kernel_re, k.demangled) or is_option_instance(k):
+    wanted = re.compile(kernel_re)
+    for k in sass_parse.parse(sass_text, keep=lambda name: wanted.search(name) is not None):
+        if is_option_instance(k):
             continue
         family, dtype, ds = kernel_variants(k, head_dims)
         if dtype not in dtypes and family not in FAMILY_DTYPE:

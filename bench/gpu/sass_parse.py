@@ -63,40 +63,49 @@ class Kernel:
         return m.group(1).split("::")[-1], args
 
 
-def parse(text):
+def parse(text, keep=None):
     """Kernels of a cuobjdump -sass listing, in listing order. SASS code lies in 'Fatbin elf
-    code' sections, each headed by 'arch = sm_XX'; PTX sections carry no instructions."""
+    code' sections, each headed by 'arch = sm_XX'; PTX sections carry no instructions.
+    keep(demangled name) -> bool, when given, leaves the other kernels out before their
+    instructions are read: a library holds millions of SASS lines, and reading them all takes
+    longer than first_light.sh gives the model."""
+    names = sorted(set(re.findall(r"Function : (\S+)", text)))
+    demangled = dict(zip(names, demangle_names(names)))
     kernels, arch, cur = [], None, None
     for line in text.splitlines():
-        m = re.match(r"\s*arch = (sm_\d+a?)", line)
-        if m:
-            arch = m.group(1)
-            continue
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            cur = Kernel(m.group(1), arch)
-            kernels.append(cur)
+        if "arch = " in line:
+            m = re.match(r"\s*arch = (sm_\d+a?)", line)
+            if m:
+                arch = m.group(1)
+                continue
+        if "Function : " in line:
+            m = re.match(r"\s*Function : (\S+)", line)
+            if m:
+                cur = Kernel(m.group(1), arch)
+                cur.demangled = demangled.get(cur.name, cur.name)
+                if keep is not None and not keep(cur.demangled):
+                    cur = None
+                else:
+                    kernels.append(cur)
+                continue
+        if cur is None:
             continue
         m = _INSTR.match(line)
-        if m and cur is not None:
+        if m:
             cur.instrs.append(Instr(int(m.group(1), 16), m.group(2)))
-    demangle(kernels)
     return kernels
 
 
-def demangle(kernels):
-    """Demangled names through c++filt when it is installed; the mangled name otherwise."""
-    names = [k.name for k in kernels]
+def demangle_names(names):
+    """Demangled names through c++filt when it is installed; the mangled names otherwise."""
     if not names:
-        return
+        return []
     try:
         out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
                              check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
-        return
-    if len(out) == len(names):
-        for k, d in zip(kernels, out):
-            k.demangled = d
+        return list(names)
+    return out if len(out) == len(names) else list(names)
 
 
 # ---------------------------------------------------------------- control flow
