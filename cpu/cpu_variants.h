@@ -40,6 +40,7 @@
 #include "cpu_pair_weights.h"
 #include "cpu_thread_pool.h"
 #include "score_rules.h"
+#include "sequence_rows.h"
 #include "softmax_rules.h"
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
@@ -325,18 +326,11 @@ struct PackedSequences {
   template <class Blocks>
   PackedSequences(const Problem& p, int64_t heads, Blocks&& blocks_of) {
     items_before.push_back(0);
-    Problem base = p;  // without the per-sequence arrays, copied once per sequence below
-    base.cu_seqlens_q.clear();
-    base.cu_seqlens_k.clear();
-    base.alibi_slopes.clear();
     for (int64_t s = 0; s < p.num_seqs(); ++s) {
       const size_t z = static_cast<size_t>(s);
-      Problem one = base;
-      one.packed_sequence = s;  // its frames and dropout draws name it (Problem)
-      one.Nq = p.cu_seqlens_q[z + 1] - p.cu_seqlens_q[z];
-      one.Nk = p.cu_seqlens_k[z + 1] - p.cu_seqlens_k[z];
+      Problem one = p.sequence_problem(s);  // its frames and dropout draws name it (Problem)
       if (one.Nq == 0 && one.Nk == 0) continue;
-      if (!p.alibi_slopes.empty()) {
+      if (!p.alibi_slopes.empty()) {  // the sequence's H slopes, read per head by the tiles
         one.alibi_slopes.resize(static_cast<size_t>(p.H));
         for (int64_t h = 0; h < p.H; ++h)
           one.alibi_slopes[static_cast<size_t>(h)] = p.alibi_slope(s, h);
@@ -358,15 +352,6 @@ struct PackedSequences {
     return s;
   }
 };
-
-// Rows [first, first + count) of dimension dim of a tensor, as a tensor of its own.
-inline dilattn_tensor rows_view(const dilattn_tensor& t, int dim, int64_t first, int64_t count) {
-  dilattn_tensor v = t;
-  v.data = static_cast<char*>(t.data) +
-           static_cast<ptrdiff_t>(first * t.strides[dim]) * static_cast<ptrdiff_t>(dtype_size(t.dtype));
-  v.shape[dim] = count;
-  return v;
-}
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
 

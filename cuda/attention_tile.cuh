@@ -74,6 +74,10 @@ struct ForwardParams {
   // that keeps a score (ceil(p 2^32), up to 2^32), and 1 / (1 - p) computed in f64.
   uint64_t dropout_seed, dropout_offset, dropout_threshold;
   float dropout_scale;
+  // SPEC 10.2: a launch for one sequence of a packed batch (Problem::sequence_problem) runs a
+  // problem of its own with B = 1; its dropout draws name the sequence, b = packed_sequence.
+  // 0 for every other problem.
+  int64_t packed_sequence;
 };
 
 // ---------------------------------------------------------------- element conversions

@@ -14,8 +14,10 @@
 //                         quad), for the tensor-core forward (mma_rows.cuh's layout) and the
 //                         dQ pass of the tensor-core backward (mma_backward_loop.cuh).
 //
-// Positions are the whole problem's: the kernels run neither packed batches nor a ring's placed
-// sub-problems (lib/backend_table.cpp), so b is the batch element, i and j the row and the key.
+// Positions are the launched problem's: the kernels run no ring's placed sub-problems
+// (lib/backend_table.cpp), and a packed batch one sequence at a time (cuda/launch.cu), whose
+// rows and keys are then the sequence's positions (SPEC 10.2), so b is the batch element plus
+// p.packed_sequence (0 but for a packed sequence), i and j the row and the key.
 // A dilated pair several branches hold gets the same factor in each (a pure function of
 // (b, h, i, j)), which is SPEC 11's one decision per pair applied to each occurrence's term.
 // The launcher fills the parameters (launch_shared.cu, shared_params); the kernels' dropout
@@ -36,7 +38,8 @@ namespace DILATTN_BACKEND_NS {
 __device__ __forceinline__ Philox4x32 dropout_quad_draws(const ForwardParams& p, int64_t b,
                                                          int64_t h, int64_t i,
                                                          int64_t key_quad) {
-  return dropout_draws(p.dropout_seed, p.dropout_offset, b, h, p.H, i, key_quad);
+  return dropout_draws(p.dropout_seed, p.dropout_offset, b + p.packed_sequence, h, p.H, i,
+                       key_quad);
 }
 
 // M of a draw u: 1 / (1 - p) when kept (u >= ceil(p 2^32)), else 0.
@@ -47,7 +50,8 @@ __device__ __forceinline__ float dropout_factor_of(const ForwardParams& p, uint3
 // M_ij of score (b, h, i, j) (SPEC 11).
 __device__ __forceinline__ float dropout_factor(const ForwardParams& p, int64_t b, int64_t h,
                                                 int64_t i, int64_t j) {
-  return dropout_keep(p.dropout_seed, p.dropout_offset, b, h, p.H, i, j, p.dropout_threshold)
+  return dropout_keep(p.dropout_seed, p.dropout_offset, b + p.packed_sequence, h, p.H, i, j,
+                      p.dropout_threshold)
              ? p.dropout_scale
              : 0.0f;
 }

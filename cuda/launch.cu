@@ -54,6 +54,7 @@
 #include "kernel_choice.h"
 #include "kernels.h"
 #include "launch_shared.h"
+#include "sequence_rows.h"
 #include "softmax_rules.h"
 
 namespace dilattn {
@@ -319,6 +320,13 @@ dilattn_status can_run(const Problem& p) {
                      kBackendName, static_cast<long long>(p.D),
                      static_cast<long long>(kMaxHeadDim));
   if ((st = check_variant_values(p)) != DILATTN_SUCCESS) return st;
+  // SPEC 10.2: a packed batch runs one sequence at a time (forward_packed), which a mask over
+  // the whole packed tensor does not split into.
+  if (p.is_packed() && p.kind == DILATTN_KIND_BLOCK_SPARSE)
+    return set_error(DILATTN_ERROR_UNSUPPORTED,
+                     "backend '%s' does not support a packed batch (varlen) with a block-sparse "
+                     "mask yet (docs/spec.md section 10.2; use backend cpu or ref)",
+                     kBackendName);
   if (p.B * p.H > 65535)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': batch * heads = %lld: the launch grid takes at most 65535",
@@ -351,21 +359,61 @@ dilattn_status prepare(Problem& p) {
   return DILATTN_SUCCESS;
 }
 
-// The plan was checked by can_run when it was made; a call checks what can differ per call:
-// the views and the device the tensors are on (whose facts are cached, device_info).
-dilattn_status forward(const Problem& p, const ForwardArgs& a) {
-  dilattn_status st = check_views(a);
-  if (st != DILATTN_SUCCESS) return st;
+namespace {
+
+// One problem (a plan's, or one sequence of a packed batch) on the call's stream.
+dilattn_status forward_one(const Problem& p, const ForwardArgs& a) {
   CallDevice call;
   ForwardKernel kernel;
   Workspace ws;
-  if ((st = begin_call(*a.q, a.run, &call)) != DILATTN_SUCCESS) return st;
+  dilattn_status st = begin_call(*a.q, a.run, &call);
+  if (st != DILATTN_SUCCESS) return st;
   if ((st = choose_kernel(p, *call.info, &kernel)) != DILATTN_SUCCESS) return st;
   if ((st = prepare_workspace(p, a, call.device, call.stream, &ws)) != DILATTN_SUCCESS) return st;
   const ForwardParams fp = with_direct_outputs(p, a, shared_params(p, a, ws));
   if ((st = launch_branches(p, kernel, call.stream, fp)) != DILATTN_SUCCESS)
     return st;
   return finalize(p, a, ws, call.stream);
+}
+
+// SPEC 10.2: a packed batch runs one sequence at a time (Problem::sequence_problem), each on
+// its rows of the batch's tensors, in order on the call's stream and in the same workspace
+// (each sequence's is no larger than the batch's); a sequence with no rows has nothing to do.
+// A synchronous call waits once, at the end.
+dilattn_status forward_packed(const Problem& p, const ForwardArgs& a) {
+  CallDevice call;  // the tensors' device stays current until the final wait
+  dilattn_status st = begin_call(*a.q, a.run, &call);
+  if (st != DILATTN_SUCCESS) return st;
+  ForwardArgs each = a;
+  each.run.synchronous = false;
+  for (int64_t s = 0; s < p.num_seqs(); ++s) {
+    const Problem one = p.sequence_problem(s);
+    if (one.Nq == 0) continue;
+    const int64_t q0 = p.cu_seqlens_q[static_cast<size_t>(s)];
+    const int64_t k0 = p.cu_seqlens_k[static_cast<size_t>(s)];
+    const dilattn_tensor q = rows_view(*a.q, 1, q0, one.Nq), o = rows_view(*a.o, 1, q0, one.Nq);
+    const dilattn_tensor k = rows_view(*a.k, 1, k0, one.Nk), v = rows_view(*a.v, 1, k0, one.Nk);
+    const dilattn_tensor lse =
+        a.lse != nullptr ? rows_view(*a.lse, 2, q0, one.Nq) : dilattn_tensor{};
+    each.q = &q;
+    each.k = &k;
+    each.v = &v;
+    each.o = &o;
+    each.lse = a.lse != nullptr ? &lse : nullptr;
+    if ((st = forward_one(one, each)) != DILATTN_SUCCESS) return st;
+  }
+  const cudaError_t e = a.run.synchronous ? cudaStreamSynchronize(call.stream) : cudaSuccess;
+  return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, "forward");
+}
+
+}  // namespace
+
+// The plan was checked by can_run when it was made; a call checks what can differ per call:
+// the views and the device the tensors are on (whose facts are cached, device_info).
+dilattn_status forward(const Problem& p, const ForwardArgs& a) {
+  const dilattn_status st = check_views(a);
+  if (st != DILATTN_SUCCESS) return st;
+  return p.is_packed() ? forward_packed(p, a) : forward_one(p, a);
 }
 
 // release(ctx) once the stream has run what was enqueued on it so far: a host function on the

@@ -33,12 +33,14 @@
 // three thread orders) and tests/kernels/test_cli_backend_emu.py (`dilattn backward`).
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backend.h"
 #include "errors.h"
 #include "kernel_choice.h"
 #include "kernels.h"
 #include "launch_shared.h"
+#include "sequence_rows.h"
 #include "softmax_rules.h"
 
 namespace dilattn {
@@ -151,6 +153,20 @@ __global__ void store_gradient_kernel(const float* acc, T* out, int64_t s0, int6
     const int64_t d = idx % D, row = idx / D;  // row = (b * heads + hh) * N + n
     const int64_t n = row % N, hh = (row / N) % heads, b = row / (N * heads);
     out[b * s0 + n * s1 + hh * s2 + d * s3] = from_float<T>(factor * acc[idx]);
+  }
+}
+
+// out[b, n, hh, d] = 0: the dK and dV rows of a packed sequence with no rows, which no pass
+// visits (SPEC 6, 10.2).
+template <class T>
+__global__ void zero_view_kernel(T* out, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
+                                 int64_t B, int64_t N, int64_t heads, int64_t D) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = start; idx < B * heads * N * D; idx += stride) {
+    const int64_t d = idx % D, row = idx / D;  // row = (b * heads + hh) * N + n
+    const int64_t n = row % N, hh = (row / N) % heads, b = row / (N * heads);
+    out[b * s0 + n * s1 + hh * s2 + d * s3] = from_float<T>(0.0f);
   }
 }
 
@@ -458,6 +474,26 @@ dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, Backwar
   return DILATTN_SUCCESS;
 }
 
+// ---------------------------------------------------------------- zero_view
+template <class T>
+void launch_zero_view(const dilattn_tensor& t, cudaStream_t stream) {
+  const int64_t n = t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3];
+  DILATTN_LAUNCH(zero_view_kernel<T>, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0,
+                 stream)(static_cast<T*>(t.data), t.strides[0], t.strides[1], t.strides[2],
+                         t.strides[3], t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
+}
+
+// A gradient view (shape [B, N, heads, D]) at zero.
+dilattn_status zero_view(const dilattn_tensor& t, cudaStream_t stream) {
+  switch (t.dtype) {
+    case DILATTN_F16: launch_zero_view<__half>(t, stream); break;
+    case DILATTN_BF16: launch_zero_view<__nv_bfloat16>(t, stream); break;
+    default: launch_zero_view<float>(t, stream); break;
+  }
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, "zero_view_kernel");
+}
+
 // ---------------------------------------------------------------- store_gradients
 template <class T>
 void launch_store_gradient(const float* acc, const dilattn_tensor& out, int64_t B, int64_t N,
@@ -509,12 +545,12 @@ dilattn_status store_gradients(const Problem& p, const BackwardArgs& a,
 // ================================================================ the entry points
 size_t backward_workspace_bytes(const Problem& p) { return backward_workspace_layout(p).total; }
 
-// As the forward: the plan was checked by can_run when it was made; a call checks the views
-// and the device the tensors are on (cached facts), then enqueues everything on the caller's
-// stream (SPEC 6: the pre-pass, the dQ pass, the dK/dV pass, the stores).
-dilattn_status backward(const Problem& p, const BackwardArgs& a) {
-  dilattn_status st = check_backward_views(a);
-  if (st != DILATTN_SUCCESS) return st;
+namespace {
+
+// One problem (a plan's, or one sequence of a packed batch) on the call's stream (SPEC 6: the
+// pre-pass, the dQ pass, the dK/dV pass, the stores).
+dilattn_status backward_one(const Problem& p, const BackwardArgs& a) {
+  dilattn_status st = DILATTN_SUCCESS;
   CallDevice call;
   BackwardKernels kernels;
   BackwardWorkspace ws;
@@ -528,6 +564,71 @@ dilattn_status backward(const Problem& p, const BackwardArgs& a) {
   if ((st = run_dq_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;
   if ((st = run_dkdv_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;
   return store_gradients(p, a, ws, stream);
+}
+
+// SPEC 10.2: a packed batch one sequence at a time, as the forward runs it (launch.cu's
+// forward_packed). A key gets gradient only from its own sequence's rows, so each sequence's
+// dK and dV are whole; the keys of a sequence with no rows get 0 (SPEC 6), and a sequence with
+// rows but no keys runs as any problem does (its rows' dQ is 0, their sink terms count). The
+// sinks' gradient is the sum over the sequences, taken in sequence order after each sequence's
+// d_sinks has reached the host: the stream is waited for after each sequence then.
+dilattn_status backward_packed(const Problem& p, const BackwardArgs& a) {
+  CallDevice call;  // the tensors' device stays current until the final wait
+  dilattn_status st = begin_call(*a.q, a.run, &call);
+  if (st != DILATTN_SUCCESS) return st;
+  const bool d_sinks_wanted = p.sinks && a.sinks.d_values != nullptr;
+  std::vector<double> d_sinks(static_cast<size_t>(d_sinks_wanted ? p.H : 0), 0.0);
+  std::vector<double> one_d_sinks(d_sinks.size());
+  BackwardArgs each = a;
+  each.run.synchronous = false;
+  if (d_sinks_wanted) each.sinks.d_values = one_d_sinks.data();
+  for (int64_t s = 0; s < p.num_seqs(); ++s) {
+    const Problem one = p.sequence_problem(s);
+    const int64_t q0 = p.cu_seqlens_q[static_cast<size_t>(s)];
+    const int64_t k0 = p.cu_seqlens_k[static_cast<size_t>(s)];
+    const dilattn_tensor q = rows_view(*a.q, 1, q0, one.Nq), o = rows_view(*a.o, 1, q0, one.Nq);
+    const dilattn_tensor d_o = rows_view(*a.d_o, 1, q0, one.Nq);
+    const dilattn_tensor dq = rows_view(*a.dq, 1, q0, one.Nq);
+    const dilattn_tensor lse = rows_view(*a.lse, 2, q0, one.Nq);
+    const dilattn_tensor k = rows_view(*a.k, 1, k0, one.Nk), v = rows_view(*a.v, 1, k0, one.Nk);
+    const dilattn_tensor dk = rows_view(*a.dk, 1, k0, one.Nk);
+    const dilattn_tensor dv = rows_view(*a.dv, 1, k0, one.Nk);
+    if (one.Nq == 0) {  // no row: its keys get no gradient (SPEC 6)
+      for (const dilattn_tensor* t : {&dk, &dv})
+        if (t->shape[1] > 0 && (st = zero_view(*t, call.stream)) != DILATTN_SUCCESS) return st;
+      continue;
+    }
+    each.q = &q;
+    each.k = &k;
+    each.v = &v;
+    each.o = &o;
+    each.lse = &lse;
+    each.d_o = &d_o;
+    each.dq = &dq;
+    each.dk = &dk;
+    each.dv = &dv;
+    if ((st = backward_one(one, each)) != DILATTN_SUCCESS) return st;
+    if (d_sinks_wanted) {
+      const cudaError_t e = cudaStreamSynchronize(call.stream);
+      if (e != cudaSuccess) return cuda_failure(e, "backward");
+      for (size_t h = 0; h < d_sinks.size(); ++h) d_sinks[h] += one_d_sinks[h];
+    }
+  }
+  if (d_sinks_wanted)
+    for (size_t h = 0; h < d_sinks.size(); ++h) a.sinks.d_values[h] = d_sinks[h];
+  const cudaError_t e = a.run.synchronous ? cudaStreamSynchronize(call.stream) : cudaSuccess;
+  return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, "backward");
+}
+
+}  // namespace
+
+// As the forward: the plan was checked by can_run when it was made; a call checks the views
+// and the device the tensors are on (cached facts), then enqueues everything on the caller's
+// stream.
+dilattn_status backward(const Problem& p, const BackwardArgs& a) {
+  const dilattn_status st = check_backward_views(a);
+  if (st != DILATTN_SUCCESS) return st;
+  return p.is_packed() ? backward_packed(p, a) : backward_one(p, a);
 }
 
 }  // namespace DILATTN_BACKEND_NS

@@ -301,6 +301,10 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
   fp.softcap_s = static_cast<float>(p.softcap * kLog2e);
   fp.alibi = ws.plan.alibi;
   fp.alibi_per_batch = static_cast<int64_t>(p.alibi_slopes.size()) == p.H ? 0 : 1;
+  // One sequence of a packed batch with [n][H] slopes (SPEC 10.2): its b = 0 reads row
+  // packed_sequence of the plan's slopes.
+  if (fp.alibi != nullptr && fp.alibi_per_batch) fp.alibi += p.packed_sequence * p.H;
+  fp.packed_sequence = p.packed_sequence;
   fp.alibi_to_score = kLog2e / static_cast<double>(scale.post);
   fp.sinks = ws.sinks;
   if (p.dropout_p > 0) {  // SPEC 11 (dropout_tile.cuh); dispatch.cpp checked offset < 2^32

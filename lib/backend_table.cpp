@@ -15,11 +15,12 @@ bool any_stream(void*) { return true; }
 
 // The SPEC 10 and 11 options each backend computes (Backend::runs_options). cuda and emu run the
 // same kernels, so they run the same options: the window, softcap, ALiBi and sinks (every
-// kernel's variant instance, cuda/kernel_choice.h) and dropout (their dropout instances), not
-// packed batches or a ring's placed sub-problems. The reference and cpu run every one, and the
-// ring's placed sub-problems (kOptionPlaced, SPEC 5.5).
-constexpr uint32_t kKernelOptions =
-    kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionSinks | kOptionDropout;
+// kernel's variant instance, cuda/kernel_choice.h), dropout (their dropout instances) and
+// packed batches (one sequence at a time, cuda/launch.cu; not with a block-sparse mask, which
+// their can_run refuses), not a ring's placed sub-problems. The reference and cpu run every
+// one, and the ring's placed sub-problems (kOptionPlaced, SPEC 5.5).
+constexpr uint32_t kKernelOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi |
+                                    kOptionPacked | kOptionSinks | kOptionDropout;
 constexpr uint32_t kCpuOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionPacked |
                                  kOptionSinks | kOptionDropout | kOptionPlaced;
 

@@ -317,6 +317,24 @@ DILATTN_API dilattn_status dilattn_backward_ex(
     const dilattn_tensor* dq, const dilattn_tensor* dk, const dilattn_tensor* dv,
     const dilattn_call_options* options, void* workspace, size_t workspace_bytes);
 
+/* dilattn_forward_ex and dilattn_backward_ex on a CUDA stream, as the _on_stream calls run
+ * (NULL: the legacy default stream; CPU backends ignore it and finish before returning): the
+ * calls a training loop on PyTorch's current stream makes with dropout or sinks. The sink
+ * logits are read, and d_sinks written, by copies on the stream: from and to pageable host
+ * memory (any ordinary array) CUDA finishes them before the call returns, waiting for the
+ * stream to do so; in page-locked memory keep sinks unchanged, and read d_sinks, only after
+ * the stream has run the call. */
+DILATTN_API dilattn_status dilattn_forward_on_stream_ex(
+    dilattn_plan plan, void* cuda_stream, const dilattn_tensor* q, const dilattn_tensor* k,
+    const dilattn_tensor* v, const dilattn_tensor* o, const dilattn_tensor* lse,
+    const dilattn_call_options* options, void* workspace, size_t workspace_bytes);
+DILATTN_API dilattn_status dilattn_backward_on_stream_ex(
+    dilattn_plan plan, void* cuda_stream, const dilattn_tensor* q, const dilattn_tensor* k,
+    const dilattn_tensor* v, const dilattn_tensor* o, const dilattn_tensor* lse,
+    const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
+    const dilattn_tensor* dv, const dilattn_call_options* options, void* workspace,
+    size_t workspace_bytes);
+
 /* The reference result for chosen query rows only, in f64: for checking sampled rows of a
  * run too long for the full reference. o_rows is [B, num_rows, H, D] f64 contiguous,
  * lse_rows [B, H, num_rows] f64 contiguous (may be NULL). Works on any CPU plan. */

@@ -1,6 +1,7 @@
-// dispatch.cpp - dilattn_forward / dilattn_backward, their _on_stream and _ex twins: check every
-// tensor against the plan (SPEC 7: nothing is written on error), find the workspace, run the
-// plan's backend, give a pool workspace back once the backend's work on it is done.
+// dispatch.cpp - dilattn_forward / dilattn_backward, their _on_stream, _ex and _on_stream_ex
+// twins: check every tensor against the plan (SPEC 7: nothing is written on error), find the
+// workspace, run the plan's backend, give a pool workspace back once the backend's work on it
+// is done.
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -340,6 +341,28 @@ extern "C" dilattn_status dilattn_backward_ex(
     const dilattn_call_options* options, void* workspace, size_t workspace_bytes) {
   DILATTN_ABI_BEGIN
   return run_backward(plan, CallerStream{false, nullptr}, q, k, v, o, lse, d_o, dq, dk, dv,
+                      options, "dilattn_backward", workspace, workspace_bytes);
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_forward_on_stream_ex(
+    dilattn_plan plan, void* cuda_stream, const dilattn_tensor* q, const dilattn_tensor* k,
+    const dilattn_tensor* v, const dilattn_tensor* o, const dilattn_tensor* lse,
+    const dilattn_call_options* options, void* workspace, size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  return run_forward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, options,
+                     "dilattn_forward", workspace, workspace_bytes);
+  DILATTN_ABI_END
+}
+
+extern "C" dilattn_status dilattn_backward_on_stream_ex(
+    dilattn_plan plan, void* cuda_stream, const dilattn_tensor* q, const dilattn_tensor* k,
+    const dilattn_tensor* v, const dilattn_tensor* o, const dilattn_tensor* lse,
+    const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
+    const dilattn_tensor* dv, const dilattn_call_options* options, void* workspace,
+    size_t workspace_bytes) {
+  DILATTN_ABI_BEGIN
+  return run_backward(plan, CallerStream{true, cuda_stream}, q, k, v, o, lse, d_o, dq, dk, dv,
                       options, "dilattn_backward", workspace, workspace_bytes);
   DILATTN_ABI_END
 }

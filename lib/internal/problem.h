@@ -128,6 +128,21 @@ struct Problem {
     return alibi_slopes[static_cast<size_t>(n == heads ? head : b * heads + head)];
   }
   bool is_packed() const { return !cu_seqlens_q.empty(); }
+  // SPEC 10.2: sequence s of a packed batch as a problem of its own: B = 1, the sequence's Nq
+  // and Nk, no offsets, packed_sequence = s, so that its frames and dropout draws are those of
+  // the packed problem. The ALiBi slopes stay the batch's (H or [n][H]): a frame's seq is s, so
+  // alibi_slope(frame seq, h) is sequence s's. Its tensors are the rows [cu_q[s], cu_q[s+1])
+  // and [cu_k[s], cu_k[s+1]) of the batch's.
+  Problem sequence_problem(int64_t s) const {
+    const size_t z = static_cast<size_t>(s);
+    Problem one = *this;
+    one.cu_seqlens_q.clear();
+    one.cu_seqlens_k.clear();
+    one.packed_sequence = s;
+    one.Nq = cu_seqlens_q[z + 1] - cu_seqlens_q[z];
+    one.Nk = cu_seqlens_k[z + 1] - cu_seqlens_k[z];
+    return one;
+  }
   // Sequences per batch element: 1, or the number of packed sequences (SPEC 10.2).
   int64_t num_seqs() const {
     return is_packed() ? static_cast<int64_t>(cu_seqlens_q.size()) - 1 : 1;

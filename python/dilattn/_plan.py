@@ -9,21 +9,22 @@ reference for f64 inputs), "ref", "cpu", "cuda" or "emu"; pool, a dilattn.Pool f
 workspace (default: the library's default pool of the device); dropout_p, attention dropout
 (SPEC 11, default 0: none).
 
-A call with dropout (Plan.forward/backward given `dropout=(seed, offset)`) goes through
-dilattn_forward_ex / dilattn_backward_ex, which carry the seed and offset (SPEC 11.2).
+A call with dropout (Plan.forward/backward given `dropout=(seed, offset)`) or sinks goes through
+dilattn_forward_ex / dilattn_backward_ex, which carry them (SPEC 10.3, 11.2), or with a stream
+through dilattn_forward_on_stream_ex / dilattn_backward_on_stream_ex.
 
-Variants (SPEC 10.1, computed by backends "ref" and "cpu"; "auto" then resolves to "cpu",
-cuda and emu refuse): window_size=(left, right), each >= 0 or -1 for unbounded; softcap=c (0 off);
-alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch element and head).
-Sinks (SPEC 10.3, "ref" and "cpu"): Options(sinks=True) makes a plan whose calls carry H sink
-logits (Plan.forward/backward's sinks=), the backward also their gradient (d_sinks=).
-Packed batches (SPEC 10.2, "ref" and "cpu"): cu_seqlens_q and cu_seqlens_k, n + 1 offsets each
-(from 0, never decreasing, ending at the packed seqlens), with batch 1; ALiBi may then give
-n * H slopes ([n][H]).
+Variants (SPEC 10.1, every backend): window_size=(left, right), each >= 0 or -1 for unbounded;
+softcap=c (0 off); alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch
+element and head). Sinks (SPEC 10.3, every backend): Options(sinks=True) makes a plan whose
+calls carry H sink logits (Plan.forward/backward's sinks=), the backward also their gradient
+(d_sinks=). Packed batches (SPEC 10.2, every backend; cuda and emu refuse one with a block mask):
+cu_seqlens_q and cu_seqlens_k, n + 1 offsets each (from 0, never decreasing, ending at the
+packed seqlens), with batch 1; ALiBi may then give n * H slopes ([n][H]).
 
 A call runs on a CUDA stream when Plan.forward/backward get one (stream: a cudaStream_t as an
-int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream.
-Without one (stream=None) it is dilattn_forward / dilattn_backward.
+int, 0 the legacy default stream): dilattn_forward_on_stream / dilattn_backward_on_stream (their
+_ex twins with dropout or sinks). Without one (stream=None) it is dilattn_forward /
+dilattn_backward.
 """
 import contextlib
 import ctypes as C
@@ -256,13 +257,17 @@ class Plan(HandleOwner):
     def forward(self, q, k, v, o, lse, stream=None, dropout=None, sinks=None):
         """Views (dilattn_tensor) in, results written into the views o and lse; on the CUDA
         stream `stream` when it is not None; with dropout = (seed, offset) or sinks (a ctypes
-        array of H doubles) through dilattn_forward_ex (no stream)."""
+        array of H doubles) through dilattn_forward_ex, or dilattn_forward_on_stream_ex with a
+        stream."""
         views = [C.byref(t) for t in (q, k, v, o, lse)]
         L = _abi.lib()
         call_options = self._call_options(dropout, sinks, None)
         uses, plan = self._uses()
         with uses:
-            if call_options is not None:
+            if call_options is not None and stream is not None:
+                check(L.dilattn_forward_on_stream_ex(plan, stream, *views, C.byref(call_options),
+                                                     None, 0))
+            elif call_options is not None:
                 check(L.dilattn_forward_ex(plan, *views, C.byref(call_options), None, 0))
             elif stream is None:
                 check(L.dilattn_forward(plan, *views, None, 0))
@@ -277,7 +282,10 @@ class Plan(HandleOwner):
         call_options = self._call_options(dropout, sinks, d_sinks)
         uses, plan = self._uses()
         with uses:
-            if call_options is not None:
+            if call_options is not None and stream is not None:
+                check(L.dilattn_backward_on_stream_ex(plan, stream, *views,
+                                                      C.byref(call_options), None, 0))
+            elif call_options is not None:
                 check(L.dilattn_backward_ex(plan, *views, C.byref(call_options), None, 0))
             elif stream is None:
                 check(L.dilattn_backward(plan, *views, None, 0))

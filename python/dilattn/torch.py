@@ -15,8 +15,10 @@ multiple of its element size (torch.frombuffer at an odd offset), which the libr
 Devices: q, k, v (and the incoming gradient) must be on one device, else DeviceError naming
 two of them. CPU tensors run on options.backend. CUDA tensors run on the library's cuda
 backend (backend "auto" or "cuda"; another is refused) through dilattn_forward_on_stream /
-dilattn_backward_on_stream on torch.cuda.current_stream(device), with the tensors' device
-current: the call orders with the other work PyTorch queued there and returns without waiting.
+dilattn_backward_on_stream (their _ex twins with dropout or sinks) on
+torch.cuda.current_stream(device), with the tensors' device current: the call orders with the
+other work PyTorch queued there and returns without waiting (with sinks, the backward waits
+for the sinks' gradient, which it returns as a tensor).
 O, LSE and the gradients are allocated by torch on that device; nothing is copied to the host.
 A library built without CUDA (the default pip install .) raises DeviceError saying how to build
 one: pip install . -Csetup-args=-Dcuda=enabled.
@@ -156,32 +158,6 @@ def _check_sinks(sinks, H):
                         "one logit per query head)")
 
 
-def _refuse_cuda_sinks(device):
-    """CUDA tensors run through the library's stream calls (dilattn_forward_on_stream), which
-    carry no sink values (SPEC 10.3 passes them in dilattn_call_options, taken by the _ex calls
-    on the default stream only); moving the tensors to the host behind the caller's back would
-    hide a copy of the whole problem."""
-    if device.type == "cuda":
-        raise error_for("DILATTN_ERROR_UNSUPPORTED",
-                        f"sinks= with tensors on {device}: the cuda backend does not compute "
-                        "attention sinks through dilattn.torch, whose CUDA calls run on the "
-                        "caller's stream and carry no sink values (docs/spec.md section 10.3); "
-                        "move q, k, v to the CPU to use them")
-
-
-def _refuse_cuda_dropout(name, device):
-    """The cuda backend runs dropout through the calls that carry a seed (dilattn_forward_ex and
-    dilattn_backward_ex, SPEC 11.2), which run on the legacy default stream; this module's CUDA
-    calls run on the caller's stream, whose entry points carry no seed. Refused before any seed
-    is drawn, any plan made or anything copied."""
-    if device.type == "cuda":
-        raise error_for("DILATTN_ERROR_UNSUPPORTED",
-                        f"dropout_p > 0 with {name} on {device}: dilattn.torch's CUDA calls run "
-                        "on the caller's stream and carry no dropout seed (docs/spec.md section "
-                        "11.2); move q, k, v to the CPU, or pass dropout_p=0 (a module: eval() "
-                        "or dropout 0)")
-
-
 def _dropout_call(dropout_p, seed, offset):
     """(seed, offset) for the plan's calls, or None for no dropout. seed=None draws a seed from
     torch's default CPU generator, so torch.manual_seed makes the masks reproducible; nothing
@@ -208,7 +184,6 @@ class _Attention(torch.autograd.Function):
                     (("q", q), ("k", k), ("v", v))])
         sink_values = None
         if sinks is not None:
-            _refuse_cuda_sinks(device)
             _check_sinks(sinks, q.shape[2])
             # The library reads the logits as host f64 (dilattn_call_options.sinks).
             sink_values = _sink_array(sinks.detach().to("cpu", torch.float64).numpy(),
@@ -293,9 +268,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     Options as dilattn.forward (pool: a dilattn.Pool on the tensors' device). Returns
     o [B, Nq, H, D] in q's dtype, or (o, lse) with return_lse=True (lse [B, H, Nq], not
     differentiable). window_size, softcap and alibi_slopes (a sequence or a CPU tensor of H or
-    B * H slopes) are docs/spec.md section 10.1's variants, computed by backends "ref" and "cpu"
-    (CPU tensors; "auto" picks "cpu" for them); the slopes get no gradient. cu_seqlens_q/k (n + 1
-    offsets each, a sequence or a tensor) make it a packed batch (section 10.2, "ref" and "cpu"), as
+    B * H slopes) are docs/spec.md section 10.1's variants, computed by every backend; the
+    slopes get no gradient. cu_seqlens_q/k (n + 1 offsets each, a sequence or a tensor) make it
+    a packed batch (section 10.2; the cuda backend runs it one sequence at a time), as
     FlashAttention's varlen functions: q [total_q, H, D] gives o [total_q, H, D] and lse
     [H, total_q] (4-d tensors with a batch of 1 work too).
 
@@ -316,10 +291,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     and offset (0 .. 2**32 - 1); the backward regenerates the same mask. seed=None draws one
     from torch's default CPU generator at each call (torch.randint), so torch.manual_seed
     makes a run reproducible and every call gets a new mask; nothing is drawn when
-    dropout_p = 0, which is no dropout, bitwise. Backends "cpu", "ref" and "emu" (the same
-    decisions): CPU tensors ("auto" picks cpu); CUDA tensors with dropout_p > 0 raise
-    dilattn.UnsupportedError (this module's CUDA calls carry no seed). Calls with dropout run
-    the torch.autograd.Function on every torch."""
+    dropout_p = 0, which is no dropout, bitwise. Every backend takes the same decisions: CPU
+    tensors ("auto" picks cpu), and CUDA tensors on the cuda backend, on the current stream
+    (dilattn_forward_on_stream_ex). Calls with dropout run the torch.autograd.Function on
+    every torch."""
     if alibi_slopes is not None and hasattr(alibi_slopes, "detach"):
         alibi_slopes = alibi_slopes.detach().cpu().numpy()
     cu_seqlens_q, cu_seqlens_k = (x.tolist() if hasattr(x, "tolist") else x
@@ -328,10 +303,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       sinks=sinks is not None, dropout_p=dropout_p)
-    if options.dropout_p != 0.0:
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if isinstance(t, torch.Tensor):
-                _refuse_cuda_dropout(name, t.device)
     dropout = _dropout_call(options.dropout_p, seed, offset)
     unbatched = options.cu_seqlens_q is not None and q.dim() == 3
     if unbatched:

@@ -4,9 +4,10 @@
 // and the forward gives the plain answer); a slope count that is neither H nor B * H is refused
 // at plan creation naming the counts; ref and cpu take a plan with each option (their numbers
 // against each other: tests/cpu/test_cpu_variants.cpp), emu and cuda run the window, softcap,
-// ALiBi and sinks (emu's forward and backward match ref's here) and refuse a packed batch naming
-// it; AUTO resolves such a plan to the first backend that runs it (cuda where a GPU is, else
-// cpu); the ring runs every option on ref but a packed batch, which it refuses naming it. The packed batch of
+// ALiBi, sinks and a packed batch (emu's forward and backward match ref's here; a packed
+// block-sparse batch, which they refuse naming it: tests/packages/python/test_varlen.py); AUTO
+// resolves such a plan to the first backend that runs it (cuda where a GPU is, else cpu); the
+// ring runs every option on ref but a packed batch, which it refuses naming it. The packed batch of
 // SPEC 10.2 and the sinks of SPEC 10.3 are two more such options here (their own arguments:
 // test_varlen_arguments.cpp, test_sinks_arguments.cpp).
 #include <cmath>
@@ -130,7 +131,7 @@ const Variant kVariants[] = {
     {"a packed batch (varlen)", [](dilattn_desc d) {  // SPEC 10.2, on the N = 4 problems below
        const int64_t cu[3] = {0, 1, 4};
        return dilattn_desc_set_varlen(d, 2, cu, cu);
-     }, false},
+     }, true},
     {"sinks", [](dilattn_desc d) { return dilattn_desc_set_sinks(d, 1); }, true},  // SPEC 10.3
 };
 

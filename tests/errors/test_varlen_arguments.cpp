@@ -3,8 +3,8 @@
 // the index and the value, and leaves the description's packing as it was; dilattn_plan_create
 // refuses batch != 1, last offsets other than the seqlens, dilated sequences that are not square
 // and an ALiBi slope count that is neither H nor num_seqs * H; the score count of a packed plan
-// is the hand count per sequence. (Every backend but ref and the ring refusing a packed plan is
-// in test_variant_arguments.cpp, with the other variants.)
+// is the hand count per sequence. (The backends taking a packed plan and the ring refusing it
+// are in test_variant_arguments.cpp, with the other variants.)
 #include <cmath>
 
 #include "error_fixture.h"

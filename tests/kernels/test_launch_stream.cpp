@@ -28,7 +28,12 @@
 //      outputs are written when it returns;
 //   7. dilattn_backward_on_stream the same way: a warm call returns before its work ran, with
 //      every launch on the stream and no allocation, sync, synchronous copy or property query;
-//      after the sync dQ, dK, dV equal the reference backend's (SPEC 8).
+//      after the sync dQ, dK, dV equal the reference backend's (SPEC 8);
+//   8. a plan with dropout and sinks through dilattn_forward_on_stream_ex and
+//      dilattn_backward_on_stream_ex: each call returns before its work ran, every launch on
+//      the stream; after the sync O, LSE, dQ, dK, dV and d_sinks are bitwise those of
+//      dilattn_forward_ex / dilattn_backward_ex on the same plan (the same decisions, SPEC
+//      11.1); the stream call without options is refused, naming p, and writes nothing.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -73,9 +78,12 @@ const char* name_of(Kind kind) {
   return kind == Kind::dense ? "dense" : kind == Kind::sparse ? "block-sparse" : "dilated";
 }
 
-dilattn_plan make_plan(Kind kind, dilattn_backend backend, dilattn_pool pool) {
+dilattn_plan make_plan(Kind kind, dilattn_backend backend, dilattn_pool pool,
+                       double dropout_p = 0, bool sinks = false) {
   dilattn_desc desc = nullptr;
   dilattn_desc_create(&desc);
+  if (dropout_p > 0) dilattn_desc_set_dropout(desc, dropout_p);
+  if (sinks) dilattn_desc_set_sinks(desc, 1);
   if (kind == Kind::dilated) {
     const int64_t segments[] = {16, 40}, dilations[] = {1, 2};
     dilattn_desc_set_dilated(desc, 2, segments, dilations, DILATTN_HEADS_MOD);
@@ -162,6 +170,89 @@ void check_backward_on_stream(dilattn_plan plan, cudaStream_t stream, const Tens
   CHECK_CLOSE("dQ", widened(dq), widened(rq), tol);
   CHECK_CLOSE("dK", widened(dk), widened(rk), tol);
   CHECK_CLOSE("dV", widened(dv), widened(rv), tol);
+}
+
+// Launches of the last deferred call, and whether all of them went to `stream`.
+struct LaunchCount {
+  uint64_t on_stream = 0, all = 0, on_legacy = 0;
+  LaunchCount(cudaStream_t stream)
+      : on_stream(simt::launches_on(stream)), all(simt::runtime_calls().launches),
+        on_legacy(simt::launches_on(nullptr)) {}
+  bool all_on(cudaStream_t stream) const {
+    const uint64_t launched = simt::runtime_calls().launches - all;
+    return launched >= 1 && simt::launches_on(stream) - on_stream == launched &&
+           simt::launches_on(nullptr) == on_legacy;
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// 8: dropout and sinks on a stream.
+void check_options_on_stream(Kind kind) {
+  harness::CaseScope scope(std::string(name_of(kind)) + " dropout and sinks");
+  dilattn_plan plan = make_plan(kind, DILATTN_BACKEND_EMU, nullptr, 0.25, true);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreate(&stream);
+  const double sink_logits[kH] = {-0.5, 1.25};
+  dilattn_call_options options = dilattn_call_options_make();
+  options.dropout_seed = 0x0123456789abcdefull;
+  options.dropout_offset = 42;
+  options.sinks = sink_logits;
+
+  Tensors want, got;
+  CHECK_OK(dilattn_forward_ex(plan, &want.tq, &want.tk, &want.tv, &want.to, &want.tl, &options,
+                              nullptr, 0));
+  CHECK_ERROR(dilattn_forward_on_stream_ex(plan, stream, &got.tq, &got.tk, &got.tv, &got.to,
+                                           &got.tl, nullptr, nullptr, 0),
+              DILATTN_ERROR_INVALID_VALUE, "dropout p = 0.25");
+  CHECK_MSG(got.poisoned(), "a refused call wrote the outputs");
+  {
+    simt::ScopedDeferredStreams deferred;
+    const LaunchCount count(stream);
+    CHECK_OK(dilattn_forward_on_stream_ex(plan, stream, &got.tq, &got.tk, &got.tv, &got.to,
+                                          &got.tl, &options, nullptr, 0));
+    CHECK_MSG(got.poisoned(), "the forward's outputs were written before the stream ran");
+    CHECK_MSG(count.all_on(stream), "a forward launch went elsewhere than the caller's stream");
+    cudaStreamSynchronize(stream);
+  }
+  CHECK_MSG(same_bits(got.o, want.o) && same_bits(got.lse, want.lse),
+            "O or LSE on the stream differ from dilattn_forward_ex's");
+
+  const size_t nq = want.q.size(), nk = want.k.size();
+  std::vector<float> d_o(nq), want_dq(nq), want_dk(nk), want_dv(nk), got_dq(nq, -77.0f),
+      got_dk(nk), got_dv(nk);
+  for (size_t i = 0; i < nq; ++i) d_o[i] = std::cos(0.23 * double(i));
+  auto view = [](std::vector<float>& x, int64_t heads) {
+    return dilattn_tensor_contiguous(x.data(), DILATTN_F32, 1, kN, heads, kD);
+  };
+  const dilattn_tensor tdo = view(d_o, kH);
+  const dilattn_tensor wq = view(want_dq, kH), wk = view(want_dk, kHkv), wv = view(want_dv, kHkv);
+  const dilattn_tensor gq = view(got_dq, kH), gk = view(got_dk, kHkv), gv = view(got_dv, kHkv);
+  double want_d_sinks[kH] = {0, 0}, got_d_sinks[kH] = {-77, -77};
+  options.d_sinks = want_d_sinks;
+  CHECK_OK(dilattn_backward_ex(plan, &want.tq, &want.tk, &want.tv, &want.to, &want.tl, &tdo, &wq,
+                               &wk, &wv, &options, nullptr, 0));
+  options.d_sinks = got_d_sinks;
+  {
+    simt::ScopedDeferredStreams deferred;
+    const LaunchCount count(stream);
+    CHECK_OK(dilattn_backward_on_stream_ex(plan, stream, &want.tq, &want.tk, &want.tv, &want.to,
+                                           &want.tl, &tdo, &gq, &gk, &gv, &options, nullptr, 0));
+    CHECK_MSG(got_dq[0] == -77.0f && got_dq.back() == -77.0f,
+              "dQ was written before the stream ran");
+    CHECK_MSG(count.all_on(stream), "a backward launch went elsewhere than the caller's stream");
+    cudaStreamSynchronize(stream);
+  }
+  CHECK_MSG(same_bits(got_dq, want_dq) && same_bits(got_dk, want_dk) &&
+                same_bits(got_dv, want_dv),
+            "dQ, dK or dV on the stream differ from dilattn_backward_ex's");
+  CHECK_MSG(std::memcmp(got_d_sinks, want_d_sinks, sizeof got_d_sinks) == 0,
+            "d_sinks on the stream (%g, %g) differ from dilattn_backward_ex's (%g, %g)",
+            got_d_sinks[0], got_d_sinks[1], want_d_sinks[0], want_d_sinks[1]);
+  cudaStreamDestroy(stream);
+  dilattn_plan_destroy(plan);
 }
 
 void check_plan(Kind kind) {
@@ -309,5 +400,7 @@ int main() {
   check_plan(Kind::dense);
   check_plan(Kind::sparse);
   check_plan(Kind::dilated);
+  check_options_on_stream(Kind::dense);
+  check_options_on_stream(Kind::dilated);
   return harness::finish("kernels_launch_stream");
 }

@@ -353,6 +353,35 @@ extern "C" {
         workspace: *mut c_void,
         workspace_bytes: usize,
     ) -> dilattn_status;
+    /// The `_ex` calls on `cuda_stream`, as the `_on_stream` calls run.
+    pub fn dilattn_forward_on_stream_ex(
+        plan: dilattn_plan,
+        cuda_stream: *mut c_void,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        options: *const dilattn_call_options,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> dilattn_status;
+    pub fn dilattn_backward_on_stream_ex(
+        plan: dilattn_plan,
+        cuda_stream: *mut c_void,
+        q: *const dilattn_tensor,
+        k: *const dilattn_tensor,
+        v: *const dilattn_tensor,
+        o: *const dilattn_tensor,
+        lse: *const dilattn_tensor,
+        d_o: *const dilattn_tensor,
+        dq: *const dilattn_tensor,
+        dk: *const dilattn_tensor,
+        dv: *const dilattn_tensor,
+        options: *const dilattn_call_options,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> dilattn_status;
 
     // dilattn_mask.h
     pub fn dilattn_mask_create(mask: *mut dilattn_mask, view: *const dilattn_bsr_view)

@@ -53,9 +53,9 @@ CASES = [
 DENSE_DILATED_IDS = [c[0] for c in CASES]
 
 
-def cpu_against_ref(q, k, v, do, lib, dtype, extra_grads=0):
-    """The cpu backend's forward and backward (from ref's O and LSE) against ref's, on the same
-    inputs rounded to dtype: 1e-10 in f64, SPEC 8's f32 bound in f32."""
+def cpu_against_ref(q, k, v, do, lib, dtype, extra_grads=0, backend="cpu"):
+    """The cpu backend's (or `backend`'s) forward and backward (from ref's O and LSE) against
+    ref's, on the same inputs rounded to dtype: 1e-10 in f64, SPEC 8's f32 bound in f32."""
     import dilattn
 
     if dtype == "f32":
@@ -64,12 +64,12 @@ def cpu_against_ref(q, k, v, do, lib, dtype, extra_grads=0):
     else:
         tol, lse_atol = (1e-10, 1e-10), 1e-10
     o_ref, lse_ref = dilattn.forward(q, k, v, backend="ref", **lib)
-    o, lse = dilattn.forward(q, k, v, backend="cpu", **lib)
+    o, lse = dilattn.forward(q, k, v, backend=backend, **lib)
     assert o.dtype == q.dtype
     assert spec_numpy.within(o, o_ref, *tol), np.max(np.abs(o - o_ref))
     assert spec_numpy.within(lse, lse_ref, lse_atol, 0), np.max(np.abs(lse - lse_ref))
     wants = dilattn.backward(q, k, v, o_ref, lse_ref, do, backend="ref", **lib)
-    grads = dilattn.backward(q, k, v, o_ref, lse_ref, do, backend="cpu", **lib)
+    grads = dilattn.backward(q, k, v, o_ref, lse_ref, do, backend=backend, **lib)
     assert len(grads) == len(wants) == 3 + extra_grads
     for name, got, want in zip(("dq", "dk", "dv", "d_sinks"), grads, wants):
         assert spec_numpy.within(np.asarray(got, np.float64), np.asarray(want, np.float64), *tol), \

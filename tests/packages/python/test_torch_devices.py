@@ -5,13 +5,15 @@ a device dilattn cannot read (meta) is refused naming the tensor; CUDA tensors w
 that reads host memory are refused naming the backend; CUDA tensors with a library built
 without CUDA raise DeviceError saying how to build one.
 
-The CUDA dispatch (test_cuda_tensors_run_on_the_current_stream_of_their_device) with a
+The CUDA dispatch (test_cuda_tensors_run_on_the_current_stream_of_their_device, and with
+dropout and sinks test_cuda_dropout_and_sinks_run_on_the_current_stream) with a
 recording stand-in, as this machine has no GPU and its torch no CUDA: tensors whose .device
 says cuda:N (CPU memory underneath), torch.cuda.device / current_stream recorders, and the
 library wrapped so that the cuda plan it is asked for runs on the emu backend (the same CUDA
 kernels, run by the CPU SIMT emulator), the CUDA views handed to it as host views and the
 stream as the default one. The test
-checks the entry points (dilattn_*_on_stream, never the plain calls), the stream pointer, the
+checks the entry points (dilattn_*_on_stream and their _ex twins, never the plain calls), the
+stream pointer, the
 views' device and device_index, the current device during the calls, where outputs are
 allocated, and the numbers against the f64 reference (SPEC 8). test_torch_cuda.py makes the
 same calls on a real GPU.
@@ -141,6 +143,13 @@ class _RecordingLibrary:
     def dilattn_backward_on_stream(self, plan, stream, *args):
         return self._on_stream("dilattn_backward_on_stream", plan, stream, args[:9], args[9:])
 
+    def dilattn_forward_on_stream_ex(self, plan, stream, *args):
+        return self._on_stream("dilattn_forward_on_stream_ex", plan, stream, args[:5], args[5:])
+
+    def dilattn_backward_on_stream_ex(self, plan, stream, *args):
+        return self._on_stream("dilattn_backward_on_stream_ex", plan, stream, args[:9],
+                               args[9:])
+
     def dilattn_forward(self, *args):
         self.calls.append(("dilattn_forward",))
         return self.real.dilattn_forward(*args)
@@ -178,7 +187,8 @@ class _CudaRecorder:
         return types.SimpleNamespace(cuda_stream=0x5000 + torch.device(device).index)
 
 
-def test_cuda_tensors_run_on_the_current_stream_of_their_device(monkeypatch):
+def _record_cuda(monkeypatch):
+    """The recording library and torch.cuda stand-ins, installed for one test."""
     if not dilattn.backend_available("emu"):
         pytest.skip("the emu backend (the stand-in for the GPU) is not built")
     recorder = _CudaRecorder()
@@ -187,6 +197,11 @@ def test_cuda_tensors_run_on_the_current_stream_of_their_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", recorder.device)
     monkeypatch.setattr(torch.cuda, "current_stream", recorder.current_stream)
     monkeypatch.setattr(torch, "empty", recorder.empty)
+    return recorder, fake
+
+
+def test_cuda_tensors_run_on_the_current_stream_of_their_device(monkeypatch):
+    recorder, fake = _record_cuda(monkeypatch)
 
     name, sizes, options = CASES[3]                  # dilated, block heads, causal, GQA
     index = 1
@@ -219,3 +234,39 @@ def test_cuda_tensors_run_on_the_current_stream_of_their_device(monkeypatch):
     assert within(lse.as_subclass(torch.Tensor).numpy(), lse64.numpy(), 1e-4, 0)
     for got, want in ((qc, q64), (kc, k64), (vc, v64)):
         assert within(got.grad.as_subclass(torch.Tensor).numpy(), want.grad.numpy(), atol, rtol)
+
+
+def test_cuda_dropout_and_sinks_run_on_the_current_stream(monkeypatch):
+    # Dropout's seed and offset and the sink logits travel in the call options of the stream
+    # calls' _ex twins (SPEC 11.2, 14.7), on the tensors' current stream.
+    recorder, fake = _record_cuda(monkeypatch)
+    name, sizes, options = CASES[3]
+    index = 0
+    device = torch.device("cuda", index)
+    q, k, v, do = (torch.tensor(x, dtype=torch.float32) for x in inputs(sizes, seed=33))
+    H = q.shape[2]
+    sinks = torch.linspace(-0.75, 1.0, H, dtype=torch.float64)
+    call = dict(options, dropout_p=0.3, seed=987, offset=5)
+    qc, kc, vc = (_on_fake_cuda(t.requires_grad_(), index) for t in (q, k, v))
+    s = sinks.clone().requires_grad_()
+    o = dt.attention(qc, kc, vc, sinks=s, **call)
+    o.backward(do.as_subclass(type(qc)))
+
+    cuda, stream = _abi.BACKENDS["cuda"], 0x5000 + index
+    on_device = [(_abi.DEVICE_CUDA, index)]
+    assert fake.calls == [
+        ("plan_create", cuda, device),
+        ("dilattn_forward_on_stream_ex", stream, on_device * 5, device),
+        ("dilattn_backward_on_stream_ex", stream, on_device * 9, device),
+    ]
+    # The same decisions and sinks as the f64 reference's, within SPEC 8.
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s64 = sinks.clone().requires_grad_()
+    o64 = dt.attention(q64, k64, v64, sinks=s64, backend="ref", **call)
+    o64.backward(do.double())
+    atol, rtol = TOLERANCE["f32"]
+    assert within(o.detach().as_subclass(torch.Tensor).numpy(), o64.detach().numpy(), atol, rtol)
+    for got, want in ((qc, q64), (kc, k64), (vc, v64)):
+        assert within(got.grad.as_subclass(torch.Tensor).numpy(), want.grad.numpy(), atol, rtol)
+    assert within(s.grad.numpy(), s64.grad.numpy(), atol, rtol)
+

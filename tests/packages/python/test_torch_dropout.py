@@ -8,8 +8,8 @@ dropout, bitwise, and draws nothing from torch's generator; seed=None draws the 
 torch's default generator, so torch.manual_seed reproduces a run; the fraction of dropped
 probabilities within binomial bounds, the kept ones scaled by 1 / (1 - p); the modules drop in
 training mode only (eval mode equals p = 0 bitwise), on the cpu backend for CPU tensors ("auto");
-emu (the CUDA kernels), where built, gives ref's result within SPEC 8; and the refusals (CUDA
-tensors: this module's CUDA calls carry no seed).
+emu (the CUDA kernels), where built, gives ref's result within SPEC 8 (CUDA tensors:
+test_torch_cuda.py).
 
 Kinds: dense GQA with Nq != Nk, causal with keyless rows, dilated with keys that several
 branches hold (one decision per pair, SPEC 11), block-sparse and a packed batch. Both sides of
@@ -367,32 +367,6 @@ def test_emu_equals_ref():
     got = dt.attention(q.float(), k.float(), v.float(), backend="emu", dropout_p=0.5, seed=1)
     want = dt.attention(q, k, v, backend="ref", dropout_p=0.5, seed=1)
     assert torch.allclose(got.double(), want, atol=1e-5, rtol=1e-4)
-
-
-def test_cuda_tensors_with_dropout_are_refused():
-    # The refusal comes first in attention(), before a seed is drawn or a plan made; checked
-    # here on the device alone, so that it runs on machines without a GPU as well.
-    with pytest.raises(dilattn.UnsupportedError) as e:
-        dt._refuse_cuda_dropout("k", torch.device("cuda", 0))
-    assert e.value.status_name == "DILATTN_ERROR_UNSUPPORTED"
-    assert ("dropout_p > 0 with k on cuda:0: dilattn.torch's CUDA calls run on the caller's "
-            "stream and carry no dropout seed" in str(e.value))
-    dt._refuse_cuda_dropout("k", torch.device("cpu"))  # the CPU is not refused
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device")
-def test_cuda_call_with_dropout_raises_unsupported():
-    q, k, v, _ = _arrays((1, 4, 4, 2, 1, 2), 1)
-    q, k, v = (torch.tensor(a, dtype=torch.float32, device="cuda") for a in (q, k, v))
-    state = torch.get_rng_state()
-    with pytest.raises(dilattn.UnsupportedError, match="dropout_p > 0 with q on cuda:0"):
-        dt.attention(q, k, v, dropout_p=0.1)
-    assert torch.equal(state, torch.get_rng_state())
-    module = dt.DilatedAttention([4], [1], attention_dropout=0.1)
-    with pytest.raises(dilattn.UnsupportedError, match="carry no dropout seed"):
-        module(q, k, v)
-    module.eval()
-    assert module(q, k, v).shape == q.shape
 
 
 def test_ring_module_over_several_ranks_refuses_dropout_in_training(monkeypatch):

@@ -3,7 +3,7 @@
 (tests/common/spec_numpy.py) within 1e-10; gradcheck in f64 over q, k, v and the sinks
 together; the sinks' gradient equals the numpy API's d_sinks bit for bit; a very negative sink
 is no sink; the cpu backend against ref (O and every gradient); the refusals (a sinks tensor
-that is not [H], CUDA tensors).
+that is not [H]). CUDA tensors: test_torch_cuda.py.
 
 Kinds: dense GQA with Nq != Nk, causal with keyless rows (Nq > Nk, bottom-right), dilated in
 each head mode (one sink per row after the merge of the branches, SPEC 10.3), a packed batch.
@@ -173,22 +173,3 @@ def test_the_cpu_backend_computes_sinks_as_ref(case):
                                results["ref"]):
         assert spec_numpy.within(got, want, F64_TOL, F64_TOL), \
             f"{name}: max diff {np.max(np.abs(got - want))}"
-
-
-def test_cuda_tensors_with_sinks_are_refused_without_a_copy():
-    # The refusal comes first in _Attention.forward, before any plan or copy; checked here on
-    # the device alone, so that it runs on machines without a GPU as well.
-    with pytest.raises(dilattn.UnsupportedError) as e:
-        dt._refuse_cuda_sinks(torch.device("cuda", 0))
-    assert e.value.status_name == "DILATTN_ERROR_UNSUPPORTED"
-    assert "sinks= with tensors on cuda:0: the cuda backend does not compute" in str(e.value)
-    dt._refuse_cuda_sinks(torch.device("cpu"))  # the CPU is not refused
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device")
-def test_cuda_call_with_sinks_raises_unsupported():
-    q, k, v, _, sinks = _arrays((1, 4, 4, 2, 1, 2), 1)
-    q, k, v = (torch.tensor(a, dtype=torch.float32, device="cuda") for a in (q, k, v))
-    with pytest.raises(dilattn.UnsupportedError) as e:
-        dt.attention(q, k, v, sinks=torch.tensor(sinks))
-    assert "sinks= with tensors on cuda:0" in str(e.value)

@@ -4,8 +4,11 @@ forward and backward, with every kind (dense with GQA and Nq != Nk per sequence,
 bottom-right per sequence, dilated in each head mode, block-sparse over the packed tensor),
 with windows, softcap, ALiBi per sequence and dropout; the cpu backend against ref on the same
 cases (f64 and f32); the identity "a packed batch equals its sequences run one by one"; empty
-sequences; FlashAttention's 3-d layout; and the refusals (bad offsets naming the index,
-batch != 1, last offsets, dilated sequences that are not square, emu naming the option, AUTO
+sequences; FlashAttention's 3-d layout; the emu backend (the CUDA kernels, one sequence at a
+time) against ref on every case but the block-sparse ones, in f32 (SIMT kernels) and, at D = 64,
+in f16 and f32 on the tensor-core kernels with dropout, sinks, a window and ALiBi, sequences with
+no rows or no keys among them; and the refusals (bad offsets naming the index, batch != 1, last
+offsets, dilated sequences that are not square, emu naming a packed block-sparse batch, AUTO
 resolving to cpu).
 
 Tolerance: both sides compute in f64 and differ only in summation order -> 1e-10 (as
@@ -194,15 +197,87 @@ def test_flash_attention_layout():
         assert np.array_equal(got, want[0])
 
 
+EMU_CASES = sorted(name for name, case in CASES.items() if "mask" not in case[5])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("case", EMU_CASES)
+def test_emu_matches_ref_forward_and_backward(case, variant):
+    if not dilattn.backend_available("emu"):
+        pytest.skip("backend emu is not built here")
+    cu_q, cu_k, H, Hkv, D, _ = CASES[case]
+    seed = len(case) * 37 + len(variant)
+    q, k, v, do = _inputs(cu_q[-1], cu_k[-1], H, Hkv, D, seed)
+    lib, _ = _options(CASES[case], VARIANTS[variant], seed)
+    cpu_against_ref(q, k, v, do, lib, "f32", backend="emu")
+
+
+# D = 64: the tensor-core kernels (mma for f16, 3xTF32 for f32) on sequences of mixed lengths,
+# one with rows but no keys (1) and one with keys but no rows (3); each option set picks one of
+# their instances (plain, dropout, variant).
+TC_CU_Q, TC_CU_K = [0, 37, 50, 100, 100], [0, 45, 45, 100, 120]
+TC_OPTIONS = {
+    "causal": dict(causal=True),
+    "causal_dropout": dict(causal=True, dropout_p=0.2, seed=31, offset=9),
+    "window_alibi_per_sequence": dict(window_size=(20, 3), alibi_slopes="nh"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+@pytest.mark.parametrize("name", sorted(TC_OPTIONS))
+def test_emu_tensor_core_kernels_run_packed_sequences(name, dtype):
+    if not dilattn.backend_available("emu"):
+        pytest.skip("backend emu is not built here")
+    H, Hkv, D = 2, 1, 64
+    q, k, v, do = (x.astype(np.float16 if dtype == "f16" else np.float32)
+                   for x in _inputs(TC_CU_Q[-1], TC_CU_K[-1], H, Hkv, D, 5))
+    lib = dict(TC_OPTIONS[name], cu_seqlens_q=TC_CU_Q, cu_seqlens_k=TC_CU_K)
+    if lib.get("alibi_slopes") == "nh":
+        lib["alibi_slopes"] = np.random.default_rng(6).uniform(0.05, 0.3, (4, H))
+    wide = [x.astype(np.float64) for x in (q, k, v, do)]
+    o_ref, lse_ref = dilattn.forward(*wide[:3], backend="ref", **lib)
+    o, lse = dilattn.forward(q, k, v, backend="emu", **lib)
+    # SPEC 8 and 12: f16 operands with P and dS rounded to f16; dQ and dK with dropout times
+    # 1 / (1 - p); f32 on 3xTF32 within f32's bound on emu.
+    atol, rtol = (2e-3, 2e-3) if dtype == "f16" else (1e-5, 1e-4)
+    assert spec_numpy.within(o.astype(np.float64), o_ref, atol, rtol), np.max(np.abs(o - o_ref))
+    assert spec_numpy.within(lse.astype(np.float64), lse_ref, 1e-4, 0)
+    assert np.all(o[0, 37:50] == 0) and np.all(np.isneginf(lse[0, :, 37:50]))  # no keys
+    wants = dilattn.backward(*wide[:3], o_ref, lse_ref, wide[3], backend="ref", **lib)
+    grads = dilattn.backward(q, k, v, o_ref.astype(q.dtype), lse_ref.astype(np.float32), do,
+                             backend="emu", **lib)
+    widen = 1.0 / (1.0 - lib.get("dropout_p", 0.0))
+    for label, got, want in zip(("dq", "dk", "dv"), grads, wants):
+        a = atol * (widen if label != "dv" else 1.0)
+        assert spec_numpy.within(got.astype(np.float64), want, a, rtol), \
+            f"{label}: max diff {np.max(np.abs(got - want))}"
+    assert np.all(grads[1][0, 100:] == 0) and np.all(grads[2][0, 100:] == 0)  # no rows
+    assert np.all(grads[0][0, 37:50] == 0)
+
+
+def test_emu_sinks_per_packed_batch():
+    # The sinks' gradient sums every sequence's rows (SPEC 10.3), one sequence at a time.
+    if not dilattn.backend_available("emu"):
+        pytest.skip("backend emu is not built here")
+    cu_q, cu_k = [0, 5, 5, 12], [0, 6, 9, 12]
+    q, k, v, do = (x.astype(np.float32) for x in _inputs(12, 12, 2, 1, 4, 21))
+    sinks = np.array([0.3, -1.2])
+    lib = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True, sinks=sinks)
+    cpu_against_ref(q, k, v, do, lib, "f32", extra_grads=1, backend="emu")
+
+
 @pytest.mark.parametrize("backend", ["emu"])
-def test_other_backends_refuse_naming_the_option(backend):
+def test_other_backends_refuse_a_packed_block_sparse_batch_naming_it(backend):
     if not dilattn.backend_available(backend):
         pytest.skip(f"backend {backend} is not built here")
-    q, k, v, _ = _inputs(6, 6, 2, 1, 2, 1)
+    q, k, v, _ = _inputs(8, 8, 2, 1, 2, 1)
+    mask = dilattn.mask.pattern("local:1", 8, 4)
     with pytest.raises(dilattn.UnsupportedError) as e:
-        dilattn.forward(q, k, v, backend=backend, cu_seqlens_q=[0, 2, 6],
-                        cu_seqlens_k=[0, 2, 6])
-    assert f"backend '{backend}' does not support a packed batch (varlen) yet" in str(e.value)
+        dilattn.forward(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                        backend=backend, cu_seqlens_q=[0, 2, 8], cu_seqlens_k=[0, 2, 8],
+                        mask=mask)
+    assert (f"backend '{backend}' does not support a packed batch (varlen) with a block-sparse "
+            "mask yet") in str(e.value)
 
 
 def test_auto_resolves_to_cpu():
