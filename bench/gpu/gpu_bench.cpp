@@ -11,22 +11,29 @@
 // slow kernel (the backward at large N) then costs a bounded time per row, so a run under a
 // time limit (bench/gpu/first_light.sh) reaches its last row.
 // --only KIND and --dtype T keep the rows of one kind / dtype (Nsight Compute runs one kernel
-// that way: bench/gpu/first_light.sh).
+// that way: bench/gpu/first_light.sh). --options NAME gives every row one option of SPEC 10 or
+// 11, so that a run beside the plain one (the default) measures what that option's kernel
+// instance costs: dropout (p = 0.1, through dilattn_forward_ex / dilattn_backward_ex with the
+// offset advanced every call, as a training loop does), window (1024 keys to the left, none to
+// the right), softcap (50, Gemma 2's), alibi (the usual slopes 2^(-8 (h + 1) / H)) or sinks
+// (one zero logit per head). TFLOP/s count the pairs the plan keeps (a window keeps fewer).
 // Without a GPU (no CUDA device, or the cuda backend unavailable) it prints "no GPU" and exits 0.
 // Prints a table for people (line-buffered) and writes JSON (--json FILE, default
 // gpu_bench.json) for scripts; both name the GPU. The JSON is rewritten whole after every row,
 // "complete": false until the last: a run killed part-way leaves the rows it measured in a
 // valid file. It names the commit (environment variable DILATTN_COMMIT) and the date.
-// Usage: bench_gpu [--json FILE] [--iters N] [--row-budget-ms MS] [--quick]
+// Usage: bench_gpu [--json FILE] [--iters N] [--row-budget-ms MS] [--quick] [--options NAME]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -51,6 +58,9 @@ struct Result {
   int samples = 0, bwd_samples = 0;   // timed calls behind each median
   std::string status;                 // "ok", else what failed and dilattn's message
 };
+
+// The option every row of a run gets (--options): one of kOptionNames.
+const char* const kOptionNames[] = {"plain", "dropout", "window", "softcap", "alibi", "sinks"};
 
 // How long each row may spend timing one direction (forward or backward).
 struct Timing {
@@ -89,13 +99,29 @@ dilattn_status time_calls(const std::function<dilattn_status()>& call, const Tim
   }
 }
 
-Result run_case(const BenchCase& c, const Timing& timing, bool backward) {
+// The description's settings of --options (the per-call values are in run_case).
+void set_option(dilattn_desc desc, const std::string& option, int64_t H) {
+  if (option == "dropout") dilattn_desc_set_dropout(desc, 0.1);
+  if (option == "window") dilattn_desc_set_window(desc, 1024, 0);
+  if (option == "softcap") dilattn_desc_set_softcap(desc, 50.0);
+  if (option == "sinks") dilattn_desc_set_sinks(desc, 1);
+  if (option == "alibi") {
+    std::vector<double> slopes(static_cast<size_t>(H));
+    for (int64_t h = 0; h < H; ++h)
+      slopes[static_cast<size_t>(h)] = std::pow(2.0, -8.0 * static_cast<double>(h + 1) / H);
+    dilattn_desc_set_alibi(desc, slopes.data(), H);
+  }
+}
+
+Result run_case(const BenchCase& c, const Timing& timing, bool backward,
+                const std::string& option) {
   Result r;
   r.c = c;
   dilattn_desc desc = nullptr;
   dilattn_mask mask = nullptr;
   dilattn_desc_create(&desc);
   dilattn_desc_set_causal(desc, c.causal ? 1 : 0);
+  set_option(desc, option, c.H);
   if (c.kind == DILATTN_KIND_DILATED)
     dilattn_desc_set_dilated(desc, static_cast<int32_t>(c.segments.size()), c.segments.data(),
                              c.dilations.data(), DILATTN_HEADS_MOD);
@@ -149,12 +175,28 @@ Result run_case(const BenchCase& c, const Timing& timing, bool backward) {
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::vector<float> times, bwd_times;
-  s = time_calls([&] { return dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0); },
-                 timing, start, stop, &times);
+  // dropout and sinks travel per call (dilattn_call_options); the other options are the plan's.
+  const std::vector<double> sinks(static_cast<size_t>(c.H), 0.0);
+  std::vector<double> d_sinks(static_cast<size_t>(c.H), 0.0);
+  dilattn_call_options options = dilattn_call_options_make();
+  options.dropout_seed = 1234;
+  if (option == "sinks") {
+    options.sinks = sinks.data();
+    options.d_sinks = d_sinks.data();
+  }
+  const bool ex = option == "dropout" || option == "sinks";
+  s = time_calls([&] {
+    ++options.dropout_offset;  // a new mask every call, as a training step takes
+    return ex ? dilattn_forward_ex(plan, &tq, &tk, &tv, &to, &tl, &options, nullptr, 0)
+              : dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0);
+  }, timing, start, stop, &times);
   const bool forward_ok = s == DILATTN_SUCCESS;
   if (backward && forward_ok)
     s = time_calls([&] {
-      return dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv, nullptr, 0);
+      return ex ? dilattn_backward_ex(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                      &options, nullptr, 0)
+                : dilattn_backward(plan, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                   nullptr, 0);
     }, timing, start, stop, &bwd_times);
   if (s != DILATTN_SUCCESS) {
     r.status = std::string(forward_ok ? "backward: " : "forward: ") + dilattn_last_error();
@@ -164,7 +206,7 @@ Result run_case(const BenchCase& c, const Timing& timing, bool backward) {
     // Dense: FlashAttention's formula exactly (N^2, halved for causal); else the score terms
     // the plan computes (dilattn_plan_score_count, summed over batches and heads).
     double pairs = 0;
-    if (c.kind == DILATTN_KIND_DENSE) {
+    if (c.kind == DILATTN_KIND_DENSE && option != "window") {
       pairs = static_cast<double>(c.B) * static_cast<double>(c.H) * static_cast<double>(c.N) *
               static_cast<double>(c.N) / (c.causal ? 2.0 : 1.0);
     } else {
@@ -221,7 +263,7 @@ std::string json_text(const std::string& text) {
 }
 
 struct Run {
-  std::string gpu, commit, date;
+  std::string gpu, commit, date, option;
   Timing timing;
 };
 
@@ -234,10 +276,11 @@ bool write_json(const std::string& path, const Run& run, const std::vector<Resul
   if (f == nullptr) return false;
   std::fprintf(f,
                "{\n  \"machine\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n"
-               "  \"iters\": %d,\n  \"row_budget_ms\": %.1f,\n  \"complete\": %s,\n"
-               "  \"results\": [\n",
+               "  \"options\": \"%s\",\n  \"iters\": %d,\n  \"row_budget_ms\": %.1f,\n"
+               "  \"complete\": %s,\n  \"results\": [\n",
                json_text(run.gpu).c_str(), json_text(run.commit).c_str(), run.date.c_str(),
-               run.timing.iters, run.timing.budget_ms, complete ? "true" : "false");
+               run.option.c_str(), run.timing.iters, run.timing.budget_ms,
+               complete ? "true" : "false");
   for (size_t n = 0; n < results.size(); ++n) {
     const Result& r = results[n];
     std::fprintf(f,
@@ -267,7 +310,7 @@ int main(int argc, char** argv) {
   int iters = 10;
   double row_budget_ms = 1500;
   bool quick = false, backward = true;
-  std::string only, only_dtype;
+  std::string only, only_dtype, option = "plain";
   for (int a = 1; a < argc; ++a) {
     if (!std::strcmp(argv[a], "--json") && a + 1 < argc) json_path = argv[++a];
     else if (!std::strcmp(argv[a], "--iters") && a + 1 < argc) iters = std::max(1, std::atoi(argv[++a]));
@@ -277,10 +320,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[a], "--no-backward")) backward = false;
     else if (!std::strcmp(argv[a], "--only") && a + 1 < argc) only = argv[++a];
     else if (!std::strcmp(argv[a], "--dtype") && a + 1 < argc) only_dtype = argv[++a];
+    else if (!std::strcmp(argv[a], "--options") && a + 1 < argc &&
+             std::find(std::begin(kOptionNames), std::end(kOptionNames),
+                       std::string(argv[a + 1])) != std::end(kOptionNames))
+      option = argv[++a];
     else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--iters N] [--row-budget-ms MS] [--quick] [--no-backward] "
-                   "[--only dense|causal|dilated|sparse] [--dtype f16|bf16|f32]\n", argv[0]);
+                   "[--only dense|causal|dilated|sparse] [--dtype f16|bf16|f32] "
+                   "[--options plain|dropout|window|softcap|alibi|sinks]\n", argv[0]);
       return 2;
     }
   }
@@ -330,20 +378,22 @@ int main(int argc, char** argv) {
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
   run.date = date;
   run.timing = {iters, row_budget_ms};
+  run.option = option;
 
   std::vector<Result> results;
   if (!write_json(json_path, run, results, false)) {
     std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
     return 1;
   }
-  std::printf("dilattn GPU forward and backward benchmark on %s, commit %s: cudaEvent median of "
-              "up to %d calls or %.0f ms per direction and row (n: calls timed)\n",
-              gpu.c_str(), run.commit.c_str(), iters, row_budget_ms);
+  std::printf("dilattn GPU forward and backward benchmark on %s, commit %s, options %s: "
+              "cudaEvent median of up to %d calls or %.0f ms per direction and row (n: calls "
+              "timed)\n",
+              gpu.c_str(), run.commit.c_str(), option.c_str(), iters, row_budget_ms);
   std::printf("%-8s %-5s %3s %6s %3s %4s %-6s %10s %8s %2s %10s %8s %2s  %s\n", "kind", "dtype",
               "B", "N", "H", "D", "causal", "fwd ms", "TFLOP/s", "n", "bwd ms", "TFLOP/s", "n",
               "status");
   for (const BenchCase& c : cases) {
-    Result r = run_case(c, run.timing, backward);
+    Result r = run_case(c, run.timing, backward, option);
     std::printf("%-8s %-5s %3lld %6lld %3lld %4lld %-6s %10.3f %8.2f %2d %10.3f %8.2f %2d  %s\n",
                 kind_name(c.kind), dtype_text(c.dtype), static_cast<long long>(c.B),
                 static_cast<long long>(c.N), static_cast<long long>(c.H),

@@ -8,8 +8,10 @@
 // host's steady clock, so cudaEventElapsedTime measures the sleeps. STUB_SPARSE_FAILS makes every
 // block-sparse forward fail with a message holding a quote and a newline (the JSON must escape
 // them); STUB_NO_BACKEND makes the cuda backend unavailable (bench_gpu's "no GPU" path). The
-// device is named with a quote and a backslash for the same reason. Nothing here is thread-safe:
-// bench_gpu calls it from one thread.
+// device is named with a quote and a backslash for the same reason. A plan with dropout or sinks
+// (bench_gpu --options) refuses the plain calls and an _ex call without the options it needs,
+// as the library does (docs/spec.md sections 10.3 and 11.2), and counts the offsets it saw.
+// Nothing here is thread-safe: bench_gpu calls it from one thread.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -44,12 +46,39 @@ const char* stub_error = "";
 
 struct dilattn_desc_s {
   StubKind kind = StubKind::dense;
+  bool dropout = false, sinks = false;
 };
 struct dilattn_plan_s {
   StubKind kind;
   int64_t head_dim;
   dilattn_dtype dtype;
+  bool dropout, sinks;
+  uint64_t last_offset;  // the dropout offset of the plan's last forward
 };
+
+namespace {
+
+// What the library answers a call on `plan` with `options` (NULL: a plain call).
+dilattn_status check_call(dilattn_plan plan, const dilattn_call_options* options) {
+  if (plan->dropout && options == nullptr) {
+    stub_error = "the plan has dropout p = 0.1: call dilattn_forward_ex";
+    return DILATTN_ERROR_INVALID_VALUE;
+  }
+  if (plan->sinks && (options == nullptr || options->sinks == nullptr)) {
+    stub_error = "the plan has sinks: pass sinks in dilattn_call_options";
+    return DILATTN_ERROR_INVALID_VALUE;
+  }
+  if (plan->dropout) {
+    if (options->dropout_offset == plan->last_offset) {
+      stub_error = "the same dropout offset twice";
+      return DILATTN_ERROR_INVALID_VALUE;
+    }
+    plan->last_offset = options->dropout_offset;
+  }
+  return DILATTN_SUCCESS;
+}
+
+}  // namespace
 struct dilattn_mask_s {
   int unused;
 };
@@ -109,6 +138,25 @@ dilattn_status dilattn_desc_destroy(dilattn_desc desc) {
   return DILATTN_SUCCESS;
 }
 dilattn_status dilattn_desc_set_causal(dilattn_desc, int32_t) { return DILATTN_SUCCESS; }
+dilattn_status dilattn_desc_set_dropout(dilattn_desc desc, double p) {
+  desc->dropout = p > 0;
+  return DILATTN_SUCCESS;
+}
+dilattn_status dilattn_desc_set_sinks(dilattn_desc desc, int32_t enabled) {
+  desc->sinks = enabled != 0;
+  return DILATTN_SUCCESS;
+}
+dilattn_status dilattn_desc_set_window(dilattn_desc, int64_t, int64_t) { return DILATTN_SUCCESS; }
+dilattn_status dilattn_desc_set_softcap(dilattn_desc, double) { return DILATTN_SUCCESS; }
+dilattn_status dilattn_desc_set_alibi(dilattn_desc, const double*, int64_t) {
+  return DILATTN_SUCCESS;
+}
+dilattn_call_options dilattn_call_options_make(void) {
+  dilattn_call_options options;
+  std::memset(&options, 0, sizeof options);
+  options.struct_size = sizeof options;
+  return options;
+}
 dilattn_status dilattn_desc_set_dilated(dilattn_desc desc, int32_t, const int64_t*,
                                         const int64_t*, dilattn_head_mode) {
   desc->kind = StubKind::dilated;
@@ -144,7 +192,7 @@ dilattn_tensor dilattn_tensor_contiguous(void* data, dilattn_dtype dtype, int64_
 dilattn_status dilattn_plan_create(dilattn_plan* plan, dilattn_desc desc,
                                    const dilattn_shape* shape, dilattn_dtype dtype,
                                    dilattn_backend) {
-  *plan = new dilattn_plan_s{desc->kind, shape->head_dim, dtype};
+  *plan = new dilattn_plan_s{desc->kind, shape->head_dim, dtype, desc->dropout, desc->sinks, 0};
   return DILATTN_SUCCESS;
 }
 dilattn_status dilattn_plan_destroy(dilattn_plan plan) {
@@ -162,6 +210,17 @@ dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor*, const d
     stub_error = "mask \"local:2\" refused\n(stub)";
     return DILATTN_ERROR_INVALID_VALUE;
   }
+  const dilattn_status s = check_call(plan, nullptr);
+  if (s != DILATTN_SUCCESS) return s;
+  sleep_ms(env_ms("STUB_FORWARD_MS", 1));
+  return DILATTN_SUCCESS;
+}
+dilattn_status dilattn_forward_ex(dilattn_plan plan, const dilattn_tensor*, const dilattn_tensor*,
+                                  const dilattn_tensor*, const dilattn_tensor*,
+                                  const dilattn_tensor*, const dilattn_call_options* options,
+                                  void*, size_t) {
+  const dilattn_status s = check_call(plan, options);
+  if (s != DILATTN_SUCCESS) return s;
   sleep_ms(env_ms("STUB_FORWARD_MS", 1));
   return DILATTN_SUCCESS;
 }
@@ -170,6 +229,25 @@ dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tensor*, const 
                                 const dilattn_tensor*, const dilattn_tensor*,
                                 const dilattn_tensor*, const dilattn_tensor*,
                                 const dilattn_tensor*, void*, size_t) {
+  if (plan->dropout || plan->sinks) {
+    stub_error = "the plan has dropout or sinks: call dilattn_backward_ex";
+    return DILATTN_ERROR_INVALID_VALUE;
+  }
+  const double f32_factor = plan->dtype == DILATTN_F32 ? 3 : 1;
+  sleep_ms(env_ms("STUB_BACKWARD_MS", 10) * static_cast<double>(plan->head_dim) / 64 * f32_factor);
+  return DILATTN_SUCCESS;
+}
+
+dilattn_status dilattn_backward_ex(dilattn_plan plan, const dilattn_tensor*,
+                                   const dilattn_tensor*, const dilattn_tensor*,
+                                   const dilattn_tensor*, const dilattn_tensor*,
+                                   const dilattn_tensor*, const dilattn_tensor*,
+                                   const dilattn_tensor*, const dilattn_tensor*,
+                                   const dilattn_call_options* options, void*, size_t) {
+  if (plan->sinks && (options == nullptr || options->sinks == nullptr)) {
+    stub_error = "the plan has sinks: pass sinks in dilattn_call_options";
+    return DILATTN_ERROR_INVALID_VALUE;
+  }
   const double f32_factor = plan->dtype == DILATTN_F32 ? 3 : 1;
   sleep_ms(env_ms("STUB_BACKWARD_MS", 10) * static_cast<double>(plan->head_dim) / 64 * f32_factor);
   return DILATTN_SUCCESS;

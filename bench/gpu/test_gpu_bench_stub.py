@@ -6,7 +6,9 @@ Checked: each direction of a row stops at --iters samples, or once its timed cal
 --row-budget-ms, with at least one; a run killed part-way keeps the table rows it printed (stdout
 is a pipe here, so this needs bench_gpu's line buffering) and a valid JSON of the same rows with
 "complete": false; a failed row's message and the device name are escaped; without the cuda
-backend it prints "no GPU" and exits 0."""
+backend it prints "no GPU" and exits 0; --options runs every row with one option through the
+calls that option needs (the _ex calls with a new dropout offset each call, the sink logits),
+and names it in the JSON and the table."""
 import json
 import os
 import re
@@ -104,3 +106,44 @@ def test_without_the_cuda_backend_it_says_no_gpu_and_writes_nothing(tmp_path):
     assert proc.returncode == 0
     assert proc.stdout.startswith("no GPU: the cuda backend cannot run here (backend unavailable)")
     assert not out.exists()
+
+
+def test_each_option_runs_every_row_through_the_calls_it_needs(tmp_path):
+    # The stub refuses what the library refuses: a plain call on a plan with dropout or sinks,
+    # an _ex call without sinks on a sinks plan, a dropout offset used twice in a row.
+    for option in ("plain", "dropout", "window", "softcap", "alibi", "sinks"):
+        out, bench = run(tmp_path, QUICK_F16_DENSE + ["--iters", "3", "--options", option])
+        assert bench["options"] == option and bench["complete"] is True, option
+        assert f"options {option}:" in out
+        assert [(r["status"], r["samples"], r["backward_samples"]) for r in bench["results"]] \
+            == [("ok", 3, 3)] * 2, (option, bench["results"])
+
+
+def test_an_unknown_option_is_a_usage_error(tmp_path):
+    proc = subprocess.run([stub(), "--json", str(tmp_path / "x.json"), "--options", "bogus"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--options plain|dropout" in proc.stderr
+
+
+def test_option_costs_runs_each_option_and_tables_them_against_plain(tmp_path):
+    # bench/gpu/option_costs.sh with the stub as bench_gpu and an nvidia-smi that says a GPU is
+    # there: one JSON per option and a table of ratios to the plain run, 7 files in all.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stub'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "option_costs.sh")
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", script, str(out)] + QUICK_F16_DENSE + ["--iters", "2"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}",
+                               "DILATTN_BENCH_GPU": stub()})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = ("plain", "dropout", "window", "softcap", "alibi", "sinks")
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f"options_{n}.json" for n in names] + ["option_costs.txt"])
+    table = (out / "option_costs.txt").read_text().splitlines()
+    assert table[1].split() == ["row"] + list(names[1:])
+    rows = [line for line in table[2:] if line.startswith("dense f16")]
+    assert len(rows) == 2 and all(len(re.findall(r"\d+\.\d\d /\s*\d+\.\d\d", r)) == 5
+                                  for r in rows), table
