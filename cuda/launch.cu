@@ -381,16 +381,11 @@ dilattn_status forward_one(const Problem& p, const ForwardArgs& a) {
 // (each sequence's is no larger than the batch's); a sequence with no rows has nothing to do.
 // A synchronous call waits once, at the end.
 dilattn_status forward_packed(const Problem& p, const ForwardArgs& a) {
-  CallDevice call;  // the tensors' device stays current until the final wait
-  dilattn_status st = begin_call(*a.q, a.run, &call);
-  if (st != DILATTN_SUCCESS) return st;
   ForwardArgs each = a;
   each.run.synchronous = false;
-  for (int64_t s = 0; s < p.num_seqs(); ++s) {
-    const Problem one = p.sequence_problem(s);
-    if (one.Nq == 0) continue;
-    const int64_t q0 = p.cu_seqlens_q[static_cast<size_t>(s)];
-    const int64_t k0 = p.cu_seqlens_k[static_cast<size_t>(s)];
+  return run_sequences(p, *a.q, a.run, "forward",
+                       [&](const Problem& one, int64_t q0, int64_t k0, cudaStream_t) {
+    if (one.Nq == 0) return DILATTN_SUCCESS;
     const dilattn_tensor q = rows_view(*a.q, 1, q0, one.Nq), o = rows_view(*a.o, 1, q0, one.Nq);
     const dilattn_tensor k = rows_view(*a.k, 1, k0, one.Nk), v = rows_view(*a.v, 1, k0, one.Nk);
     const dilattn_tensor lse =
@@ -400,10 +395,8 @@ dilattn_status forward_packed(const Problem& p, const ForwardArgs& a) {
     each.v = &v;
     each.o = &o;
     each.lse = a.lse != nullptr ? &lse : nullptr;
-    if ((st = forward_one(one, each)) != DILATTN_SUCCESS) return st;
-  }
-  const cudaError_t e = a.run.synchronous ? cudaStreamSynchronize(call.stream) : cudaSuccess;
-  return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, "forward");
+    return forward_one(one, each);
+  });
 }
 
 }  // namespace

@@ -573,19 +573,15 @@ dilattn_status backward_one(const Problem& p, const BackwardArgs& a) {
 // sinks' gradient is the sum over the sequences, taken in sequence order after each sequence's
 // d_sinks has reached the host: the stream is waited for after each sequence then.
 dilattn_status backward_packed(const Problem& p, const BackwardArgs& a) {
-  CallDevice call;  // the tensors' device stays current until the final wait
-  dilattn_status st = begin_call(*a.q, a.run, &call);
-  if (st != DILATTN_SUCCESS) return st;
   const bool d_sinks_wanted = p.sinks && a.sinks.d_values != nullptr;
   std::vector<double> d_sinks(static_cast<size_t>(d_sinks_wanted ? p.H : 0), 0.0);
   std::vector<double> one_d_sinks(d_sinks.size());
   BackwardArgs each = a;
   each.run.synchronous = false;
   if (d_sinks_wanted) each.sinks.d_values = one_d_sinks.data();
-  for (int64_t s = 0; s < p.num_seqs(); ++s) {
-    const Problem one = p.sequence_problem(s);
-    const int64_t q0 = p.cu_seqlens_q[static_cast<size_t>(s)];
-    const int64_t k0 = p.cu_seqlens_k[static_cast<size_t>(s)];
+  const dilattn_status st = run_sequences(
+      p, *a.q, a.run, "backward",
+      [&](const Problem& one, int64_t q0, int64_t k0, cudaStream_t stream) {
     const dilattn_tensor q = rows_view(*a.q, 1, q0, one.Nq), o = rows_view(*a.o, 1, q0, one.Nq);
     const dilattn_tensor d_o = rows_view(*a.d_o, 1, q0, one.Nq);
     const dilattn_tensor dq = rows_view(*a.dq, 1, q0, one.Nq);
@@ -593,10 +589,11 @@ dilattn_status backward_packed(const Problem& p, const BackwardArgs& a) {
     const dilattn_tensor k = rows_view(*a.k, 1, k0, one.Nk), v = rows_view(*a.v, 1, k0, one.Nk);
     const dilattn_tensor dk = rows_view(*a.dk, 1, k0, one.Nk);
     const dilattn_tensor dv = rows_view(*a.dv, 1, k0, one.Nk);
+    dilattn_status s = DILATTN_SUCCESS;
     if (one.Nq == 0) {  // no row: its keys get no gradient (SPEC 6)
       for (const dilattn_tensor* t : {&dk, &dv})
-        if (t->shape[1] > 0 && (st = zero_view(*t, call.stream)) != DILATTN_SUCCESS) return st;
-      continue;
+        if (t->shape[1] > 0 && (s = zero_view(*t, stream)) != DILATTN_SUCCESS) return s;
+      return s;
     }
     each.q = &q;
     each.k = &k;
@@ -607,17 +604,15 @@ dilattn_status backward_packed(const Problem& p, const BackwardArgs& a) {
     each.dq = &dq;
     each.dk = &dk;
     each.dv = &dv;
-    if ((st = backward_one(one, each)) != DILATTN_SUCCESS) return st;
-    if (d_sinks_wanted) {
-      const cudaError_t e = cudaStreamSynchronize(call.stream);
-      if (e != cudaSuccess) return cuda_failure(e, "backward");
-      for (size_t h = 0; h < d_sinks.size(); ++h) d_sinks[h] += one_d_sinks[h];
-    }
-  }
-  if (d_sinks_wanted)
+    if ((s = backward_one(one, each)) != DILATTN_SUCCESS || !d_sinks_wanted) return s;
+    const cudaError_t e = cudaStreamSynchronize(stream);  // this sequence's d_sinks, on the host
+    if (e != cudaSuccess) return cuda_failure(e, "backward");
+    for (size_t h = 0; h < d_sinks.size(); ++h) d_sinks[h] += one_d_sinks[h];
+    return s;
+  });
+  if (st == DILATTN_SUCCESS)
     for (size_t h = 0; h < d_sinks.size(); ++h) a.sinks.d_values[h] = d_sinks[h];
-  const cudaError_t e = a.run.synchronous ? cudaStreamSynchronize(call.stream) : cudaSuccess;
-  return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, "backward");
+  return st;
 }
 
 }  // namespace

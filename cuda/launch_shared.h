@@ -13,6 +13,7 @@
 //   DeviceInfo, device_info            a device's facts, asked once per device and process;
 //   begin_call                         the start of every forward and backward call: the
 //                                      device, its facts, the caller's stream;
+//   run_sequences                      a packed batch's sequences, one after the other;
 //   LaunchPlanState                    a plan's arrays in device memory: the block-sparse
 //                                      mask, the ALiBi slopes;
 //   grant_shared_memory                a kernel's dynamic shared memory limit raised, once per
@@ -120,6 +121,26 @@ struct CallDevice {
 // Fills *call for tensors on q's device. A capturing stream with a pool workspace is refused
 // before anything is enqueued: its replays would use a block given back after the call.
 dilattn_status begin_call(const dilattn_tensor& q, const StreamArgs& run, CallDevice* call);
+
+// SPEC 10.2: a packed batch one sequence at a time, forward (launch.cu) and backward
+// (launch_backward.cu): each(sequence's problem, its first row, its first key, stream) for every
+// sequence in order (Problem::sequence_problem), on the call's stream with the tensors' device
+// current; each runs its sequence without waiting, and a synchronous call waits once, at the
+// end (`what` names the call in an error).
+template <class Each>
+dilattn_status run_sequences(const Problem& p, const dilattn_tensor& q, const StreamArgs& run,
+                             const char* what, Each&& each) {
+  CallDevice call;
+  dilattn_status st = begin_call(q, run, &call);
+  if (st != DILATTN_SUCCESS) return st;
+  for (int64_t s = 0; s < p.num_seqs(); ++s) {
+    const size_t z = static_cast<size_t>(s);
+    st = each(p.sequence_problem(s), p.cu_seqlens_q[z], p.cu_seqlens_k[z], call.stream);
+    if (st != DILATTN_SUCCESS) return st;
+  }
+  const cudaError_t e = run.synchronous ? cudaStreamSynchronize(call.stream) : cudaSuccess;
+  return e == cudaSuccess ? DILATTN_SUCCESS : cuda_failure(e, what);
+}
 
 // ---------------------------------------------------------------- the plan's device state
 // The arrays of a plan the kernels read: a block-sparse mask (BsrMask: row_ptr, col_idx,
