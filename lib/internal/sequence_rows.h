@@ -15,8 +15,9 @@ namespace dilattn {
 // Rows [first, first + count) of dimension dim of a tensor, as a tensor of its own.
 inline dilattn_tensor rows_view(const dilattn_tensor& t, int dim, int64_t first, int64_t count) {
   dilattn_tensor v = t;
-  v.data = static_cast<char*>(t.data) +
-           static_cast<ptrdiff_t>(first * t.strides[dim]) * static_cast<ptrdiff_t>(dtype_size(t.dtype));
+  const ptrdiff_t bytes = static_cast<ptrdiff_t>(first * t.strides[dim]) *
+                         static_cast<ptrdiff_t>(dtype_size(t.dtype));
+  v.data = static_cast<char*>(t.data) + bytes;
   v.shape[dim] = count;
   return v;
 }

@@ -7,9 +7,9 @@
 // ALiBi, sinks and a packed batch (emu's forward and backward match ref's here; a packed
 // block-sparse batch, which they refuse naming it: tests/packages/python/test_varlen.py); AUTO
 // resolves such a plan to the first backend that runs it (cuda where a GPU is, else cpu); the
-// ring runs every option on ref but a packed batch, which it refuses naming it. The packed batch of
-// SPEC 10.2 and the sinks of SPEC 10.3 are two more such options here (their own arguments:
-// test_varlen_arguments.cpp, test_sinks_arguments.cpp).
+// ring runs every option on ref but a packed batch, which it refuses naming it. The packed
+// batch of SPEC 10.2 and the sinks of SPEC 10.3 are two more such options here (their own
+// arguments: test_varlen_arguments.cpp, test_sinks_arguments.cpp).
 #include <cmath>
 #include <cstring>
 #include <limits>
