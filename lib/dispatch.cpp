@@ -43,7 +43,7 @@ dilattn_status check_all(const dilattn::Problem& p, std::initializer_list<Check>
 // a block goes back to its pool only once the stream has passed the call's work: the backend's
 // after_work marks the record done from the stream (a CUDA host function, which must not call
 // the runtime or wait on the pool's lock), and the next call on any thread, or this one when
-// the work is already done, gives every done block back. Checked by
+// the work is already done, or dilattn_plan_destroy, gives every done block back. Checked by
 // tests/kernels/test_launch_stream.cpp (the emulator's deferred streams).
 struct PendingRelease {
   dilattn_pool pool;
@@ -61,7 +61,7 @@ std::vector<PendingRelease*>& pending_releases() {  // guarded by pending_mutex(
 }
 void mark_done(void* record) { static_cast<PendingRelease*>(record)->done.store(true); }
 
-// Gives back every block whose work is done.
+// Gives back every block whose work is done (dilattn::release_finished_workspaces).
 void release_finished_blocks() {
   std::vector<PendingRelease*> finished;
   {
@@ -270,6 +270,10 @@ dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilatt
 }
 
 }  // namespace
+
+namespace dilattn {
+void release_finished_workspaces() { release_finished_blocks(); }
+}  // namespace dilattn
 
 extern "C" dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor* q,
                                           const dilattn_tensor* k, const dilattn_tensor* v,

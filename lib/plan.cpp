@@ -251,6 +251,7 @@ extern "C" dilattn_status dilattn_plan_destroy(dilattn_plan plan) {
   if (plan == nullptr) return DILATTN_SUCCESS;
   if (dilattn_status s = dilattn::release_handle(plan, "plan")) return s;
   delete plan;
+  dilattn::release_finished_workspaces();  // SPEC 14.7: blocks whose stream work is done
   return DILATTN_SUCCESS;
   DILATTN_ABI_END
 }

@@ -23,6 +23,11 @@ dilattn_status pool_device(dilattn_pool pool, dilattn_device_type* device, int32
 // destroyed at exit; CUDA pools are left to the driver (the runtime may be gone by then).
 dilattn_status default_pool(dilattn_device_type device, int32_t device_index, dilattn_pool* pool);
 
+// Gives back to their pools the call workspaces whose stream work is done (dispatch.cpp's
+// stream-ordered release); every call does this first, and dilattn_plan_destroy too, so that a
+// program whose last call ran on a stream leaves no block behind once it has synchronised.
+void release_finished_workspaces();
+
 // Arena sizes of the default pools.
 constexpr size_t kDefaultHostArenaBytes = size_t{16} << 20;
 constexpr size_t kDefaultCudaArenaBytes = size_t{256} << 20;
