@@ -78,6 +78,36 @@ dilattn_status check_call(dilattn_plan plan, const dilattn_call_options* options
   return DILATTN_SUCCESS;
 }
 
+// A forward (options NULL: the plain call): STUB_SPARSE_FAILS' failure, the refusals of
+// check_call, else STUB_FORWARD_MS of sleep.
+dilattn_status forward_call(dilattn_plan plan, const dilattn_call_options* options) {
+  if (plan->kind == StubKind::block_sparse && std::getenv("STUB_SPARSE_FAILS") != nullptr) {
+    stub_error = "mask \"local:2\" refused\n(stub)";
+    return DILATTN_ERROR_INVALID_VALUE;
+  }
+  const dilattn_status s = check_call(plan, options);
+  if (s != DILATTN_SUCCESS) return s;
+  sleep_ms(env_ms("STUB_FORWARD_MS", 1));
+  return DILATTN_SUCCESS;
+}
+
+// A backward: the plain call refused on a plan with dropout or sinks, an _ex call without the
+// sinks on a sinks plan; else STUB_BACKWARD_MS times D / 64 (three times that for f32). The
+// backward takes the forward's offset, so the offset is not checked here.
+dilattn_status backward_call(dilattn_plan plan, const dilattn_call_options* options) {
+  if (options == nullptr && (plan->dropout || plan->sinks)) {
+    stub_error = "the plan has dropout or sinks: call dilattn_backward_ex";
+    return DILATTN_ERROR_INVALID_VALUE;
+  }
+  if (plan->sinks && (options == nullptr || options->sinks == nullptr)) {
+    stub_error = "the plan has sinks: pass sinks in dilattn_call_options";
+    return DILATTN_ERROR_INVALID_VALUE;
+  }
+  const double f32_factor = plan->dtype == DILATTN_F32 ? 3 : 1;
+  sleep_ms(env_ms("STUB_BACKWARD_MS", 10) * static_cast<double>(plan->head_dim) / 64 * f32_factor);
+  return DILATTN_SUCCESS;
+}
+
 }  // namespace
 struct dilattn_mask_s {
   int unused;
@@ -206,51 +236,28 @@ dilattn_status dilattn_plan_score_count(dilattn_plan, int64_t* score_terms) {
 dilattn_status dilattn_forward(dilattn_plan plan, const dilattn_tensor*, const dilattn_tensor*,
                                const dilattn_tensor*, const dilattn_tensor*,
                                const dilattn_tensor*, void*, size_t) {
-  if (plan->kind == StubKind::block_sparse && std::getenv("STUB_SPARSE_FAILS") != nullptr) {
-    stub_error = "mask \"local:2\" refused\n(stub)";
-    return DILATTN_ERROR_INVALID_VALUE;
-  }
-  const dilattn_status s = check_call(plan, nullptr);
-  if (s != DILATTN_SUCCESS) return s;
-  sleep_ms(env_ms("STUB_FORWARD_MS", 1));
-  return DILATTN_SUCCESS;
+  return forward_call(plan, nullptr);
 }
 dilattn_status dilattn_forward_ex(dilattn_plan plan, const dilattn_tensor*, const dilattn_tensor*,
                                   const dilattn_tensor*, const dilattn_tensor*,
                                   const dilattn_tensor*, const dilattn_call_options* options,
                                   void*, size_t) {
-  const dilattn_status s = check_call(plan, options);
-  if (s != DILATTN_SUCCESS) return s;
-  sleep_ms(env_ms("STUB_FORWARD_MS", 1));
-  return DILATTN_SUCCESS;
+  return forward_call(plan, options);
 }
 dilattn_status dilattn_backward(dilattn_plan plan, const dilattn_tensor*, const dilattn_tensor*,
                                 const dilattn_tensor*, const dilattn_tensor*,
                                 const dilattn_tensor*, const dilattn_tensor*,
                                 const dilattn_tensor*, const dilattn_tensor*,
                                 const dilattn_tensor*, void*, size_t) {
-  if (plan->dropout || plan->sinks) {
-    stub_error = "the plan has dropout or sinks: call dilattn_backward_ex";
-    return DILATTN_ERROR_INVALID_VALUE;
-  }
-  const double f32_factor = plan->dtype == DILATTN_F32 ? 3 : 1;
-  sleep_ms(env_ms("STUB_BACKWARD_MS", 10) * static_cast<double>(plan->head_dim) / 64 * f32_factor);
-  return DILATTN_SUCCESS;
+  return backward_call(plan, nullptr);
 }
-
 dilattn_status dilattn_backward_ex(dilattn_plan plan, const dilattn_tensor*,
                                    const dilattn_tensor*, const dilattn_tensor*,
                                    const dilattn_tensor*, const dilattn_tensor*,
                                    const dilattn_tensor*, const dilattn_tensor*,
                                    const dilattn_tensor*, const dilattn_tensor*,
                                    const dilattn_call_options* options, void*, size_t) {
-  if (plan->sinks && (options == nullptr || options->sinks == nullptr)) {
-    stub_error = "the plan has sinks: pass sinks in dilattn_call_options";
-    return DILATTN_ERROR_INVALID_VALUE;
-  }
-  const double f32_factor = plan->dtype == DILATTN_F32 ? 3 : 1;
-  sleep_ms(env_ms("STUB_BACKWARD_MS", 10) * static_cast<double>(plan->head_dim) / 64 * f32_factor);
-  return DILATTN_SUCCESS;
+  return backward_call(plan, options);
 }
 
 }  // extern "C"
