@@ -456,9 +456,13 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
     x->args.lse = &x->lse; x->args.d_o = &x->d_o;
     x->args.dq = &x->dq; x->args.dk = &x->dk; x->args.dv = &x->dv;
   };
+  // SPEC 14.11: one progress unit per item, after the sinks' H (backward_in).
+  const int64_t sink_items = a.sinks.d_values != nullptr ? p.H : 0;
   if (backward_one_pass<V>(p)) {  // from the shape alone (cpu_tile_loop.h)
     const int64_t key_values = key_accumulator_values(p);
     const PackedSequences by_head(p, p.Hkv, [](const Problem&) { return int64_t{1}; });
+    if (a.progress) a.progress->begin(sink_items + by_head.items());
+    if (sink_items) sink_gradients(p, a, pool);
     pool.run(by_head.items(), [&](int64_t item, int worker) {
       int64_t g = 0;
       const size_t s = by_head.sequence_of(item, &g);
@@ -470,6 +474,9 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
     return;
   }
   const PackedSequences by_query(p, p.H, [&](const Problem& one) { return ceil_div(one.Nq, T); });
+  const PackedSequences by_key(p, p.Hkv, [&](const Problem& one) { return ceil_div(one.Nk, T); });
+  if (a.progress) a.progress->begin(sink_items + by_query.items() + by_key.items());
+  if (sink_items) sink_gradients(p, a, pool);
   pool.run(by_query.items(), [&](int64_t item, int worker) {
     int64_t local = 0;
     const size_t s = by_query.sequence_of(item, &local);
@@ -480,7 +487,6 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     query_block<V, kPairs>(one, x.args, w, 0, local / blocks, i0, min_i64(i0 + T, one.Nq), one);
   });
-  const PackedSequences by_key(p, p.Hkv, [&](const Problem& one) { return ceil_div(one.Nk, T); });
   pool.run(by_key.items(), [&](int64_t item, int worker) {
     int64_t local = 0;
     const size_t s = by_key.sequence_of(item, &local);
@@ -495,9 +501,8 @@ void backward_packed(const Problem& p, const BackwardArgs& a, const ThreadPool& 
 
 template <class V, bool kPairs>
 dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
-  ThreadPool pool(p.num_threads);
+  ThreadPool pool(p.num_threads, a.progress);
   const int64_t T = block_rows(p), q_blocks = ceil_div(p.Nq, T), k_blocks = ceil_div(p.Nk, T);
-  if (a.sinks.d_values != nullptr) sink_gradients(p, a, pool);  // SPEC 10.3
   if (p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE) {
     backward_packed<V, kPairs>(p, a, pool, T);
     return DILATTN_SUCCESS;
@@ -505,14 +510,20 @@ dilattn_status backward_in(const Problem& p, const BackwardArgs& a) {
   // Packed block-sparse and placed problems: causal by the variant tiles (cpu_variants.h).
   Problem without_causal;
   const Problem& tiles = plain_rules(p, &without_causal);
+  // SPEC 10.3: the sinks' gradient, H items; SPEC 14.11: one progress unit per item.
+  const int64_t sink_items = a.sinks.d_values != nullptr ? p.H : 0;
   if (backward_one_pass<V>(p)) {  // from the shape alone (cpu_tile_loop.h)
     const int64_t key_values = key_accumulator_values(p);
+    if (a.progress) a.progress->begin(sink_items + p.B * p.Hkv);
+    if (sink_items) sink_gradients(p, a, pool);
     pool.run(p.B * p.Hkv, [&](int64_t item, int worker) {
       const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T, key_values);
       kv_head_one_pass<V, kPairs>(tiles, a, w, item / p.Hkv, item % p.Hkv, p);
     });
     return DILATTN_SUCCESS;
   }
+  if (a.progress) a.progress->begin(sink_items + p.B * p.H * q_blocks + p.B * p.Hkv * k_blocks);
+  if (sink_items) sink_gradients(p, a, pool);
   pool.run(p.B * p.H * q_blocks, [&](int64_t item, int worker) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % q_blocks, bh = item / q_blocks;

@@ -229,6 +229,7 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
 template <class V, bool kPairs>
 void forward_packed(const Problem& p, const ForwardArgs& a, const ThreadPool& pool, int64_t T) {
   const PackedSequences seqs(p, p.H, [&](const Problem& one) { return ceil_div(one.Nq, T); });
+  if (a.progress) a.progress->begin(seqs.items());  // SPEC 14.11: one unit per item
   pool.run(seqs.items(), [&](int64_t item, int worker) {
     int64_t local = 0;
     const size_t s = seqs.sequence_of(item, &local);
@@ -249,7 +250,7 @@ void forward_packed(const Problem& p, const ForwardArgs& a, const ThreadPool& po
 template <class V, bool kPairs>
 dilattn_status forward_in(const Problem& p, const ForwardArgs& a) {
   const int64_t T = block_rows(p), blocks = ceil_div(p.Nq, T);
-  ThreadPool pool(p.num_threads);
+  ThreadPool pool(p.num_threads, a.progress);
   if (p.is_packed() && p.kind != DILATTN_KIND_BLOCK_SPARSE) {
     forward_packed<V, kPairs>(p, a, pool, T);
     return DILATTN_SUCCESS;
@@ -257,6 +258,7 @@ dilattn_status forward_in(const Problem& p, const ForwardArgs& a) {
   // Packed block-sparse and placed problems: causal by the variant tiles (cpu_variants.h).
   Problem without_causal;
   const Problem& tiles = plain_rules(p, &without_causal);
+  if (a.progress) a.progress->begin(p.B * p.H * blocks);  // SPEC 14.11: one unit per item
   pool.run(p.B * p.H * blocks, [&](int64_t item, int worker) {
     const Workspace<V> w = carve_workspace<V>(a.workspace, worker, p.D, T);
     const int64_t blk = item % blocks, bh = item / blocks;

@@ -31,14 +31,25 @@ namespace {
 struct Job {
   int64_t items = 0;
   const std::function<void(int64_t, int)>* body = nullptr;
+  Progress* progress = nullptr;  // the call's (SPEC 14.11), or null
   std::atomic<int64_t> next{0};
   int slots = 1;    // workers allowed, the caller included
   int taken = 1;    // slots handed out (the caller has slot 0); under Helpers::mu_
   int running = 0;  // helpers inside the job; under Helpers::mu_
 
   void work(int slot) {
-    for (int64_t item = next.fetch_add(1); item < items; item = next.fetch_add(1))
+    if (progress == nullptr) {
+      for (int64_t item = next.fetch_add(1); item < items; item = next.fetch_add(1))
+        (*body)(item, slot);
+      return;
+    }
+    // Slot 0 is the calling thread, the only one that may call the callback.
+    for (int64_t item = next.fetch_add(1); item < items && !progress->cancelled();
+         item = next.fetch_add(1)) {
       (*body)(item, slot);
+      progress->add(1);
+      if (slot == 0) progress->report();
+    }
   }
 };
 
@@ -132,6 +143,7 @@ void ThreadPool::run(int64_t items, const std::function<void(int64_t, int)>& bod
   Job job;
   job.items = items;
   job.body = &body;
+  job.progress = progress_;
   job.slots = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(items, 1)));
   if (job.slots == 1) return job.work(0);  // nothing to share: no lock, no helper
   Helpers& helpers = Helpers::instance();

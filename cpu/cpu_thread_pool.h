@@ -22,15 +22,22 @@
 #include <cstdint>
 #include <functional>
 
+#include "progress.h"
+
 namespace dilattn::cpu {
 
+// With a call's Progress (SPEC 14.11; null: none), every finished item is counted, the
+// calling thread reports between its items, and once the callback cancels no worker starts
+// another item (of this run or any later run of the call).
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {}
+  explicit ThreadPool(int threads, Progress* progress = nullptr)
+      : threads_(threads < 1 ? 1 : threads), progress_(progress) {}
   void run(int64_t items, const std::function<void(int64_t item, int worker)>& body) const;
 
  private:
   int threads_;
+  Progress* progress_;
 };
 
 }  // namespace dilattn::cpu

@@ -118,6 +118,7 @@ WorkspaceBytes workspace_bytes(const Problem& p) {
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
   std::vector<double> o(static_cast<size_t>(p.D));
   const DropoutMask dropout(p, a.dropout);
+  if (a.progress) a.progress->begin(p.B * p.H * p.Nq);  // SPEC 14.11: one unit per row
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < p.Nq; ++i) {
@@ -126,6 +127,7 @@ dilattn_status forward(const Problem& p, const ForwardArgs& a) {
                     &lse);
         store_row(*a.o, b, i, h, p.D, o.data());
         if (a.lse) store_element(a.lse->data, a.lse->dtype, lse_offset(*a.lse, b, h, i), lse);
+        if (a.progress && !a.progress->step()) return DILATTN_SUCCESS;  // dispatch.cpp reports it
       }
   return DILATTN_SUCCESS;
 }

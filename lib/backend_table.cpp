@@ -26,21 +26,22 @@ constexpr uint32_t kCpuOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi |
 
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
-// narrower_compute (the last field): null for every one. cpu computes f32, f16 and bf16 in f32
-// and f64 in f64; cuda and emu refuse f64 (SPEC 1, 7, 12).
+// narrower_compute: null for every one. cpu computes f32, f16 and bf16 in f32
+// and f64 in f64; cuda and emu refuse f64 (SPEC 1, 7, 12). reports_progress (the last field):
+// the CPU ones, which report while they work (SPEC 14.11).
 const Backend kBackends[] = {
     {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
      cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops, nullptr,
-     cuda::device_report, any_stream, nullptr, kKernelOptions},
+     cuda::device_report, any_stream, nullptr, kKernelOptions, false},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
      cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops, cpu::isa_name, nullptr,
-     nullptr, nullptr, kCpuOptions},
+     nullptr, nullptr, kCpuOptions, true},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
      ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr, nullptr,
-     nullptr, kOptionsAll | kOptionPlaced},
+     nullptr, kOptionsAll | kOptionPlaced, true},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
      emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops, nullptr,
-     emu::device_report, emu::runs_on_stream, nullptr, kKernelOptions},
+     emu::device_report, emu::runs_on_stream, nullptr, kKernelOptions, false},
 };
 
 }  // namespace

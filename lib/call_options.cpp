@@ -13,15 +13,17 @@ namespace dilattn {
 
 namespace {
 
-// SPEC 14.3: the size of dilattn_call_options' first version, which ends at dropout_offset and
-// reads as no sinks.
+// SPEC 14.3: the sizes of dilattn_call_options' earlier versions. The first ends at
+// dropout_offset and reads as no sinks and no progress callback; the second ends at d_sinks
+// and reads as no progress callback.
 constexpr size_t kCallOptionsFirstSize = offsetof(dilattn_call_options, sinks);
+constexpr size_t kCallOptionsSecondSize = offsetof(dilattn_call_options, progress);
 
 }  // namespace
 
 dilattn_status read_call_options(const Problem& p, const dilattn_call_options* options,
                                  const char* entry, bool backward, DropoutCall* dropout,
-                                 SinksCall* sinks) {
+                                 SinksCall* sinks, ProgressCall* progress) {
   if (options == nullptr) {
     if (p.dropout_p > 0)
       return set_error(DILATTN_ERROR_INVALID_VALUE,
@@ -35,8 +37,9 @@ dilattn_status read_call_options(const Problem& p, const dilattn_call_options* o
                        entry, entry, static_cast<long long>(p.H));
     return DILATTN_SUCCESS;
   }
-  if (options->struct_size != sizeof(dilattn_call_options) &&
-      options->struct_size != kCallOptionsFirstSize)
+  const size_t size = options->struct_size;
+  if (size != sizeof(dilattn_call_options) && size != kCallOptionsSecondSize &&
+      size != kCallOptionsFirstSize)
     return set_error(DILATTN_ERROR_INVALID_VALUE,
                      "argument 'options': struct_size = %zu, expected "
                      "sizeof(dilattn_call_options) = %zu (fill it with dilattn_call_options_make)",
@@ -45,7 +48,15 @@ dilattn_status read_call_options(const Problem& p, const dilattn_call_options* o
     return set_error(DILATTN_ERROR_INVALID_VALUE,
                      "argument 'options': dropout_offset = %llu: must be below 2^32 (SPEC 11.1)",
                      static_cast<unsigned long long>(options->dropout_offset));
-  const bool has_sink_fields = options->struct_size == sizeof(dilattn_call_options);
+  const bool has_sink_fields = size >= kCallOptionsSecondSize;
+  const bool has_progress_fields = size == sizeof(dilattn_call_options);
+  const ProgressCall callback =
+      has_progress_fields ? ProgressCall{options->progress, options->progress_user} : ProgressCall{};
+  if (callback.fn != nullptr && progress == nullptr)
+    return set_error(DILATTN_ERROR_INVALID_VALUE,
+                     "argument 'options': progress given, but %s takes no progress callback: "
+                     "each rank works on its own thread or process (SPEC 14.11)",
+                     entry);
   const double* values = has_sink_fields ? options->sinks : nullptr;
   double* d_values = has_sink_fields ? options->d_sinks : nullptr;
   if (p.sinks && values == nullptr)
@@ -71,6 +82,7 @@ dilattn_status read_call_options(const Problem& p, const dilattn_call_options* o
                        static_cast<long long>(h), values[h]);
   *dropout = DropoutCall{options->dropout_seed, options->dropout_offset};
   *sinks = SinksCall{values, backward ? d_values : nullptr};
+  if (progress != nullptr) *progress = callback;
   return DILATTN_SUCCESS;
 }
 

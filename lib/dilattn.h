@@ -87,7 +87,9 @@ typedef enum dilattn_status {
   DILATTN_ERROR_POOL_DESTROYED = 27,        /* use after destroy, where detectable */
   /* Ring attention (dilattn_ring.h): another rank failed, or a rank did not arrive in time. */
   DILATTN_ERROR_COMM = 28,
-  DILATTN_STATUS_COUNT_ = 29
+  /* The call's progress callback asked it to stop (SPEC 14.11); its outputs are untouched. */
+  DILATTN_ERROR_CANCELLED = 29,
+  DILATTN_STATUS_COUNT_ = 30
 } dilattn_status;
 
 /* A short constant description of a status ("DILATTN_ERROR_BAD_DILATION: ..."). */
@@ -283,6 +285,12 @@ DILATTN_API dilattn_status dilattn_backward_on_stream(
     const dilattn_tensor* d_o, const dilattn_tensor* dq, const dilattn_tensor* dk,
     const dilattn_tensor* dv, void* workspace, size_t workspace_bytes);
 
+/* A progress callback (SPEC 14.11): called from the calling thread with done = 0 before the
+ * work, with done never decreasing at most every 100 ms while it runs, and with done = total
+ * once the outputs are written. A non-zero return from any call but the last stops the call:
+ * it returns DILATTN_ERROR_CANCELLED and leaves every output as it was. */
+typedef int (*dilattn_progress_fn)(void* user, int64_t done, int64_t total);
+
 /* Per-call options of dilattn_forward_ex and dilattn_backward_ex (SPEC 11.2). struct_size is
  * sizeof(dilattn_call_options) (dilattn_call_options_make sets it and zeroes the rest), so
  * later versions can add fields. dropout_seed: any 64-bit value; dropout_offset: below 2^32.
@@ -299,6 +307,12 @@ typedef struct dilattn_call_options {
    * as both NULL. */
   const double* sinks;
   double* d_sinks;
+  /* Progress and cancelling (SPEC 14.11): NULL (the default) is no callback, and costs
+   * nothing. With one, the ref and cpu backends compute into a host copy of the outputs (their
+   * bytes, per call) so that a cancel leaves the outputs untouched. The ring's calls refuse it.
+   * A struct_size of the fields up to d_sinks (the second version) reads as no callback. */
+  dilattn_progress_fn progress;
+  void* progress_user;
 } dilattn_call_options;
 
 DILATTN_API dilattn_call_options dilattn_call_options_make(void);

@@ -1,12 +1,13 @@
 // dispatch.cpp - dilattn_forward / dilattn_backward, their _on_stream, _ex and _on_stream_ex
 // twins: check every tensor against the plan (SPEC 7: nothing is written on error), find the
-// workspace, run the plan's backend, give a pool workspace back once the backend's work on it
-// is done.
+// workspace, run the plan's backend (with the call's progress callback, SPEC 14.11), give a
+// pool workspace back once the backend's work on it is done.
 #include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "errors.h"
 #include "handles.h"
 #include "pool_internal.h"
+#include "staged_outputs.h"
 #include "tensor_checks.h"
 
 using dilattn::set_error;
@@ -186,6 +188,49 @@ class Workspace {
   void* ptr_ = nullptr;
 };
 
+// ---------------------------------------------------------------- progress (SPEC 14.11)
+// The outputs a backend writes, as the places in its arguments that point to them, so that a
+// backend reporting progress can be handed host copies instead.
+struct Outputs {
+  std::initializer_list<const dilattn_tensor**> tensors;
+  double** d_sinks;  // null for the forward
+  int64_t sink_count;
+};
+
+// Runs work(progress) with the call's callback, if any. A backend that reports progress
+// (ref, cpu) gets a Progress and host copies of its outputs, which reach the outputs only when
+// it finished uncancelled; for the others this reports before the work (where a cancel stops
+// the call before anything runs) and after it. Without a callback: work(nullptr), nothing else.
+template <class Work>
+dilattn_status run_with_progress(const dilattn::Backend& backend, dilattn::ProgressCall callback,
+                                 Outputs outputs, Work&& work) {
+  if (callback.fn == nullptr) return work(nullptr);
+  dilattn::Progress progress(callback.fn, callback.user);
+  if (!backend.reports_progress) {
+    progress.begin(1);
+    if (progress.cancelled())
+      return set_error(DILATTN_ERROR_CANCELLED,
+                       "the progress callback returned non-zero before the work began: nothing "
+                       "was launched, the outputs are untouched");
+    const dilattn_status s = work(nullptr);
+    if (s == DILATTN_SUCCESS) progress.finish();
+    return s;
+  }
+  dilattn::StagedOutputs staged;
+  dilattn_status s = DILATTN_SUCCESS;
+  for (const dilattn_tensor** view : outputs.tensors)
+    if ((s = staged.stage(view)) != DILATTN_SUCCESS) return s;
+  if (outputs.d_sinks != nullptr) staged.stage(outputs.d_sinks, outputs.sink_count);
+  if ((s = work(&progress)) != DILATTN_SUCCESS) return s;
+  if (progress.cancelled())
+    return set_error(DILATTN_ERROR_CANCELLED,
+                     "the progress callback returned non-zero: the call stopped, the outputs "
+                     "are untouched");
+  staged.commit();
+  progress.finish();
+  return DILATTN_SUCCESS;
+}
+
 dilattn::StreamArgs synchronous_call() { return dilattn::StreamArgs{nullptr, true, false}; }
 
 // The stream a dilattn_*_on_stream call was given (`given`), or none for a plain call.
@@ -213,7 +258,9 @@ dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn
   const dilattn::Problem& p = plan->problem;
   dilattn::DropoutCall dropout;
   dilattn::SinksCall sinks;
-  if ((s = dilattn::read_call_options(p, options, entry, false, &dropout, &sinks)) != DILATTN_SUCCESS)
+  dilattn::ProgressCall progress;
+  if ((s = dilattn::read_call_options(p, options, entry, false, &dropout, &sinks, &progress)) !=
+      DILATTN_SUCCESS)
     return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, out}});
@@ -228,8 +275,12 @@ dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn
                       workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
     return s;
   run.workspace_from_pool = ws.from_pool();
-  s = plan->backend->forward(
-      p, dilattn::ForwardArgs{q, k, v, o, lse, ws.get(), run, dropout, sinks});
+  dilattn::ForwardArgs args{q, k, v, o, lse, ws.get(), run, dropout, sinks};
+  s = run_with_progress(*plan->backend, progress, Outputs{{&args.o, &args.lse}, nullptr, 0},
+                        [&](dilattn::Progress* reporter) {
+                          args.progress = reporter;
+                          return plan->backend->forward(p, args);
+                        });
   ws.finish(*plan->backend, q->device_index, run, s);
   return s;
 }
@@ -248,7 +299,9 @@ dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilatt
   const dilattn::Problem& p = plan->problem;
   dilattn::DropoutCall dropout;
   dilattn::SinksCall sinks;
-  if ((s = dilattn::read_call_options(p, options, entry, true, &dropout, &sinks)) != DILATTN_SUCCESS)
+  dilattn::ProgressCall progress;
+  if ((s = dilattn::read_call_options(p, options, entry, true, &dropout, &sinks, &progress)) !=
+      DILATTN_SUCCESS)
     return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, in},
@@ -263,8 +316,13 @@ dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilatt
                       workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
     return s;
   run.workspace_from_pool = ws.from_pool();
-  s = plan->backend->backward(
-      p, dilattn::BackwardArgs{q, k, v, o, lse, d_o, dq, dk, dv, ws.get(), run, dropout, sinks});
+  dilattn::BackwardArgs args{q, k, v, o, lse, d_o, dq, dk, dv, ws.get(), run, dropout, sinks};
+  s = run_with_progress(*plan->backend, progress,
+                        Outputs{{&args.dq, &args.dk, &args.dv}, &args.sinks.d_values, p.H},
+                        [&](dilattn::Progress* reporter) {
+                          args.progress = reporter;
+                          return plan->backend->backward(p, args);
+                        });
   ws.finish(*plan->backend, q->device_index, run, s);
   return s;
 }

@@ -57,6 +57,7 @@ extern "C" const char* dilattn_status_string(dilattn_status status) {
     case DILATTN_ERROR_POOL_TOO_LARGE: return "DILATTN_ERROR_POOL_TOO_LARGE: request larger than the arena";
     case DILATTN_ERROR_POOL_DESTROYED: return "DILATTN_ERROR_POOL_DESTROYED: pool already destroyed";
     case DILATTN_ERROR_COMM: return "DILATTN_ERROR_COMM: another rank failed or did not arrive in time";
+    case DILATTN_ERROR_CANCELLED: return "DILATTN_ERROR_CANCELLED: the progress callback stopped the call";
     case DILATTN_STATUS_COUNT_: break;
   }
   return "DILATTN_ERROR_UNKNOWN: not a dilattn status";

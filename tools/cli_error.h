@@ -17,6 +17,7 @@ enum ExitCode : int {
   kExitOutOfTolerance = 1,  // `compare` found an element outside atol + rtol * |ref|
   kExitBadInput = 2,        // usage, malformed file, bad flag value, a library bad-input status
   kExitRuntime = 3,         // backend or runtime failure: BACKEND_NOT_BUILT, DEVICE_NOT_BUILT, ...
+  kExitInterrupted = 130,   // Ctrl-C stopped a call (progress_line.h), as a shell reports SIGINT
 };
 
 // `text` with every control byte (below 0x20, and 0x7f) written as \xHH: a NUL would end the

@@ -33,6 +33,7 @@
 #include "mask_input.h"
 #include "npy.h"
 #include "output_files.h"
+#include "progress_line.h"
 #include "ring_mpi.h"
 #include "ring_run.h"
 
@@ -49,7 +50,7 @@ const FlagSpec kCommonFlags[] = {
     {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true},
     {"ring-timeout", true}, {"dropout", true}, {"seed", true}, {"offset", true},
     {"window", true}, {"softcap", true}, {"alibi-slopes", true}, {"cu-seqlens-q", true},
-    {"cu-seqlens-k", true}, {"sinks", true}};
+    {"cu-seqlens-k", true}, {"sinks", true}, {"no-progress", false}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -101,6 +102,8 @@ struct Settings {
     return c;
   }
   bool needs_options() const { return dropout || !sinks.empty(); }
+  // A progress line on stderr for the single-device calls (progress_line.h); --no-progress: none.
+  bool progress = true;
 
   // SPEC 10.1 (ref and cpu; AUTO resolves to cpu): --window L,R, --softcap C, --alibi-slopes.
   bool has_window = false;
@@ -251,6 +254,7 @@ Settings parse_settings(const Flags& f) {
   s.v_path = f.required("v");
   s.backend = parse_backend(f.get("backend", "auto"));
   s.causal = f.has("causal");
+  s.progress = !f.has("no-progress");
   s.has_scale = f.has("scale");
   s.scale = f.get_double("scale", 0.0, false);
   s.threads = f.get_int("threads", 0, 1);
@@ -599,15 +603,18 @@ void run_forward(const MpiWorld& world, const PlanHandle& plan, const Settings& 
   const dilattn_tensor tq = bind.input(o.q, o.dtype), tk = bind.input(o.k, o.dtype),
                        tv = bind.input(o.v, o.dtype), to = bind.output(*out, o.dtype),
                        tl = bind.output(*lse, f64_lse ? DILATTN_F64 : DILATTN_F32, 1);
-  const dilattn_call_options call = s.call();
+  dilattn_call_options call = s.call();
   const dilattn_call_options* options = s.needs_options() ? &call : nullptr;
   if (ring.mpi)
     ring_forward_mpi(world, plan.get(), ring, tq, tk, tv, to, tl, options);
   else if (ring.ranks > 0)
     ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl, options);
-  if (!ring.any())
-    check_status(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, options, nullptr, 0),
-                 "forward");
+  if (!ring.any()) {
+    ProgressLine line("forward", s.progress);
+    if (line.attach(&call)) options = &call;
+    check_call(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, options, nullptr, 0),
+               "forward");
+  }
   bind.finish();
 }
 
@@ -733,10 +740,13 @@ int cmd_backward(int argc, char** argv, int first) {
   else if (s.ring.ranks > 0)
     ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv,
                   options, o.H);
-  if (!s.ring.any())
-    check_status(dilattn_backward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk,
-                                     &tdv, options, nullptr, 0),
-                 "backward");
+  if (!s.ring.any()) {
+    ProgressLine line("backward", s.progress);
+    if (line.attach(&call)) options = &call;
+    check_call(dilattn_backward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                   options, nullptr, 0),
+               "backward");
+  }
   bind.finish();
   if (!world.root()) return kExitOk;
   outputs.write(dq_file, serialize_npy(dq));

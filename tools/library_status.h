@@ -51,6 +51,15 @@ inline void check_status(dilattn_status s, const std::string& what) {
   if (s != DILATTN_SUCCESS) check_status(s, what, dilattn_last_error());
 }
 
+// A forward or backward call with the progress line (progress_line.h): as check_status, but the
+// one way such a call is cancelled is Ctrl-C, which exits 130.
+inline void check_call(dilattn_status s, const std::string& what) {
+  if (s == DILATTN_ERROR_CANCELLED)
+    throw CliError(kExitInterrupted, what + ": interrupted (Ctrl-C): the call stopped and no "
+                                            "output file was written [DILATTN_ERROR_CANCELLED]");
+  check_status(s, what);
+}
+
 }  // namespace dilattn_cli
 
 #endif  // DILATTN_TOOLS_LIBRARY_STATUS_H

@@ -11,6 +11,7 @@
 
 #include "dilattn.h"
 #include "problem.h"
+#include "progress.h"
 
 namespace dilattn {
 
@@ -53,6 +54,9 @@ struct ForwardArgs {
   StreamArgs run;
   DropoutCall dropout = {};
   SinksCall sinks = {};
+  // SPEC 14.11: the call's progress callback, null without one; read only by a backend whose
+  // entry says reports_progress (the others are reported for by dispatch.cpp).
+  Progress* progress = nullptr;
 };
 
 struct BackwardArgs {
@@ -69,6 +73,9 @@ struct BackwardArgs {
   StreamArgs run;
   DropoutCall dropout = {};
   SinksCall sinks = {};
+  // SPEC 14.11: the call's progress callback, null without one; read only by a backend whose
+  // entry says reports_progress (the others are reported for by dispatch.cpp).
+  Progress* progress = nullptr;
 };
 
 struct WorkspaceBytes {
@@ -98,6 +105,11 @@ struct WorkspaceBytes {
 //                   false: the call runs as the plain one does, finishing before it returns,
 //                   and the value is never read (dilattn.h: CPU backends ignore the stream).
 //                   cuda: every stream; emu: only a stream the SIMT emulator made (tests/kernels).
+// And progress (SPEC 14.11):
+//   reports_progress  the backend itself reports a call's progress through args.progress and
+//                     stops when it is cancelled (ref, cpu); its outputs are a host copy
+//                     (dispatch.cpp) while it works. false: dispatch.cpp reports before and
+//                     after the backend's work (cuda, emu).
 struct Backend {
   dilattn_backend id;
   const char* name;
@@ -114,6 +126,7 @@ struct Backend {
   bool (*runs_on_stream)(void* stream);
   const char* narrower_compute;
   uint32_t runs_options;  // the ProblemOption bits (SPEC 10, 11) it computes; the rest refused
+  bool reports_progress;
 };
 
 // The entry of a concrete backend (never AUTO), or null for a value that names none.

@@ -121,7 +121,9 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
     return set_error(DILATTN_ERROR_INVALID_VALUE, "argument 'split' = %d is not a ring split",
                      static_cast<int>(split_value));
   const Problem& p = plan->problem;
-  if (dilattn_status s = read_call_options(p, options, entry, backward, dropout, sinks)) return s;
+  // SPEC 14.11: no progress argument, so a callback is refused.
+  if (dilattn_status s = read_call_options(p, options, entry, backward, dropout, sinks, nullptr))
+    return s;
   if (p.Nq != p.Nk)
     return set_error(DILATTN_ERROR_SEQLEN_MISMATCH,
                      "ring attention needs seqlen_q == seqlen_k, the plan has %lld and %lld",

@@ -13,6 +13,9 @@ numpy vs torch: dilattn.forward/backward take numpy arrays (a torch tensor is a 
 ring:    dilattn.ring.run_threads(P, lambda comm: dilattn.ring.ring_forward(comm, ...)) (SPEC 5)
 pools:   with dilattn.Pool(1 << 20) as pool: dilattn.forward(q, k, v, pool=pool); pool.stats()
 errors:  dilattn.Error and its subclasses, with .status, .status_name and .message
+progress: dilattn.forward(q, k, v, progress=True) shows a tqdm bar (when tqdm is installed) on
+         a long call; progress=callable(done, total) is called instead, and a true return
+         stops the call (CancelledError); Ctrl-C stops it too (docs/spec.md section 14.11)
 threads: a Pool, a plan and a ring.Comm may be used from several threads; close() waits for
          the calls in flight on other threads, and later calls raise
 integers: sizes, counts, seeds and addresses are Python or numpy integers within their C type,
@@ -22,7 +25,7 @@ build:   python -m dilattn info
 """
 from . import mask, ring
 from ._abi import library_path
-from ._errors import (DeviceError, Error, IntegerRangeError, InternalError,
+from ._errors import (CancelledError, DeviceError, Error, IntegerRangeError, InternalError,
                       InvalidArgumentError, NotAnIntegerError, OutOfMemoryError, UnsupportedError)
 from ._info import __version__, backend_available, build_info, info, library_version
 from ._numpy import backward, forward
@@ -30,7 +33,7 @@ from .pool import Pool, PoolStats
 
 __all__ = ["forward", "backward", "mask", "ring", "Pool", "PoolStats", "Error", "InvalidArgumentError",
            "IntegerRangeError", "NotAnIntegerError", "UnsupportedError", "DeviceError",
-           "OutOfMemoryError", "InternalError", "backend_available", "build_info", "info",
+           "OutOfMemoryError", "InternalError", "CancelledError", "backend_available", "build_info", "info",
            "library_path", "library_version", "__version__"]
 
 

@@ -29,6 +29,7 @@ STATUS_NAMES = (
     "DILATTN_ERROR_POOL_DOUBLE_FREE", "DILATTN_ERROR_POOL_FOREIGN_POINTER",
     "DILATTN_ERROR_POOL_INTERIOR_POINTER", "DILATTN_ERROR_POOL_ZERO_SIZE",
     "DILATTN_ERROR_POOL_TOO_LARGE", "DILATTN_ERROR_POOL_DESTROYED", "DILATTN_ERROR_COMM",
+    "DILATTN_ERROR_CANCELLED",
 )
 STATUS = {name: value for value, name in enumerate(STATUS_NAMES)}
 
@@ -66,11 +67,17 @@ class BsrView(C.Structure):
                 ("head_ptr", C.c_void_p)]
 
 
+# int (*dilattn_progress_fn)(void* user, int64_t done, int64_t total), SPEC 14.11.
+PROGRESS_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int64, C.c_int64)
+
+
 class CallOptions(C.Structure):
-    """struct dilattn_call_options (SPEC 11.2, 10.3); dilattn_call_options_make fills it."""
+    """struct dilattn_call_options (SPEC 11.2, 10.3, 14.11); dilattn_call_options_make fills
+    it."""
     _fields_ = [("struct_size", C.c_size_t), ("dropout_seed", C.c_uint64),
                 ("dropout_offset", C.c_uint64), ("sinks", C.POINTER(C.c_double)),
-                ("d_sinks", C.POINTER(C.c_double))]
+                ("d_sinks", C.POINTER(C.c_double)), ("progress", PROGRESS_FN),
+                ("progress_user", C.c_void_p)]
 
 
 class PoolOptions(C.Structure):

@@ -11,6 +11,8 @@ built-in exception a Python user would catch (bad input is a ValueError, and so 
                                                the bindings do not offer (e.g. dropout in torch)
     DeviceError          (RuntimeError)        a device or backend this build or machine lacks
     OutOfMemoryError     (MemoryError)
+    CancelledError                             a progress callback stopped the call (progress=,
+                                               docs/spec.md section 14.11); outputs untouched
     InternalError        (RuntimeError)        a bug in dilattn: please report it
 
 Checks made in Python before any C call (e.g. a 3-d array) raise the same classes, with the
@@ -61,6 +63,11 @@ class InternalError(Error, RuntimeError):
     pass
 
 
+class CancelledError(Error):
+    """The progress callback (progress=) returned a true value: the call stopped and its
+    outputs are as they were (docs/spec.md section 14.11)."""
+
+
 _CLASS_OF = {
     "DILATTN_ERROR_UNSUPPORTED": UnsupportedError,
     "DILATTN_ERROR_DEVICE_NOT_BUILT": DeviceError,
@@ -69,6 +76,7 @@ _CLASS_OF = {
     "DILATTN_ERROR_CUDA": DeviceError,
     "DILATTN_ERROR_OUT_OF_MEMORY": OutOfMemoryError,
     "DILATTN_ERROR_INTERNAL": InternalError,
+    "DILATTN_ERROR_CANCELLED": CancelledError,
 }
 
 

@@ -16,13 +16,14 @@ those terms ("k is float32 but q is float64").
 torch tensors are refused with a TypeError naming dilattn.torch.attention, the function for them:
 converted here they would come back as numpy arrays, without autograd and off their device.
 """
+import contextlib
 import ctypes as C
 import sys
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _abi, _cints
+from . import _abi, _cints, _progress
 from ._errors import error_for
 from ._plan import Options, Plan
 
@@ -175,7 +176,7 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
             alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
             cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
             max_seqlen_k: Optional[int] = None,
-            sinks: Any = None) -> Tuple[np.ndarray, np.ndarray]:
+            sinks: Any = None, progress: Any = None) -> Tuple[np.ndarray, np.ndarray]:
     """Attention of q [B, Nq, H, D] over k, v [B, Nk, Hkv, D] (SPEC 2-4).
 
     Returns (o, lse): o [B, Nq, H, D] in q's dtype, lse [B, H, Nq] (natural log; -inf for a row
@@ -208,7 +209,12 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
 
     Sinks (docs/spec.md section 10.3; backends "ref", "cpu", "cuda" and "emu"): sinks, H logits
     (one per query head, finite or -inf), join every row's softmax once with no value; lse
-    includes them, and a row with no key gets o = 0, lse = sinks[h]."""
+    includes them, and a row with no key gets o = 0, lse = sinks[h].
+
+    Progress (docs/spec.md section 14.11): progress=True shows a tqdm bar when tqdm is
+    installed; progress=callable is called as callable(done, total) from this thread, and a
+    true return stops the call (dilattn.CancelledError, o and lse never returned). An exception
+    the callable raises, KeyboardInterrupt (Ctrl-C) included, stops the call and is raised."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
@@ -224,8 +230,10 @@ def forward(q: Any, k: Any, v: Any, *, segments: Optional[Sequence[int]] = None,
         B, Nq, H, _ = q.shape
         o = np.empty(q.shape, dtype=q.dtype)
         lse = np.empty((B, H, Nq, 1), dtype=_NUMPY_DTYPES[plan.lse_dtype()])
-        plan.forward(view("q", q), view("k", k), view("v", v), view("o", o), view("lse", lse),
-                     dropout=dropout, sinks=_sink_array(sinks, H))
+        with _progress.make(progress, "forward") or contextlib.nullcontext() as reporter:
+            plan.forward(view("q", q), view("k", k), view("v", v), view("o", o),
+                         view("lse", lse), dropout=dropout, sinks=_sink_array(sinks, H),
+                         progress=reporter)
     finally:
         plan.close()
     return (o[0], lse[0, ..., 0]) if unbatched else (o, lse[..., 0])
@@ -240,14 +248,14 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
              window_size: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
              alibi_slopes: Optional[Sequence[float]] = None, cu_seqlens_q: Any = None,
              cu_seqlens_k: Any = None, max_seqlen_q: Optional[int] = None,
-             max_seqlen_k: Optional[int] = None, sinks: Any = None
+             max_seqlen_k: Optional[int] = None, sinks: Any = None, progress: Any = None
              ) -> Tuple[np.ndarray, ...]:
     """Gradients (dq, dk, dv) of the forward with the same options, from its o and lse and
     the output gradient do (SPEC 6, and SPEC 10.1 for window_size, softcap and alibi_slopes).
     Deterministic: the same inputs give the same bits. With dropout, pass the forward's
     dropout_p, seed and offset (SPEC 11.3). A packed batch (SPEC 10.2) takes the forward's
     cu_seqlens_q/k and, with 3-d q, its 2-d lse [H, total_q]. With sinks (SPEC 10.3) it
-    returns (dq, dk, dv, d_sinks), d_sinks [H] the sinks' gradient."""
+    returns (dq, dk, dv, d_sinks), d_sinks [H] the sinks' gradient. progress as for forward."""
     options = Options(segments, dilations, heads_mode, causal, scale, mask, backend, pool,
                       dropout_p, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
@@ -265,10 +273,11 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, *,
         dq, dk, dv = (np.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
         H = q.shape[2]
         d_sinks = None if sinks is None else (C.c_double * H)()
-        plan.backward(view("q", q), view("k", k), view("v", v), view("o", o),
-                      view("lse", lse), view("do", do), view("dq", dq), view("dk", dk),
-                      view("dv", dv), dropout=dropout, sinks=_sink_array(sinks, H),
-                      d_sinks=d_sinks)
+        with _progress.make(progress, "backward") or contextlib.nullcontext() as reporter:
+            plan.backward(view("q", q), view("k", k), view("v", v), view("o", o),
+                          view("lse", lse), view("do", do), view("dq", dq), view("dk", dk),
+                          view("dv", dv), dropout=dropout, sinks=_sink_array(sinks, H),
+                          d_sinks=d_sinks, progress=reporter)
     finally:
         plan.close()
     grads = (dq[0], dk[0], dv[0]) if unbatched else (dq, dk, dv)

@@ -236,13 +236,16 @@ class Plan(HandleOwner):
         return uses, plan
 
     @staticmethod
-    def _call_options(dropout, sinks, d_sinks):
+    def _call_options(dropout, sinks, d_sinks, progress=None):
         """dilattn_call_options for dropout = (seed, offset) and sink logits (a ctypes double
-        array of H values, SPEC 10.3) with d_sinks (one to write the gradient into), or None
-        when there is nothing to carry. The caller keeps the arrays alive through the call."""
-        if dropout is None and sinks is None:
+        array of H values, SPEC 10.3) with d_sinks (one to write the gradient into) and a
+        _progress.Progress (SPEC 14.11), or None when there is nothing to carry. The caller
+        keeps the arrays and the Progress alive through the call."""
+        if dropout is None and sinks is None and progress is None:
             return None
         options = _abi.lib().dilattn_call_options_make()
+        if progress is not None:
+            progress.fill(options)
         if dropout is not None:
             seed, offset = dropout
             options.dropout_seed = _cints.uint64(seed, "seed")
@@ -254,14 +257,14 @@ class Plan(HandleOwner):
             options.d_sinks = C.cast(d_sinks, as_pointer)
         return options
 
-    def forward(self, q, k, v, o, lse, stream=None, dropout=None, sinks=None):
+    def forward(self, q, k, v, o, lse, stream=None, dropout=None, sinks=None, progress=None):
         """Views (dilattn_tensor) in, results written into the views o and lse; on the CUDA
-        stream `stream` when it is not None; with dropout = (seed, offset) or sinks (a ctypes
-        array of H doubles) through dilattn_forward_ex, or dilattn_forward_on_stream_ex with a
-        stream."""
+        stream `stream` when it is not None; with dropout = (seed, offset), sinks (a ctypes
+        array of H doubles) or progress (a _progress.Progress) through dilattn_forward_ex, or
+        dilattn_forward_on_stream_ex with a stream."""
         views = [C.byref(t) for t in (q, k, v, o, lse)]
         L = _abi.lib()
-        call_options = self._call_options(dropout, sinks, None)
+        call_options = self._call_options(dropout, sinks, None, progress)
         uses, plan = self._uses()
         with uses:
             if call_options is not None and stream is not None:
@@ -275,11 +278,11 @@ class Plan(HandleOwner):
                 check(L.dilattn_forward_on_stream(plan, stream, *views, None, 0))
 
     def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, stream=None, dropout=None, sinks=None,
-                 d_sinks=None):
+                 d_sinks=None, progress=None):
         """As forward; d_sinks (a ctypes array of H doubles) receives the sinks' gradient."""
         views = [C.byref(t) for t in (q, k, v, o, lse, d_o, dq, dk, dv)]
         L = _abi.lib()
-        call_options = self._call_options(dropout, sinks, d_sinks)
+        call_options = self._call_options(dropout, sinks, d_sinks, progress)
         uses, plan = self._uses()
         with uses:
             if call_options is not None and stream is not None:

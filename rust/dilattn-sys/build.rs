@@ -70,6 +70,7 @@ mod bundled {
         "lib/plan.cpp",
         "lib/dispatch.cpp",
         "lib/call_options.cpp",
+        "lib/staged_outputs.cpp",
         "lib/backend_table.cpp",
         "lib/tensor_checks.cpp",
         "lib/mask.cpp",

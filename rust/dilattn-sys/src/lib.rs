@@ -68,7 +68,8 @@ pub const DILATTN_ERROR_POOL_ZERO_SIZE: dilattn_status = 25;
 pub const DILATTN_ERROR_POOL_TOO_LARGE: dilattn_status = 26;
 pub const DILATTN_ERROR_POOL_DESTROYED: dilattn_status = 27;
 pub const DILATTN_ERROR_COMM: dilattn_status = 28;
-pub const DILATTN_STATUS_COUNT_: dilattn_status = 29;
+pub const DILATTN_ERROR_CANCELLED: dilattn_status = 29;
+pub const DILATTN_STATUS_COUNT_: dilattn_status = 30;
 
 pub type dilattn_dtype = c_int;
 pub const DILATTN_F32: dilattn_dtype = 0;
@@ -136,10 +137,15 @@ pub struct dilattn_shape {
     pub head_dim: i64,
 }
 
+/// A progress callback (SPEC 14.11): (user, done, total), a non-zero return cancels the call.
+pub type dilattn_progress_fn =
+    Option<unsafe extern "C" fn(user: *mut c_void, done: i64, total: i64) -> c_int>;
+
 /// Per-call options of dilattn_forward_ex / dilattn_backward_ex (SPEC 11.2): the dropout seed
 /// and offset (below 2^32); for a plan with sinks (SPEC 10.3) the heads_q sink logits and where
-/// the backward writes their gradient (null: not wanted). struct_size =
-/// size_of::<dilattn_call_options>() (dilattn_call_options_make sets it and nulls the pointers).
+/// the backward writes their gradient (null: not wanted); a progress callback and its user
+/// pointer (SPEC 14.11; None: none). struct_size = size_of::<dilattn_call_options>()
+/// (dilattn_call_options_make sets it and nulls the pointers).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct dilattn_call_options {
@@ -148,6 +154,8 @@ pub struct dilattn_call_options {
     pub dropout_offset: u64,
     pub sinks: *const f64,
     pub d_sinks: *mut f64,
+    pub progress: dilattn_progress_fn,
+    pub progress_user: *mut c_void,
 }
 
 /// A caller's BSR arrays (dilattn_mask.h). struct_size = size_of::<dilattn_bsr_view>().
