@@ -32,9 +32,16 @@ PyTorch comes from PyPI into a virtual environment this script creates (default
 ~/.cache/dilattn/torch-venv): `pip install torch>=2.1`. The PyPI wheel pulls the CUDA libraries
 (about 5 GB installed); with too little disk, or no network, the script says so and exits 0.
 
+--sweep: time against N instead of the cases above: dense and dense causal at N = 1024 .. 16384,
+dilated (the configuration above; the library clips a segment longer than N to N, SPEC 3.1, and
+the PyTorch side does the same) at N = 2048 .. 65536, each doubling; --max-n caps both lists,
+--max-n-dilated the dilated one alone, and --quick divides them by 8. Large N get fewer repeats (SWEEP_REPEAT_GFLOP). The JSON then also
+records the commit of the build's source tree, the date and the command, so a plot drawn from it
+(bench/plot_results.py) can name them.
+
 Run (after `meson setup build && ninja -C build`):
     python3 bench/cpu/torch_sdpa_compare.py --build build [--json out.json] [--quick]
-        [--dtype f32|bf16|f64] [--only NAME]
+        [--dtype f32|bf16|f64] [--only NAME] [--sweep [--max-n N] [--max-n-dilated N]]
 """
 import argparse
 import ctypes
@@ -53,6 +60,35 @@ NEEDED_FREE_BYTES = 8 << 30  # the wheel, its CUDA dependencies, pip's cache
 
 SEGMENTS, DILATIONS = [2048, 4096, 8192], [1, 2, 4]
 B, H, D = 1, 8, 64
+
+
+# The sweep's sequence lengths (before --quick and --max-n), and the forward GFLOP above which a
+# case gets 2 and then 1 timed repeat (after the warm-up), so one sweep per dtype stays within
+# about 12 minutes on 2 cores.
+SWEEP_DENSE_N = [1024, 2048, 4096, 8192, 16384]
+SWEEP_DILATED_N = [2048, 4096, 8192, 16384, 32768, 65536]
+SWEEP_REPEAT_GFLOP = (20.0, 80.0)
+
+
+def sweep_cases(quick, max_n, max_n_dilated=0):
+    s = 8 if quick else 1
+    out = []
+    for kind, causal, lengths in (("dense", False, SWEEP_DENSE_N), ("dense", True, SWEEP_DENSE_N),
+                                  ("dilated_mod", False, SWEEP_DILATED_N)):
+        cap = (max_n_dilated or max_n) if kind == "dilated_mod" else max_n
+        for n in (n // s for n in lengths):
+            if cap and n > cap:
+                continue
+            out.append({"name": f"{kind}_N{n}" + ("_causal" if causal else ""), "N": n,
+                        "dilated": kind != "dense", "causal": causal})
+    return out
+
+
+def sweep_repeats(case, repeats):
+    gflop = 4.0 * D * pairs(case) / 1e9
+    if gflop > SWEEP_REPEAT_GFLOP[1]:
+        return 1
+    return min(repeats, 2) if gflop > SWEEP_REPEAT_GFLOP[0] else repeats
 
 
 def cases(quick):
@@ -336,11 +372,14 @@ def run_child(args):
     dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f64": torch.float64}[args.dtype]
     lse_dt = torch.float64 if args.dtype == "f64" else torch.float32
     results = []
-    for case in cases(args.quick):
+    for case in (sweep_cases(args.quick, args.max_n, args.max_n_dilated) if args.sweep
+                 else cases(args.quick)):
         if args.only and args.only not in case["name"]:
             continue
         n = case["N"]
         repeats = args.repeats if n <= 8192 else max(1, args.repeats - 1)
+        if args.sweep:
+            repeats = sweep_repeats(case, args.repeats)
         torch.manual_seed(0)
         # dilattn's layout [B, N, H, D]; torch's [B, H, N, D] views of the same numbers.
         q, k, v, d_o = ((torch.rand(B, n, H, D) * 2 - 1).to(dt) for _ in range(4))
@@ -413,8 +452,11 @@ def run_child(args):
 
 
 # ---------------------------------------------------------------- table
-def report(meta, peak, child, out_json):
+def report(meta, peak, child, out_json, provenance=None):
     pk, pk_cpu = peak["fma_peak_gflops"], peak["fma_peak_gflops_per_cpu_second"]
+    if provenance:
+        print(f"commit: {provenance['commit']} ({provenance['commit_note']}), "
+              f"date: {provenance['date']}")
     print(f"machine: {meta['cpu']}, {meta['cores']} logical cores; {meta['threads']} threads")
     print(f"dilattn cpu backend ISA: {child['isa']}; torch {child['torch']}; "
           f"dtype {child.get('dtype', 'f32')} (both sides)")
@@ -457,7 +499,7 @@ def report(meta, peak, child, out_json):
         c["backward_over_forward_gflops_cpu"] = bwd_over_fwd
     if out_json:
         with open(out_json, "w") as f:
-            json.dump({"machine": meta, "peak": peak, **child}, f, indent=1)
+            json.dump({**(provenance or {}), "machine": meta, "peak": peak, **child}, f, indent=1)
         print(f"\nwrote {out_json}")
 
 
@@ -472,6 +514,38 @@ def cpu_model():
     return "unknown"
 
 
+def git_out(where, *cmd):
+    try:
+        return subprocess.run(["git", "-C", where, *cmd], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return None
+
+
+def provenance(build):
+    """commit, commit_note, date (UTC) and command for a sweep's JSON: the commit is the HEAD of the
+    source tree the build directory was configured from (meson-info), so a plot names the code
+    that ran; the note says whether that tree or this script's had local changes."""
+    source = None
+    try:
+        with open(os.path.join(build, "meson-info", "meson-info.json")) as f:
+            source = json.load(f)["directories"]["source"]
+    except (OSError, KeyError, ValueError):
+        pass
+    commit = git_out(source, "rev-parse", "--short", "HEAD") if source else None
+    changed = git_out(source, "status", "--porcelain", "--untracked-files=no") if source else None
+    note = (f"the library built at {commit}, "
+            + ("its tree with local changes" if changed else "its tree clean")) if commit else \
+        "the build's source tree is not a git checkout"
+    here = git_out(HERE, "status", "--porcelain", "--untracked-files=no", "--", ".")
+    if here:
+        note += f"; {os.path.basename(__file__)} with local changes"
+    return {"commit": commit or "unknown", "commit_note": note,
+            "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
+            "command": " ".join([os.path.relpath(__file__)] + sys.argv[1:]), "sweep": True,
+            "dilated_config": {"segments": SEGMENTS, "dilations": DILATIONS, "head_mode": "mod"}}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default="build", help="meson build directory (libdilattn.so, cpu_bench)")
@@ -484,6 +558,11 @@ def main():
                     help="the inputs' dtype on both sides (default f32)")
     ap.add_argument("--threads", type=int,
                     default=int(os.environ.get("DILATTN_NUM_THREADS", 0)) or os.cpu_count())
+    ap.add_argument("--sweep", action="store_true",
+                    help="dense, causal and dilated over a range of N (see the docstring)")
+    ap.add_argument("--max-n", type=int, default=0, help="with --sweep: no N above this")
+    ap.add_argument("--max-n-dilated", type=int, default=0,
+                    help="with --sweep: no dilated N above this (default: --max-n)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--lib", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -502,6 +581,8 @@ def main():
     env = dict(os.environ, DILATTN_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="PASSIVE")
     peak = json.loads(subprocess.run([bench, "--peak"], env=env, capture_output=True, text=True,
                                      check=True).stdout)
+    prov = provenance(args.build) if args.sweep else None  # the date the run starts
+    started = time.time()
     cmd = [py, os.path.abspath(__file__), "--child", "--lib", os.path.abspath(lib),
            "--repeats", str(args.repeats), "--threads", str(args.threads)]
     if args.quick:
@@ -509,10 +590,14 @@ def main():
     if args.only:
         cmd += ["--only", args.only]
     cmd += ["--dtype", args.dtype]
+    if args.sweep:
+        cmd += ["--sweep", "--max-n", str(args.max_n), "--max-n-dilated", str(args.max_n_dilated)]
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True)
     child = json.loads(out.stdout.strip().splitlines()[-1])
     meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": args.threads}
-    report(meta, peak, child, args.json)
+    if prov:
+        prov["seconds"] = round(time.time() - started)
+    report(meta, peak, child, args.json, prov)
     return 0
 
 

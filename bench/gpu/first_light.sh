@@ -271,7 +271,7 @@ step_timing() {
       --iters 5 --row-budget-ms 1500 --json "$out/bench_gpu.json" || echo "bench_gpu: exit $?"
     echo "== torch_compare_gpu.py"
     PYTHONPATH="$repo/python" PYTHONUNBUFFERED=1 timeout -k 5 $((budget - bench_s - 10)) \
-      python3 "$repo/bench/gpu/torch_compare_gpu.py" --lib "$lib" --json "$out/torch_compare.json" \
+      DILATTN_COMMIT="$(commit_of_tree)" python3 "$repo/bench/gpu/torch_compare_gpu.py" --lib "$lib" --json "$out/torch_compare.json" \
       --flex-compile-limit 40 --iters 7 --warmup 2
   } >>"$out/timing.log" 2>&1 || { status=fail; detail="torch_compare_gpu.py exit $?; "; }
   # bench_gpu rewrites its JSON after every row: "complete": false means it was cut off.

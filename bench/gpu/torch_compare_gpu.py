@@ -405,7 +405,10 @@ def main(argv=None):
     t0 = time.time()
 
     def save(rows, complete=False):
-        result = {"device": props.name, "torch": torch.__version__,
+        # The commit and date the figures belong to (bench/plot_results.py puts them in the
+        # captions): DILATTN_COMMIT as first_light.sh sets it, else "not recorded".
+        result = {"device": props.name, "commit": os.environ.get("DILATTN_COMMIT", "not recorded"),
+                  "date": time.strftime("%Y-%m-%d", time.gmtime(t0)), "torch": torch.__version__,
                   "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                   "flop_formula": FLOP_FORMULA, "timing": f"median of {args.iters} "
                   f"CUDA-event-timed calls after {args.warmup} warm-up calls; backward = "
