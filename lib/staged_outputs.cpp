@@ -11,17 +11,33 @@ namespace dilattn {
 
 namespace {
 
-// Calls f(element offset in `strided`, element offset in the contiguous copy) for every
-// element of a 4-D view, in C order.
-template <class F>
-void for_each_element(const dilattn_tensor& strided, F&& f) {
-  const int64_t* n = strided.shape;
-  const int64_t* s = strided.strides;
+// Copies a contiguous copy of a 4-D view back into the view, in C order: one memcpy for a
+// contiguous view, one per row of D elements when the last dimension is dense, else one per
+// element.
+void copy_back(const dilattn_tensor& view, const char* copy) {
+  const size_t element = dtype_size(view.dtype);
+  const int64_t* n = view.shape;
+  const int64_t* s = view.strides;
+  char* data = static_cast<char*>(view.data);
+  auto move = [&](int64_t at, int64_t flat, size_t bytes) {
+    std::memcpy(data + at * element, copy + flat * element, bytes);
+  };
+  const bool dense_rows = s[3] == 1 || n[3] == 1;
+  const bool contiguous = dense_rows && s[2] == n[3] && s[1] == n[2] * n[3] &&
+                          s[0] == n[1] * n[2] * n[3];
+  if (contiguous) return move(0, 0, static_cast<size_t>(n[0] * n[1] * n[2] * n[3]) * element);
   int64_t flat = 0;
   for (int64_t a = 0; a < n[0]; ++a)
     for (int64_t b = 0; b < n[1]; ++b)
-      for (int64_t c = 0; c < n[2]; ++c)
-        for (int64_t d = 0; d < n[3]; ++d) f(a * s[0] + b * s[1] + c * s[2] + d * s[3], flat++);
+      for (int64_t c = 0; c < n[2]; ++c) {
+        const int64_t row = a * s[0] + b * s[1] + c * s[2];
+        if (dense_rows) {
+          move(row, flat, static_cast<size_t>(n[3]) * element);
+          flat += n[3];
+        } else {
+          for (int64_t d = 0; d < n[3]; ++d) move(row + d * s[3], flat++, element);
+        }
+      }
 }
 
 }  // namespace
@@ -44,11 +60,6 @@ dilattn_status StagedOutputs::stage(const dilattn_tensor** view) {
   copy.strides[2] = output.shape[3];
   copy.strides[1] = output.shape[2] * copy.strides[2];
   copy.strides[0] = output.shape[1] * copy.strides[1];
-  const char* from = static_cast<const char*>(output.data);
-  char* to = bytes.get();
-  for_each_element(output, [&](int64_t at, int64_t flat) {
-    std::memcpy(to + flat * element, from + at * element, element);
-  });
   tensors_.push_back(Tensor{*view, copy, std::move(bytes)});
   *view = &tensors_.back().copy;
   return DILATTN_SUCCESS;
@@ -62,14 +73,7 @@ dilattn_status StagedOutputs::stage(double** values, int64_t count) {
 }
 
 void StagedOutputs::commit() const {
-  for (const Tensor& t : tensors_) {
-    const size_t element = dtype_size(t.output->dtype);
-    char* to = static_cast<char*>(t.output->data);
-    const char* from = t.bytes.get();
-    for_each_element(*t.output, [&](int64_t at, int64_t flat) {
-      std::memcpy(to + at * element, from + flat * element, element);
-    });
-  }
+  for (const Tensor& t : tensors_) copy_back(*t.output, t.bytes.get());
   for (const Values& v : values_) std::memcpy(v.output, v.copy.data(), v.copy.size() * sizeof(double));
 }
 

@@ -1,6 +1,6 @@
 // progress_cost.cpp - what a progress callback costs the cpu backend (docs/spec.md section 14.11):
-// each case's forward and backward timed three ways, interleaved in one run so that the ratios
-// see the same machine state:
+// each case's forward and backward timed three ways, interleaved in one run (the order rotating
+// from repeat to repeat) so that the ratios see the same machine state:
 //   plain     dilattn_forward / dilattn_backward;
 //   ex        dilattn_forward_ex / dilattn_backward_ex with options and no callback (the path a
 //             call without a callback takes: it must cost nothing);
@@ -98,7 +98,8 @@ Timings run_case(const Case& c, int repeats) {
   Timings t{};
   std::vector<double> fwd[kModes], bwd[kModes];
   for (int r = 0; r < repeats; ++r)
-    for (int m = 0; m < kModes; ++m) {
+    for (int turn = 0; turn < kModes; ++turn) {
+      const int m = (turn + r) % kModes;  // each mode first in turn: no order bias
       o[m].assign(n, 0.f);
       lse[m].assign(static_cast<size_t>(kB * kH * c.N), 0.f);
       dq[m].assign(n, 0.f);

@@ -16,8 +16,9 @@ namespace dilattn {
 class StagedOutputs {
  public:
   // Replaces *view (an output in host memory, or null: left alone) by a contiguous copy of
-  // the same shape and dtype that holds the output's current elements. OUT_OF_MEMORY when the
-  // copy cannot be allocated.
+  // the same shape and dtype, uninitialised: the backends that report progress (ref, cpu)
+  // write every element of their outputs, as the tests that poison outputs first check
+  // (tests/common/attention_run.h). OUT_OF_MEMORY when the copy cannot be allocated.
   dilattn_status stage(const dilattn_tensor** view);
   // The same for an array of `count` doubles (d_sinks; null: left alone).
   dilattn_status stage(double** values, int64_t count);

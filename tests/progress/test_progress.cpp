@@ -5,7 +5,8 @@
 //      and stays below total until the last call, which has done = total;
 //   2. every call comes from the calling thread (cpu with 2 worker threads and a callback slower
 //      than the 100 ms interval, so that calls happen while a helper works: never a helper);
-//   3. a callback changes no bit of any output (O, LSE, dQ, dK, dV, d_sinks);
+//   3. a callback changes no bit of any output (O, LSE, dQ, dK, dV, d_sinks), contiguous or
+//      strided (a permuted layout with padding, whose unused elements stay as they were);
 //   4. a cancel at the first call returns DILATTN_ERROR_CANCELLED with every output byte as it
 //      was, and no call follows it; on ref and cpu a cancel in the middle of the work does the
 //      same (the callback sleeps past the 100 ms interval, so the next work item reports);
@@ -77,8 +78,10 @@ struct Outputs {
 // A call's outputs, every byte poisoned first (so "untouched" can be checked bitwise).
 Outputs poisoned_outputs(const AttentionCase& c, dilattn_backend backend) {
   const dilattn_dtype lse_dtype = harness::lse_dtype_of(backend, c.dtype);
-  Outputs out{c.q_like(c.dtype), c.lse_like(lse_dtype), c.q_like(c.dtype), c.kv_like(c.dtype),
-              c.kv_like(c.dtype), std::vector<double>(static_cast<size_t>(c.H), 0.0)};
+  const harness::Layout l = c.output_layout;
+  Outputs out{c.q_like(c.dtype, l), c.lse_like(lse_dtype), c.q_like(c.dtype, l),
+              c.kv_like(c.dtype, l), c.kv_like(c.dtype, l),
+              std::vector<double>(static_cast<size_t>(c.H), 0.0)};
   for (Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) t->poison();
   std::memset(out.d_sinks.data(), 0x7f, out.d_sinks.size() * sizeof(double));
   return out;
@@ -231,7 +234,8 @@ AttentionCase dilated_case() {
 
 AttentionCase sinks_case() {
   AttentionCase c;
-  c.name = "dense with sinks";
+  c.name = "dense with sinks, strided outputs";
+  c.output_layout = {true, 3};  // [B, H, N, D] memory with 3 unused elements after each row
   c.Nq = 96;
   c.Nk = 160;
   c.H = 2;
