@@ -251,6 +251,47 @@ def memory_figures(results):
     return figs
 
 
+# ---------------------------------------------------------------- cpu_bench: time to 1M tokens
+def bench_config_groups(data, field):
+    """cpu_bench cases with a positive `field`, grouped by what they compute (kind, causal, head
+    mode, B, H, D), so that a sweep and the 1M-token case of one configuration form one line;
+    [(label, [(N, value)])], the first case of an N kept."""
+    groups = {}
+    for c in data.get("cases", []):
+        if not (isinstance(c, dict) and c.get("kind") and "N" in c
+                and c.get("Nq", c["N"]) == c["N"]):
+            continue
+        value = c.get(field)
+        if not isinstance(value, (int, float)) or value <= 0:  # 0: not measured (1M backward)
+            continue
+        key = (c["kind"], bool(c.get("causal")), c.get("head_mode") if c["kind"] == "dilated"
+               else None, c.get("B"), c.get("H"), c.get("D"))
+        points = groups.setdefault(key, {})
+        points.setdefault(c["N"], value)
+    out = []
+    for (kind, causal, mode, b, h, d), points in groups.items():
+        label = kind + (" causal" if causal else "") + (f" ({mode})" if mode else "")
+        out.append((f"{label}, B={b} H={h} D={d}", sorted(points.items())))
+    return out
+
+
+def bench_time_figures(results):
+    figs = []
+    for name, data in results:
+        if not data.get("fma_peak_gflops_per_cpu_second") or not isinstance(data.get("cases"),
+                                                                               list):
+            continue
+        panels = [panel(part, "N (tokens)", "seconds (wall)",
+                        [series(label, pts) for label, pts in
+                         bench_config_groups(data, f"{part}_s")])
+                  for part in ("forward", "backward")]
+        if enough(panels):
+            figs.append(figure(name, "time", "dilattn cpu backend: time against N", data, panels,
+                               f"median wall seconds, {data.get('threads', '?')} threads; "
+                               "a missing point was not measured"))
+    return figs
+
+
 # ---------------------------------------------------------------- ring, block-sparse
 def ring_figures(results):
     figs = []
@@ -367,8 +408,8 @@ def gpu_figures(results):
     return figs
 
 
-EXTRACTORS = (sdpa_time_figures, cpu_peak_figures, memory_figures, ring_figures, sparse_figures,
-              gpu_figures)
+EXTRACTORS = (sdpa_time_figures, cpu_peak_figures, bench_time_figures, memory_figures,
+              ring_figures, sparse_figures, gpu_figures)
 
 
 def all_figures(results):

@@ -137,8 +137,13 @@ def test_memory_ring_sparse_gpu(tmp_path):
              "machine": {"cpu": "Box", "cpu_isa": "avx512"}, "threads": 2,
              "fma_peak_gflops_per_cpu_second": 100.0,
              "cases": [{"name": f"sweep_dilated_N{n}", "N": n, "peak_rss_bytes": 3 * n * 2**20,
-                        "qkvo_lse_bytes": n * 2**20, "forward_cpu_efficiency": 0.5 + n / 1e6}
+                        "qkvo_lse_bytes": n * 2**20, "forward_cpu_efficiency": 0.5 + n / 1e6,
+                        "kind": "dilated", "head_mode": "groups", "B": 1, "H": 8, "D": 64,
+                        "forward_s": n / 1e4, "backward_s": n / 4e3}
                        for n in (16384, 4096, 8192)]
+             + [{"name": "long_dilated_N1048576", "N": 1048576, "kind": "dilated",
+                 "head_mode": "groups", "B": 1, "H": 8, "D": 64, "forward_s": 104.8576,
+                 "backward_s": 0}]
              + [{"name": "decode_Nq1_Nk4096", "N": 4096, "Nq": 1, "peak_rss_bytes": 7,
                  "qkvo_lse_bytes": 7, "forward_cpu_efficiency": 0.01}]}
     ring = {"commit": "r1", "date": "d1", "machine": "Box", "isa": "avx2",
@@ -161,8 +166,14 @@ def test_memory_ring_sparse_gpu(tmp_path):
         write(tmp_path, name, data)
     figs = {f["file"]: f for f in pr.all_figures(pr.load_results(str(tmp_path)))}
     assert sorted(figs) == ["cpu_bench.box.memory.png", "cpu_bench.box.peak.png",
-                            "gpu_torch_compare.gx.d64.png", "ring_bench.box.png",
-                            "sparse_bench.box.png"]
+                            "cpu_bench.box.time.png", "gpu_torch_compare.gx.d64.png",
+                            "ring_bench.box.png", "sparse_bench.box.png"]
+    fwd, bwd = figs["cpu_bench.box.time.png"]["panels"]
+    # the sweep and the long case of one configuration are one line; backward 0 is not measured
+    assert by_label(fwd)["dilated (groups), B=1 H=8 D=64"] == [
+        (4096.0, 0.4096), (8192.0, 0.8192), (16384.0, 1.6384), (1048576.0, 104.8576)]
+    assert by_label(bwd)["dilated (groups), B=1 H=8 D=64"] == [
+        (4096.0, 1.024), (8192.0, 2.048), (16384.0, 4.096)]
     mem = by_label(figs["cpu_bench.box.memory.png"]["panels"][0])
     # 3 N MiB of peak RSS is 3 N / 1024 GiB
     assert mem["sweep_dilated: peak RSS"] == [(4096.0, 12.0), (8192.0, 24.0), (16384.0, 48.0)]
