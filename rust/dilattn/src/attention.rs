@@ -1,6 +1,11 @@
 //! What to compute (Attention: dense, dilated or block-sparse; causal; scale; the variants of
 //! SPEC 10; dropout; a workspace pool), for which sizes (Shape), on which backend: a Plan, which
 //! runs forward and backward on tensor views, with per-call options (CallOptions) where needed.
+use std::any::Any;
+use std::cell::Cell;
+use std::fmt;
+use std::os::raw::{c_int, c_void};
+use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 use std::sync::Arc;
 
@@ -404,11 +409,15 @@ impl Plan {
                                               k: &Tensor<T>, v: &Tensor<T>,
                                               o: &mut TensorMut<T>, lse: &mut TensorMut<L>)
         -> Result<()> {
-        let options = options.raw(self.shape, None)?;
+        let bridge = ProgressBridge::new(options.progress);
+        let raw_options = options.raw(self.shape, None, &bridge)?;
         let (q, k, v, o, lse) = (q.raw(), k.raw(), v.raw(), o.raw(), lse.raw());
-        check(unsafe {
-            sys::dilattn_forward_ex(self.raw, &q, &k, &v, &o, &lse, &options, ptr::null_mut(), 0)
-        })
+        let status = unsafe {
+            sys::dilattn_forward_ex(self.raw, &q, &k, &v, &o, &lse, &raw_options, ptr::null_mut(),
+                                    0)
+        };
+        bridge.resume_panic();
+        check(status)
     }
 
     /// backward of forward_ex, with the same options (SPEC 11.3, 10.3). Returns the sinks'
@@ -422,14 +431,17 @@ impl Plan {
                                                dv: &mut TensorMut<T>)
         -> Result<Option<Vec<f64>>> {
         let mut d_sinks = options.sinks.map(|_| vec![0.0; self.shape.heads_q]);
-        let raw_options = options.raw(self.shape, d_sinks.as_deref_mut())?;
+        let bridge = ProgressBridge::new(options.progress);
+        let raw_options = options.raw(self.shape, d_sinks.as_deref_mut(), &bridge)?;
         let inputs = [q.raw(), k.raw(), v.raw(), o.raw()];
         let (lse, d_o) = (lse.raw(), d_o.raw());
         let (dq, dk, dv) = (dq.raw(), dk.raw(), dv.raw());
-        check(unsafe {
+        let status = unsafe {
             sys::dilattn_backward_ex(self.raw, &inputs[0], &inputs[1], &inputs[2], &inputs[3],
                                      &lse, &d_o, &dq, &dk, &dv, &raw_options, ptr::null_mut(), 0)
-        })?;
+        };
+        bridge.resume_panic();
+        check(status)?;
         Ok(d_sinks)
     }
 
@@ -441,7 +453,8 @@ impl Plan {
                                                    k: &Tensor<T>, v: &Tensor<T>,
                                                    o: &mut TensorMut<T>, lse: &mut TensorMut<L>)
         -> Result<()> {
-        let options = CallOptions { dropout_seed: seed, dropout_offset: offset, sinks: None };
+        let options = CallOptions { dropout_seed: seed, dropout_offset: offset,
+                                    ..CallOptions::default() };
         self.forward_ex(&options, q, k, v, o, lse)
     }
 
@@ -453,14 +466,20 @@ impl Plan {
                                                     d_o: &Tensor<T>, dq: &mut TensorMut<T>,
                                                     dk: &mut TensorMut<T>, dv: &mut TensorMut<T>)
         -> Result<()> {
-        let options = CallOptions { dropout_seed: seed, dropout_offset: offset, sinks: None };
+        let options = CallOptions { dropout_seed: seed, dropout_offset: offset,
+                                    ..CallOptions::default() };
         self.backward_ex(&options, q, k, v, o, lse, d_o, dq, dk, dv).map(|_| ())
     }
 }
 
-/// Per-call options of Plan::forward_ex and Plan::backward_ex (SPEC 11.2, 10.3). The default
-/// is seed 0, offset 0, no sinks.
-#[derive(Clone, Copy, Debug, Default)]
+/// A progress callback (SPEC 14.11): called as `f(done, total)` on the calling thread; `true`
+/// stops the call, which then returns an error with status DILATTN_ERROR_CANCELLED and leaves
+/// every output as it was.
+pub type Progress<'a> = &'a dyn Fn(i64, i64) -> bool;
+
+/// Per-call options of Plan::forward_ex and Plan::backward_ex (SPEC 11.2, 10.3, 14.11). The
+/// default is seed 0, offset 0, no sinks, no progress callback.
+#[derive(Clone, Copy, Default)]
 pub struct CallOptions<'a> {
     /// The dropout seed: any value (a plan with .dropout(p)).
     pub dropout_seed: u64,
@@ -469,12 +488,65 @@ pub struct CallOptions<'a> {
     /// heads_q sink logits, `sinks[h]` for query head h, finite or -inf (no sink for that head),
     /// for a plan with .sinks(true); None for a plan without.
     pub sinks: Option<&'a [f64]>,
+    /// A progress callback for a long call; a panic in it stops the call and resumes once the
+    /// call has returned.
+    pub progress: Option<Progress<'a>>,
+}
+
+impl fmt::Debug for CallOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("dropout_seed", &self.dropout_seed)
+            .field("dropout_offset", &self.dropout_offset)
+            .field("sinks", &self.sinks)
+            .field("progress", &self.progress.map(|_| "Fn(done, total) -> bool"))
+            .finish()
+    }
+}
+
+/// The Rust side of a call's progress callback: the closure, and a panic it raised (a panic
+/// must not unwind through the C library, so it is caught, the call is stopped, and the panic
+/// resumes once the call has returned).
+struct ProgressBridge<'a> {
+    progress: Option<Progress<'a>>,
+    panic: Cell<Option<Box<dyn Any + Send>>>,
+}
+
+impl<'a> ProgressBridge<'a> {
+    fn new(progress: Option<Progress<'a>>) -> Self {
+        ProgressBridge { progress, panic: Cell::new(None) }
+    }
+
+    fn resume_panic(&self) {
+        if let Some(payload) = self.panic.take() {
+            panic::resume_unwind(payload);
+        }
+    }
+}
+
+unsafe extern "C" fn progress_trampoline(user: *mut c_void, done: i64, total: i64) -> c_int {
+    // SAFETY: user is the ProgressBridge of the running call (CallOptions::raw), which outlives it.
+    let bridge = unsafe { &*(user as *const ProgressBridge) };
+    let Some(progress) = bridge.progress else { return 0 };
+    match panic::catch_unwind(AssertUnwindSafe(|| progress(done, total))) {
+        Ok(stop) => c_int::from(stop),
+        Err(payload) => {
+            bridge.panic.set(Some(payload));
+            1
+        }
+    }
 }
 
 impl CallOptions<'_> {
-    /// The C options; d_sinks (heads_q values) receives the sinks' gradient in a backward.
-    fn raw(&self, shape: Shape, d_sinks: Option<&mut [f64]>) -> Result<sys::dilattn_call_options> {
+    /// The C options; d_sinks (heads_q values) receives the sinks' gradient in a backward;
+    /// bridge carries the progress callback.
+    fn raw(&self, shape: Shape, d_sinks: Option<&mut [f64]>, bridge: &ProgressBridge)
+        -> Result<sys::dilattn_call_options> {
         let mut options = unsafe { sys::dilattn_call_options_make() };
+        if bridge.progress.is_some() {
+            options.progress = Some(progress_trampoline);
+            options.progress_user = bridge as *const ProgressBridge as *mut c_void;
+        }
         options.dropout_seed = self.dropout_seed;
         options.dropout_offset = self.dropout_offset;
         if let Some(sinks) = self.sinks {

@@ -36,7 +36,7 @@ mod pool;
 pub mod ring;
 mod tensor;
 
-pub use attention::{Attention, Backend, CallOptions, HeadMode, Plan, Shape};
+pub use attention::{Attention, Backend, CallOptions, HeadMode, Plan, Progress, Shape};
 pub use error::{Error, Result};
 pub use half::{Bf16, F16};
 pub use mask::{Bsr, Mask};

@@ -103,7 +103,8 @@ impl Problem {
     }
 }
 
-const NO_OPTIONS: CallOptions = CallOptions { dropout_seed: 0, dropout_offset: 0, sinks: None };
+const NO_OPTIONS: CallOptions = CallOptions { dropout_seed: 0, dropout_offset: 0, sinks: None,
+                                              progress: None };
 
 #[test]
 fn a_window_covering_every_key_equals_no_window_bitwise() {
@@ -284,7 +285,7 @@ fn dropout_through_call_options() {
     let p = Problem::new(9, 2, 4, 1.0, 81);
     let (plain, plain_lse) = p.forward(&p.plan(&Attention::dense()), &NO_OPTIONS);
     let options = |seed, offset| CallOptions { dropout_seed: seed, dropout_offset: offset,
-                                               sinks: None };
+                                               ..NO_OPTIONS };
     let (none, none_lse) = p.forward(&p.plan(&Attention::dense().dropout(0.0)), &options(3, 4));
     assert_eq!(bits(&plain), bits(&none));
     assert_eq!(bits(&plain_lse), bits(&none_lse));
@@ -368,4 +369,50 @@ fn refusals_carry_the_library_status_and_message() {
         assert!(e.message().contains("sinks[1] = nan"), "{}", e.message());
     }
     assert!(o.iter().chain(&lse).all(|&x| x == -7.0));
+}
+
+/// SPEC 14.11 through CallOptions::progress: the calls add up (0 first, total last, never
+/// decreasing) and change no bit; a true return stops the call with DILATTN_ERROR_CANCELLED and
+/// the outputs as they were; a panic in the callback stops the call and resumes after it.
+#[test]
+fn progress_callback_reports_cancels_and_resumes_a_panic() {
+    use std::cell::RefCell;
+    let p = Problem::new(24, 2, 4, 1.0, 91);
+    let plan = p.plan(&Attention::dense().causal(true));
+    let (plain, plain_lse) = p.forward(&plan, &NO_OPTIONS);
+
+    let calls = RefCell::new(Vec::new());
+    let record = |done: i64, total: i64| {
+        calls.borrow_mut().push((done, total));
+        false
+    };
+    let (watched, watched_lse) =
+        p.forward(&plan, &CallOptions { progress: Some(&record), ..NO_OPTIONS });
+    assert_eq!(bits(&plain), bits(&watched));
+    assert_eq!(bits(&plain_lse), bits(&watched_lse));
+    let calls = calls.into_inner();
+    let total = calls[0].1;
+    assert!(calls.len() >= 2 && total >= 1 && calls[0].0 == 0, "{calls:?}");
+    assert!(calls.windows(2).all(|w| w[0].0 <= w[1].0 && w[1].1 == total), "{calls:?}");
+    assert_eq!(calls.last().unwrap().0, total);
+
+    let dims = [1, p.n, p.h, p.d];
+    let mut o = vec![7.0; p.q.len()];
+    let mut lse = vec![7.0; p.h * p.n];
+    let stop = |_: i64, _: i64| true;
+    let e = plan.forward_ex(&CallOptions { progress: Some(&stop), ..NO_OPTIONS },
+                            &Tensor::new(&p.q, dims).unwrap(), &Tensor::new(&p.k, dims).unwrap(),
+                            &Tensor::new(&p.v, dims).unwrap(),
+                            &mut TensorMut::new(&mut o, dims).unwrap(),
+                            &mut TensorMut::new(&mut lse, [1, p.h, p.n, 1]).unwrap())
+        .unwrap_err();
+    assert_eq!(e.status(), sys::DILATTN_ERROR_CANCELLED, "{e}");
+    assert!(o.iter().chain(&lse).all(|&x| x == 7.0), "a cancelled call wrote its outputs");
+
+    let fail = |_: i64, _: i64| -> bool { panic!("from the callback") };
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        p.forward(&plan, &CallOptions { progress: Some(&fail), ..NO_OPTIONS })
+    }));
+    let payload = caught.expect_err("the callback's panic resumes after the call");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"from the callback"));
 }
