@@ -246,6 +246,41 @@ dilattn::StreamArgs stream_args(const dilattn::Backend& backend, CallerStream ca
   return dilattn::StreamArgs{caller.stream, false, false};
 }
 
+// What a call carries besides its tensors (dilattn_call_options, SPEC 11.2, 10.3, 14.11), read
+// after the plan handle is checked.
+struct CallExtras {
+  dilattn::DropoutCall dropout;
+  dilattn::SinksCall sinks;
+  dilattn::ProgressCall progress;
+};
+
+dilattn_status read_call(dilattn_plan plan, const dilattn_call_options* options, const char* entry,
+                         bool backward, CallExtras* extras) {
+  const dilattn_status s = dilattn::check_handle(plan, "plan");
+  if (s != DILATTN_SUCCESS) return s;
+  return dilattn::read_call_options(plan->problem, options, entry, backward, &extras->dropout,
+                                    &extras->sinks, &extras->progress);
+}
+
+// Both directions once their tensors are checked: gives back finished workspaces, takes this
+// call's (`needed` bytes), runs work(workspace, stream arguments) and hands the workspace back
+// when the backend's work on it is done.
+template <class Work>
+dilattn_status run_on_backend(dilattn_plan plan, CallerStream caller, int32_t device_index,
+                              void* workspace, size_t workspace_bytes, size_t needed,
+                              Work&& work) {
+  release_finished_blocks();
+  dilattn::StreamArgs run = stream_args(*plan->backend, caller);
+  Workspace ws;
+  dilattn_status s = ws.acquire(plan->problem, plan->backend->device, device_index, workspace,
+                                workspace_bytes, needed);
+  if (s != DILATTN_SUCCESS) return s;
+  run.workspace_from_pool = ws.from_pool();
+  s = work(ws.get(), run);
+  ws.finish(*plan->backend, device_index, run, s);
+  return s;
+}
+
 dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
                            const dilattn_tensor* k, const dilattn_tensor* v,
                            const dilattn_tensor* o, const dilattn_tensor* lse,
@@ -253,36 +288,27 @@ dilattn_status run_forward(dilattn_plan plan, CallerStream caller, const dilattn
                            void* workspace, size_t workspace_bytes) {
   using dilattn::TensorRole;
   constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
-  dilattn_status s = dilattn::check_handle(plan, "plan");
+  CallExtras extras;
+  dilattn_status s = read_call(plan, options, entry, false, &extras);
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
-  dilattn::DropoutCall dropout;
-  dilattn::SinksCall sinks;
-  dilattn::ProgressCall progress;
-  if ((s = dilattn::read_call_options(p, options, entry, false, &dropout, &sinks, &progress)) !=
-      DILATTN_SUCCESS)
-    return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, out}});
   if (s != DILATTN_SUCCESS) return s;
   if (lse != nullptr &&
       (s = dilattn::check_tensor(p, lse, "lse", TensorRole::lse, out)) != DILATTN_SUCCESS)
     return s;
-  release_finished_blocks();
-  dilattn::StreamArgs run = stream_args(*plan->backend, caller);
-  Workspace ws;
-  if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
-                      workspace_bytes, plan->workspace.forward)) != DILATTN_SUCCESS)
-    return s;
-  run.workspace_from_pool = ws.from_pool();
-  dilattn::ForwardArgs args{q, k, v, o, lse, ws.get(), run, dropout, sinks};
-  s = run_with_progress(*plan->backend, progress, Outputs{{&args.o, &args.lse}, nullptr, 0},
-                        [&](dilattn::Progress* reporter) {
-                          args.progress = reporter;
-                          return plan->backend->forward(p, args);
-                        });
-  ws.finish(*plan->backend, q->device_index, run, s);
-  return s;
+  return run_on_backend(
+      plan, caller, q->device_index, workspace, workspace_bytes, plan->workspace.forward,
+      [&](void* ws, dilattn::StreamArgs run) {
+        dilattn::ForwardArgs args{q, k, v, o, lse, ws, run, extras.dropout, extras.sinks};
+        return run_with_progress(*plan->backend, extras.progress,
+                                 Outputs{{&args.o, &args.lse}, nullptr, 0},
+                                 [&](dilattn::Progress* reporter) {
+                                   args.progress = reporter;
+                                   return plan->backend->forward(p, args);
+                                 });
+      });
 }
 
 dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilattn_tensor* q,
@@ -294,37 +320,28 @@ dilattn_status run_backward(dilattn_plan plan, CallerStream caller, const dilatt
                             void* workspace, size_t workspace_bytes) {
   using dilattn::TensorRole;
   constexpr dilattn::TensorUse in = dilattn::TensorUse::read, out = dilattn::TensorUse::written;
-  dilattn_status s = dilattn::check_handle(plan, "plan");
+  CallExtras extras;
+  dilattn_status s = read_call(plan, options, entry, true, &extras);
   if (s != DILATTN_SUCCESS) return s;
   const dilattn::Problem& p = plan->problem;
-  dilattn::DropoutCall dropout;
-  dilattn::SinksCall sinks;
-  dilattn::ProgressCall progress;
-  if ((s = dilattn::read_call_options(p, options, entry, true, &dropout, &sinks, &progress)) !=
-      DILATTN_SUCCESS)
-    return s;
   s = check_all(p, {{q, "q", TensorRole::q, in}, {k, "k", TensorRole::kv, in},
                     {v, "v", TensorRole::kv, in}, {o, "o", TensorRole::o, in},
                     {lse, "lse", TensorRole::lse, in}, {d_o, "d_o", TensorRole::o, in},
                     {dq, "dq", TensorRole::q, out}, {dk, "dk", TensorRole::kv, out},
                     {dv, "dv", TensorRole::kv, out}});
   if (s != DILATTN_SUCCESS) return s;
-  release_finished_blocks();
-  dilattn::StreamArgs run = stream_args(*plan->backend, caller);
-  Workspace ws;
-  if ((s = ws.acquire(p, plan->backend->device, q->device_index, workspace,
-                      workspace_bytes, plan->workspace.backward)) != DILATTN_SUCCESS)
-    return s;
-  run.workspace_from_pool = ws.from_pool();
-  dilattn::BackwardArgs args{q, k, v, o, lse, d_o, dq, dk, dv, ws.get(), run, dropout, sinks};
-  s = run_with_progress(*plan->backend, progress,
-                        Outputs{{&args.dq, &args.dk, &args.dv}, &args.sinks.d_values, p.H},
-                        [&](dilattn::Progress* reporter) {
-                          args.progress = reporter;
-                          return plan->backend->backward(p, args);
-                        });
-  ws.finish(*plan->backend, q->device_index, run, s);
-  return s;
+  return run_on_backend(
+      plan, caller, q->device_index, workspace, workspace_bytes, plan->workspace.backward,
+      [&](void* ws, dilattn::StreamArgs run) {
+        dilattn::BackwardArgs args{q, k, v, o, lse, d_o, dq, dk, dv, ws, run, extras.dropout,
+                                   extras.sinks};
+        return run_with_progress(*plan->backend, extras.progress,
+                                 Outputs{{&args.dq, &args.dk, &args.dv}, &args.sinks.d_values, p.H},
+                                 [&](dilattn::Progress* reporter) {
+                                   args.progress = reporter;
+                                   return plan->backend->backward(p, args);
+                                 });
+      });
 }
 
 }  // namespace
