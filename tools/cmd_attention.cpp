@@ -50,7 +50,8 @@ const FlagSpec kCommonFlags[] = {
     {"pattern", true}, {"ring-threads", true}, {"ring", true}, {"ring-split", true},
     {"ring-timeout", true}, {"dropout", true}, {"seed", true}, {"offset", true},
     {"window", true}, {"softcap", true}, {"alibi-slopes", true}, {"cu-seqlens-q", true},
-    {"cu-seqlens-k", true}, {"sinks", true}, {"no-progress", false}};
+    {"cu-seqlens-k", true}, {"sinks", true}, {"no-progress", false},
+    {"progress-after", true}};
 
 std::vector<FlagSpec> with_common(std::vector<FlagSpec> own) {
   own.insert(own.end(), std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -102,8 +103,10 @@ struct Settings {
     return c;
   }
   bool needs_options() const { return dropout || !sinks.empty(); }
-  // A progress line on stderr for the single-device calls (progress_line.h); --no-progress: none.
+  // A progress line on stderr for the single-device calls (progress_line.h); --no-progress: none;
+  // --progress-after S: drawn once a call has run S seconds (default 1).
   bool progress = true;
+  double progress_after = 1.0;
 
   // SPEC 10.1 (ref and cpu; AUTO resolves to cpu): --window L,R, --softcap C, --alibi-slopes.
   bool has_window = false;
@@ -255,6 +258,7 @@ Settings parse_settings(const Flags& f) {
   s.backend = parse_backend(f.get("backend", "auto"));
   s.causal = f.has("causal");
   s.progress = !f.has("no-progress");
+  s.progress_after = f.get_double("progress-after", 1.0, true);
   s.has_scale = f.has("scale");
   s.scale = f.get_double("scale", 0.0, false);
   s.threads = f.get_int("threads", 0, 1);
@@ -610,7 +614,7 @@ void run_forward(const MpiWorld& world, const PlanHandle& plan, const Settings& 
   else if (ring.ranks > 0)
     ring_forward(plan.get(), ring, shard_place(plan), tq, tk, tv, to, tl, options);
   if (!ring.any()) {
-    ProgressLine line("forward", s.progress);
+    ProgressLine line("forward", s.progress, s.progress_after);
     if (line.attach(&call)) options = &call;
     check_call(dilattn_forward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, options, nullptr, 0),
                "forward");
@@ -741,7 +745,7 @@ int cmd_backward(int argc, char** argv, int first) {
     ring_backward(plan.get(), s.ring, shard_place(plan), tq, tk, tv, to, tl, tdo, tdq, tdk, tdv,
                   options, o.H);
   if (!s.ring.any()) {
-    ProgressLine line("backward", s.progress);
+    ProgressLine line("backward", s.progress, s.progress_after);
     if (line.attach(&call)) options = &call;
     check_call(dilattn_backward_ex(plan.get(), &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv,
                                    options, nullptr, 0),

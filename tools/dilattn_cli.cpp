@@ -66,6 +66,8 @@ const char kUsage[] =
     "  --no-progress                          no progress line: on a terminal, a call running\n"
     "                                         over a second shows one on stderr, and Ctrl-C\n"
     "                                         stops the call (exit 130, no output written)\n"
+    "  --progress-after S                     draw that line once a call has run S seconds\n"
+    "                                         (default 1)\n"
     "  --threads N                            cpu backend worker threads\n"
     "  --ring-threads P                       ring attention (SPEC 5) on P threads, each rank\n"
     "                                         holding its own rows (on the GPU for cuda); needs\n"

@@ -15,8 +15,6 @@ volatile sig_atomic_t g_interrupted = 0;
 
 extern "C" void note_interrupt(int) { g_interrupted = 1; }
 
-constexpr double kQuietSeconds = 1.0;  // a call shorter than this prints nothing
-
 // write(2) of the whole text; a terminal that refuses it loses a redraw, nothing else.
 void write_stderr(const std::string& text) {
   const char* p = text.data();
@@ -31,7 +29,8 @@ void write_stderr(const std::string& text) {
 
 }  // namespace
 
-ProgressLine::ProgressLine(const char* label, bool wanted) : label_(label) {
+ProgressLine::ProgressLine(const char* label, bool wanted, double quiet_seconds)
+    : label_(label), quiet_seconds_(quiet_seconds) {
   active_ = wanted && isatty(STDERR_FILENO) == 1;
   if (!active_) return;
   g_interrupted = 0;
@@ -75,7 +74,7 @@ void ProgressLine::draw(int64_t done, int64_t total) {
     start_ = now;
   }
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  if (elapsed < kQuietSeconds) return;
+  if (elapsed < quiet_seconds_) return;  // a short call prints nothing
   const double fraction = static_cast<double>(done) / static_cast<double>(total);
   char text[160];
   if (fraction > 0.01) {

@@ -3,8 +3,8 @@
 //
 // Active only when stderr is a terminal (never in a pipe, a file or a CI log) and --no-progress
 // is absent, and only for the single-device calls (the ring's calls take no callback). The line
-// appears once a call has run for a second, so a short call prints nothing, and is erased when
-// the call ends. While it is active, SIGINT asks the library to stop the call instead of killing
+// appears once a call has run for a second (--progress-after S: S seconds), so a short call
+// prints nothing, and is erased when the call ends. While it is active, SIGINT asks the library to stop the call instead of killing
 // the process: the call returns DILATTN_ERROR_CANCELLED, the tool exits 130 (as a shell reports a
 // SIGINT) and writes no output file. A second Ctrl-C kills as usual.
 // Checked by tests/cli/test_cli_progress.py (through a pseudo-terminal).
@@ -23,8 +23,9 @@ namespace dilattn_cli {
 
 class ProgressLine {
  public:
-  // label names the call on the line ("forward", "backward").
-  ProgressLine(const char* label, bool wanted);
+  // label names the call on the line ("forward", "backward"); quiet_seconds: how long a call
+  // runs before the line appears.
+  ProgressLine(const char* label, bool wanted, double quiet_seconds);
   ~ProgressLine();
   ProgressLine(const ProgressLine&) = delete;
   ProgressLine& operator=(const ProgressLine&) = delete;
@@ -38,6 +39,7 @@ class ProgressLine {
   void erase();
 
   std::string label_;
+  double quiet_seconds_;
   bool active_ = false;
   bool drawn_ = false;
   bool started_ = false;
