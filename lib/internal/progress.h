@@ -1,6 +1,7 @@
 // progress.h - a call's progress callback (SPEC 14.11): one Progress per call that has one,
 // made by dispatch.cpp from dilattn_call_options and handed to the backend in its arguments
-// (null without a callback, so a call without one pays one pointer test per work item).
+// (null without a callback, so a call without one pays a pointer test per thread-pool run,
+// and per row in the reference).
 //
 // The callback runs on the calling thread only. Work items may finish on any worker thread,
 // so they are counted with an atomic (add); the calling thread turns the count into calls
