@@ -220,7 +220,9 @@ dilattn_status run_with_progress(const dilattn::Backend& backend, dilattn::Progr
   dilattn_status s = DILATTN_SUCCESS;
   for (const dilattn_tensor** view : outputs.tensors)
     if ((s = staged.stage(view)) != DILATTN_SUCCESS) return s;
-  if (outputs.d_sinks != nullptr) staged.stage(outputs.d_sinks, outputs.sink_count);
+  if (outputs.d_sinks != nullptr &&
+      (s = staged.stage(outputs.d_sinks, outputs.sink_count)) != DILATTN_SUCCESS)
+    return s;
   if ((s = work(&progress)) != DILATTN_SUCCESS) return s;
   if (progress.cancelled())
     return set_error(DILATTN_ERROR_CANCELLED,
