@@ -78,6 +78,14 @@ struct ForwardParams {
   // problem of its own with B = 1; its dropout draws name the sequence, b = packed_sequence.
   // 0 for every other problem.
   int64_t packed_sequence;
+  // SPEC 5.5: a ring's placed sub-problem (lib/internal/problem.h Placement), read by the
+  // variant and dropout instances through placed_positions.cuh: row t and key t are positions
+  // place_q_first + place_q_step t and place_k_first + place_k_step t of the whole problem
+  // (place_Nq, place_Nk), head h its head place_h0 + h of place_H. placed = 0 for every other
+  // problem.
+  int32_t placed;
+  int64_t place_q_first, place_q_step, place_k_first, place_k_step;
+  int64_t place_Nq, place_Nk, place_h0, place_H;
 };
 
 // ---------------------------------------------------------------- element conversions

@@ -5,8 +5,9 @@
 // backends draw, forward and backward.
 //
 //   dropout_factor        M_ij of score (b, h, i, j): 1 / (1 - p) or 0;
-//   dropout_quad_draws    the four draws of keys 4 q .. 4 q + 3 of row i (one generator call),
-//                         for a kernel whose thread holds several keys of one quad;
+//   dropout_quad_draws    the four draws of the keys at positions 4 q .. 4 q + 3 of the row at
+//                         position i (one generator call), for a kernel whose thread holds
+//                         several keys of one quad;
 //   dropout_factor_of     M of one of those draws;
 //   dropout_row_fragments M applied to a tensor-core warp's chunk of scores in mma's C fragment
 //                         layout (the lane's two rows, keys 8n + 2t and 8n + 2t + 1 of each
@@ -14,10 +15,11 @@
 //                         quad), for the tensor-core forward (mma_rows.cuh's layout) and the
 //                         dQ pass of the tensor-core backward (mma_backward_loop.cuh).
 //
-// Positions are the launched problem's: the kernels run no ring's placed sub-problems
-// (lib/backend_table.cpp), and a packed batch one sequence at a time (cuda/launch.cu), whose
+// Positions are the launched problem's rows and keys, but for a ring's placed sub-problem
+// (SPEC 5.5), whose draws take its rows', keys' and heads' places in the whole problem
+// (placed_positions.cuh). A packed batch runs one sequence at a time (cuda/launch.cu), whose
 // rows and keys are then the sequence's positions (SPEC 10.2), so b is the batch element plus
-// p.packed_sequence (0 but for a packed sequence), i and j the row and the key.
+// p.packed_sequence (0 but for a packed sequence).
 // A dilated pair several branches hold gets the same factor in each (a pure function of
 // (b, h, i, j)), which is SPEC 11's one decision per pair applied to each occurrence's term.
 // The launcher fills the parameters (launch_shared.cu, shared_params); the kernels' dropout
@@ -30,16 +32,19 @@
 
 #include "attention_tile.cuh"
 #include "dropout_rng.h"
+#include "placed_positions.cuh"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
-// The draws of keys 4 key_quad .. 4 key_quad + 3 of row i of query head h of batch element b.
+// The draws of keys at positions 4 key_quad .. 4 key_quad + 3 of the row at position i_at of
+// query head h of batch element b.
 __device__ __forceinline__ Philox4x32 dropout_quad_draws(const ForwardParams& p, int64_t b,
-                                                         int64_t h, int64_t i,
+                                                         int64_t h, int64_t i_at,
                                                          int64_t key_quad) {
-  return dropout_draws(p.dropout_seed, p.dropout_offset, b + p.packed_sequence, h, p.H, i,
-                       key_quad);
+  const OptionHead at = option_heads(p, h);
+  return dropout_draws(p.dropout_seed, p.dropout_offset, b + p.packed_sequence, at.head,
+                       at.heads, i_at, key_quad);
 }
 
 // M of a draw u: 1 / (1 - p) when kept (u >= ceil(p 2^32)), else 0.
@@ -50,8 +55,9 @@ __device__ __forceinline__ float dropout_factor_of(const ForwardParams& p, uint3
 // M_ij of score (b, h, i, j) (SPEC 11).
 __device__ __forceinline__ float dropout_factor(const ForwardParams& p, int64_t b, int64_t h,
                                                 int64_t i, int64_t j) {
-  return dropout_keep(p.dropout_seed, p.dropout_offset, b + p.packed_sequence, h, p.H, i, j,
-                      p.dropout_threshold)
+  const OptionHead at = option_heads(p, h);
+  return dropout_keep(p.dropout_seed, p.dropout_offset, b + p.packed_sequence, at.head, at.heads,
+                      row_position(p, i), key_position(p, j), p.dropout_threshold)
              ? p.dropout_scale
              : 0.0f;
 }
@@ -77,13 +83,18 @@ __device__ __forceinline__ void dropout_row_fragments(const ForwardParams& p, in
     for (int r = 0; r < 2; ++r) {
       const int c = 8 * n + 2 * t;
       if (c >= keys[r]) continue;  // neither key taken (a row with no key takes none)
-      const int64_t j = first + step * (c0 + c), j_next = j + step;
-      const Philox4x32 u = dropout_quad_draws(p, b, h, rows[r], j / 4);
+      // The keys' positions (the draws' j): a placed sub-problem's are its keys' places.
+      const int64_t j = key_position(p, first + step * (c0 + c));
+      const int64_t j_next = key_position(p, first + step * (c0 + c + 1));
+      const Philox4x32 u = dropout_quad_draws(p, b, h, row_position(p, rows[r]), j / 4);
       x[n][2 * r] *= dropout_factor_of(p, philox_word(u, j % 4));
       if (c + 1 >= keys[r]) continue;
       x[n][2 * r + 1] *= j_next / 4 == j / 4
                              ? dropout_factor_of(p, philox_word(u, j_next % 4))
-                             : dropout_factor(p, b, h, rows[r], j_next);
+                             : dropout_factor_of(p, philox_word(
+                                   dropout_quad_draws(p, b, h, row_position(p, rows[r]),
+                                                      j_next / 4),
+                                   j_next % 4));
     }
 }
 

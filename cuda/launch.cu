@@ -404,7 +404,8 @@ dilattn_status forward_packed(const Problem& p, const ForwardArgs& a) {
 // The plan was checked by can_run when it was made; a call checks what can differ per call:
 // the views and the device the tensors are on (whose facts are cached, device_info).
 dilattn_status forward(const Problem& p, const ForwardArgs& a) {
-  const dilattn_status st = check_views(a);
+  dilattn_status st = check_views(a);
+  if (st == DILATTN_SUCCESS) st = check_placement(p);  // a ring's sub-problem (SPEC 5.5)
   if (st != DILATTN_SUCCESS) return st;
   return p.is_packed() ? forward_packed(p, a) : forward_one(p, a);
 }

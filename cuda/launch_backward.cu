@@ -621,7 +621,8 @@ dilattn_status backward_packed(const Problem& p, const BackwardArgs& a) {
 // and the device the tensors are on (cached facts), then enqueues everything on the caller's
 // stream.
 dilattn_status backward(const Problem& p, const BackwardArgs& a) {
-  const dilattn_status st = check_backward_views(a);
+  dilattn_status st = check_backward_views(a);
+  if (st == DILATTN_SUCCESS) st = check_placement(p);  // a ring's sub-problem (SPEC 5.5)
   if (st != DILATTN_SUCCESS) return st;
   return p.is_packed() ? backward_packed(p, a) : backward_one(p, a);
 }

@@ -252,6 +252,19 @@ dilattn_status check_variant_values(const Problem& p) {
   return DILATTN_SUCCESS;
 }
 
+dilattn_status check_placement(const Problem& p) {
+  if (!p.placed || !p.causal) return DILATTN_SUCCESS;
+  const Placement& at = p.place;
+  if (p.Nq == p.Nk && at.Nq == at.Nk && at.q_first == at.k_first && at.q_step == at.k_step)
+    return DILATTN_SUCCESS;
+  return set_error(DILATTN_ERROR_INTERNAL,
+                   "backend '%s': a causal ring sub-problem whose rows (%lld, step %lld) and keys "
+                   "(%lld, step %lld) are not the same positions",
+                   kBackendName, static_cast<long long>(at.q_first),
+                   static_cast<long long>(at.q_step), static_cast<long long>(at.k_first),
+                   static_cast<long long>(at.k_step));
+}
+
 // ---------------------------------------------------------------- launch parameters
 // What every launch of a forward shares (launch_shared.h).
 bool uses_variant_kernels(const Problem& p) {
@@ -300,7 +313,8 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
   fp.window_right = p.window_right;
   fp.softcap_s = static_cast<float>(p.softcap * kLog2e);
   fp.alibi = ws.plan.alibi;
-  fp.alibi_per_batch = static_cast<int64_t>(p.alibi_slopes.size()) == p.H ? 0 : 1;
+  // A placed sub-problem reads the whole problem's slopes (SPEC 5.5): H of them or [B][H].
+  fp.alibi_per_batch = static_cast<int64_t>(p.alibi_slopes.size()) == p.draw_heads() ? 0 : 1;
   // One sequence of a packed batch with [n][H] slopes (SPEC 10.2): its b = 0 reads row
   // packed_sequence of the plan's slopes.
   if (fp.alibi != nullptr && fp.alibi_per_batch) fp.alibi += p.packed_sequence * p.H;
@@ -312,6 +326,17 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
     fp.dropout_offset = a.dropout.offset;
     fp.dropout_threshold = dropout_threshold(p.dropout_p);
     fp.dropout_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+  }
+  if (p.placed) {  // SPEC 5.5 (placed_positions.cuh)
+    fp.placed = 1;
+    fp.place_q_first = p.place.q_first;
+    fp.place_q_step = p.place.q_step;
+    fp.place_k_first = p.place.k_first;
+    fp.place_k_step = p.place.k_step;
+    fp.place_Nq = p.place.Nq;
+    fp.place_Nk = p.place.Nk;
+    fp.place_h0 = p.place.h0;
+    fp.place_H = p.place.H;
   }
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
     fp.row_ptr = ws.plan.mask[0];

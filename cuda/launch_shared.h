@@ -188,6 +188,13 @@ dilattn_status copy_sinks(const Problem& p, const SinksCall& sinks, void* dst,
 // exceeds f32.
 dilattn_status check_variant_values(const Problem& p);
 
+// SPEC 5.5: a ring's placed sub-problem the kernels compute exactly. They apply its causal rule
+// at its own indices (placed_positions.cuh), which is the whole problem's at the placed
+// positions when rows and keys are the same positions of a square problem (the ring's diagonal
+// parts; its other parts are not causal). Any other causal placement is refused
+// (DILATTN_ERROR_INTERNAL: the ring never makes one) rather than computed wrongly.
+dilattn_status check_placement(const Problem& p);
+
 // ---------------------------------------------------------------- shared memory
 // Above 48 KiB a kernel must opt in to more dynamic shared memory. Its limit is raised once per
 // device to the largest size asked so far (device.granted), not per call. Used by the forward

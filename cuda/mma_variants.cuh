@@ -26,7 +26,7 @@
 // first key any of its rows sees and ends it at the last, so the chunk loop (mma_chunk_loop.cuh)
 // walks only the chunks the rows' windows reach, and a warp none of whose rows sees a key of a
 // chunk skips it; the backward's dK/dV pass walks only the query rows whose window reaches its
-// key tile (window_query_cut, variant_tile.cuh). Sinks join each finished row of the forward
+// key tile (window_query_cut, placed_positions.cuh). Sinks join each finished row of the forward
 // once (mma_rows::finish_row<..., true>); d_sinks is the launcher's (launch_backward.cu).
 // Checked by tests/kernels/test_variant_kernels.cpp against the reference.
 #ifndef DILATTN_MMA_VARIANTS_CUH

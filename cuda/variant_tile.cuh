@@ -10,8 +10,9 @@
 //                         window: the rows' keys are then a range [from, cnt) of the shared
 //                         progression, and the span starts at the first key any row sees, so a
 //                         tile walks only the chunks its rows' windows reach;
-//   window_query_cut      the dK/dV pass's query rows cut to those whose window can reach the
-//                         key tile (the same skipping from the keys' side);
+//   window_query_cut      (placed_positions.cuh) the dK/dV pass's query rows cut to those
+//                         whose window can reach the key tile (the same skipping from the
+//                         keys' side);
 //   window_keys_seen      the tile's keys a query row sees, a range [lo, hi) of them;
 //   sink_merge            a finished row's (O factor, LSE) with the sink joined once.
 //
@@ -26,6 +27,7 @@
 #define DILATTN_VARIANT_TILE_CUH
 
 #include "attention_tile.cuh"
+#include "placed_positions.cuh"
 #include "score_rules.h"
 #include "softmax_rules.h"
 
@@ -33,10 +35,11 @@ namespace dilattn {
 namespace DILATTN_BACKEND_NS {
 
 // The ALiBi slope of (b, h) in the score domain (0 without ALiBi): slopes[h] or slopes[b][h]
-// (SPEC 10.1), times log2(e) / post.
+// (SPEC 10.1; a placed sub-problem's head in the whole problem's), times log2(e) / post.
 __device__ __forceinline__ float block_alibi_slope(const ForwardParams& p, int64_t b, int64_t h) {
   if (p.alibi == nullptr) return 0.0f;
-  const double m = p.alibi[p.alibi_per_batch ? b * p.H + h : h];
+  const OptionHead at = option_heads(p, h);
+  const double m = p.alibi[p.alibi_per_batch ? b * at.heads + at.head : at.head];
   return static_cast<float>(m * p.alibi_to_score);
 }
 
@@ -45,7 +48,7 @@ __device__ __forceinline__ float block_alibi_slope(const ForwardParams& p, int64
 __device__ __forceinline__ float variant_score(const ForwardParams& p, float x, float slope_s,
                                                int64_t i, int64_t j) {
   float s = softcapped_f32(x, p.softcap_s);
-  if (slope_s != 0.0f) s += alibi_bias_f32(slope_s, i, j, p.Nq, p.Nk);
+  if (slope_s != 0.0f) s += alibi_bias_at(p, slope_s, i, j);
   return s;
 }
 
@@ -66,8 +69,7 @@ __device__ __forceinline__ void read_window_span(const ForwardParams& p, int64_t
     from[t] = cnt[t] = 0;
     if (rows[t] < 0) continue;
     const KeyProgression kp = row_keys(p, h, tile, span, rows[t]);
-    const KeyProgression kw =
-        window_cut(kp, rows[t], p.Nq, p.Nk, p.window_left, p.window_right);
+    const KeyProgression kw = row_window_cut(p, kp, rows[t]);
     if (kw.count == 0) continue;
     const int64_t lo = (kw.first - kp.first) / kp.step;  // kw's first term, as a term of kp
     from[t] = lo;
@@ -107,27 +109,12 @@ __device__ __forceinline__ void read_window_span(const ForwardParams& p, int64_t
   __syncwarp();
 }
 
-// The dK/dV pass: the query rows of `rows` (ascending) whose window can reach one of the keys
-// [key_lo, key_hi]: i + d - left <= key_hi and i + d + right >= key_lo (SPEC 10.1).
-__device__ __forceinline__ KeyProgression window_query_cut(const ForwardParams& p,
-                                                           const KeyProgression& rows,
-                                                           int64_t key_lo, int64_t key_hi) {
-  const int64_t d = p.Nk - p.Nq;
-  const int64_t lo = p.window_right < 0
-                         ? rows.first
-                         : key_lo - d - window_bound(p.window_right, p.Nq, p.Nk);
-  const int64_t hi = p.window_left < 0
-                         ? progression_at(rows, max_i64(rows.count - 1, 0))
-                         : key_hi - d + window_bound(p.window_left, p.Nq, p.Nk);
-  return range_cut(rows, lo, hi);
-}
-
 // The keys of keys[0 .. n) (ascending terms of the row's progression kp) that row i sees with
 // the window: the range [*lo, *hi) of them.
 __device__ __forceinline__ void window_keys_seen(const ForwardParams& p, const KeyProgression& kp,
                                                  int64_t i, const int64_t* keys, int n,
                                                  int64_t* lo, int64_t* hi) {
-  const KeyProgression kw = window_cut(kp, i, p.Nq, p.Nk, p.window_left, p.window_right);
+  const KeyProgression kw = row_window_cut(p, kp, i);
   *lo = *hi = 0;
   if (kw.count == 0) return;
   const int64_t last = progression_at(kw, kw.count - 1);

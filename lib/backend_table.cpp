@@ -13,16 +13,13 @@ dilattn_status ref_can_run(const Problem&) { return DILATTN_SUCCESS; }
 // A cudaStream_t of the caller's: the cuda backend enqueues on any.
 bool any_stream(void*) { return true; }
 
-// The SPEC 10 and 11 options each backend computes (Backend::runs_options). cuda and emu run the
-// same kernels, so they run the same options: the window, softcap, ALiBi and sinks (every
-// kernel's variant instance, cuda/kernel_choice.h), dropout (their dropout instances) and
-// packed batches (one sequence at a time, cuda/launch.cu; not with a block-sparse mask, which
-// their can_run refuses), not a ring's placed sub-problems. The reference and cpu run every
-// one, and the ring's placed sub-problems (kOptionPlaced, SPEC 5.5).
-constexpr uint32_t kKernelOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi |
-                                    kOptionPacked | kOptionSinks | kOptionDropout;
-constexpr uint32_t kCpuOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionPacked |
-                                 kOptionSinks | kOptionDropout | kOptionPlaced;
+// The SPEC 10 and 11 options each backend computes (Backend::runs_options): every one, and the
+// ring's placed sub-problems (kOptionPlaced, SPEC 5.5), in every backend. cuda and emu run the
+// same kernels: the window, softcap, ALiBi and sinks in every kernel's variant instance
+// (cuda/kernel_choice.h), dropout in their dropout instances, packed batches one sequence at a
+// time (cuda/launch.cu; not with a block-sparse mask, which their can_run refuses) and placed
+// sub-problems at their places (cuda/placed_positions.cuh).
+constexpr uint32_t kEveryOption = kOptionsAll | kOptionPlaced;
 
 // In the order AUTO prefers them: a GPU when one can run the problem, else the fast cpu
 // backend, else the reference. emu is never chosen by AUTO (it is for tests).
@@ -32,16 +29,16 @@ constexpr uint32_t kCpuOptions = kOptionWindow | kOptionSoftcap | kOptionAlibi |
 const Backend kBackends[] = {
     {DILATTN_BACKEND_CUDA, "cuda", DILATTN_DEVICE_CUDA, cuda::can_run, cuda::workspace_bytes,
      cuda::forward, cuda::backward, cuda::prepare, cuda::after_work, cuda::make_ring_ops, nullptr,
-     cuda::device_report, any_stream, nullptr, kKernelOptions, false},
+     cuda::device_report, any_stream, nullptr, kEveryOption, false},
     {DILATTN_BACKEND_CPU, "cpu", DILATTN_DEVICE_CPU, cpu::can_run, cpu::workspace_bytes,
      cpu::forward, cpu::backward, nullptr, nullptr, make_host_ring_ops, cpu::isa_name, nullptr,
-     nullptr, nullptr, kCpuOptions, true},
+     nullptr, nullptr, kEveryOption, true},
     {DILATTN_BACKEND_REF, "ref", DILATTN_DEVICE_CPU, ref_can_run, ref::workspace_bytes,
      ref::forward, ref::backward, nullptr, nullptr, make_host_ring_ops, nullptr, nullptr, nullptr,
-     nullptr, kOptionsAll | kOptionPlaced, true},
+     nullptr, kEveryOption, true},
     {DILATTN_BACKEND_EMU, "emu", DILATTN_DEVICE_CPU, emu::can_run, emu::workspace_bytes,
      emu::forward, emu::backward, emu::prepare, emu::after_work, emu::make_ring_ops, nullptr,
-     emu::device_report, emu::runs_on_stream, nullptr, kKernelOptions, false},
+     emu::device_report, emu::runs_on_stream, nullptr, kEveryOption, false},
 };
 
 }  // namespace

@@ -203,7 +203,7 @@ step_kernels() {
 step_ring_py() {
   local t0=$SECONDS status=pass detail="" log="$work/ring_py.log" lib
   local budget; budget=$(budget_of ring_py)
-  local ring_s=30 py="$repo/tests/packages/python"
+  local ring_s=45 py="$repo/tests/packages/python"
   timeout -k 5 $ring_s "$build/tests/ring/test_ring_cuda_matches_reference" >"$log" 2>&1
   local rc=$?
   if [[ $rc -eq 0 ]]; then detail="ring ok"; else status=fail; detail="ring: exit $rc (77: skipped)"; fi

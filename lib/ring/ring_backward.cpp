@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "abi_enum.h"
@@ -103,26 +104,55 @@ struct BackwardBuffers {
   RingBuffer workspace;  // grows to the largest sub-problem's need (a failure is the rank's status)
 };
 
+// A view t where host code can read it: t itself on a host backend; on a device backend, a
+// host copy of the bytes t spans (strides are >= 0, SPEC 15), viewed alike in `copy`.
+dilattn_status readable_on_host(RingCall& c, const dilattn_tensor& t,
+                                std::vector<unsigned char>* copy, dilattn_tensor* view) {
+  *view = t;
+  if (c.backend->device != DILATTN_DEVICE_CUDA) return DILATTN_SUCCESS;
+  int64_t extent = 0;
+  for (int dim = 0; dim < 4; ++dim) extent += (t.shape[dim] - 1) * t.strides[dim];
+  const size_t bytes = static_cast<size_t>(extent + 1) * dtype_size(t.dtype);
+  try {
+    copy->resize(bytes);
+  } catch (const std::bad_alloc&) {
+    return set_error(DILATTN_ERROR_OUT_OF_MEMORY,
+                     "ring attention: %zu bytes of host memory for the sinks' gradient", bytes);
+  }
+  if (dilattn_status s = c.ops->copy_bytes(copy->data(), t.data, bytes)) return s;
+  view->data = copy->data();
+  view->device = DILATTN_DEVICE_CPU;
+  view->device_index = 0;
+  return DILATTN_SUCCESS;
+}
+
 // SPEC 10.3: this rank's part of d_sinks, -sum exp(sigma_h - LSE_i) <dO_i, O_i> over its rows
-// with LSE_i != -inf, per query head, in f64 from the caller's O, dO and LSE (host memory:
-// ring_call.cpp refuses sinks on a GPU backend here). The sub-problems run without sinks, with
-// the forward's LSE (which holds the sink), so their pair terms are the single-device ones.
-std::vector<double> sink_gradient_of_rows(const RingCall& c, const BackwardTensors& t) {
+// with LSE_i != -inf, per query head, in f64 from the caller's O, dO and LSE, read in host
+// memory (a device backend's copied there once, readable_on_host). The sub-problems run without
+// sinks, with the forward's LSE (which holds the sink), so their pair terms are the
+// single-device ones.
+dilattn_status sink_gradient_of_rows(RingCall& c, const BackwardTensors& t,
+                                     std::vector<double>* d) {
   const Problem& p = *c.p;
-  std::vector<double> d(static_cast<size_t>(p.H), 0.0);
+  std::vector<unsigned char> o_bytes, d_o_bytes, lse_bytes;
+  dilattn_tensor o, d_o, lse;
+  if (dilattn_status s = readable_on_host(c, t.o, &o_bytes, &o)) return s;
+  if (dilattn_status s = readable_on_host(c, t.d_o, &d_o_bytes, &d_o)) return s;
+  if (dilattn_status s = readable_on_host(c, t.lse, &lse_bytes, &lse)) return s;
+  d->assign(static_cast<size_t>(p.H), 0.0);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < c.mine.rows; ++i) {
-        const double lse = load_element(t.lse.data, t.lse.dtype, element_offset(t.lse, b, h, i, 0));
-        if (row_is_empty(lse)) continue;
-        const int64_t o0 = element_offset(t.o, b, i, h, 0), g0 = element_offset(t.d_o, b, i, h, 0);
+        const double lse_i = load_element(lse.data, lse.dtype, element_offset(lse, b, h, i, 0));
+        if (row_is_empty(lse_i)) continue;
+        const int64_t o0 = element_offset(o, b, i, h, 0), g0 = element_offset(d_o, b, i, h, 0);
         double D_i = 0;
         for (int64_t x = 0; x < p.D; ++x)
-          D_i += load_element(t.d_o.data, t.d_o.dtype, g0 + x * t.d_o.strides[3]) *
-                 load_element(t.o.data, t.o.dtype, o0 + x * t.o.strides[3]);
-        d[static_cast<size_t>(h)] -= std::exp(c.sinks.values[h] - lse) * D_i;
+          D_i += load_element(d_o.data, d_o.dtype, g0 + x * d_o.strides[3]) *
+                 load_element(o.data, o.dtype, o0 + x * o.strides[3]);
+        (*d)[static_cast<size_t>(h)] -= std::exp(c.sinks.values[h] - lse_i) * D_i;
       }
-  return d;
+  return DILATTN_SUCCESS;
 }
 
 dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTensors& t) {
@@ -216,11 +246,12 @@ dilattn_status run_backward(RingCall& c, BackwardBuffers& buf, const BackwardTen
     current = std::move(next);
   }
   if (status == DILATTN_SUCCESS) status = ops.wait();  // a failed kernel shows here at the latest
+  // SPEC 10.3: this rank's part of d_sinks, before the ranks' vote so that a failure is every
+  // rank's; then the sum over every rank's rows, the same on every rank.
+  std::vector<double> mine, d_sinks;
+  if (status == DILATTN_SUCCESS && p.sinks) status = sink_gradient_of_rows(c, t, &mine);
   if (dilattn_status s = finish_ring_call(c, status)) return s;
-  // SPEC 10.3: d_sinks over every rank's rows, the same sum on every rank.
-  std::vector<double> d_sinks;
   if (p.sinks) {
-    const std::vector<double> mine = sink_gradient_of_rows(c, t);
     d_sinks.resize(mine.size());
     if (dilattn_status s = sum_over_ranks(c, mine.data(), p.H, d_sinks.data())) return s;
   }

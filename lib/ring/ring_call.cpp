@@ -143,11 +143,6 @@ dilattn_status check_own_call(dilattn_plan plan, dilattn_comm comm, int32_t spli
                      plan->backend->name, need);
   const RingTransport::Memory memory = comm->transport->memory();
   const bool on_gpu = plan->backend->device == DILATTN_DEVICE_CUDA;
-  // SPEC 10.3: the ring sums the sinks' gradient from O, dO and LSE in host memory.
-  if (backward && p.sinks && on_gpu)
-    return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "ring attention sums d_sinks in host memory: a plan with sinks on backend "
-                     "'%s' is refused in the ring backward", plan->backend->name);
   if (memory == RingTransport::Memory::device && !on_gpu)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "argument 'comm': an NCCL communicator moves GPU memory and needs a plan on "

@@ -21,7 +21,6 @@ Problem dense_sub_problem(const Problem& p, int64_t nq, int64_t nk, int64_t nh, 
   s.kind = DILATTN_KIND_DENSE;
   s.branches.clear();
   s.mask.reset();
-  s.backend_state.reset();
   s.causal = causal;
   s.sinks = false;  // added once per row by the ring's merge (ring_forward.cpp)
   return s;
@@ -134,16 +133,17 @@ dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const Row
     if (p.kind == DILATTN_KIND_BLOCK_SPARSE) ks = KeyProgression{kr.first, 1, kr.count};
     SubCall call;
     call.sub = dense_sub_problem(p, qr.count, ks.count, p.H, p.Hkv, causal);
+    place(p, qs, ks, 0, &call.sub);
     if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
       call.sub.kind = DILATTN_KIND_BLOCK_SPARSE;
       call.sub.mask = sub_mask(*p.mask, qr, kr);
+      call.sub.backend_state.reset();  // the plan's holds the whole mask
+      if (prepare != nullptr) {
+        if (dilattn_status s = prepare(call.sub)) return s;
+      }
     }
-    place(p, qs, ks, 0, &call.sub);
     call.q_rows = {qr.local, 1, qr.count};
     call.k_rows = {ks.first - kr.first + kr.local, 1, ks.count};
-    if (prepare != nullptr) {
-      if (dilattn_status s = prepare(call.sub)) return s;
-    }
     return run(call);
   }
 

@@ -95,9 +95,11 @@ KeyProgression key_reach(const Problem& p, const KeyProgression& qs, const KeyPr
 dilattn_status check_ring_split(const Problem& p, int32_t num_ranks, int32_t split);
 
 // Calls run(call) for every sub-problem of queries `qr` (this rank's) and keys `kr` (a chunk's),
-// in a fixed order; returns the first error run returns. A sub-problem has no plan state of
-// its own; `prepare` (the backend's Backend::prepare, may be null) makes it first, since a
-// device backend keeps the block-sparse mask there and the sub-mask is not the plan's.
+// in a fixed order; returns the first error run returns. A dense sub-problem shares the plan's
+// state (a device backend's copy of the whole problem's ALiBi slopes, which a placed
+// sub-problem reads); a block-sparse one gets its own from `prepare` (the backend's
+// Backend::prepare, may be null), since a device backend keeps the mask there and the sub-mask
+// is not the plan's.
 dilattn_status for_each_sub_call(const Problem& p, const RowRange& qr, const RowRange& kr,
                                  dilattn_status (*prepare)(Problem& p),
                                  const std::function<dilattn_status(const SubCall&)>& run);

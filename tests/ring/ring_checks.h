@@ -126,8 +126,9 @@ struct Single {
 
 inline Single single_process(const AttentionCase& c, const harness::Inputs& in,
                              const CallOptions& call) {
-  Single r{{c.q_like(DILATTN_F64), c.lse_like(DILATTN_F64)},
-           {c.q_like(DILATTN_F64), c.kv_like(DILATTN_F64), c.kv_like(DILATTN_F64)},
+  const dilattn_dtype t = in.q.dtype();
+  Single r{{c.q_like(t), c.lse_like(DILATTN_F64)},
+           {c.q_like(t), c.kv_like(t), c.kv_like(t)},
            std::vector<double>(static_cast<size_t>(c.H), NAN)};
   harness::Plan plan;
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_REF, 1))) return r;
@@ -168,14 +169,16 @@ inline OptionBounds spec12_bounds() {
   return OptionBounds{{1e-10, 1e-10}, {1e-10, 1e-10}, {1e-10, 1e-10}, 1e-10};
 }
 
-// Every case of ring_cases() with each option (and all together) on every ring, against the
-// single-process ref call with the same options (f64, within `bounds`); with sinks, each hosted
-// rank's d_sinks against the single-process d_sinks and, bit for bit, the first hosted rank's.
-inline void check_option_cases(const std::vector<Ring>& on, const OptionBounds& bounds = {}) {
+// Every case of `cases` (ring_cases() in f64 by default) with each option (and all together)
+// on every ring, against the single-process ref call with the same options and inputs (within
+// `bounds`); with sinks, each hosted rank's d_sinks against the single-process d_sinks and, bit
+// for bit, the first hosted rank's.
+inline void check_option_cases(const std::vector<Ring>& on, const OptionBounds& bounds = {},
+                               const std::vector<AttentionCase>& cases = ring_cases(DILATTN_F64)) {
   using namespace harness;
   const Tolerance o_tol = bounds.o, lse_tol = bounds.lse, grad_tol = bounds.grad;
   for (const Option& option : kOptions)
-    for (AttentionCase c : ring_cases(DILATTN_F64)) {
+    for (AttentionCase c : cases) {
       CallOptions call;
       option.apply(&c, &call);
       c.name += std::string(" + ") + option.name;

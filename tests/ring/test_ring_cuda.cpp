@@ -5,6 +5,11 @@
 //     splits, dense causal, dilated and block-sparse cases.
 //   ring_nccl_within_spec8 (a build with NCCL): one rank per GPU (ncclCommInitAll over every
 //     GPU, so P = the GPU count; P = 1 on one GPU), each on its own stream, the same checks.
+//   ring_cuda_options_within_spec8: SPEC 5.5, the threads transport at P = 3 (zigzag) with
+//     each option of SPEC 10 and 11 and all together (ring_checks.h) through the _ex calls:
+//     O, LSE, dQ, dK, dV and every rank's d_sinks against the single-process ref call with
+//     the same options. The window, ALiBi and dropout make the sub-problems placed
+//     (cuda/placed_positions.cuh); sinks are summed from device O, dO and LSE.
 // Without a GPU, or on a GPU this build has no kernels for, it runs nothing and exits with
 // meson's skip code 77, saying why (a skip is not a pass).
 #include <cuda_runtime.h>
@@ -13,7 +18,7 @@
 #include <thread>
 
 #include "dilattn_config.h"
-#include "ring_test_util.h"
+#include "ring_checks.h"
 #if DILATTN_HAVE_NCCL
 #include <nccl.h>
 #endif
@@ -71,10 +76,12 @@ std::vector<dilattn_status> run_gpu_ranks(const GpuRing& ring,
   return status;
 }
 
+// The ring's forward on the GPUs against `want` (the single-device ref result); with `call`,
+// through dilattn_ring_forward_ex with its options.
 void check_forward(const AttentionCase& c, const Inputs& in, const GpuRing& ring,
-                   const std::string& name) {
+                   const std::string& name, const Forward& want,
+                   const ringtest::CallOptions* call = nullptr) {
   CaseScope scope(name);
-  const Forward want = run_forward(c, in, DILATTN_BACKEND_REF, 1);
   Forward got{c.q_like(c.dtype), c.lse_like(DILATTN_F64)};
   Plan plan;
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_CUDA))) return;
@@ -88,8 +95,13 @@ void check_forward(const AttentionCase& c, const Inputs& in, const GpuRing& ring
     const DeviceTensor q(ringtest::shard_of(in.q, rows, false), dev),
         k(ringtest::shard_of(in.k, rows, false), dev), v(ringtest::shard_of(in.v, rows, false), dev),
         o_d(o, dev), lse_d(lse, dev);
-    const dilattn_status s = dilattn_ring_forward(plan.get(), ring.comms[r], ring.split, q.view(),
-                                                  k.view(), v.view(), o_d.view(), lse_d.view());
+    const dilattn_call_options options = call != nullptr ? call->make() : dilattn_call_options{};
+    const dilattn_status s =
+        call != nullptr
+            ? dilattn_ring_forward_ex(plan.get(), ring.comms[r], ring.split, q.view(), k.view(),
+                                      v.view(), o_d.view(), lse_d.view(), &options)
+            : dilattn_ring_forward(plan.get(), ring.comms[r], ring.split, q.view(), k.view(),
+                                   v.view(), o_d.view(), lse_d.view());
     messages[r] = dilattn_last_error();
     o_d.copy_to(&o);
     lse_d.copy_to(&lse);
@@ -102,12 +114,16 @@ void check_forward(const AttentionCase& c, const Inputs& in, const GpuRing& ring
   CHECK_CLOSE("LSE", got.lse, want.lse, spec8::lse());
 }
 
+// The ring's backward on the GPUs from the forward `fwd` against `want`; with `call`, through
+// dilattn_ring_backward_ex, every rank's d_sinks against `want_d_sinks` (SPEC 8's bound).
 void check_backward(const AttentionCase& c, const Inputs& in, const GpuRing& ring,
-                    const std::string& name) {
+                    const std::string& name, const Forward& fwd, const Gradients& want,
+                    const ringtest::CallOptions* call = nullptr,
+                    const std::vector<double>* want_d_sinks = nullptr) {
   CaseScope scope(name);
-  const Forward fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1);
-  const Gradients want = run_backward(c, in, fwd, DILATTN_BACKEND_REF, 1);
   Gradients got{c.q_like(c.dtype), c.kv_like(c.dtype), c.kv_like(c.dtype)};
+  std::vector<std::vector<double>> d_sinks(ring.comms.size(),
+                                           std::vector<double>(static_cast<size_t>(c.H), NAN));
   Plan plan;
   if (!CHECK_OK(plan.create(c, DILATTN_BACKEND_CUDA))) return;
   const ringtest::Ring layout{ring.P(), ring.split, DILATTN_BACKEND_CUDA};
@@ -125,9 +141,17 @@ void check_backward(const AttentionCase& c, const Inputs& in, const GpuRing& rin
     Tensor dk = ringtest::shard_like(got.dk, c.dtype, rows.total(), false);
     Tensor dv = ringtest::shard_like(got.dv, c.dtype, rows.total(), false);
     const DeviceTensor dq_d(dq, dev), dk_d(dk, dev), dv_d(dv, dev);
-    const dilattn_status s = dilattn_ring_backward(
-        plan.get(), ring.comms[r], ring.split, q->view(), k->view(), v->view(), o->view(),
-        lse->view(), d_o->view(), dq_d.view(), dk_d.view(), dv_d.view());
+    const dilattn_call_options options =
+        call != nullptr ? call->make(d_sinks[static_cast<size_t>(r)].data())
+                        : dilattn_call_options{};
+    const dilattn_status s =
+        call != nullptr
+            ? dilattn_ring_backward_ex(plan.get(), ring.comms[r], ring.split, q->view(),
+                                       k->view(), v->view(), o->view(), lse->view(), d_o->view(),
+                                       dq_d.view(), dk_d.view(), dv_d.view(), &options)
+            : dilattn_ring_backward(plan.get(), ring.comms[r], ring.split, q->view(), k->view(),
+                                    v->view(), o->view(), lse->view(), d_o->view(), dq_d.view(),
+                                    dk_d.view(), dv_d.view());
     messages[r] = dilattn_last_error();
     dq_d.copy_to(&dq);
     dk_d.copy_to(&dk);
@@ -141,6 +165,9 @@ void check_backward(const AttentionCase& c, const Inputs& in, const GpuRing& rin
   CHECK_CLOSE("dQ", got.dq, want.dq, spec8::of(c.dtype));
   CHECK_CLOSE("dK", got.dk, want.dk, spec8::of(c.dtype));
   CHECK_CLOSE("dV", got.dv, want.dv, spec8::of(c.dtype));
+  if (c.sinks && want_d_sinks != nullptr)
+    ringtest::check_d_sinks(ringtest::ThreadRanks{}, d_sinks, *want_d_sinks,
+                            spec8::of(c.dtype).rtol);
 }
 
 std::vector<AttentionCase> gpu_cases() {
@@ -158,9 +185,32 @@ void run_cases(const GpuRing& ring, const std::string& transport) {
     const std::string name = c.name + " " + transport + " P=" + std::to_string(ring.P()) + " " +
                              ringtest::split_name(ring.split);
     const Inputs in = make_inputs(c, 7, 2.0);
-    check_forward(c, in, ring, name);
-    check_backward(c, in, ring, name);
+    const Forward fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1);
+    check_forward(c, in, ring, name, fwd);
+    check_backward(c, in, ring, name, fwd, run_backward(c, in, fwd, DILATTN_BACKEND_REF, 1));
   }
+}
+
+// SPEC 5.5 on the GPU: each option (and all together) on a ring of P = 3, zigzag.
+void options_on_gpu(int gpus) {
+  CaseScope scope("ring_cuda_options_within_spec8");
+  GpuRing ring;
+  ring.split = DILATTN_RING_ZIGZAG;
+  ring.comms.assign(3, nullptr);
+  if (!CHECK_OK(dilattn_comm_create_threads(3, 60000, ring.comms.data()))) return;
+  for (int32_t r = 0; r < 3; ++r) ring.device.push_back(r % gpus);
+  for (const ringtest::Option& option : ringtest::kOptions)
+    for (AttentionCase c : gpu_cases()) {
+      if (!ringtest::ring_supports(c, ring.P())) continue;
+      ringtest::CallOptions call;
+      option.apply(&c, &call);
+      const std::string name = c.name + " + " + option.name + " P=3 zigzag";
+      const Inputs in = make_inputs(c, 21, 2.0);
+      const ringtest::Single want = ringtest::single_process(c, in, call);
+      check_forward(c, in, ring, name, want.fwd, &call);
+      check_backward(c, in, ring, name, want.fwd, want.grad, &call, &want.d_sinks);
+    }
+  for (dilattn_comm comm : ring.comms) dilattn_comm_destroy(comm);
 }
 
 void threads_transport(int gpus) {
@@ -228,6 +278,7 @@ int main() {
     }
   }
   threads_transport(gpus);
+  options_on_gpu(gpus);
 #if DILATTN_HAVE_NCCL
   nccl_transport(gpus);
 #else

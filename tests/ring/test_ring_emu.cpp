@@ -10,7 +10,13 @@
 //     conversions between the f32 accumulators and bf16 outputs.
 //   ring_emu_backward_bitwise_same_for_any_schedule: P = 4, a rank starting late and the
 //     emulator's threads in descending and shuffled order give the same bits.
-#include "ring_test_util.h"
+//   ring_emu_options_within_spec8: SPEC 5.5, the options of SPEC 10 and 11 each and all together
+//     (ring_checks.h check_option_cases) on rings of P = 3 (zigzag) and 4 (contiguous): O, LSE,
+//     dQ, dK, dV and d_sinks against the single-process ref call with the same options. The
+//     window, ALiBi and dropout make the ring's sub-problems placed (cuda/placed_positions.cuh);
+//     the f32 cases run the SIMT kernels, the D = 64 cases the tensor-core kernels' variant and
+//     dropout instances (f32: 3xTF32; f16: mma) where the option is alone.
+#include "ring_checks.h"
 #include "simt.h"
 
 using namespace harness;
@@ -95,9 +101,55 @@ void schedule_independent() {
   }
 }
 
+// Cases at D = 64 small enough for the emulator: the tensor-core kernels' sizes.
+std::vector<AttentionCase> tensor_core_cases(dilattn_dtype dtype) {
+  std::vector<AttentionCase> cases;
+  AttentionCase c;
+  c.name = "dense_causal_d64";
+  c.Nq = c.Nk = 64;
+  c.H = 2;
+  c.Hkv = 1;
+  c.D = 64;
+  c.causal = true;
+  c.dtype = dtype;
+  cases.push_back(c);
+  c.name = "dilated_d64";
+  c.Hkv = 2;
+  c.causal = false;
+  c.kind = DILATTN_KIND_DILATED;
+  c.segments = {16, 64};
+  c.dilations = {1, 2};
+  cases.push_back(c);
+  return cases;
+}
+
+// SPEC 8's bounds for `dtype`, the gradients widened by 1 / (1 - p) for dropout's p = 0.3
+// (SPEC 12: the tensor-core backward's dQ and dK), d_sinks by SPEC 8's relative bound.
+ringtest::OptionBounds spec8_bounds(dilattn_dtype dtype) {
+  const spec8::Tolerance t = spec8::of(dtype);
+  ringtest::OptionBounds b;
+  b.o = t;
+  b.lse = spec8::lse();
+  b.grad = {t.atol / 0.7, t.rtol / 0.7};
+  b.d_sinks = t.rtol;
+  return b;
+}
+
+void each_option() {
+  CaseScope scope("ring_emu_options_within_spec8");
+  std::vector<ringtest::Ring> rings{{3, DILATTN_RING_ZIGZAG, DILATTN_BACKEND_EMU},
+                                    {4, DILATTN_RING_CONTIGUOUS, DILATTN_BACKEND_EMU}};
+  std::vector<AttentionCase> f32 = tensor_core_cases(DILATTN_F32);
+  for (const AttentionCase& c : ringtest::ring_cases(DILATTN_F32))
+    if (emu_sized(c)) f32.push_back(c);
+  ringtest::check_option_cases(rings, spec8_bounds(DILATTN_F32), f32);
+  ringtest::check_option_cases(rings, spec8_bounds(DILATTN_F16), tensor_core_cases(DILATTN_F16));
+}
+
 }  // namespace
 
 int main() {
+  each_option();
   every_case(false);
   every_case(true);
   bf16_cases();
