@@ -9,7 +9,9 @@
 //                     segment (selected_position), keys dilated_keys(i): the selected rows of a
 //                     segment form a dense sub-problem, causal among themselves.
 //   Sparse (SPEC 4)   tile t holds BR rows of one query block; its keys are the listed key blocks
-//                     of the BSR row (one "span" per block), cut by block_keys(i, jb).
+//                     of the BSR row (one "span" per block), cut by block_keys_at(i, jb). One
+//                     sequence of a packed batch (SPEC 10.2) reads the batch's mask at its rows
+//                     and keys (mask_q0, mask_k0): its blocks may start before its first row.
 // Every row's keys are an arithmetic progression (first, step, count); rows of one tile share
 // first and step and differ only in count (the causal cut), so a tile gathers key chunks once.
 //
@@ -61,6 +63,10 @@ struct ForwardParams {
   const int64_t* col_idx;
   const int64_t* head_ptr;
   int64_t mask_heads, bq, bk, I;
+  // SPEC 10.2: one sequence of a packed batch, whose rows i and keys j are the batch's rows
+  // mask_q0 + i and keys mask_k0 + j, and the mask the batch's (lib/index_rules.h
+  // block_range_at); 0 for every other problem.
+  int64_t mask_q0, mask_k0;
   // SPEC 10.1 and 10.3, read by the kernels' variant instances only (variant_tile.cuh,
   // mma_variants.cuh; the launchers run them for every problem with one of these options).
   int64_t window_left, window_right;  // -1: unbounded
@@ -103,6 +109,12 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 }
 
 // ---------------------------------------------------------------- which rows a tile holds
+// Block-sparse: the mask's query block of `tile`; the launch's tiles are the blocks that meet
+// the problem's rows, tiles_per_group each (launch_shared.cu, prepare_launch).
+__device__ __forceinline__ int64_t tile_query_block(const ForwardParams& p, int64_t tile) {
+  return first_block_at(p.mask_q0, p.bq) + tile / p.tiles_per_group;
+}
+
 // Query row of tile-local row t (0 <= t < br) of tile `tile` for head h, or -1 for none.
 __device__ __forceinline__ int64_t tile_row(const ForwardParams& p, int64_t h, int64_t tile,
                                             int64_t t, int64_t br) {
@@ -119,17 +131,19 @@ __device__ __forceinline__ int64_t tile_row(const ForwardParams& p, int64_t h, i
     const int64_t sel = (tile % p.tiles_per_group) * br + t;  // index among selected rows
     return sel < selected_count(s0, s1, p.r, o) ? selected_position(s0, p.r, o, sel) : -1;
   }
-  const int64_t ib = tile / p.tiles_per_group;
-  const int64_t in_block = (tile % p.tiles_per_group) * br + t;
-  const int64_t i = ib * p.bq + in_block;
-  return (in_block < p.bq && i < p.Nq) ? i : -1;
+  // The rows of the tile's query block are a range of the problem's rows (a sequence of a
+  // packed batch may start or end inside the block); the block's tiles cover it from its start.
+  const KeyProgression rows =
+      block_range_at(tile_query_block(p, tile), p.bq, p.mask_q0, p.Nq);
+  const int64_t at = (tile % p.tiles_per_group) * br + t;
+  return at < rows.count ? rows.first + at : -1;
 }
 
 // The BSR row of the query block holding `tile`: its key blocks cols[0 .. count).
 __device__ __forceinline__ const int64_t* tile_key_blocks(const ForwardParams& p, int64_t h,
                                                           int64_t tile, int64_t* count) {
   const int64_t hm = p.mask_heads == 1 ? 0 : h;
-  const int64_t ib = tile / p.tiles_per_group;
+  const int64_t ib = tile_query_block(p, tile);
   const int64_t* rp = p.row_ptr + hm * (p.I + 1);
   *count = rp[ib + 1] - rp[ib];
   return p.col_idx + p.head_ptr[hm] + rp[ib];
@@ -155,7 +169,7 @@ __device__ __forceinline__ KeyProgression row_keys(const ForwardParams& p, int64
   }
   int64_t count = 0;
   const int64_t* cols = tile_key_blocks(p, h, tile, &count);
-  return block_keys(i, cols[span], p.bk, p.Nq, p.Nk, causal);
+  return block_keys_at(i, cols[span], p.bk, p.mask_k0, p.Nq, p.Nk, causal);
 }
 
 // Run by the 32 lanes of one warp (warp 0) together: each row's key count for span `span` of the

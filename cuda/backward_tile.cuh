@@ -12,7 +12,9 @@
 //                     the rows meeting them are the segment's selected rows (causal: from the
 //                     tile's first key on), the same dense sub-problem the forward sees.
 //   Sparse (SPEC 4)   key tile t holds BC keys of one key block jb; query block ib meets them
-//                     when its BSR row lists jb (one "query span" per query block).
+//                     when its BSR row lists jb (one "query span" per query block). One sequence
+//                     of a packed batch (SPEC 10.2) reads the batch's mask at its own rows and
+//                     keys, as attention_tile.cuh's tiles do.
 // A row's keys are a progression (first, step, count) whose terms include the tile's keys as
 // consecutive terms, so the keys of the tile a row sees are a prefix of it: tile_keys_seen.
 //
@@ -48,6 +50,12 @@ struct BackwardParams {
 };
 
 // ---------------------------------------------------------------- which keys a key tile holds
+// Block-sparse: the mask's key block of a key tile; the launch's key tiles are the blocks that
+// meet the problem's keys, key_tiles_per_group each (launch_backward.cu, prepare_key_launch).
+__device__ __forceinline__ int64_t key_tile_block(const BackwardParams& bp, int64_t tile) {
+  return first_block_at(bp.ix.mask_k0, bp.ix.bk) + tile / bp.key_tiles_per_group;
+}
+
 // Key of tile-local column c (0 <= c < bc) of key tile `tile` for query head h, or -1 for none.
 __device__ __forceinline__ int64_t key_tile_key(const BackwardParams& bp, int64_t h, int64_t tile,
                                                 int64_t c, int64_t bc) {
@@ -65,14 +73,11 @@ __device__ __forceinline__ int64_t key_tile_key(const BackwardParams& bp, int64_
     const int64_t sel = (tile % bp.key_tiles_per_group) * bc + c;  // index among selected keys
     return sel < selected_count(s0, s1, p.r, o) ? selected_position(s0, p.r, o, sel) : -1;
   }
-  const int64_t in_block = (tile % bp.key_tiles_per_group) * bc + c;
-  const int64_t j = (tile / bp.key_tiles_per_group) * p.bk + in_block;
-  return (in_block < p.bk && j < p.Nk) ? j : -1;
-}
-
-// The key block of a block-sparse key tile.
-__device__ __forceinline__ int64_t key_tile_block(const BackwardParams& bp, int64_t tile) {
-  return tile / bp.key_tiles_per_group;
+  // The block's keys are a range of the problem's (a sequence of a packed batch may start or
+  // end inside the block); its tiles cover it from its start, so a tile's keys are a prefix.
+  const KeyProgression keys = block_range_at(key_tile_block(bp, tile), p.bk, p.mask_k0, p.Nk);
+  const int64_t at = (tile % bp.key_tiles_per_group) * bc + c;
+  return at < keys.count ? keys.first + at : -1;
 }
 
 // ---------------------------------------------------------------- which rows meet a key tile
@@ -93,9 +98,11 @@ __device__ __forceinline__ bool block_listed(const ForwardParams& p, int64_t h, 
   return false;
 }
 
-// Number of query spans a key tile walks: one (dense, dilated) or one per query block.
+// Number of query spans a key tile walks: one (dense, dilated) or one per query block that
+// meets the problem's rows.
 __device__ __forceinline__ int64_t query_span_count(const BackwardParams& bp) {
-  return bp.ix.kind == kKindSparse ? bp.ix.I : 1;
+  const ForwardParams& p = bp.ix;
+  return p.kind == kKindSparse ? blocks_meeting(p.mask_q0, p.Nq, p.bq) : 1;
 }
 
 // The query rows of span `span` that may meet the key tile whose first key is `first_key`
@@ -112,8 +119,9 @@ __device__ __forceinline__ KeyProgression query_span(const BackwardParams& bp, i
     const int64_t o = head_offset(p.head_mode, h, p.branch, p.r, p.H);
     return selected_in_range(s0, segment_end(s0, wc, p.Nq), p.r, o, lo, p.Nq);
   }
-  if (!block_listed(p, h, span, key_tile_block(bp, tile))) return KeyProgression{0, 1, 0};
-  const KeyProgression rows = block_range(span, p.bq, p.Nq);
+  const int64_t ib = first_block_at(p.mask_q0, p.bq) + span;
+  if (!block_listed(p, h, ib, key_tile_block(bp, tile))) return KeyProgression{0, 1, 0};
+  const KeyProgression rows = block_range_at(ib, p.bq, p.mask_q0, p.Nq);
   const int64_t skip = first_term_at_least(rows, lo);
   return KeyProgression{rows.first + skip, 1, rows.count - skip};
 }
@@ -127,7 +135,7 @@ __device__ __forceinline__ KeyProgression query_row_keys(const BackwardParams& b
   if (p.kind == kKindDilated)
     return dilated_keys(i, p.Nq, p.w, p.r, head_offset(p.head_mode, h, p.branch, p.r, p.H),
                         causal);
-  return block_keys(i, key_tile_block(bp, tile), p.bk, p.Nq, p.Nk, causal);
+  return block_keys_at(i, key_tile_block(bp, tile), p.bk, p.mask_k0, p.Nq, p.Nk, causal);
 }
 
 // How many of the tile's keys keys[0 .. n) (consecutive terms of kp, ascending) row kp sees:

@@ -320,13 +320,6 @@ dilattn_status can_run(const Problem& p) {
                      kBackendName, static_cast<long long>(p.D),
                      static_cast<long long>(kMaxHeadDim));
   if ((st = check_variant_values(p)) != DILATTN_SUCCESS) return st;
-  // SPEC 10.2: a packed batch runs one sequence at a time (forward_packed), which a mask over
-  // the whole packed tensor does not split into.
-  if (p.is_packed() && p.kind == DILATTN_KIND_BLOCK_SPARSE)
-    return set_error(DILATTN_ERROR_UNSUPPORTED,
-                     "backend '%s' does not support a packed batch (varlen) with a block-sparse "
-                     "mask yet (docs/spec.md section 10.2; use backend cpu or ref)",
-                     kBackendName);
   if (p.B * p.H > 65535)
     return set_error(DILATTN_ERROR_UNSUPPORTED,
                      "backend '%s': batch * heads = %lld: the launch grid takes at most 65535",

@@ -439,7 +439,7 @@ int64_t prepare_key_launch(const Problem& p, int tile_keys, int64_t launch, Back
   if (p.kind == DILATTN_KIND_DENSE) return ceil_div(p.Nk, tile_keys);
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
     bp->key_tiles_per_group = ceil_div(bp->ix.bk, tile_keys);
-    return ceil_div(p.Nk, bp->ix.bk) * bp->key_tiles_per_group;
+    return blocks_meeting(bp->ix.mask_k0, p.Nk, bp->ix.bk) * bp->key_tiles_per_group;
   }
   // Dilated (Nq == Nk): a segment's selected keys are its selected rows.
   bp->key_tiles_per_group = bp->ix.tiles_per_group;

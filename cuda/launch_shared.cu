@@ -346,6 +346,8 @@ ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Worksp
     fp.bq = p.mask->bq;
     fp.bk = p.mask->bk;
     fp.I = p.mask->I;
+    fp.mask_q0 = p.packed_q0;  // SPEC 10.2: a sequence's rows and keys in the batch's mask
+    fp.mask_k0 = p.packed_k0;
   }
   return fp;
 }
@@ -359,7 +361,7 @@ int64_t prepare_launch(const Problem& p, int tile_rows, int64_t launch, ForwardP
   if (p.kind == DILATTN_KIND_BLOCK_SPARSE) {
     fp->kind = kKindSparse;
     fp->tiles_per_group = ceil_div(fp->bq, tile_rows);
-    return fp->I * fp->tiles_per_group;
+    return blocks_meeting(fp->mask_q0, p.Nq, fp->bq) * fp->tiles_per_group;
   }
   fp->kind = kKindDilated;
   fp->branch = launch;

@@ -216,6 +216,28 @@ DILATTN_HD KeyProgression block_range(int64_t jb, int64_t bs, int64_t n) {
   return KeyProgression{first, 1, max_i64(0, min_i64(first + bs, n) - first)};
 }
 
+// SPEC 10.2 with SPEC 4: a problem of n rows (or keys) that are rows origin .. origin + n - 1
+// of a block-sparse mask's (one sequence of a packed batch, whose mask is the batch's). The
+// mask's blocks that meet them, first_block_at .. + blocks_meeting - 1, and those of block jb
+// as the problem's own indices (a range, cut to [0, n)). origin = 0 gives block_range.
+DILATTN_HD int64_t first_block_at(int64_t origin, int64_t bs) { return origin / bs; }
+DILATTN_HD int64_t blocks_meeting(int64_t origin, int64_t n, int64_t bs) {
+  return n <= 0 ? 0 : ceil_div(origin + n, bs) - origin / bs;
+}
+DILATTN_HD KeyProgression block_range_at(int64_t jb, int64_t bs, int64_t origin, int64_t n) {
+  const int64_t lo = max_i64(jb * bs - origin, 0), hi = min_i64(jb * bs + bs - origin, n);
+  return KeyProgression{lo, 1, max_i64(0, hi - lo)};
+}
+// Keys of the mask's key block jb as such a problem's keys (origin k0), cut, when causal, at
+// row i's causal limit in the problem (Nq, Nk).
+DILATTN_HD KeyProgression block_keys_at(int64_t i, int64_t jb, int64_t bk, int64_t k0,
+                                        int64_t Nq, int64_t Nk, bool causal) {
+  const KeyProgression keys = block_range_at(jb, bk, k0, Nk);
+  int64_t end = keys.first + keys.count;
+  if (causal) end = min_i64(end, causal_last_key(i, Nq, Nk) + 1);
+  return KeyProgression{keys.first, 1, max_i64(0, end - keys.first)};
+}
+
 }  // namespace dilattn
 
 #endif  // DILATTN_INDEX_RULES_H

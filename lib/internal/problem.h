@@ -116,6 +116,9 @@ struct Problem {
   // PackedSequences) keeps its index in the batch, so that its rows' frames name it and its
   // dropout draws (SPEC 11.1) are those of the packed problem. 0 for every other problem.
   int64_t packed_sequence = 0;
+  // SPEC 10.2 with SPEC 4: that sequence's first row and first key in the batch. A block-sparse
+  // mask indexes the batch, so its row i is the mask's row packed_q0 + i (key j: packed_k0 + j).
+  int64_t packed_q0 = 0, packed_k0 = 0;
 
   int64_t num_branches() const { return static_cast<int64_t>(branches.size()); }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
@@ -130,7 +133,7 @@ struct Problem {
   bool is_packed() const { return !cu_seqlens_q.empty(); }
   // SPEC 10.2: sequence s of a packed batch as a problem of its own: B = 1, the sequence's Nq
   // and Nk, no offsets, packed_sequence = s, so that its frames and dropout draws are those of
-  // the packed problem. The ALiBi slopes stay the batch's (H or [n][H]): a frame's seq is s, so
+  // the packed problem, and its first row and key (a block-sparse mask stays the batch's). The ALiBi slopes stay the batch's (H or [n][H]): a frame's seq is s, so
   // alibi_slope(frame seq, h) is sequence s's. Its tensors are the rows [cu_q[s], cu_q[s+1])
   // and [cu_k[s], cu_k[s+1]) of the batch's.
   Problem sequence_problem(int64_t s) const {
@@ -139,6 +142,8 @@ struct Problem {
     one.cu_seqlens_q.clear();
     one.cu_seqlens_k.clear();
     one.packed_sequence = s;
+    one.packed_q0 = cu_seqlens_q[z];
+    one.packed_k0 = cu_seqlens_k[z];
     one.Nq = cu_seqlens_q[z + 1] - cu_seqlens_q[z];
     one.Nk = cu_seqlens_k[z + 1] - cu_seqlens_k[z];
     return one;

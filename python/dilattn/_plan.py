@@ -17,7 +17,7 @@ Variants (SPEC 10.1, every backend): window_size=(left, right), each >= 0 or -1 
 softcap=c (0 off); alibi_slopes, H slopes (one per head) or B * H ([B][H], one per batch
 element and head). Sinks (SPEC 10.3, every backend): Options(sinks=True) makes a plan whose
 calls carry H sink logits (Plan.forward/backward's sinks=), the backward also their gradient
-(d_sinks=). Packed batches (SPEC 10.2, every backend; cuda and emu refuse one with a block mask):
+(d_sinks=). Packed batches (SPEC 10.2, every backend, with every kind):
 cu_seqlens_q and cu_seqlens_k, n + 1 offsets each (from 0, never decreasing, ending at the
 packed seqlens), with batch 1; ALiBi may then give n * H slopes ([n][H]).
 

@@ -1,6 +1,7 @@
 // test_index_rules.cpp - every function of lib/index_rules.h on hand-computed cases (SPEC 1-4):
 // GQA head map, causal limit, clipped and partial segments, head groups with H % m != 0,
-// offsets of each head mode, selected positions and counts, key progressions.
+// offsets of each head mode, selected positions and counts, key progressions, and the blocks of
+// a block-sparse mask a packed sequence meets (SPEC 10.2).
 #include "../common/check.h"
 #include "index_rules.h"
 
@@ -103,6 +104,35 @@ int main() {
   CHECK_EQ(block_keys(5, 1, 4, 8, 6, true).count, 0);
   CHECK_EQ(block_keys(7, 1, 4, 8, 6, true).count, 2);
   CHECK_EQ(block_keys(6, 1, 4, 8, 6, true).count, 1);
+
+  // SPEC 10.2 with SPEC 4: a sequence of 9 rows starting at row 6 of a mask of 4-row blocks
+  // (rows 6..14) meets blocks 1, 2, 3: block 1 holds its rows 0, 1 (mask rows 6, 7), block 2
+  // rows 2..5, block 3 rows 6..8 (cut at 9), block 0 none.
+  CHECK_EQ(first_block_at(6, 4), 1);
+  CHECK_EQ(blocks_meeting(6, 9, 4), 3);
+  CHECK_EQ(blocks_meeting(6, 10, 4), 3);  // rows 6..15: still blocks 1..3
+  CHECK_EQ(blocks_meeting(6, 11, 4), 4);  // row 16 opens block 4
+  CHECK_EQ(blocks_meeting(6, 0, 4), 0);
+  CHECK_EQ(blocks_meeting(0, 6, 4), 2);  // origin 0: ceil(6 / 4)
+  kp = block_range_at(1, 4, 6, 9);
+  CHECK_EQ(kp.first, 0); CHECK_EQ(kp.count, 2);
+  kp = block_range_at(2, 4, 6, 9);
+  CHECK_EQ(kp.first, 2); CHECK_EQ(kp.count, 4);
+  kp = block_range_at(3, 4, 6, 9);
+  CHECK_EQ(kp.first, 6); CHECK_EQ(kp.count, 3);
+  CHECK_EQ(block_range_at(0, 4, 6, 9).count, 0);
+  CHECK_EQ(block_range_at(4, 4, 6, 9).count, 0);
+  kp = block_range_at(1, 4, 0, 6);  // origin 0 is block_range
+  CHECK_EQ(kp.first, block_range(1, 4, 6).first); CHECK_EQ(kp.count, block_range(1, 4, 6).count);
+  // block_keys_at: the sequence's keys start at key 6 (k0), Nk = 9, Nq = 5 (d = 4): key block 2
+  // is its keys 2..5; causal row 0 sees keys up to 4: keys 2, 3, 4; row 1 up to 5: all four.
+  kp = block_keys_at(0, 2, 4, 6, 5, 9, false);
+  CHECK_EQ(kp.first, 2); CHECK_EQ(kp.count, 4);
+  CHECK_EQ(block_keys_at(0, 2, 4, 6, 5, 9, true).count, 3);
+  CHECK_EQ(block_keys_at(1, 2, 4, 6, 5, 9, true).count, 4);
+  CHECK_EQ(block_keys_at(0, 0, 4, 6, 5, 9, false).count, 0);  // block 0 lies before the sequence
+  kp = block_keys_at(7, 1, 4, 0, 8, 6, true);  // k0 = 0 is block_keys
+  CHECK_EQ(kp.first, 4); CHECK_EQ(kp.count, 2);
 
   return harness::finish("index_rules_hand_computed");
 }

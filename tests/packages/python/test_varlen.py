@@ -5,11 +5,12 @@ bottom-right per sequence, dilated in each head mode, block-sparse over the pack
 with windows, softcap, ALiBi per sequence and dropout; the cpu backend against ref on the same
 cases (f64 and f32); the identity "a packed batch equals its sequences run one by one"; empty
 sequences; FlashAttention's 3-d layout; the emu backend (the CUDA kernels, one sequence at a
-time) against ref on every case but the block-sparse ones, in f32 (SIMT kernels) and, at D = 64,
-in f16 and f32 on the tensor-core kernels with dropout, sinks, a window and ALiBi, sequences with
-no rows or no keys among them; and the refusals (bad offsets naming the index, batch != 1, last
-offsets, dilated sequences that are not square, emu naming a packed block-sparse batch, AUTO
-resolving to cpu).
+time, a block-sparse mask read at each sequence's rows and keys of the packed tensor) against ref
+on every case, in f32 (SIMT kernels) and, at D = 64, in f16 and f32 on the tensor-core kernels
+with dropout, sinks, a window, ALiBi and a block-sparse mask whose blocks sequences start and end
+inside, sequences with no rows or no keys among them; and the refusals (bad offsets naming the
+index, batch != 1, last offsets, dilated sequences that are not square, AUTO resolving to
+cpu).
 
 Tolerance: both sides compute in f64 and differ only in summation order -> 1e-10 (as
 test_variants.py)."""
@@ -197,11 +198,8 @@ def test_flash_attention_layout():
         assert np.array_equal(got, want[0])
 
 
-EMU_CASES = sorted(name for name, case in CASES.items() if "mask" not in case[5])
-
-
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("case", EMU_CASES)
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_emu_matches_ref_forward_and_backward(case, variant):
     if not dilattn.backend_available("emu"):
         pytest.skip("backend emu is not built here")
@@ -214,12 +212,15 @@ def test_emu_matches_ref_forward_and_backward(case, variant):
 
 # D = 64: the tensor-core kernels (mma for f16, 3xTF32 for f32) on sequences of mixed lengths,
 # one with rows but no keys (1) and one with keys but no rows (3); each option set picks one of
-# their instances (plain, dropout, variant).
+# their instances (plain, dropout, variant). The block-sparse mask's 16-row blocks are the
+# packed tensor's: sequences start and end inside them.
 TC_CU_Q, TC_CU_K = [0, 37, 50, 100, 100], [0, 45, 45, 100, 120]
 TC_OPTIONS = {
     "causal": dict(causal=True),
     "causal_dropout": dict(causal=True, dropout_p=0.2, seed=31, offset=9),
     "window_alibi_per_sequence": dict(window_size=(20, 3), alibi_slopes="nh"),
+    "block_sparse_causal": dict(causal=True, mask="local:1+sink:1"),
+    "block_sparse_dropout": dict(mask="strided:2+local:0", dropout_p=0.2, seed=3, offset=1),
 }
 
 
@@ -234,6 +235,9 @@ def test_emu_tensor_core_kernels_run_packed_sequences(name, dtype):
     lib = dict(TC_OPTIONS[name], cu_seqlens_q=TC_CU_Q, cu_seqlens_k=TC_CU_K)
     if lib.get("alibi_slopes") == "nh":
         lib["alibi_slopes"] = np.random.default_rng(6).uniform(0.05, 0.3, (4, H))
+    if "mask" in lib:
+        lib["mask"] = dilattn.mask.pattern(lib["mask"], TC_CU_Q[-1], 16, seqlen_k=TC_CU_K[-1],
+                                           block_k=16)
     wide = [x.astype(np.float64) for x in (q, k, v, do)]
     o_ref, lse_ref = dilattn.forward(*wide[:3], backend="ref", **lib)
     o, lse = dilattn.forward(q, k, v, backend="emu", **lib)
@@ -264,20 +268,6 @@ def test_emu_sinks_per_packed_batch():
     sinks = np.array([0.3, -1.2])
     lib = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True, sinks=sinks)
     cpu_against_ref(q, k, v, do, lib, "f32", extra_grads=1, backend="emu")
-
-
-@pytest.mark.parametrize("backend", ["emu"])
-def test_other_backends_refuse_a_packed_block_sparse_batch_naming_it(backend):
-    if not dilattn.backend_available(backend):
-        pytest.skip(f"backend {backend} is not built here")
-    q, k, v, _ = _inputs(8, 8, 2, 1, 2, 1)
-    mask = dilattn.mask.pattern("local:1", 8, 4)
-    with pytest.raises(dilattn.UnsupportedError) as e:
-        dilattn.forward(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
-                        backend=backend, cu_seqlens_q=[0, 2, 8], cu_seqlens_k=[0, 2, 8],
-                        mask=mask)
-    assert (f"backend '{backend}' does not support a packed batch (varlen) with a block-sparse "
-            "mask yet") in str(e.value)
 
 
 def test_auto_resolves_to_cpu():
