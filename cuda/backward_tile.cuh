@@ -47,6 +47,10 @@ struct BackwardParams {
   int64_t head_in_group;        // dK/dV pass: query head g * (H / Hkv) + head_in_group; < 0:
                                 // every head of g, in order (BackwardKernels::dkdv_all_heads)
   int64_t key_tiles_per_group;  // dK/dV pass: key tiles per segment (dilated) or key block
+  // Dilated dK/dV pass with head_in_group < 0: the key tiles of one head; grid.x is H / Hkv
+  // times as many, block x holding tile x % key_tiles_per_head of head x / key_tiles_per_head
+  // and the heads whose key tiles are the same rows (same_key_rows).
+  int64_t key_tiles_per_head;
 };
 
 // ---------------------------------------------------------------- which keys a key tile holds
@@ -78,6 +82,27 @@ __device__ __forceinline__ int64_t key_tile_key(const BackwardParams& bp, int64_
   const KeyProgression keys = block_range_at(key_tile_block(bp, tile), p.bk, p.mask_k0, p.Nk);
   const int64_t at = (tile % bp.key_tiles_per_group) * bc + c;
   return at < keys.count ? keys.first + at : -1;
+}
+
+// ---------------------------------------------------------------- the heads of a key tile
+// Dilated, every query head of a kv head in one launch: query heads h and `leader` of one kv
+// head have the same key tiles (the same rows) when both use the launch's branch with the same
+// offset (SPEC 3.2-3.3). Heads of different offsets select disjoint rows, so the blocks of
+// different leaders write disjoint dK/dV rows, and one block sums its heads in head order.
+__device__ __forceinline__ bool same_key_rows(const ForwardParams& p, int64_t h, int64_t leader) {
+  return head_uses_branch(p.head_mode, h, p.branch, p.H, p.num_branches) &&
+         head_offset(p.head_mode, h, p.branch, p.r, p.H) ==
+             head_offset(p.head_mode, leader, p.branch, p.r, p.H);
+}
+// Whether head `first + hg` (hg of the kv head's heads from `first`) is the first of its key
+// rows' heads: the one whose block walks them all.
+__device__ __forceinline__ bool leads_key_rows(const ForwardParams& p, int64_t first,
+                                               int64_t hg) {
+  const int64_t h = first + hg;
+  if (!head_uses_branch(p.head_mode, h, p.branch, p.H, p.num_branches)) return false;
+  for (int64_t before = 0; before < hg; ++before)
+    if (same_key_rows(p, first + before, h)) return false;
+  return true;
 }
 
 // ---------------------------------------------------------------- which rows meet a key tile

@@ -448,23 +448,29 @@ int64_t prepare_key_launch(const Problem& p, int tile_keys, int64_t launch, Back
 
 // dK, dV: key tiles of block_keys keys, one launch per (branch, query head of a kv head), in
 // that order; the launches of one branch's heads add to the same rows one after another. A
-// kernel with dkdv_all_heads walks the heads itself where the key tiles allow.
+// kernel with dkdv_all_heads (the tensor-core ones) walks the heads itself, one launch per
+// branch.
 dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                              cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
-  // Dense and block-sparse key tiles are the same for every query head of a kv head: a kernel
-  // that can walks them all in one launch, in head order (fewer launches, K and V read once).
-  const bool all_heads = k.dkdv_all_heads && p.kind != DILATTN_KIND_DILATED;
+  // A kernel that can walks every query head of a kv head in one launch, in head order (fewer
+  // launches, K and V read once a block): dense and block-sparse key tiles are the same for
+  // every head; a dilated branch's are the same for the heads of one offset, so its launch
+  // has a block per (key tile, head) of which the first head of each offset runs them all
+  // (backward_tile.cuh, leads_key_rows).
+  const int64_t group = p.H / p.Hkv;
   for (int64_t launch = 0; launch < launches; ++launch) {
     const int64_t tiles = prepare_key_launch(p, k.block_keys, launch, &bp);
-    if (all_heads) {
+    if (k.dkdv_all_heads) {
       bp.head_in_group = -1;
+      bp.key_tiles_per_head = tiles;
+      const int64_t blocks = p.kind == DILATTN_KIND_DILATED ? tiles * group : tiles;
       const dilattn_status st = launch_backward_kernel(
-          k.dkdv, tiles, p.B * p.Hkv, k, k.dkdv_smem, bp, stream, "backward dK/dV kernel");
+          k.dkdv, blocks, p.B * p.Hkv, k, k.dkdv_smem, bp, stream, "backward dK/dV kernel");
       if (st != DILATTN_SUCCESS) return st;
       continue;
     }
-    for (int64_t hg = 0; hg < p.H / p.Hkv; ++hg) {
+    for (int64_t hg = 0; hg < group; ++hg) {
       bp.head_in_group = hg;
       const dilattn_status st = launch_backward_kernel(
           k.dkdv, tiles, p.B * p.Hkv, k, k.dkdv_smem, bp, stream, "backward dK/dV kernel");

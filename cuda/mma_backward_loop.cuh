@@ -7,10 +7,12 @@
 // Both passes take P from the forward's LSE (lib/softmax_rules.h: P = 2^(post (pre S - lse_s)),
 // with lse_s from the launcher's pre-pass) and dS = P (dP - D_i), D_i = <dO_i, O_i>. The index
 // rules are backward_tile.cuh's and attention_tile.cuh's, the same the SIMT kernels and the
-// forward use; the launcher (cuda/launch_backward.cu) launches them as the SIMT pair (one dQ
-// launch per dilated branch, one dK/dV launch per (branch, query head of a kv head)), except that
-// on dense and block-sparse problems one dK/dV launch walks every query head of its kv head in
-// head order, the K and V tile loaded once (the key tiles do not depend on the head there).
+// forward use; the launcher (cuda/launch_backward.cu) launches one dQ pass per dilated branch
+// and one dK/dV pass per branch that walks every query head of a kv head in head order, the K
+// and V tile loaded once a block: on dense and block-sparse problems a block holds one key tile
+// for every head; on a dilated branch, heads with the same offset share their key rows, so the
+// block of the first of them walks them all and the blocks of the others exit
+// (backward_tile.cuh, leads_key_rows; the SIMT pair launches once per branch and head).
 //
 // mma_backward_dq: one block per query tile of 64 rows (4 warps, 16 rows each), as the forward's
 // tiles (tile_row, read_span). Q and dO stay in shared memory; K and V chunks of kDqKeys keys
@@ -346,10 +348,13 @@ struct DkdvSmem {
 // Where the walk over the query rows that meet a key tile stands: span `span`'s rows
 // (a progression, query_span), from its term t0 on. Every thread keeps its own copy; they agree.
 // With several query heads of the kv head in one launch (head_in_group < 0), the heads follow
-// one another in head order: head `head` (of the group), its spans, their chunks.
+// one another in head order: head `head` (of the group), its spans, their chunks. On a dilated
+// launch only the heads whose key rows are the leader's (same_key_rows) are walked; leader < 0
+// walks every head.
 struct QueryChunkCursor {
   int64_t head, head_end, span, num_spans, t0;
   KeyProgression rows;
+  int64_t leader;
   __device__ __forceinline__ bool done() const { return head >= head_end; }
 };
 
@@ -370,6 +375,7 @@ __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64
   cur.t0 = 0;
   for (; cur.head < cur.head_end; ++cur.head, cur.span = 0) {
     const int64_t h = hk * (bp.ix.H / bp.ix.Hkv) + cur.head;
+    if (cur.leader >= 0 && !same_key_rows(bp.ix, h, cur.leader)) continue;
     for (; cur.span < cur.num_spans; ++cur.span) {
       cur.rows = query_span(bp, h, tile, cur.span, first_key);
       if constexpr (kWindow) cur.rows = window_query_cut(bp.ix, cur.rows, first_key, last_key);
@@ -393,14 +399,20 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   const ForwardParams& p = bp.ix;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.Hkv, hk = blockIdx.y % p.Hkv;
-  // One query head of the kv head, or all of them in head order (head_in_group < 0: dense and
-  // block-sparse, whose key tiles are the same for every head; the launcher decides).
+  // One query head of the kv head, or all of them in head order (head_in_group < 0; the
+  // launcher decides): on dense and block-sparse problems every head, whose key tiles are the
+  // same; on a dilated one, block x's head x / key_tiles_per_head and the later heads with its
+  // key rows, run by the block of the first of them (leads_key_rows).
   const int64_t group = p.H / p.Hkv;
-  const int64_t head_first = bp.head_in_group < 0 ? 0 : bp.head_in_group;
+  const bool dilated_heads = bp.head_in_group < 0 && p.kind == kKindDilated;
+  const int64_t tile = dilated_heads ? blockIdx.x % bp.key_tiles_per_head : blockIdx.x;
+  const int64_t head_first = bp.head_in_group >= 0 ? bp.head_in_group
+                             : dilated_heads        ? blockIdx.x / bp.key_tiles_per_head
+                                                    : 0;
   const int64_t head_end = bp.head_in_group < 0 ? group : head_first + 1;
   const int64_t h = hk * group + head_first;  // the head whose key tile this block holds
+  if (dilated_heads && !leads_key_rows(p, hk * group, head_first)) return;  // whole block
 
   // The tile's keys (-1: none; they ascend, a progression), then K and V.
   for (int c = tid; c < BC; c += kThreads) tl.keys[c] = key_tile_key(bp, h, tile, c, BC);
@@ -468,7 +480,7 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
 
   // The cursor names the chunk being prepared: one ahead of the chunk computed.
   QueryChunkCursor cur{head_first, head_end, 0, query_span_count(bp), 0,
-                       KeyProgression{0, 1, 0}};
+                       KeyProgression{0, 1, 0}, dilated_heads ? h : -1};
   next_query_chunk<Variants>(bp, hk, tile, first_key, last_key, R, cur, true);
   bool has_chunk = !cur.done();
   if (has_chunk) prepare(cur, 0);
