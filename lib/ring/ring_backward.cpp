@@ -104,12 +104,13 @@ struct BackwardBuffers {
   RingBuffer workspace;  // grows to the largest sub-problem's need (a failure is the rank's status)
 };
 
-// A view t where host code can read it: t itself on a host backend; on a device backend, a
-// host copy of the bytes t spans (strides are >= 0, SPEC 15), viewed alike in `copy`.
+// A view t where host code can read it: t itself on a host backend (ref, cpu); on a device
+// backend (cuda, and emu, which runs the same device code), a host copy of the bytes t spans
+// (strides are >= 0, SPEC 15) through the ring's ops, viewed alike in `copy`.
 dilattn_status readable_on_host(RingCall& c, const dilattn_tensor& t,
                                 std::vector<unsigned char>* copy, dilattn_tensor* view) {
   *view = t;
-  if (c.backend->device != DILATTN_DEVICE_CUDA) return DILATTN_SUCCESS;
+  if (c.backend->ring_ops == make_host_ring_ops) return DILATTN_SUCCESS;
   int64_t extent = 0;
   for (int dim = 0; dim < 4; ++dim) extent += (t.shape[dim] - 1) * t.strides[dim];
   const size_t bytes = static_cast<size_t>(extent + 1) * dtype_size(t.dtype);
