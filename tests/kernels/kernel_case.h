@@ -11,8 +11,13 @@
 #ifndef DILATTN_TESTS_KERNEL_CASE_H
 #define DILATTN_TESTS_KERNEL_CASE_H
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "../common/attention_run.h"
@@ -24,6 +29,35 @@
 #include "simt.h"
 
 namespace kcase {
+
+// The kernel a test binary runs, its one argument: simt, mma or mma_tf32; else it prints the
+// usage and returns nullptr (the test then exits 2).
+inline const char* kernel_argument(int argc, char** argv) {
+  const char* kernel = argc == 2 ? argv[1] : "";
+  for (const char* known : {"simt", "mma", "mma_tf32"})
+    if (std::strcmp(kernel, known) == 0) return known;
+  std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argc > 0 ? argv[0] : "test");
+  return nullptr;
+}
+
+// The dtypes a kernel takes (cuda/kernel_choice.h): mma f16 and bf16, mma_tf32 f32, SIMT all
+// three.
+inline std::vector<dilattn_dtype> dtypes_of(const std::string& kernel) {
+  if (kernel == "mma") return {DILATTN_F16, DILATTN_BF16};
+  if (kernel == "mma_tf32") return {DILATTN_F32};
+  return {DILATTN_F32, DILATTN_F16, DILATTN_BF16};
+}
+
+// Whether DILATTN_TEST_CASES (a comma list) names the case `name`, by the part after its last
+// '/'; every case is named when it is unset or empty. For slow runs such as compute-sanitizer
+// (bench/gpu/first_light.sh); a filter that keeps nothing fails the test (check.h: no check
+// ran).
+inline bool case_asked_for(const std::string& name) {
+  const char* list = std::getenv("DILATTN_TEST_CASES");
+  if (list == nullptr || list[0] == '\0') return true;
+  const std::string names = std::string(",") + list + ",";
+  return names.find("," + name.substr(name.rfind('/') + 1) + ",") != std::string::npos;
+}
 
 // A block-sparse mask of explicit BSR arrays (c.mask.bq, bk and heads already set): each row
 // block lists key block 0 (a sink) and the two key blocks around its first row, shifted by
@@ -140,6 +174,63 @@ inline harness::Gradients run_backward_repeated(const harness::AttentionCase& c,
               "%s run %zu gives other gradient bits than the first", dilattn_backend_name(backend),
               r);
   return runs[0];
+}
+
+// A case's outputs through the _ex calls: O and LSE of the forward, dQ, dK, dV of the backward
+// from that forward, and the sinks' gradient (H values when c.sinks).
+struct OptionOutputs {
+  harness::Tensor o, lse, dq, dk, dv;
+  std::vector<double> d_sinks;
+};
+
+// Forward, then backward from that forward's O and LSE, on `backend`, through
+// dilattn_forward_ex / dilattn_backward_ex with `options` (null: no options; with c.sinks its
+// sinks and a d_sinks of the outputs' are set here); on cuda with device copies (gpu_run.h).
+inline OptionOutputs run_with_options(const harness::AttentionCase& c, const harness::Inputs& in,
+                                      dilattn_backend backend,
+                                      const dilattn_call_options* options,
+                                      const std::vector<double>& sinks) {
+  harness::CaseScope scope(c.name);
+  harness::AttentionCase planned = c;
+  planned.dtype = in.q.dtype();
+  const harness::Layout layout = harness::output_layout_of(c, backend);
+  OptionOutputs out{c.q_like(in.q.dtype(), layout),
+                    c.lse_like(harness::lse_dtype_of(backend, in.q.dtype())),
+                    c.q_like(in.q.dtype(), layout), c.kv_like(in.q.dtype(), layout),
+                    c.kv_like(in.q.dtype(), layout), std::vector<double>(c.sinks ? c.H : 0, NAN)};
+  for (harness::Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) t->poison();
+  dilattn_call_options with_sinks = options != nullptr ? *options : dilattn_call_options{};
+  if (options != nullptr && c.sinks) {
+    with_sinks.sinks = sinks.data();
+    with_sinks.d_sinks = out.d_sinks.data();
+  }
+  const dilattn_call_options* opts = options != nullptr ? &with_sinks : nullptr;
+  if (backend == DILATTN_BACKEND_CUDA) {
+    harness::Forward fwd = kgpu::run_forward(planned, in, false, opts);
+    harness::Gradients grads = kgpu::run_backward(planned, in, fwd, false, opts);
+    out.o = std::move(fwd.o);
+    out.lse = std::move(fwd.lse);
+    out.dq = std::move(grads.dq);
+    out.dk = std::move(grads.dk);
+    out.dv = std::move(grads.dv);
+    return out;
+  }
+  harness::Plan plan;
+  if (!CHECK_OK(plan.create(planned, backend))) return out;
+  CHECK_OK(dilattn_forward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
+                              &out.o.view(), &out.lse.view(), opts, nullptr, 0));
+  CHECK_OK(dilattn_backward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
+                               &out.o.view(), &out.lse.view(), &in.d_o.view(), &out.dq.view(),
+                               &out.dk.view(), &out.dv.view(), opts, nullptr, 0));
+  return out;
+}
+
+// Every bit of the outputs, d_sinks included, for comparing runs.
+inline std::vector<unsigned char> bits_of(const OptionOutputs& r) {
+  std::vector<unsigned char> b = bytes_of({&r.o, &r.lse, &r.dq, &r.dk, &r.dv});
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(r.d_sinks.data());
+  b.insert(b.end(), s, s + r.d_sinks.size() * sizeof(double));
+  return b;
 }
 
 }  // namespace kcase

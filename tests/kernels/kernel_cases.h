@@ -25,7 +25,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,17 +37,9 @@ enum class Direction { forward, backward };
 // The cases whose kind DILATTN_TEST_CASES lists (all of them when it is unset or empty).
 inline std::vector<harness::AttentionCase> only_kinds_asked_for(
     std::vector<harness::AttentionCase> cases) {
-  const char* list = std::getenv("DILATTN_TEST_CASES");
-  if (list == nullptr || list[0] == '\0') return cases;
-  std::vector<std::string> kinds;
-  std::stringstream in(list);
-  for (std::string kind; std::getline(in, kind, ',');) kinds.push_back(kind);
   std::vector<harness::AttentionCase> kept;
-  for (const harness::AttentionCase& c : cases) {
-    const std::string kind = c.name.substr(c.name.rfind('/') + 1);
-    for (const std::string& k : kinds)
-      if (k == kind) kept.push_back(c);
-  }
+  for (const harness::AttentionCase& c : cases)
+    if (case_asked_for(c.name)) kept.push_back(c);
   return kept;
 }
 
@@ -59,12 +50,8 @@ inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
   // The forward's value, or the backward's.
   auto pick = [bwd](int64_t forward, int64_t backward) { return bwd ? backward : forward; };
   const bool tensor_core = kernel == "mma" || kernel == "mma_tf32";
-  const std::vector<dilattn_dtype> dtypes =
-      kernel == "mma"                       ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
-      : kernel == "mma_tf32"                ? std::vector<dilattn_dtype>{DILATTN_F32}
-      : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
   std::vector<Case> out;
-  for (dilattn_dtype t : dtypes) {
+  for (dilattn_dtype t : dtypes_of(kernel)) {
     // Tensor cores: 64 and 128. SIMT: forward 40 and 8, backward 24 and 8 (dims the tensor-core
     // kernels do not take).
     const int64_t dims[2] = {tensor_core ? 64 : bwd ? 24 : 40, tensor_core ? 128 : 8};

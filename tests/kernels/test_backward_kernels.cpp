@@ -10,7 +10,6 @@
 // within SPEC 8 of the reference.
 // backward_kernel_for (cuda/kernel_choice.h) must name the kernel this run is about for every case.
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -53,11 +52,7 @@ void run_case(const Case& c, const std::string& kernel, dilattn_backend backend)
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0 &&
-                    std::strcmp(argv[1], "mma_tf32") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
-    return 2;
-  }
+  if (kcase::kernel_argument(argc, argv) == nullptr) return 2;
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
   for (const Case& c : kcase::kernel_cases(kcase::Direction::backward, argv[1]))

@@ -20,7 +20,6 @@
 // agree bit for bit.
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -122,11 +121,7 @@ void run_case(const NanCase& n, dilattn_backend backend) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0 &&
-                    std::strcmp(argv[1], "mma_tf32") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
-    return 2;
-  }
+  if (kcase::kernel_argument(argc, argv) == nullptr) return 2;
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
   for (const NanCase& n : cases(argv[1])) run_case(n, backend);

@@ -27,8 +27,6 @@
 // last '/').
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,58 +46,16 @@ struct DropoutCase {
   bool unit_rows = false;     // V and dO rows unit vectors: the pairs compared exactly
 };
 
-struct Outputs {
-  harness::Tensor o, lse, dq, dk, dv;
-  std::vector<double> d_sinks;
-};
+using Outputs = kcase::OptionOutputs;
 
 // Forward, then backward from that forward's O and LSE, through the _ex calls with the seed and
 // offset (and the sinks) in dilattn_call_options; plain = true: the plain calls, no options.
 Outputs run_on(const DropoutCase& dc, const harness::Inputs& in, dilattn_backend backend,
                bool plain = false) {
-  const Case& c = dc.c;
-  harness::CaseScope scope(c.name);
-  Case planned = c;
-  planned.dtype = in.q.dtype();
-  const harness::Layout layout = harness::output_layout_of(c, backend);
-  Outputs out{c.q_like(in.q.dtype(), layout),
-              c.lse_like(harness::lse_dtype_of(backend, in.q.dtype())),
-              c.q_like(in.q.dtype(), layout), c.kv_like(in.q.dtype(), layout),
-              c.kv_like(in.q.dtype(), layout), std::vector<double>(c.sinks ? c.H : 0, NAN)};
-  for (harness::Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) t->poison();
   dilattn_call_options options = dilattn_call_options_make();
   options.dropout_seed = kSeed;
   options.dropout_offset = kOffset;
-  if (c.sinks) {
-    options.sinks = dc.sinks.data();
-    options.d_sinks = out.d_sinks.data();
-  }
-  const dilattn_call_options* opts = plain ? nullptr : &options;
-  if (backend == DILATTN_BACKEND_CUDA) {  // device copies of the tensors (gpu_run.h)
-    harness::Forward fwd = kgpu::run_forward(planned, in, false, opts);
-    harness::Gradients grads = kgpu::run_backward(planned, in, fwd, false, opts);
-    out.o = std::move(fwd.o);
-    out.lse = std::move(fwd.lse);
-    out.dq = std::move(grads.dq);
-    out.dk = std::move(grads.dk);
-    out.dv = std::move(grads.dv);
-    return out;
-  }
-  harness::Plan plan;
-  if (!CHECK_OK(plan.create(planned, backend))) return out;
-  CHECK_OK(dilattn_forward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
-                              &out.o.view(), &out.lse.view(), opts, nullptr, 0));
-  CHECK_OK(dilattn_backward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
-                               &out.o.view(), &out.lse.view(), &in.d_o.view(), &out.dq.view(),
-                               &out.dk.view(), &out.dv.view(), opts, nullptr, 0));
-  return out;
-}
-
-std::vector<unsigned char> bits_of(const Outputs& r) {
-  std::vector<unsigned char> b = kcase::bytes_of({&r.o, &r.lse, &r.dq, &r.dk, &r.dv});
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(r.d_sinks.data());
-  b.insert(b.end(), s, s + r.d_sinks.size() * sizeof(double));
-  return b;
+  return kcase::run_with_options(dc.c, in, backend, plain ? nullptr : &options, dc.sinks);
 }
 
 // The case's inputs: random, or with V's and dO's rows unit vectors (unit_rows; D >= Nk, Nq).
@@ -165,7 +121,8 @@ void run_case(const DropoutCase& dc, const std::string& kernel, dilattn_backend 
   std::vector<Outputs> runs;
   kcase::repeated(backend, [&](int) { runs.push_back(run_on(dc, in, backend)); });
   for (size_t r = 1; r < runs.size(); ++r)
-    CHECK_MSG(bits_of(runs[r]) == bits_of(runs[0]), "%s run %zu gives other bits than the first",
+    CHECK_MSG(kcase::bits_of(runs[r]) == kcase::bits_of(runs[0]),
+              "%s run %zu gives other bits than the first",
               dilattn_backend_name(backend), r);
   const Outputs& got = runs[0];
   const spec8::Tolerance tol = spec8::of(c.dtype);
@@ -206,7 +163,8 @@ void run_no_dropout_case(const DropoutCase& dc, const std::string& kernel,
   none.c.dropout_p = 0;
   const Outputs plain = run_on(none, in, backend, true);
   const Outputs zero = run_on(none, in, backend);  // p = 0 with a seed and an offset
-  CHECK_MSG(bits_of(zero) == bits_of(plain), "p = 0 through the _ex calls changes the bits");
+  CHECK_MSG(kcase::bits_of(zero) == kcase::bits_of(plain),
+            "p = 0 through the _ex calls changes the bits");
   DropoutCase tiny = dc;
   tiny.c.dropout_p = std::ldexp(1.0, -40);
   const Outputs almost = run_on(tiny, in, backend);
@@ -219,7 +177,7 @@ void run_no_dropout_case(const DropoutCase& dc, const std::string& kernel,
     CHECK_CLOSE("dK, p = 2^-40 against no dropout", almost.dk, plain.dk, tol);
     CHECK_CLOSE("dV, p = 2^-40 against no dropout", almost.dv, plain.dv, tol);
   } else {
-    CHECK_MSG(bits_of(almost) == bits_of(plain),
+    CHECK_MSG(kcase::bits_of(almost) == kcase::bits_of(plain),
               "p = 2^-40 (every pair kept, factor 1) gives other bits than no dropout");
   }
   std::printf("%-60s %s\n", c.name.c_str(), harness::failures() == failed_before ? "ok" : "FAILED");
@@ -230,12 +188,8 @@ void run_no_dropout_case(const DropoutCase& dc, const std::string& kernel,
 // (f32) at D = 64 and 128.
 std::vector<DropoutCase> dropout_cases(const std::string& kernel) {
   const bool tensor_core = kernel != "simt";
-  const std::vector<dilattn_dtype> dtypes =
-      kernel == "mma"        ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
-      : kernel == "mma_tf32" ? std::vector<dilattn_dtype>{DILATTN_F32}
-                             : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
   std::vector<DropoutCase> out;
-  for (dilattn_dtype t : dtypes) {
+  for (dilattn_dtype t : kcase::dtypes_of(kernel)) {
     for (double p : {0.1, 0.5}) {
       int variant = 0;
       // SIMT's head dim, or the tensor-core kernels' 64 and 128 in turn.
@@ -319,12 +273,8 @@ std::vector<DropoutCase> dropout_cases(const std::string& kernel) {
 // branches.
 std::vector<DropoutCase> no_dropout_cases(const std::string& kernel) {
   const bool tensor_core = kernel != "simt";
-  const std::vector<dilattn_dtype> dtypes =
-      kernel == "mma"        ? std::vector<dilattn_dtype>{DILATTN_F16, DILATTN_BF16}
-      : kernel == "mma_tf32" ? std::vector<dilattn_dtype>{DILATTN_F32}
-                             : std::vector<dilattn_dtype>{DILATTN_F32, DILATTN_F16, DILATTN_BF16};
   std::vector<DropoutCase> out;
-  for (dilattn_dtype t : dtypes) {
+  for (dilattn_dtype t : kcase::dtypes_of(kernel)) {
     DropoutCase dc;
     dc.c.name = kernel + "/" + dilattn::dtype_name(t) + "/p0/dense_causal";
     dc.c.dtype = t;
@@ -340,27 +290,20 @@ std::vector<DropoutCase> no_dropout_cases(const std::string& kernel) {
   return out;
 }
 
-// DILATTN_TEST_CASES: keep the cases named.
+// DILATTN_TEST_CASES: keep the cases named (kernel_case.h, case_asked_for).
 std::vector<DropoutCase> only_named(std::vector<DropoutCase> cases) {
-  const char* list = std::getenv("DILATTN_TEST_CASES");
-  if (list == nullptr || list[0] == '\0') return cases;
   std::vector<DropoutCase> kept;
-  const std::string names = std::string(",") + list + ",";
-  for (const DropoutCase& dc : cases) {
-    const std::string name = dc.c.name.substr(dc.c.name.rfind('/') + 1);
-    if (names.find("," + name + ",") != std::string::npos) kept.push_back(dc);
-  }
+  for (const DropoutCase& dc : cases)
+    if (kcase::case_asked_for(dc.c.name)) kept.push_back(dc);
   return kept;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string kernel = argc > 1 ? argv[1] : "";
-  if (kernel != "simt" && kernel != "mma" && kernel != "mma_tf32") {
-    std::fprintf(stderr, "usage: test_dropout_kernels simt|mma|mma_tf32\n");
-    return 2;
-  }
+  const char* kernel_arg = kcase::kernel_argument(argc, argv);
+  if (kernel_arg == nullptr) return 2;
+  const std::string kernel = kernel_arg;
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
   for (const DropoutCase& dc : only_named(dropout_cases(kernel))) run_case(dc, kernel, backend);

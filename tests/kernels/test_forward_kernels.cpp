@@ -11,7 +11,6 @@
 // case (sm_80 rules; every GPU the build targets is sm_80 or newer).
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,11 +47,7 @@ void run_case(const Case& c, const std::string& kernel, dilattn_backend backend)
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "simt") != 0 && std::strcmp(argv[1], "mma") != 0 &&
-                    std::strcmp(argv[1], "mma_tf32") != 0)) {
-    std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argv[0]);
-    return 2;
-  }
+  if (kcase::kernel_argument(argc, argv) == nullptr) return 2;
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
   // The choice itself (cuda/kernel_choice.h): MMA needs f16/bf16, MMA_TF32 f32, both D 64 or

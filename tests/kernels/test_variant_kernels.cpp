@@ -15,14 +15,14 @@
 // tiles skip whole key chunks; every case asserts the kernels kernel_choice.h picks for it.
 // Several cases put a NaN in one K and V row, or one Q row: NaN exactly where the reference has
 // it, so a row whose window leaves the key out stays finite, and so does the dK of a key the NaN
-// row's window leaves out (no 0 * NaN from a pair of a tile's chunk that is not seen). Each case runs in the emulator's three thread orders (kernel_case.h) and
-// every output, d_sinks included, must be the same bits in each (SPEC 6: deterministic).
+// row's window leaves out (no 0 * NaN from a pair of a tile's chunk that is not seen). Each case
+// runs in the emulator's three thread orders (kernel_case.h) and every output, d_sinks
+// included, must be the same bits in each (SPEC 6: deterministic).
 //
 // DILATTN_TEST_CASES=NAME[,NAME...] keeps only the cases of those names (the part after the
 // last '/').
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -43,53 +43,13 @@ struct VariantCase {
   KernelChoice forward = KernelChoice::simt, backward = KernelChoice::simt;
 };
 
-struct Outputs {
-  harness::Tensor o, lse, dq, dk, dv;
-  std::vector<double> d_sinks;
-};
+using Outputs = kcase::OptionOutputs;
 
 // Forward, then backward from that forward's O and LSE, through the _ex calls (the sinks ride
 // in dilattn_call_options).
 Outputs run_on(const VariantCase& vc, const harness::Inputs& in, dilattn_backend backend) {
-  const Case& c = vc.c;
-  harness::CaseScope scope(c.name);
-  Case planned = c;
-  planned.dtype = in.q.dtype();
-  const harness::Layout layout = harness::output_layout_of(c, backend);
-  Outputs out{c.q_like(in.q.dtype(), layout), c.lse_like(harness::lse_dtype_of(backend, in.q.dtype())),
-              c.q_like(in.q.dtype(), layout), c.kv_like(in.q.dtype(), layout),
-              c.kv_like(in.q.dtype(), layout), std::vector<double>(c.sinks ? c.H : 0, NAN)};
-  for (harness::Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) t->poison();
-  dilattn_call_options options = dilattn_call_options_make();
-  if (c.sinks) {
-    options.sinks = vc.sinks.data();
-    options.d_sinks = out.d_sinks.data();
-  }
-  if (backend == DILATTN_BACKEND_CUDA) {  // device copies of the tensors (gpu_run.h)
-    harness::Forward fwd = kgpu::run_forward(planned, in, false, &options);
-    harness::Gradients grads = kgpu::run_backward(planned, in, fwd, false, &options);
-    out.o = std::move(fwd.o);
-    out.lse = std::move(fwd.lse);
-    out.dq = std::move(grads.dq);
-    out.dk = std::move(grads.dk);
-    out.dv = std::move(grads.dv);
-    return out;
-  }
-  harness::Plan plan;
-  if (!CHECK_OK(plan.create(planned, backend))) return out;
-  CHECK_OK(dilattn_forward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
-                              &out.o.view(), &out.lse.view(), &options, nullptr, 0));
-  CHECK_OK(dilattn_backward_ex(plan.get(), &in.q.view(), &in.k.view(), &in.v.view(),
-                               &out.o.view(), &out.lse.view(), &in.d_o.view(), &out.dq.view(),
-                               &out.dk.view(), &out.dv.view(), &options, nullptr, 0));
-  return out;
-}
-
-std::vector<unsigned char> bits_of(const Outputs& r) {
-  std::vector<unsigned char> b = kcase::bytes_of({&r.o, &r.lse, &r.dq, &r.dk, &r.dv});
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(r.d_sinks.data());
-  b.insert(b.end(), s, s + r.d_sinks.size() * sizeof(double));
-  return b;
+  const dilattn_call_options options = dilattn_call_options_make();
+  return kcase::run_with_options(vc.c, in, backend, &options, vc.sinks);
 }
 
 void run_case(const VariantCase& vc, dilattn_backend backend) {
@@ -109,7 +69,8 @@ void run_case(const VariantCase& vc, dilattn_backend backend) {
   std::vector<Outputs> runs;
   kcase::repeated(backend, [&](int) { runs.push_back(run_on(vc, in, backend)); });
   for (size_t r = 1; r < runs.size(); ++r)
-    CHECK_MSG(bits_of(runs[r]) == bits_of(runs[0]), "%s run %zu gives other bits than the first",
+    CHECK_MSG(kcase::bits_of(runs[r]) == kcase::bits_of(runs[0]),
+              "%s run %zu gives other bits than the first",
               dilattn_backend_name(backend), r);
   const Outputs& got = runs[0];
   const spec8::Tolerance tol = spec8::of(c.dtype);
@@ -325,15 +286,10 @@ std::vector<VariantCase> variant_cases() {
       out.push_back(vc);
     }
   }
-  // DILATTN_TEST_CASES: keep the cases named.
-  const char* list = std::getenv("DILATTN_TEST_CASES");
-  if (list == nullptr || list[0] == '\0') return out;
+  // DILATTN_TEST_CASES: keep the cases named (kernel_case.h, case_asked_for).
   std::vector<VariantCase> kept;
-  const std::string names = std::string(",") + list + ",";
-  for (const VariantCase& vc : out) {
-    const std::string name = vc.c.name.substr(vc.c.name.rfind('/') + 1);
-    if (names.find("," + name + ",") != std::string::npos) kept.push_back(vc);
-  }
+  for (const VariantCase& vc : out)
+    if (kcase::case_asked_for(vc.c.name)) kept.push_back(vc);
   return kept;
 }
 
