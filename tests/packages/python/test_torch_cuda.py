@@ -7,8 +7,9 @@ device; a side stream gives bitwise the result of the default stream; dropout an
 CUDA tensors (through dilattn_forward_on_stream_ex on the current stream) within SPEC 8 of the
 reference with the same seed, offset and sink logits, on a side stream too, and a module with
 attention_dropout trains; packed batches (FlashAttention's varlen layout, one sequence at a
-time on the GPU) with D = 64 on the tensor-core kernels in f16 and f32, a sequence without keys
-and one without rows among them, within SPEC 8 of the reference; tensors on a second GPU run
+time on the GPU, a block-sparse mask read at each sequence's rows) with D = 64 on the
+tensor-core kernels in f16 and f32, a sequence without keys and one without rows among them,
+within SPEC 8 of the reference; tensors on a second GPU run
 there; f64 CUDA tensors get the library's error.
 
 Needs torch with CUDA, a GPU and a library built with CUDA (pip install .
@@ -131,9 +132,13 @@ def test_a_module_with_attention_dropout_trains_on_cuda():
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
 @pytest.mark.parametrize("extra", [dict(), dict(dropout_p=0.2, seed=4, offset=3),
-                                   dict(window_size=(20, 3))], ids=["plain", "dropout", "window"])
+                                   dict(window_size=(20, 3)), dict(mask="local:1+sink:1")],
+                         ids=["plain", "dropout", "window", "block_sparse"])
 def test_packed_batches_on_cuda_tensors_match_the_reference(dtype, extra):
     cu_q, cu_k = [0, 37, 50, 100, 100], [0, 45, 45, 100, 120]
+    if "mask" in extra:  # the packed tensor's 16-row blocks: sequences start inside them
+        extra = dict(extra, mask=dilattn.mask.pattern(extra["mask"], cu_q[-1], 16,
+                                                      seqlen_k=cu_k[-1], block_k=16))
     gen = torch.Generator().manual_seed(61)
     q, k, v, do = (torch.rand(n, h, 64, generator=gen, dtype=torch.float64) * 2 - 1
                    for n, h in ((100, 2), (120, 1), (120, 1), (100, 2)))
