@@ -139,7 +139,8 @@ BackwardKernels mma_backward_of() {
                          kMmaBackwardRows,
                          kMmaBackwardKeys,
                          kMmaBackwardThreads,
-                         true};
+                         true,
+                         !Variants};
 }
 
 template <class T>

@@ -122,7 +122,8 @@ BackwardKernels tf32_backward_of() {
                          kMmaBackwardRows,
                          kMmaBackwardKeys,
                          kMmaBackwardThreads,
-                         true};
+                         true,
+                         !Variants};
 }
 
 // variants and dropout are never both set (kernel_choice.h sends such problems to SIMT).

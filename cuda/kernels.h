@@ -56,8 +56,11 @@ struct BackwardKernels {
   int threads;                 // per block
   // The dK/dV kernel walks every query head of its kv head in one launch when asked
   // (BackwardParams::head_in_group < 0); the launcher asks where key tiles do not depend on the
-  // head (dense, block-sparse).
+  // head (dense, block-sparse) and, where dkdv_dilated_heads, on dilated branches too (a block
+  // per key tile and head, the first head of each offset walking the heads of that offset). The
+  // variant instances do not walk dilated heads: the walk would spill registers at D = 128.
   bool dkdv_all_heads = false;
+  bool dkdv_dilated_heads = false;
 };
 
 // backward_simt.cu: T = float, __half, __nv_bfloat16; any D <= kMaxHeadDim. variants and

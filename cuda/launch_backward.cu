@@ -449,7 +449,7 @@ int64_t prepare_key_launch(const Problem& p, int tile_keys, int64_t launch, Back
 // dK, dV: key tiles of block_keys keys, one launch per (branch, query head of a kv head), in
 // that order; the launches of one branch's heads add to the same rows one after another. A
 // kernel with dkdv_all_heads (the tensor-core ones) walks the heads itself, one launch per
-// branch.
+// branch (on dilated problems where dkdv_dilated_heads: not the variant instances).
 dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                              cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
@@ -459,9 +459,11 @@ dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, Backwar
   // has a block per (key tile, head) of which the first head of each offset runs them all
   // (backward_tile.cuh, leads_key_rows).
   const int64_t group = p.H / p.Hkv;
+  const bool all_heads =
+      k.dkdv_all_heads && (p.kind != DILATTN_KIND_DILATED || k.dkdv_dilated_heads);
   for (int64_t launch = 0; launch < launches; ++launch) {
     const int64_t tiles = prepare_key_launch(p, k.block_keys, launch, &bp);
-    if (k.dkdv_all_heads) {
+    if (all_heads) {
       bp.head_in_group = -1;
       bp.key_tiles_per_head = tiles;
       const int64_t blocks = p.kind == DILATTN_KIND_DILATED ? tiles * group : tiles;

@@ -12,7 +12,8 @@
 // and V tile loaded once a block: on dense and block-sparse problems a block holds one key tile
 // for every head; on a dilated branch, heads with the same offset share their key rows, so the
 // block of the first of them walks them all and the blocks of the others exit
-// (backward_tile.cuh, leads_key_rows; the SIMT pair launches once per branch and head).
+// (backward_tile.cuh, leads_key_rows). The variant instances, and the SIMT pair, launch the
+// dilated dK/dV pass once per branch and head.
 //
 // mma_backward_dq: one block per query tile of 64 rows (4 warps, 16 rows each), as the forward's
 // tiles (tile_row, read_span). Q and dO stay in shared memory; K and V chunks of kDqKeys keys
@@ -361,8 +362,9 @@ struct QueryChunkCursor {
 // The cursor moved to the next chunk holding a row: the rest of this span, else the next span
 // with any row, else the next head's first. done() when there is none. kWindow (variant
 // instances): a span's rows cut to those whose window reaches the tile's keys first_key ..
-// last_key (window_query_cut).
-template <bool kWindow = false>
+// last_key (window_query_cut). kLeader: the cursor may have a leader (dilated heads walked
+// together; the variant instances never do, which keeps their registers).
+template <bool kWindow = false, bool kLeader = false>
 __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64_t hk,
                                                  int64_t tile, int64_t first_key,
                                                  int64_t last_key, int chunk_rows,
@@ -375,7 +377,8 @@ __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64
   cur.t0 = 0;
   for (; cur.head < cur.head_end; ++cur.head, cur.span = 0) {
     const int64_t h = hk * (bp.ix.H / bp.ix.Hkv) + cur.head;
-    if (cur.leader >= 0 && !same_key_rows(bp.ix, h, cur.leader)) continue;
+    if constexpr (kLeader)
+      if (cur.leader >= 0 && !same_key_rows(bp.ix, h, cur.leader)) continue;
     for (; cur.span < cur.num_spans; ++cur.span) {
       cur.rows = query_span(bp, h, tile, cur.span, first_key);
       if constexpr (kWindow) cur.rows = window_query_cut(bp.ix, cur.rows, first_key, last_key);
@@ -405,7 +408,10 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   // same; on a dilated one, block x's head x / key_tiles_per_head and the later heads with its
   // key rows, run by the block of the first of them (leads_key_rows).
   const int64_t group = p.H / p.Hkv;
-  const bool dilated_heads = bp.head_in_group < 0 && p.kind == kKindDilated;
+  // The variant instances never walk dilated heads together (BackwardKernels::
+  // dkdv_dilated_heads): it would spill their registers at D = 128.
+  constexpr bool kDilatedHeads = !Variants;
+  const bool dilated_heads = kDilatedHeads && bp.head_in_group < 0 && p.kind == kKindDilated;
   const int64_t tile = dilated_heads ? blockIdx.x % bp.key_tiles_per_head : blockIdx.x;
   const int64_t head_first = bp.head_in_group >= 0 ? bp.head_in_group
                              : dilated_heads        ? blockIdx.x / bp.key_tiles_per_head
@@ -481,14 +487,14 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   // The cursor names the chunk being prepared: one ahead of the chunk computed.
   QueryChunkCursor cur{head_first, head_end, 0, query_span_count(bp), 0,
                        KeyProgression{0, 1, 0}, dilated_heads ? h : -1};
-  next_query_chunk<Variants>(bp, hk, tile, first_key, last_key, R, cur, true);
+  next_query_chunk<Variants, kDilatedHeads>(bp, hk, tile, first_key, last_key, R, cur, true);
   bool has_chunk = !cur.done();
   if (has_chunk) prepare(cur, 0);
   async_copy_commit();
   int buf = 0;
   while (has_chunk) {
     const QueryChunkCursor chunk = cur;  // the chunk computed below (dropout's rows and head)
-    next_query_chunk<Variants>(bp, hk, tile, first_key, last_key, R, cur, false);
+    next_query_chunk<Variants, kDilatedHeads>(bp, hk, tile, first_key, last_key, R, cur, false);
     const bool has_next = !cur.done();
     async_copy_wait<0>();
     __syncthreads();  // this chunk visible to all; every thread is done with the other buffer

@@ -109,7 +109,8 @@ dry_run() {
     if [[ ! -f $repo/tests/kernels/$name.cpp ]]; then
       echo "  case list MISSING tests/kernels/$name.cpp"; bad=1
     elif [[ -n $arg ]] && ! grep -q "\"$arg\"" "$repo/tests/kernels/$name.cpp" \
-                               "$repo/tests/kernels/kernel_cases.h"; then
+                               "$repo/tests/kernels/kernel_cases.h" \
+                               "$repo/tests/kernels/kernel_case.h"; then
       echo "  case list MISSING kernel '$arg' in tests/kernels/$name.cpp"; bad=1
     else
       echo "  case list ok     $name ${arg:-(no argument)}"

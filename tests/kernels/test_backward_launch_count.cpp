@@ -5,7 +5,8 @@
 //     groups head modes, G = 4 or 3) take 8 + 2b launches on the tensor-core kernels (f16,
 //     D = 64: one dK/dV launch a branch walks every head of a kv head, the block of the first
 //     head of each offset running the heads of that offset) and 8 + b + b G on the SIMT ones
-//     (f32, D = 16: one dK/dV launch a branch and head);
+//     (f32, D = 16: one dK/dV launch a branch and head) and on the tensor-core variant instances
+//     (ALiBi here; walking the heads would spill their registers at D = 128);
 //   ... and dQ, dK, dV against the reference within SPEC 8, the same bits with the emulator's
 //     threads in descending and shuffled order.
 #include <cstdio>
@@ -26,6 +27,7 @@ struct Launches {
   dilattn_dtype dtype;
   int64_t D;
   bool per_head;  // one dK/dV launch a (branch, query head)
+  bool alibi;     // ALiBi slopes: the kernel's variant instance
 };
 
 AttentionCase dilated_case(const std::string& name, dilattn_head_mode mode, int64_t H,
@@ -46,7 +48,7 @@ AttentionCase dilated_case(const std::string& name, dilattn_head_mode mode, int6
 }
 
 void check(const AttentionCase& c, const Launches& k) {
-  CaseScope scope(c.name + " " + k.kernel);
+  CaseScope scope(c.name + " " + k.kernel + (k.alibi ? " variant" : ""));
   const Inputs in = make_inputs(c, 5, 2.0);
   const Forward fwd = run_forward(c, in, DILATTN_BACKEND_REF, 1);
   const Gradients want = run_backward(c, in, fwd, DILATTN_BACKEND_REF, 1);
@@ -75,13 +77,20 @@ void check(const AttentionCase& c, const Launches& k) {
 
 int main() {
   CaseScope scope("backward_launches_per_call");
-  const Launches kernels[] = {{"mma", DILATTN_F16, 64, false}, {"simt", DILATTN_F32, 16, true}};
+  const Launches kernels[] = {{"mma", DILATTN_F16, 64, false, false},
+                              {"simt", DILATTN_F32, 16, true, false},
+                              {"mma", DILATTN_F16, 64, true, true}};
   for (const Launches& k : kernels) {
     // mod: offsets h mod r, so with r = 2 heads 0, 2 and 1, 3 share their rows; block: heads
     // 0, 1 and 2, 3; groups: each head uses one branch.
-    check(dilated_case("mod_gqa4", DILATTN_HEADS_MOD, 4, 1, k.dtype, k.D), k);
-    check(dilated_case("block_gqa4", DILATTN_HEADS_BLOCK, 8, 2, k.dtype, k.D), k);
-    check(dilated_case("groups_gqa3", DILATTN_HEADS_GROUPS, 3, 1, k.dtype, k.D), k);
+    AttentionCase cases[] = {dilated_case("mod_gqa4", DILATTN_HEADS_MOD, 4, 1, k.dtype, k.D),
+                             dilated_case("block_gqa4", DILATTN_HEADS_BLOCK, 8, 2, k.dtype, k.D),
+                             dilated_case("groups_gqa3", DILATTN_HEADS_GROUPS, 3, 1, k.dtype, k.D)};
+    for (AttentionCase& c : cases) {
+      if (k.alibi)
+        for (int64_t h = 0; h < c.H; ++h) c.alibi_slopes.push_back(0.05 * double(h + 1));
+      check(c, k);
+    }
   }
   return finish("backward_launches_per_call");
 }
