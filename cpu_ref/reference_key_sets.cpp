@@ -19,15 +19,12 @@ KeyProgression in_window(const Problem& p, const SequenceFrame& f, int64_t li,
 
 // SPEC 4 and 10.2: the keys of listed block jb for packed row i, as sequence positions. The
 // block indexes the packed tensor; its keys outside the row's sequence go, then causal cuts in
-// the sequence's own alignment. Without packing this is block_keys as SPEC 4 writes it.
+// the sequence's own alignment (block_keys_at, as the kernels read a sequence's blocks).
+// Without packing this is block_keys as SPEC 4 writes it.
 KeyProgression sequence_block_keys(const Problem& p, const SequenceFrame& f, int64_t i,
                                    int64_t jb) {
   if (!p.is_packed()) return block_keys(i, jb, p.mask->bk, p.Nq, p.Nk, p.causal);
-  const int64_t li = i - f.q0;
-  int64_t last = f.nk - 1;
-  if (p.causal) last = min_i64(last, causal_last_key(li, f.nq, f.nk));
-  const KeyProgression packed = block_keys(i, jb, p.mask->bk, p.Nq, p.Nk, false);
-  return range_cut(shifted(packed, -f.k0), 0, last);
+  return block_keys_at(i - f.q0, jb, p.mask->bk, f.k0, f.nq, f.nk, p.causal);
 }
 
 // SPEC 5: a placed ring sub-problem (dense or block-sparse): its keys by the kind, cut by the
