@@ -52,33 +52,55 @@ namespace {
 // and later tiles see m = NaN (SPEC 13; tests/cpu/test_cpu_nan_inputs.cpp).
 // Pair weights (cpu_pair_weights.h) multiply each probability after the exponent: kWeights
 // 0 = none, 1 = one weight for the tile, 2 = a weight per pair.
+// kGroup rows at a time, each step done for every row of the group before the next step: a
+// row alone is one long dependency chain (its max, horizontal reductions, exponents and sum),
+// so the group gives the core kGroup independent chains to overlap. Each row's arithmetic is
+// the same as alone, so the result is too, bit for bit.
+template <bool kPostIsOne, int kWeights, int kGroup, class T>
+inline void online_softmax_group(T* S, int64_t t0, T post, T* m, T* l, int64_t stride, T* alpha,
+                                 const PairWeights<T>& pw) {
+  const vec<T> uniform = splat(pw.uniform);
+  const vec<T> vpost = splat(post);
+  T m_old[kGroup], m_new[kGroup];
+  vec<T> shift[kGroup], sum[kGroup];
+  for (int g = 0; g < kGroup; ++g) {
+    const T* s = S + (t0 + g) * kBC;
+    vec<T> vm = vload(s);
+    for (int c = kW<T>; c < kBC; c += kW<T>) vm = vmax_plain(vm, vload(s + c));
+    m_old[g] = m[(t0 + g) * stride];
+    m_new[g] = max_nan(m_old[g], hmax_plain(vm));
+    shift[g] = splat(online_shift(m_new[g]));
+    sum[g] = vec<T>{};
+  }
+  for (int c = 0; c < kBC; c += kW<T>)
+    for (int g = 0; g < kGroup; ++g) {
+      T* s = S + (t0 + g) * kBC;
+      const vec<T> x = vload(s + c) - shift[g];
+      vec<T> e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
+      if (kWeights == 1) e *= uniform;
+      if (kWeights == 2) e *= vload(pw.per_pair + (t0 + g) * kBC + c);
+      vstore(s + c, e);
+      sum[g] += e;
+    }
+  for (int g = 0; g < kGroup; ++g) {
+    const int64_t t = t0 + g;
+    const T tile_sum = hsum(sum[g]);
+    if (tile_sum != tile_sum) m_new[g] = std::numeric_limits<T>::quiet_NaN();
+    alpha[t] = online_rescale(m_old[g], m_new[g], post);
+    l[t * stride] = l[t * stride] * alpha[t] + tile_sum;
+    m[t * stride] = m_new[g];
+  }
+}
+
 template <bool kPostIsOne, int kWeights, class T>
 void online_softmax_rows(T* S, int64_t rows, T post, T* m, T* l, int64_t stride, T* alpha,
                          const PairWeights<T>& pw) {
-  const vec<T> uniform = splat(pw.uniform);
-  const vec<T> vpost = splat(post);
-  for (int64_t t = 0; t < rows; ++t) {
-    T* s = S + t * kBC;
-    vec<T> vm = vload(s);
-    for (int c = kW<T>; c < kBC; c += kW<T>) vm = vmax_plain(vm, vload(s + c));
-    const T m_old = m[t * stride];
-    T m_new = max_nan(m_old, hmax_plain(vm));
-    const vec<T> shift = splat(online_shift(m_new));
-    vec<T> sum = vec<T>{};
-    for (int c = 0; c < kBC; c += kW<T>) {
-      const vec<T> x = vload(s + c) - shift;
-      vec<T> e = exp2v(kPostIsOne ? x : vpost * x);  // online_prob, a vector at a time
-      if (kWeights == 1) e *= uniform;
-      if (kWeights == 2) e *= vload(pw.per_pair + t * kBC + c);
-      vstore(s + c, e);
-      sum += e;
-    }
-    const T tile_sum = hsum(sum);
-    if (tile_sum != tile_sum) m_new = std::numeric_limits<T>::quiet_NaN();
-    alpha[t] = online_rescale(m_old, m_new, post);
-    l[t * stride] = l[t * stride] * alpha[t] + tile_sum;
-    m[t * stride] = m_new;
-  }
+  constexpr int kGroup = 4;
+  int64_t t = 0;
+  for (; t + kGroup <= rows; t += kGroup)
+    online_softmax_group<kPostIsOne, kWeights, kGroup>(S, t, post, m, l, stride, alpha, pw);
+  for (; t < rows; ++t)
+    online_softmax_group<kPostIsOne, kWeights, 1>(S, t, post, m, l, stride, alpha, pw);
 }
 
 template <bool kPostIsOne, class T>
