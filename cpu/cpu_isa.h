@@ -92,6 +92,12 @@ struct IsaKernels {
   // bf16emu); null where bf16 inputs are widened to f32. Exposed so
   // tests/cpu/test_cpu_bf16_emulation.cpp can hold the emulation to the instruction.
   void (*pair_dot)(const float* acc, const uint32_t* a, const uint32_t* b, float* out, int64_t n);
+  // P and dS rounded to bf16 words as the tiles round them (cpu_pair_dot.h), i < n:
+  // across[i] = (bf16(low[i]), bf16(high[i])) as round_columns_to_words pairs rows, and
+  // in_order[i / 2] = (bf16(low[i - i % 2]), bf16(low[i - i % 2 + 1])) as round_rows_to_words
+  // pairs columns (n even); null where pair_dot is. Exposed for the same test.
+  void (*round_words)(const float* low, const float* high, uint32_t* across, uint32_t* in_order,
+                      int64_t n);
 };
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is

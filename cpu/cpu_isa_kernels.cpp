@@ -55,11 +55,29 @@ void pair_dot_array(const float* acc, const uint32_t* a, const uint32_t* b, floa
     std::memcpy(out + i, result, sizeof(float) * m);
   }
 }
+// round_word_pairs and round_in_order over arrays, 2 kWords values at a time (the tail through
+// zero-padded vectors).
+void round_words_array(const float* low, const float* high, uint32_t* across, uint32_t* in_order,
+                       int64_t n) {
+  for (int64_t i = 0; i < n; i += 2 * kWords) {
+    const size_t m = static_cast<size_t>(min_i64(2 * kWords, n - i));
+    float x[2 * kWords] = {}, y[2 * kWords] = {};
+    uint32_t words[2 * kWords];
+    std::memcpy(x, low + i, sizeof(float) * m);
+    std::memcpy(y, high + i, sizeof(float) * m);
+    store_words(words, round_word_pairs(vload(x), vload(y)));
+    store_words(words + kWords, round_word_pairs(vload(x + kWords), vload(y + kWords)));
+    std::memcpy(across + i, words, sizeof(uint32_t) * m);
+    round_in_order(vload(x), vload(x + kWords), words);
+    std::memcpy(in_order + i / 2, words, sizeof(uint32_t) * (m / 2));
+  }
+}
 }  // namespace
 
 extern const IsaKernels kKernels = {DILATTN_CPU_ISA_NAME, DILATTN_CPU_REQUIRED, kVecBytes,
                                     workspace_sizes,      forward,              backward,
                                     exp2_array<float>,    exp2_array<double>,   dropout_keep_bits_of,
-                                    kPairDot ? pair_dot_array : nullptr};
+                                    kPairDot ? pair_dot_array : nullptr,
+                                    kPairDot ? round_words_array : nullptr};
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -27,7 +27,8 @@
 //   DILATTN_CPU_REQUIRED      CpuFeature bits (cpu_isa.h) the CPU must have
 //   DILATTN_CPU_PAIR_DOT      how bf16 inputs are multiplied (cpu_pair_dot.h): 0 widened to f32
 //                             (f32 products), 1 by vdpbf16ps, 2 by an exact emulation of it
-// Targets: avx512bf16 (AVX-512F + AVX512_BF16 + AVX2 + FMA: bf16 products by vdpbf16ps),
+// Targets: avx512bf16 (AVX-512F + AVX512BW + AVX512_BF16 + AVX2 + FMA: bf16 products by
+// vdpbf16ps),
 // avx512 (AVX-512F + AVX2 + FMA), avx2 (AVX2 + FMA), baseline (the compiler's default: SSE2 on
 // x86-64, NEON on aarch64), native (-Dnative=true: -march=native for everything), and bf16emu,
 // a test path never chosen on its own (cpu_isa.h): avx512bf16's code, vector width included, on
@@ -67,7 +68,7 @@
 #define DILATTN_CPU_PAIR_DOT 1
 #define DILATTN_CPU_REQUIRED \
   (kFeatureAvx | kFeatureAvx2 | kFeatureFma | kFeatureAvx512f | kFeatureAvx512bf16)
-#pragma GCC target("avx512f,avx512bf16,avx2,fma")
+#pragma GCC target("avx512f,avx512bw,avx512bf16,avx2,fma")
 #elif defined(DILATTN_CPU_TARGET_BF16EMU)
 #define DILATTN_CPU_ISA_NS bf16emu
 #define DILATTN_CPU_ISA_NAME "bf16emu"

@@ -11,8 +11,9 @@
 //   accumulate_pairs_tile: O += A B, pairs along the keys (P V, dS K) or the query rows
 //                          (P^T dO, dS^T Q): A's word of row r and pair p at A[r lda + p a_step],
 //                          B as pair rows [pairs][ldb] (word (p, d): B[2p][d], B[2p+1][d]).
-// P and dS are rounded to bf16 (round to nearest even, as the GPU kernels do) into those word
-// layouts by round_rows_to_words and round_columns_to_words; the inputs are gathered into them
+// P and dS are rounded to bf16 (round to nearest even, as the GPU kernels do, denormals flushed
+// as vdpbf16ps reads them) into those word layouts by round_rows_to_words and
+// round_columns_to_words; the inputs are gathered into them
 // straight from bf16 memory (cpu_pair_tiles.h). The softmax, masks, weights, dropout and the
 // SPEC 10 options stay in f32 on the S tile before the rounding, exactly as on the f32 path.
 // Checked through tests/cpu/ run with DILATTN_CPU_ISA=bf16emu; the emulation against the
@@ -63,10 +64,42 @@ inline vfloat pair_dot(vfloat acc, wvec a, wvec b) {
 #endif
 
 // ---------------------------------------------------------------- rounding to bf16
-// x rounded to bf16 (to nearest, ties to even; a NaN stays a quiet NaN), in the high 16 bits of
-// each lane, the low ones zero: dtype_convert.h's float_to_bf16, a vector at a time.
+// P and dS enter the pair products rounded to bf16 as vcvtneps2bf16 rounds (AVX512_BF16):
+// to nearest, ties to even; a NaN stays a NaN, made quiet; a denormal f32 becomes the zero of
+// its sign (DAZ). vdpbf16ps takes a denormal bf16 as zero anyway, so DAZ changes only the f32
+// denormals that round up to the least normal bf16, and it lets avx512bf16 round with the
+// instruction (one per 32 values) while bf16emu computes the same bits step by step.
+#if DILATTN_CPU_PAIR_DOT == 1
+template <int... I>
+inline __m512i interleave_halves_index(std::integer_sequence<int, I...>) {
+  // Word i of the result: 16-bit lanes i (low) and 16 + i (high) of the converted pair.
+  return _mm512_set_epi16(((31 - I) % 2 == 0 ? (31 - I) / 2 : 16 + (31 - I) / 2)...);
+}
+
+// Words (bf16(low[i]), bf16(high[i])): two rows paired along the rows.
+inline wvec round_word_pairs(vfloat low, vfloat high) {
+#if defined(DILATTN_CPU_TARGET_AVX512BF16) || defined(__AVX512BW__)  // (its pragma names BW)
+  const __m512i both = (__m512i)_mm512_cvtne2ps_pbh((__m512)high, (__m512)low);
+  return (wvec)_mm512_permutexvar_epi16(
+      interleave_halves_index(std::make_integer_sequence<int, 32>{}), both);
+#else  // (-Dnative=true on a compiler that does not say AVX512BW)
+  // (The all-lanes mask form: the unmasked one starts from an undefined vector, cpu_microkernel.h.)
+  const wvec l = (wvec)_mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh((__m512)low));
+  const wvec h =
+      (wvec)_mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh((__m512)high));
+  return l | (h << 16);
+#endif
+}
+
+// The 2 kWords values a then b rounded, in order: words (bf16(x[2p]), bf16(x[2p + 1])).
+inline void round_in_order(vfloat a, vfloat b, word_t* out) {
+  store_words(out, (wvec)_mm512_cvtne2ps_pbh((__m512)b, (__m512)a));
+}
+#else
+// x rounded to bf16 in the high 16 bits of each lane, the low ones zero: dtype_convert.h's
+// float_to_bf16 after the denormal flush, a vector at a time.
 inline wvec bf16_high_bits(vfloat x) {
-  const wvec u = (wvec)x;
+  const wvec u = (wvec)flush_denormal(x);
   const wvec rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
   const wvec nan = (wvec)((u & 0x7FFFFFFFu) > 0x7F800000u);
   return (nan & ((u | 0x00400000u) & 0xFFFF0000u)) | (~nan & rounded);
@@ -81,17 +114,24 @@ inline wvec odd_lanes(wvec a, wvec b, std::integer_sequence<int, I...>) {
   return __builtin_shufflevector(a, b, (2 * I + 1)...);
 }
 
+inline wvec round_word_pairs(vfloat low, vfloat high) {
+  return (bf16_high_bits(low) >> 16) | bf16_high_bits(high);
+}
+
+inline void round_in_order(vfloat a, vfloat b, word_t* out) {
+  constexpr auto lanes = std::make_integer_sequence<int, kWords>{};
+  const wvec h0 = bf16_high_bits(a), h1 = bf16_high_bits(b);
+  store_words(out, (even_lanes(h0, h1, lanes) >> 16) | odd_lanes(h0, h1, lanes));
+}
+#endif
+
 // Rows r < rows of X [rows][kBC] (f32) rounded to bf16, paired along the columns:
 // out[r * kBC / 2 + p] = (X[r][2p], X[r][2p + 1]).
 inline void round_rows_to_words(const float* X, int64_t rows, word_t* out) {
-  constexpr auto lanes = std::make_integer_sequence<int, kWords>{};
   for (int64_t r = 0; r < rows; ++r)
-    for (int c = 0; c < kBC; c += 2 * kWords) {
-      const wvec h0 = bf16_high_bits(vload(X + r * kBC + c));
-      const wvec h1 = bf16_high_bits(vload(X + r * kBC + c + kWords));
-      store_words(out + r * (kBC / 2) + c / 2,
-                  (even_lanes(h0, h1, lanes) >> 16) | odd_lanes(h0, h1, lanes));
-    }
+    for (int c = 0; c < kBC; c += 2 * kWords)
+      round_in_order(vload(X + r * kBC + c), vload(X + r * kBC + c + kWords),
+                     out + r * (kBC / 2) + c / 2);
 }
 
 // Rows of X [rows][kBC] (f32) rounded to bf16, paired along the rows:
@@ -100,10 +140,9 @@ inline void round_columns_to_words(const float* X, int64_t rows, word_t* out) {
   for (int64_t p = 0; 2 * p < rows; ++p) {
     const float* low = X + 2 * p * kBC;
     const bool has_high = 2 * p + 1 < rows;
-    for (int c = 0; c < kBC; c += kWords) {
-      const wvec high = has_high ? bf16_high_bits(vload(low + kBC + c)) : wvec{};
-      store_words(out + p * kBC + c, (bf16_high_bits(vload(low + c)) >> 16) | high);
-    }
+    for (int c = 0; c < kBC; c += kWords)
+      store_words(out + p * kBC + c,
+                  round_word_pairs(vload(low + c), has_high ? vload(low + kBC + c) : vfloat{}));
   }
 }
 

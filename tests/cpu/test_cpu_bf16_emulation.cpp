@@ -5,6 +5,10 @@
 //      values in the four halves (+-0, denormals, the smallest and largest normals, +-inf, NaN,
 //      values whose products underflow or overflow f32) against accumulators of the same kinds
 //      (an f32 denormal too), then random words; only a NaN may differ, in its payload;
+//   1b. the rounding of P and dS to bf16 words (IsaKernels::round_words, both pairings): f32
+//      edge values (+-0, denormals, among them those that round up to the least normal, ties
+//      to even both ways, the largest finite, +-inf, quiet and signalling NaNs with payloads)
+//      in every low/high combination, then random bits; every bit equal, NaNs included;
 //   2. whole calls: forward and backward of bf16 cases (dense causal GQA with D = 64 and an odd
 //      head dim, dilated with D = 40, block-sparse, a window with softcap and ALiBi, a packed
 //      batch) in two child processes of this program, DILATTN_CPU_ISA=avx512bf16 and
@@ -15,7 +19,9 @@
 // With --model (a test of its own, run on every AVX2 CPU): bf16emu's pair_dot on the inputs of
 // 1. against a scalar model written from the instruction's description (each half widened by a
 // shift, denormal inputs and results flushed to zero of their sign, std::fma for the high pair
-// then the low pair), bit for bit but for NaN payloads.
+// then the low pair), bit for bit but for NaN payloads; and bf16emu's rounding on the inputs of
+// 1b against vcvtneps2bf16's description (a denormal to the zero of its sign, then
+// dtype_convert.h's float_to_bf16), bit for bit.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +36,7 @@
 #include <unistd.h>
 
 #include "cpu_isa.h"
+#include "dtype_convert.h"
 #include "../common/attention_run.h"
 
 using namespace dilattn::cpu;
@@ -109,6 +116,79 @@ void compare_pair_dots(const char* want_name, const char* got_name, const PairDo
   if (differ != 0) ++failures;
 }
 
+// ---------------------------------------------------------------- 1b. the rounding
+std::vector<float> float_of_bits(const std::vector<uint32_t>& bits) {
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
+  return x;
+}
+
+struct RoundInputs {
+  std::vector<float> low, high;
+};
+
+RoundInputs round_inputs() {
+  const std::vector<uint32_t> edges = {
+      0x00000000, 0x80000000,                          // +-0
+      0x00000001, 0x807FFFFF, 0x00400000,              // denormals
+      0x007F8000, 0x007FFFFF, 0x807F8001,              // denormals rounding up to +-2^-126
+      0x00800000, 0x80800000,                          // +-the least normal
+      0x3F808000, 0x3F818000, 0x3F808001, 0xBF807FFF,  // ties to even (down, up), near ties
+      0x7F7FFFFF, 0x7F7F7FFF, 0xFF7F8000,              // the largest finite: to inf, kept, tie
+      0x7F800000, 0xFF800000,                          // +-inf
+      0x7FC00000, 0xFFC12345, 0x7F800001, 0xFFA00000,  // quiet and signalling NaNs
+  };
+  std::vector<uint32_t> low, high;
+  for (uint32_t l : edges)
+    for (uint32_t h : edges) {
+      low.push_back(l);
+      high.push_back(h);
+    }
+  std::mt19937_64 rng(2025);
+  for (int i = 0; i < (1 << 18); ++i) {
+    low.push_back(static_cast<uint32_t>(rng()));
+    high.push_back(static_cast<uint32_t>(rng()));
+  }
+  if (low.size() % 2 != 0) {  // in_order pairs consecutive values
+    low.push_back(0);
+    high.push_back(0);
+  }
+  return {float_of_bits(low), float_of_bits(high)};
+}
+
+struct RoundedWords {
+  std::vector<uint32_t> across, in_order;
+};
+
+RoundedWords rounded_by(const IsaKernels& k, const RoundInputs& in) {
+  RoundedWords w{std::vector<uint32_t>(in.low.size()), std::vector<uint32_t>(in.low.size() / 2)};
+  k.round_words(in.low.data(), in.high.data(), w.across.data(), w.in_order.data(),
+                static_cast<int64_t>(in.low.size()));
+  return w;
+}
+
+void compare_rounding(const char* want_name, const char* got_name, const RoundInputs& in,
+                      const RoundedWords& want, const RoundedWords& got) {
+  int64_t differ = 0;
+  for (size_t i = 0; i < want.across.size(); ++i)
+    if (want.across[i] != got.across[i] && differ++ < 8)
+      std::fprintf(stderr,
+                   "FAILED rounding (low 0x%08" PRIx32 ", high 0x%08" PRIx32 "): %s 0x%08" PRIx32
+                   ", %s 0x%08" PRIx32 "\n",
+                   bits_of(in.low[i]), bits_of(in.high[i]), want_name, want.across[i], got_name,
+                   got.across[i]);
+  for (size_t i = 0; i < want.in_order.size(); ++i)
+    if (want.in_order[i] != got.in_order[i] && differ++ < 8)
+      std::fprintf(stderr,
+                   "FAILED rounding in order (0x%08" PRIx32 ", 0x%08" PRIx32 "): %s 0x%08" PRIx32
+                   ", %s 0x%08" PRIx32 "\n",
+                   bits_of(in.low[2 * i]), bits_of(in.low[2 * i + 1]), want_name,
+                   want.in_order[i], got_name, got.in_order[i]);
+  std::printf("rounding: %" PRId64 " of %zu words differ (%s, %s)\n", differ,
+              want.across.size() + want.in_order.size(), want_name, got_name);
+  if (differ != 0) ++failures;
+}
+
 void check_primitive(const IsaKernels& real, const IsaKernels& emulated) {
   const PairDotInputs in = pair_dot_inputs();
   const int64_t n = static_cast<int64_t>(in.a.size());
@@ -116,6 +196,9 @@ void check_primitive(const IsaKernels& real, const IsaKernels& emulated) {
   real.pair_dot(in.acc.data(), in.a.data(), in.b.data(), want.data(), n);
   emulated.pair_dot(in.acc.data(), in.a.data(), in.b.data(), got.data(), n);
   compare_pair_dots("vdpbf16ps", "emulation", in, want, got);
+  const RoundInputs round_in = round_inputs();
+  compare_rounding("vcvtne2ps2bf16", "emulation", round_in, rounded_by(real, round_in),
+                   rounded_by(emulated, round_in));
 }
 
 // The scalar model of vdpbf16ps (--model).
@@ -138,6 +221,16 @@ void check_model(const IsaKernels& emulated) {
   for (size_t i = 0; i < in.a.size(); ++i) want[i] = model_pair_dot(in.acc[i], in.a[i], in.b[i]);
   emulated.pair_dot(in.acc.data(), in.a.data(), in.b.data(), got.data(), n);
   compare_pair_dots("scalar model", "bf16emu", in, want, got);
+  const RoundInputs round_in = round_inputs();
+  RoundedWords model{std::vector<uint32_t>(round_in.low.size()),
+                     std::vector<uint32_t>(round_in.low.size() / 2)};
+  auto model_bf16 = [](float x) -> uint32_t { return dilattn::float_to_bf16(flushed(x)); };
+  for (size_t i = 0; i < round_in.low.size(); ++i) {
+    model.across[i] = model_bf16(round_in.low[i]) | model_bf16(round_in.high[i]) << 16;
+    if (i % 2 == 1)
+      model.in_order[i / 2] = model_bf16(round_in.low[i - 1]) | model_bf16(round_in.low[i]) << 16;
+  }
+  compare_rounding("scalar model", "bf16emu", round_in, model, rounded_by(emulated, round_in));
 }
 
 // ---------------------------------------------------------------- 2. whole calls
