@@ -3,9 +3,10 @@
 // The per-ISA code is compiled once per target (cpu_isa_target.h, cpu/meson.build); each
 // compilation publishes one IsaKernels table (cpu_isa_kernels.cpp). chosen_isa() picks one table
 // for the whole process, once, at first use (thread-safe: a function-local static):
-//   - DILATTN_CPU_ISA unset or empty: the first built table, widest first, whose required
-//     features this CPU has (cpuid, __builtin_cpu_supports), avx512bf16 left out (chosen by
-//     name only: cpu_isa_dispatch.cpp says why);
+//   - DILATTN_CPU_ISA unset or empty: avx512bf16 on a CPU whose vdpbf16ps doubles the bf16
+//     product rate (kFeatureFastPairDot), else the first built table, widest first, whose
+//     required features this CPU has (cpuid, __builtin_cpu_supports), avx512bf16 left out
+//     (cpu_isa_dispatch.cpp says why);
 //   - DILATTN_CPU_ISA=sse|avx2|avx512|avx512bf16 (neon, generic elsewhere): that table, if it is
 //     built and this CPU runs it; otherwise no table, and the cpu backend refuses every plan
 //     with a message naming the value (never an illegal instruction);
@@ -34,6 +35,10 @@ enum CpuFeature : uint32_t {
   kFeatureFma = 1u << 2,
   kFeatureAvx512f = 1u << 3,
   kFeatureAvx512bf16 = 1u << 4,  // vdpbf16ps (AVX512_BF16: Zen 4 and newer, Sapphire Rapids)
+  // vdpbf16ps issues at the rate of f32 FMAs, so its two products per lane double the bf16
+  // product rate: AMD's AVX512_BF16 CPUs (measured on a Zen 4 EPYC). On an Intel Xeon with
+  // AVX512_BF16 it measured slower than f32 products of widened bf16 (cpu_isa_dispatch.cpp).
+  kFeatureFastPairDot = 1u << 5,
 };
 
 // The features the compiler may use in the file that evaluates this (its -m/-march flags).

@@ -29,11 +29,12 @@ const IsaKernels* const kBuilt[] = {
 #endif
 };
 
-// Tables chosen only by name (DILATTN_CPU_ISA): avx512bf16, whose bf16 pair products measured
-// slower than avx512's f32 products of widened bf16 (0.48-0.77x on an Intel Xeon with
-// AVX512_BF16, bench/results/cpu_bench_bf16.xeon-emr-2threads.txt), so it is not the default
-// until it is faster; and bf16emu, which emulates vdpbf16ps (cpu_pair_dot.h) so the avx512bf16
-// code runs in tests on CPUs without it.
+// Tables the default passes over (DILATTN_CPU_ISA names them): avx512bf16, the default only
+// where vdpbf16ps doubles the bf16 product rate (kFeatureFastPairDot: on a 2-core AMD EPYC
+// with AVX512_BF16 its bf16 calls ran at about 1.6x avx512's f32 products of widened bf16,
+// docs/performance.md), while on an Intel Xeon with AVX512_BF16 they ran at 0.48-0.77x
+// (bench/results/cpu_bench_bf16.xeon-emr-2threads.txt); and bf16emu, which emulates
+// vdpbf16ps (cpu_pair_dot.h) so the avx512bf16 code runs in tests on CPUs without it.
 const IsaKernels* const kByNameOnly[] = {
 #if defined(DILATTN_CPU_BUILT_AVX512BF16)
     &avx512bf16::kKernels,
@@ -54,7 +55,10 @@ uint32_t this_cpu_features() {
   if (__builtin_cpu_supports("avx2")) f |= kFeatureAvx2;
   if (__builtin_cpu_supports("fma")) f |= kFeatureFma;
   if (__builtin_cpu_supports("avx512f")) f |= kFeatureAvx512f;
-  if (__builtin_cpu_supports("avx512bf16")) f |= kFeatureAvx512bf16;
+  // (Every CPU with AVX512_BF16 has AVX512BW, which the avx512bf16 table uses too.)
+  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw"))
+    f |= kFeatureAvx512bf16;
+  if ((f & kFeatureAvx512bf16) && __builtin_cpu_is("amd")) f |= kFeatureFastPairDot;
 #endif
   return f;
 }
@@ -68,6 +72,12 @@ bool runs_here(const IsaKernels& k, uint32_t have) { return (k.required & ~have)
 IsaChoice choose_isa(const char* requested, uint32_t have) {
   IsaChoice c;
   if (requested == nullptr || requested[0] == '\0') {
+#if defined(DILATTN_CPU_BUILT_AVX512BF16)
+    if ((have & kFeatureFastPairDot) && runs_here(avx512bf16::kKernels, have)) {
+      c.kernels = &avx512bf16::kKernels;
+      return c;
+    }
+#endif
     for (const IsaKernels* k : kBuilt)
       if (runs_here(*k, have)) {
         c.kernels = k;

@@ -8,8 +8,9 @@
 //   <isa> this CPU lacks, or an unknown name: the cpu backend refuses plans with
 //         DILATTN_ERROR_INVALID_VALUE and a message naming the value (AUTO too), dilattn_cpu_isa() is
 //         "none", and nothing runs (no illegal instruction);
-//   unset: the widest instruction set this CPU runs (x86-64: avx512, avx2, sse; never
-//         avx512bf16 or the test path bf16emu, which are chosen by name only).
+//   unset: avx512bf16 on an AMD CPU with AVX512_BF16 and AVX512BW where the build holds it,
+//         else the widest instruction set this CPU runs (x86-64: avx512, avx2, sse); never the
+//         test path bf16emu, which is chosen by name only.
 // Public ABI only (dilattn.h) and SPEC 8's and 12's tolerances.
 #include <cmath>
 #include <cstdint>
@@ -52,9 +53,13 @@ bool cpu_runs(const std::string& isa) {
 #endif
 }
 
-std::string widest_isa() {
+std::string default_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  // avx512bf16 and bf16emu only by name (cpu/cpu_isa_dispatch.cpp).
+  // avx512bf16 where vdpbf16ps doubles the bf16 product rate (AMD), else avx512bf16 and bf16emu
+  // only by name (cpu/cpu_isa_dispatch.cpp).
+  if (DILATTN_TEST_AVX512BF16_BUILT && cpu_runs("avx512bf16") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_is("amd"))
+    return "avx512bf16";
   for (const char* isa : {"avx512", "avx2", "sse"})
     if (cpu_runs(isa)) return isa;
 #endif
@@ -270,7 +275,7 @@ int main() {
   const std::string in_use = dilattn_cpu_isa();
   std::printf("DILATTN_CPU_ISA='%s', dilattn_cpu_isa() = '%s'\n", asked.c_str(), in_use.c_str());
   if (asked.empty()) {
-    const std::string widest = widest_isa();
+    const std::string widest = default_isa();
     if (widest.empty()) {
       std::printf("skipped: the instruction sets are built on x86-64 only\n");
       return 77;

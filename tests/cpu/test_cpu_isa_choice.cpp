@@ -58,12 +58,20 @@ int main() {
   expect_choice("avx512", sse2_cpu, "(refused)");
   expect_choice("AVX2", avx512_cpu, "(refused)");  // names are exact
   expect_choice("neon", avx512_cpu, "(refused)");
-  // AVX512_BF16: avx512 by default (avx512bf16 measured slower, cpu_isa_dispatch.cpp);
-  // avx512bf16 by name where the compiler could build it (tests/cpu/meson.build). bf16emu, the
-  // emulation for tests, only by name, on any AVX2 CPU.
+  // AVX512_BF16: avx512 by default where vdpbf16ps gains nothing (Intel), avx512bf16 where it
+  // doubles the bf16 product rate (AMD: kFeatureFastPairDot), cpu_isa_dispatch.cpp; avx512 by
+  // name on both; avx512bf16 by name where the compiler could build it (tests/cpu/meson.build).
+  // bf16emu, the emulation for tests, only by name, on any AVX2 CPU.
   const uint32_t bf16_cpu = avx512_cpu | kFeatureAvx512bf16;
+  const uint32_t fast_bf16_cpu = bf16_cpu | kFeatureFastPairDot;
   expect_choice(nullptr, bf16_cpu, "avx512");
+  expect_choice(nullptr, fast_bf16_cpu, DILATTN_TEST_AVX512BF16_BUILT ? "avx512bf16" : "avx512");
+  expect_choice("", fast_bf16_cpu, DILATTN_TEST_AVX512BF16_BUILT ? "avx512bf16" : "avx512");
   expect_choice("avx512", bf16_cpu, "avx512");
+  expect_choice("avx512", fast_bf16_cpu, "avx512");
+  expect_choice("avx2", fast_bf16_cpu, "avx2");
+  expect_choice("avx512bf16", fast_bf16_cpu,
+                DILATTN_TEST_AVX512BF16_BUILT ? "avx512bf16" : "(refused)");
   expect_choice("avx512bf16", bf16_cpu, DILATTN_TEST_AVX512BF16_BUILT ? "avx512bf16" : "(refused)");
   expect_choice("avx512bf16", avx512_cpu, "(refused)");
   expect_choice("avx512bf16", avx2_cpu, "(refused)");
