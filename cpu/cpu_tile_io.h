@@ -17,6 +17,18 @@
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
+// kW<float> values rounded to bf16 and stored: dtype_convert.h's float_to_bf16 lane by lane (to
+// nearest even, a NaN made quiet, denormals rounded as any value).
+inline void store_bf16(uint16_t* out, vfloat x) {
+  typedef uint32_t u32v __attribute__((vector_size(kVecBytes)));
+  typedef uint16_t u16v __attribute__((vector_size(kVecBytes / 2)));
+  const u32v u = (u32v)x;
+  const u32v rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const u32v nan = (u32v)((u & 0x7FFFFFFFu) > 0x7F800000u);
+  const u16v bits = __builtin_convertvector((nan & ((u >> 16) | 0x40u)) | (~nan & rounded), u16v);
+  std::memcpy(out, &bits, sizeof bits);
+}
+
 // Element `index` of an array of dtype kType, as T.
 template <class T, dilattn_dtype kType>
 inline T load_as(const void* data, int64_t index) {
@@ -131,6 +143,15 @@ inline void store_row(const dilattn_tensor& t, int64_t b, int64_t i, int64_t h, 
     T* out = static_cast<T*>(t.data) + base;
     for (int64_t d = 0; d < D; ++d) out[d * sd] = src[d] * mul;
     return;
+  }
+  if constexpr (std::is_same<T, float>::value) {
+    if (t.dtype == DILATTN_BF16 && sd == 1) {  // a vector at a time: the rows of O, dQ, dK, dV
+      uint16_t* out = static_cast<uint16_t*>(t.data) + base;
+      int64_t d = 0;
+      for (; d + kW<float> <= D; d += kW<float>) store_bf16(out + d, vload(src + d) * splat(mul));
+      for (; d < D; ++d) out[d] = float_to_bf16(src[d] * mul);
+      return;
+    }
   }
   for (int64_t d = 0; d < D; ++d) store_element(t.data, t.dtype, base + d * sd, src[d] * mul);
 }
