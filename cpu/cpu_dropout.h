@@ -111,37 +111,20 @@ inline void philox_round_half(u64vec& c0, u64vec& c1, u64vec& c2, u64vec& c3, u6
   c3 = p0;                                         // lo0
 }
 
-// kN vectors of calls at once, their rounds interleaved: one vector's ten rounds are a chain of
-// dependent multiplies, so alone it leaves the core waiting on their latency; kN chains (2 kN
-// halves) overlap. (Loops unrolled, so the arrays stay in registers.)
-template <int kN>
-__attribute__((always_inline)) inline void philox_lanes_n(u32vec (&c)[kN][4],
-                                                      const TileDropout& d) {
-  u64vec e[kN][4], o[kN][4];
-#pragma GCC unroll 4
-  for (int n = 0; n < kN; ++n)
-#pragma GCC unroll 4
-    for (int w = 0; w < 4; ++w) {
-      e[n][w] = (u64vec)c[n][w];
-      o[n][w] = (u64vec)c[n][w] >> 32;
-    }
-  for (int r = 0; r < kPhiloxRounds; ++r)
-#pragma GCC unroll 4
-    for (int n = 0; n < kN; ++n) {
-      philox_round_half(e[n][0], e[n][1], e[n][2], e[n][3], d.k0_lanes[r], d.k1_lanes[r]);
-      philox_round_half(o[n][0], o[n][1], o[n][2], o[n][3], d.k0_lanes[r], d.k1_lanes[r]);
-    }
-  const u64vec low = u64vec{} + 0xFFFFFFFFull;
-#pragma GCC unroll 4
-  for (int n = 0; n < kN; ++n)
-#pragma GCC unroll 4
-    for (int w = 0; w < 4; ++w) c[n][w] = (u32vec)((e[n][w] & low) | (o[n][w] << 32));
-}
-
 inline void philox_lanes(u32vec* c, const TileDropout& d) {
-  u32vec one[1][4] = {{c[0], c[1], c[2], c[3]}};
-  philox_lanes_n<1>(one, d);
-  for (int w = 0; w < 4; ++w) c[w] = one[0][w];
+  // (Named variables, not arrays: they stay in registers.)
+  u64vec e0 = (u64vec)c[0], e1 = (u64vec)c[1], e2 = (u64vec)c[2], e3 = (u64vec)c[3];
+  u64vec o0 = (u64vec)c[0] >> 32, o1 = (u64vec)c[1] >> 32, o2 = (u64vec)c[2] >> 32,
+         o3 = (u64vec)c[3] >> 32;
+  for (int r = 0; r < kPhiloxRounds; ++r) {
+    philox_round_half(e0, e1, e2, e3, d.k0_lanes[r], d.k1_lanes[r]);
+    philox_round_half(o0, o1, o2, o3, d.k0_lanes[r], d.k1_lanes[r]);
+  }
+  const u64vec low = u64vec{} + 0xFFFFFFFFull;
+  c[0] = (u32vec)((e0 & low) | (o0 << 32));
+  c[1] = (u32vec)((e1 & low) | (o1 << 32));
+  c[2] = (u32vec)((e2 & low) | (o2 << 32));
+  c[3] = (u32vec)((e3 & low) | (o3 << 32));
 }
 
 // Bit l set where lane l of w keeps its pair (w[l] >= the threshold).
@@ -189,36 +172,25 @@ inline u32vec lane_index() {
 // floor(x / 4) for any int64 x (a key of another packed sequence may lie before the frame).
 inline int64_t quad_of(int64_t x) { return x >= 0 ? x / 4 : -((-x + 3) / 4); }
 
-// Keep bits of the keys j_lo .. j_lo + span - 1 (span <= 128) of kN rows whose counter words
-// 1..3 are c1[n], c2, c3: bit x of out[n] (out[n][0], then out[n][1]) for key j_lo + x. Lanes
-// are consecutive quads, so one vector of calls covers 4 kDrawLanes keys of a row; the rows'
-// vectors run together (philox_lanes_n).
-template <int kN>
-inline void keep_bits_span(const TileDropout& d, const uint32_t (&c1)[kN], uint32_t c2,
-                           uint32_t c3, int64_t j_lo, int64_t span, uint64_t (&out)[kN][2]) {
+// Keep bits of the keys j_lo .. j_lo + span - 1 (span <= 128) of the row whose counter words
+// 1..3 are c1, c2, c3: bit x of out (out[0], then out[1]) for key j_lo + x. Lanes are
+// consecutive quads, so one vector of calls covers 4 kDrawLanes keys.
+inline void keep_bits_span(const TileDropout& d, uint32_t c1, uint32_t c2, uint32_t c3,
+                           int64_t j_lo, int64_t span, uint64_t* out) {
   const int64_t quad0 = quad_of(j_lo), shift = j_lo - 4 * quad0;  // shift in [0, 4)
-  uint64_t words[kN][3] = {};  // bit x: key 4 quad0 + x
+  uint64_t words[4] = {0, 0, 0, 0};  // bit x: key 4 quad0 + x
   const u32vec lanes = lane_index();
   for (int64_t bit = 0; bit < shift + span; bit += 4 * kDrawLanes) {
-    u32vec c[kN][4];
-    for (int n = 0; n < kN; ++n) {
-      c[n][0] = lanes + static_cast<uint32_t>(quad0 + bit / 4);
-      c[n][1] = splat_u32(c1[n]);
-      c[n][2] = splat_u32(c2);
-      c[n][3] = splat_u32(c3);
-    }
-    philox_lanes_n<kN>(c, d);
-    for (int n = 0; n < kN; ++n) {
-      uint64_t bits = 0;
-      for (int m = 0; m < 4; ++m) bits |= spread_by_4(kept_lanes(c[n][m], d)) << m;
-      words[n][bit / 64] |= bits << (bit % 64);
-      if (bit % 64 + 4 * kDrawLanes > 64) words[n][bit / 64 + 1] |= bits >> (64 - bit % 64);
-    }
+    u32vec c[4] = {lanes + static_cast<uint32_t>(quad0 + bit / 4), splat_u32(c1), splat_u32(c2),
+                   splat_u32(c3)};
+    philox_lanes(c, d);
+    uint64_t bits = 0;
+    for (int m = 0; m < 4; ++m) bits |= spread_by_4(kept_lanes(c[m], d)) << m;
+    words[bit / 64] |= bits << (bit % 64);
+    if (bit % 64 + 4 * kDrawLanes > 64) words[bit / 64 + 1] |= bits >> (64 - bit % 64);
   }
-  for (int n = 0; n < kN; ++n) {
-    out[n][0] = shift == 0 ? words[n][0] : (words[n][0] >> shift) | (words[n][1] << (64 - shift));
-    out[n][1] = shift == 0 ? words[n][1] : (words[n][1] >> shift) | (words[n][2] << (64 - shift));
-  }
+  out[0] = shift == 0 ? words[0] : (words[0] >> shift) | (words[1] << (64 - shift));
+  out[1] = shift == 0 ? words[1] : (words[1] >> shift) | (words[2] << (64 - shift));
 }
 
 // Bits 0, 2, 4, ... of w as bits 0, 1, 2, ... (32 of them).
@@ -231,19 +203,15 @@ inline uint64_t even_bits(uint64_t w) {
   return (w | (w >> 16)) & 0x00000000FFFFFFFFull;
 }
 
-// Keep bits of keys j_lo + c step, c < kcount (kcount <= 64, step 1 or 2), of kN rows, from the
-// calls of the quads the keys span: dilation 2 uses two words of each call.
-template <int kN>
-inline void keep_bits_consecutive(const TileDropout& d, const uint32_t (&c1)[kN], uint32_t c2,
-                                  uint32_t c3, int64_t j_lo, int64_t step, int64_t kcount,
-                                  uint64_t* keep) {
-  uint64_t span[kN][2];
-  keep_bits_span<kN>(d, c1, c2, c3, j_lo, step * (kcount - 1) + 1, span);
-  for (int n = 0; n < kN; ++n) {
-    uint64_t bits = step == 1 ? span[n][0] : even_bits(span[n][0]) | even_bits(span[n][1]) << 32;
-    if (kcount < 64) bits &= (uint64_t{1} << kcount) - 1;
-    keep[n] = bits;
-  }
+// Keep bits of keys j_lo + c step, c < kcount (kcount <= 64, step 1 or 2), from the calls of
+// the quads the keys span: dilation 2 uses two words of each call.
+inline uint64_t keep_bits_consecutive(const TileDropout& d, uint32_t c1, uint32_t c2,
+                                      uint32_t c3, int64_t j_lo, int64_t step, int64_t kcount) {
+  uint64_t span[2];
+  keep_bits_span(d, c1, c2, c3, j_lo, step * (kcount - 1) + 1, span);
+  uint64_t keep = step == 1 ? span[0] : even_bits(span[0]) | even_bits(span[1]) << 32;
+  if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
+  return keep;
 }
 
 // Keep bits of keys j_lo + c r, c < kcount (kcount <= 64, 4 + 64 r < 2^32), one generator
@@ -255,28 +223,14 @@ inline uint64_t keep_bits_strided(const TileDropout& d, uint32_t c1, uint32_t c2
   const u32vec lanes = lane_index();
   const uint32_t step = static_cast<uint32_t>(r);
   uint64_t keep = 0;
-  // Two vectors of keys at a time (their calls run together, philox_lanes_n); past kcount the
-  // second one's bits are masked off below.
-  for (int64_t c0 = 0; c0 < kcount; c0 += 2 * kDrawLanes) {
-    u32vec c[2][4], word[2];
-    for (int n = 0; n < 2; ++n) {
-      const u32vec at =
-          splat_u32(static_cast<uint32_t>(j_lo - 4 * quad0 + (c0 + n * kDrawLanes) * r)) +
-          lanes * step;
-      word[n] = at & 3u;
-      c[n][0] = (at >> 2) + static_cast<uint32_t>(quad0);
-      c[n][1] = splat_u32(c1);
-      c[n][2] = splat_u32(c2);
-      c[n][3] = splat_u32(c3);
-    }
-    philox_lanes_n<2>(c, d);
-    for (int n = 0; n < 2 && c0 + n * kDrawLanes < 64; ++n) {
-      const u32vec w = word[n] == 0u   ? c[n][0]
-                       : word[n] == 1u ? c[n][1]
-                       : word[n] == 2u ? c[n][2]
-                                       : c[n][3];
-      keep |= static_cast<uint64_t>(kept_lanes(w, d)) << (c0 + n * kDrawLanes);
-    }
+  for (int64_t c0 = 0; c0 < kcount; c0 += kDrawLanes) {
+    const u32vec at = splat_u32(static_cast<uint32_t>(j_lo - 4 * quad0 + c0 * r)) + lanes * step;
+    const u32vec word = at & 3u;
+    u32vec c[4] = {(at >> 2) + static_cast<uint32_t>(quad0), splat_u32(c1), splat_u32(c2),
+                   splat_u32(c3)};
+    philox_lanes(c, d);
+    const u32vec w = word == 0u ? c[0] : word == 1u ? c[1] : word == 2u ? c[2] : c[3];
+    keep |= static_cast<uint64_t>(kept_lanes(w, d)) << c0;
   }
   if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
   return keep;
@@ -307,54 +261,25 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
                               const KeyProgression& k, int64_t k0, int64_t kcount,
                               uint64_t* keep) {
   static_assert(kBC <= 64, "a tile row's keep bits fit one 64-bit word");
-  if (d.drop_all) {
-    for (int64_t t = 0; t < rows; ++t) keep[t] = 0;
-    return;
-  }
-  // A row's counter words and keys' positions (a packed batch's rows may differ in all but c3).
-  struct RowDraws {
-    uint32_t c1, c2;
-    int64_t j_lo;
-  };
-  auto row_draws = [&](int64_t t) {
+  for (int64_t t = 0; t < rows; ++t) {
+    if (d.drop_all) {
+      keep[t] = 0;
+      continue;
+    }
     const int64_t i = progression_at(q, q0 + t);
     const SequenceFrame f = p.frame_of_row(b, i);
-    return RowDraws{static_cast<uint32_t>(p.row_position(f, i)),
-                    static_cast<uint32_t>(f.seq * d.H + p.draw_head(h)),
-                    p.key_position(f, progression_at(k, k0))};
-  };
-  const uint32_t c3 = static_cast<uint32_t>(d.offset);
-  // The keys' step in positions: a placed sub-problem's keys are k_step positions apart.
-  const int64_t step = k.step * (p.placed ? p.place.k_step : 1);
-  if (step <= 2 || kcount == 1) {
-    const int64_t key_step = kcount == 1 ? 1 : step;
-    int64_t t = 0;
-    // Two rows at a time where they share the keys' positions and c2 (always, but across a
-    // packed batch's sequence boundary): their calls run together.
-    for (; t + 1 < rows; t += 2) {
-      const RowDraws r0 = row_draws(t), r1 = row_draws(t + 1);
-      if (r0.c2 == r1.c2 && r0.j_lo == r1.j_lo) {
-        keep_bits_consecutive<2>(d, {r0.c1, r1.c1}, r0.c2, c3, r0.j_lo, key_step, kcount,
-                                 keep + t);
-      } else {
-        keep_bits_consecutive<1>(d, {r0.c1}, r0.c2, c3, r0.j_lo, key_step, kcount, keep + t);
-        keep_bits_consecutive<1>(d, {r1.c1}, r1.c2, c3, r1.j_lo, key_step, kcount, keep + t + 1);
-      }
-    }
-    if (t < rows) {
-      const RowDraws r = row_draws(t);
-      keep_bits_consecutive<1>(d, {r.c1}, r.c2, c3, r.j_lo, key_step, kcount, keep + t);
-    }
-    return;
-  }
-  for (int64_t t = 0; t < rows; ++t) {
-    if (step < (int64_t{1} << 26)) {
-      const RowDraws r = row_draws(t);
-      keep[t] = keep_bits_strided(d, r.c1, r.c2, c3, r.j_lo, step, kcount);
-    } else {
-      const int64_t i = progression_at(q, q0 + t);
-      keep[t] = keep_bits_scalar(d, p, p.frame_of_row(b, i), h, i, k, k0, kcount);
-    }
+    const uint32_t c1 = static_cast<uint32_t>(p.row_position(f, i));
+    const uint32_t c2 = static_cast<uint32_t>(f.seq * d.H + p.draw_head(h));
+    const uint32_t c3 = static_cast<uint32_t>(d.offset);
+    const int64_t j_lo = p.key_position(f, progression_at(k, k0));
+    // The keys' step in positions: a placed sub-problem's keys are k_step positions apart.
+    const int64_t step = k.step * (p.placed ? p.place.k_step : 1);
+    if (step <= 2 || kcount == 1)
+      keep[t] = keep_bits_consecutive(d, c1, c2, c3, j_lo, kcount == 1 ? 1 : step, kcount);
+    else if (step < (int64_t{1} << 26))
+      keep[t] = keep_bits_strided(d, c1, c2, c3, j_lo, step, kcount);
+    else
+      keep[t] = keep_bits_scalar(d, p, f, h, i, k, k0, kcount);
   }
 }
 
