@@ -13,8 +13,8 @@
 //                          B as pair rows [pairs][ldb] (word (p, d): B[2p][d], B[2p+1][d]).
 // P and dS are rounded to bf16 (round to nearest even, as the GPU kernels do, denormals flushed
 // as vdpbf16ps reads them) into those word layouts by round_rows_to_words and
-// round_columns_to_words; the inputs are gathered into them
-// straight from bf16 memory (cpu_pair_tiles.h). The softmax, masks, weights, dropout and the
+// round_columns_to_words; the inputs are gathered into them straight from bf16 memory
+// (cpu_pair_tiles.h). The softmax, masks, weights, dropout and the
 // SPEC 10 options stay in f32 on the S tile before the rounding, exactly as on the f32 path.
 // Checked through tests/cpu/ run with DILATTN_CPU_ISA=bf16emu; the emulation against the
 // instruction by tests/cpu/test_cpu_bf16_emulation.cpp on a CPU that has it.
@@ -83,8 +83,10 @@ inline wvec round_word_pairs(vfloat low, vfloat high) {
   return (wvec)_mm512_permutexvar_epi16(
       interleave_halves_index(std::make_integer_sequence<int, 32>{}), both);
 #else  // (-Dnative=true on a compiler that does not say AVX512BW)
-  // (The all-lanes mask form: the unmasked one starts from an undefined vector, cpu_microkernel.h.)
-  const wvec l = (wvec)_mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh((__m512)low));
+  // (The all-lanes mask form: the unmasked one starts from an undefined vector,
+  // cpu_microkernel.h.)
+  const wvec l =
+      (wvec)_mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh((__m512)low));
   const wvec h =
       (wvec)_mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh((__m512)high));
   return l | (h << 16);

@@ -4,9 +4,10 @@
 // exactly what the same call with f32 tensors holding the same values computes, so every bf16
 // output (O, dQ, dK, dV) must be, bit for bit, the f32 output rounded by dtype_convert.h's
 // float_to_bf16 (to nearest even), and the f32 LSE must be equal. (The f32 backward gets the
-// f32 O rounded to bf16 values, as the bf16 backward reads its O: SPEC 6's D_i = dO . O.) Cases: dense with D = 64 (the
-// stores a vector at a time), D = 40 (a vector and a tail) and D = 23 (tail only), dilated
-// causal GQA; values spread over many exponents, so ties and carries into the exponent occur.
+// f32 O rounded to bf16 values, as the bf16 backward reads its O: SPEC 6's D_i = dO . O.)
+// Cases: dense with D = 64 (the stores a vector at a time), D = 40 (a vector and a tail) and
+// D = 23 (tail only), dilated causal GQA; values spread over many exponents, so ties and
+// carries into the exponent occur.
 // An instruction set this CPU lacks, or one this build does not hold, is a skip (exit 77).
 #include <cmath>
 #include <cstdint>
@@ -51,7 +52,8 @@ bool run(const Case& c, dilattn_dtype dtype, const std::vector<float>& q,
          DILATTN_SUCCESS;
   }
   const dilattn_shape shape = dilattn_shape_make(c.B, c.N, c.N, c.H, c.Hkv, c.D);
-  if (ok) ok = dilattn_plan_create(&plan, desc, &shape, dtype, DILATTN_BACKEND_CPU) == DILATTN_SUCCESS;
+  if (ok)
+    ok = dilattn_plan_create(&plan, desc, &shape, dtype, DILATTN_BACKEND_CPU) == DILATTN_SUCCESS;
   if (!ok) {
     std::fprintf(stderr, "FAILED %s: plan: %s\n", c.name, dilattn_last_error());
     ++failures;
@@ -83,7 +85,8 @@ bool run(const Case& c, dilattn_dtype dtype, const std::vector<float>& q,
   const dilattn_tensor tdq = dilattn_tensor_contiguous(bdq.data(), dtype, c.B, c.N, c.H, c.D);
   const dilattn_tensor tdk = dilattn_tensor_contiguous(bdk.data(), dtype, c.B, c.N, c.Hkv, c.D);
   const dilattn_tensor tdv = dilattn_tensor_contiguous(bdv.data(), dtype, c.B, c.N, c.Hkv, c.D);
-  const dilattn_tensor tl = dilattn_tensor_contiguous(out->lse.data(), DILATTN_F32, c.B, c.H, c.N, 1);
+  const dilattn_tensor tl =
+      dilattn_tensor_contiguous(out->lse.data(), DILATTN_F32, c.B, c.H, c.N, 1);
   ok = dilattn_forward(plan, &tq, &tk, &tv, &to, &tl, nullptr, 0) == DILATTN_SUCCESS;
   if (dtype == DILATTN_F32)  // the backward reads O (D_i = dO . O): the bf16 call's O, so round
     for (size_t i = 0; i < bo.size() / 4; ++i) {
