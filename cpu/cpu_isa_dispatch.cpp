@@ -35,7 +35,7 @@ const IsaKernels* const kBuilt[] = {
 // docs/performance.md), while on an Intel Xeon with AVX512_BF16 they ran at 0.48-0.77x
 // (bench/results/cpu_bench_bf16.xeon-emr-2threads.txt); and bf16emu, which emulates
 // vdpbf16ps (cpu_pair_dot.h) so the avx512bf16 code runs in tests on CPUs without it.
-const IsaKernels* const kByNameOnly[] = {
+const IsaKernels* const kOutsideWidestOrder[] = {
 #if defined(DILATTN_CPU_BUILT_AVX512BF16)
     &avx512bf16::kKernels,
 #endif
@@ -88,7 +88,7 @@ IsaChoice choose_isa(const char* requested, uint32_t have) {
   }
   std::string built;
   std::vector<const IsaKernels*> named(std::begin(kBuilt), std::end(kBuilt));
-  for (const IsaKernels* k : kByNameOnly)
+  for (const IsaKernels* k : kOutsideWidestOrder)
     if (k != nullptr) named.push_back(k);
   for (const IsaKernels* k : named) {
     built += std::string(built.empty() ? "" : ", ") + k->name;

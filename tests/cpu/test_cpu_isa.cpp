@@ -44,7 +44,8 @@ bool cpu_runs(const std::string& isa) {
   if (isa == "avx2") return avx2;
   if (isa == "avx512") return avx2 && __builtin_cpu_supports("avx512f");
   if (isa == "avx512bf16")
-    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
+           __builtin_cpu_supports("avx512bw");
   if (isa == "bf16emu") return avx2;  // vdpbf16ps emulated on AVX2
   return false;
 #else
@@ -57,8 +58,7 @@ std::string default_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
   // avx512bf16 where vdpbf16ps doubles the bf16 product rate (AMD), else avx512bf16 and bf16emu
   // only by name (cpu/cpu_isa_dispatch.cpp).
-  if (DILATTN_TEST_AVX512BF16_BUILT && cpu_runs("avx512bf16") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_is("amd"))
+  if (DILATTN_TEST_AVX512BF16_BUILT && cpu_runs("avx512bf16") && __builtin_cpu_is("amd"))
     return "avx512bf16";
   for (const char* isa : {"avx512", "avx2", "sse"})
     if (cpu_runs(isa)) return isa;
