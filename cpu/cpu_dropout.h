@@ -3,22 +3,23 @@
 // applied to a tile.
 //
 // The decision is lib/dropout_rng.h's and nothing else: Philox4x32-10 of the counter
-// (floor(j / 4), i, b H + h, offset) under the key (seed mod 2^32, seed / 2^32), word j mod 4,
-// kept iff that word is at least ceil(p 2^32). This file computes the same function for many
-// counters at once: each 32-bit lane of a vector is one generator call, and each round is the
-// scalar round lane by lane, its 32x32 -> 64-bit products as 64-bit-lane multiplies
-// (philox_lanes).
+// (offset, i, b H + h, 4 floor(j / 16) + j mod 4) under the key (seed mod 2^32, seed / 2^32),
+// word floor(j / 4) mod 4, kept iff that word is at least ceil(p 2^32). This file computes the
+// same function for many calls of one row at once: each 32-bit lane of a vector is one generator
+// call, and each round is the scalar round lane by lane, its 32x32 -> 64-bit products as
+// 64-bit-lane multiplies (philox_half). What the row's calls share is computed once a row
+// (row_draws): six of each call's twenty products.
 // tests/cpu/test_cpu_dropout_draws.cpp checks every instruction set's copy bit for bit against
 // dropout_keep.
 //
-// How a tile row's keys map to generator calls (one call gives the words of 4 keys j = 4 q ..
-// 4 q + 3):
-//   keys 1 or 2 apart (dense, block-sparse, a dilated branch of dilation 1 or 2): lanes are
-//     consecutive quads q, so a row of 64 keys takes 16 calls (one AVX-512 vector, two AVX2
-//     ones), 32 or 33 calls with dilation 2;
-//   keys further apart (dilation r >= 3): lanes are the keys themselves, one call each, of which
-//     word j mod 4 is used. SPEC 11.1 puts four consecutive keys in one call, so a branch that
-//     selects one key in r >= 4 cannot share calls between its keys.
+// How a tile row's keys map to generator calls (one call gives the words of keys j, j + 4,
+// j + 8, j + 12 of an aligned run of 16):
+//   keys 1, 2 or 4 apart (dense, block-sparse, a dilated branch of dilation 1, 2 or 4): lanes
+//     are the calls of the residues mod 4 the row takes in consecutive runs, so every word of
+//     every call is used: a row of 64 keys takes 16 calls (one AVX-512 vector, two AVX2 ones),
+//     one more vector where the keys do not start a run (keep_bits_grouped);
+//   keys further apart: lanes are the keys themselves, one call each, of which one word is used
+//     (keep_bits_strided).
 // A row's frame (SPEC 10.2: the sequence, the row and the keys within it) comes from
 // Problem::frame_of_row, which is (b, i, j) itself without a packed batch; the row's and keys'
 // positions and the head from Problem::row_position, key_position and draw_head, which for a
@@ -95,12 +96,11 @@ inline u64vec mul_low_words(u64vec a, uint32_t m) {
 #endif
 }
 
-// philox4x32 (lib/dropout_rng.h) of the counters c[0..3], lane by lane, under the call's key.
-// The rounds run on two halves, each holding every other 32-bit lane in the low words of 64-bit
-// lanes (the even lanes where they lie, the odd ones shifted down): a round's product is then
-// one multiply whose high word a shift brings down, with no shuffles. The high words carry
-// garbage that nothing reads: products read low words only, and each xor feeds a product or a
-// result's low word.
+// philox4x32 (lib/dropout_rng.h) of many calls of one row at once, lane by lane. The rounds run
+// on two halves, each holding every other 32-bit lane in the low words of 64-bit lanes (the even
+// lanes where they lie, the odd ones shifted down): a round's product is then one multiply whose
+// high word a shift brings down, with no shuffles. The high words carry garbage that nothing
+// reads: products read low words only, and each xor feeds a product or a result's low word.
 inline void philox_round_half(u64vec& c0, u64vec& c1, u64vec& c2, u64vec& c3, u64vec k0,
                               u64vec k1) {
   const u64vec p0 = mul_low_words(c0, kPhiloxM0);  // (hi0, lo0)
@@ -111,20 +111,47 @@ inline void philox_round_half(u64vec& c0, u64vec& c1, u64vec& c2, u64vec& c3, u6
   c3 = p0;                                         // lo0
 }
 
-inline void philox_lanes(u32vec* c, const TileDropout& d) {
-  // (Named variables, not arrays: they stay in registers.)
-  u64vec e0 = (u64vec)c[0], e1 = (u64vec)c[1], e2 = (u64vec)c[2], e3 = (u64vec)c[3];
-  u64vec o0 = (u64vec)c[0] >> 32, o1 = (u64vec)c[1] >> 32, o2 = (u64vec)c[2] >> 32,
-         o3 = (u64vec)c[3] >> 32;
-  for (int r = 0; r < kPhiloxRounds; ++r) {
-    philox_round_half(e0, e1, e2, e3, d.k0_lanes[r], d.k1_lanes[r]);
-    philox_round_half(o0, o1, o2, o3, d.k0_lanes[r], d.k1_lanes[r]);
-  }
-  const u64vec low = u64vec{} + 0xFFFFFFFFull;
-  c[0] = (u32vec)((e0 & low) | (o0 << 32));
-  c[1] = (u32vec)((e1 & low) | (o1 << 32));
-  c[2] = (u32vec)((e2 & low) | (o2 << 32));
-  c[3] = (u32vec)((e3 & low) | (o3 << 32));
+// What a row's calls have in common (SPEC 11.1: the counter is (offset, i, b H + h, call), the
+// call last). The first round's products read words 0 and 2, the same in every call, so only its
+// word 2 = hi0 ^ call ^ k1 differs; the second round's product of word 0 and the third's of
+// word 2 are the same in every call too. With them computed once a row, the calls' first three
+// rounds take 2 products instead of 6 (below, round_state):
+//   round 1: c = (U, U, call ^ call_xor, U)
+//   round 2: (hi1, lo1) = M1 c2;  c = (hi1 ^ xor_b, lo1, U, U)
+//   round 3: (hi0, lo0) = M0 c0;  c = (lo1 ^ xor_c, word1, hi0 ^ xor_e, lo0)
+struct RowDraws {
+  uint32_t call_xor, xor_b, xor_c, xor_e, word1;
+};
+
+inline uint32_t high_word(uint64_t x) { return static_cast<uint32_t>(x >> 32); }
+
+inline RowDraws row_draws(const TileDropout& d, uint32_t offset, uint32_t i, uint32_t head_word) {
+  const uint64_t q0 = static_cast<uint64_t>(kPhiloxM0) * offset;     // round 1, word 0
+  const uint64_t q1 = static_cast<uint64_t>(kPhiloxM1) * head_word;  // round 1, word 2
+  const uint32_t c0 = high_word(q1) ^ i ^ d.k0[0], c1 = static_cast<uint32_t>(q1);
+  const uint32_t c3 = static_cast<uint32_t>(q0);
+  const uint64_t r0 = static_cast<uint64_t>(kPhiloxM0) * c0;  // round 2, word 0
+  const uint32_t c2_next = high_word(r0) ^ c3 ^ d.k1[1];
+  const uint64_t r1 = static_cast<uint64_t>(kPhiloxM1) * c2_next;  // round 3, word 2
+  RowDraws row;
+  row.call_xor = high_word(q0) ^ d.k1[0];
+  row.xor_b = c1 ^ d.k0[1];
+  row.xor_c = high_word(r1) ^ d.k0[2];
+  row.word1 = static_cast<uint32_t>(r1);
+  row.xor_e = static_cast<uint32_t>(r0) ^ d.k1[2];
+  return row;
+}
+
+// The ten rounds of the calls in x's low words (one half), from the row's common part.
+inline void philox_half(u64vec x, const RowDraws& row, const TileDropout& d, u64vec& c0,
+                        u64vec& c1, u64vec& c2, u64vec& c3) {
+  const u64vec p1 = mul_low_words(x ^ static_cast<uint64_t>(row.call_xor), kPhiloxM1);
+  const u64vec p0 = mul_low_words((p1 >> 32) ^ static_cast<uint64_t>(row.xor_b), kPhiloxM0);
+  c0 = p1 ^ static_cast<uint64_t>(row.xor_c);
+  c1 = u64vec{} + static_cast<uint64_t>(row.word1);
+  c2 = (p0 >> 32) ^ static_cast<uint64_t>(row.xor_e);
+  c3 = p0;
+  for (int r = 3; r < kPhiloxRounds; ++r) philox_round_half(c0, c1, c2, c3, d.k0_lanes[r], d.k1_lanes[r]);
 }
 
 // Bit l set where lane l of w keeps its pair (w[l] >= the threshold).
@@ -146,21 +173,61 @@ inline uint32_t kept_lanes(u32vec w, const TileDropout& d) {
 #endif
 }
 
-// kSpreadBy4.bits[m]: bit l of the byte m moved to bit 4 l (a table: one load per byte, where
-// the shifts and masks would take a dozen instructions per call's word).
-struct SpreadBy4Table {
+// Bit l set where word l of the calls in lanes l keeps its pair, from the two halves' copies of
+// a result word (even lanes in e's low words, odd ones in o's). AVX-512 compares the halves
+// where they lie, the even 32-bit lanes of each (no recombining).
+inline uint32_t kept_halves(u64vec e, u64vec o, const TileDropout& d) {
+#if DILATTN_CPU_AVX512
+  const __m512i t = _mm512_set1_epi32(static_cast<int>(d.threshold));
+  const uint32_t even = _mm512_mask_cmpge_epu32_mask(0x5555, (__m512i)e, t);
+  const uint32_t odd = _mm512_mask_cmpge_epu32_mask(0x5555, (__m512i)o, t);
+  return even | odd << 1;
+#else
+  return kept_lanes((u32vec)((e & 0xFFFFFFFFull) | (o << 32)), d);
+#endif
+}
+
+// For each result word m of the calls in the lanes of `calls`: bit l of kept[m] set where lane
+// l's word m keeps its pair.
+inline void kept_words(u32vec calls, const RowDraws& row, const TileDropout& d, uint32_t* kept) {
+  u64vec e[4], o[4];
+  philox_half((u64vec)calls, row, d, e[0], e[1], e[2], e[3]);
+  philox_half((u64vec)calls >> 32, row, d, o[0], o[1], o[2], o[3]);
+  for (int m = 0; m < 4; ++m) kept[m] = kept_halves(e[m], o[m], d);
+}
+
+// The calls in the lanes of `calls`, each lane's four result words.
+inline void philox_lanes(u32vec calls, const RowDraws& row, const TileDropout& d, u32vec* w) {
+  u64vec e0, e1, e2, e3, o0, o1, o2, o3;
+  philox_half((u64vec)calls, row, d, e0, e1, e2, e3);
+  philox_half((u64vec)calls >> 32, row, d, o0, o1, o2, o3);
+  const u64vec low = u64vec{} + 0xFFFFFFFFull;
+  w[0] = (u32vec)((e0 & low) | (o0 << 32));
+  w[1] = (u32vec)((e1 & low) | (o1 << 32));
+  w[2] = (u32vec)((e2 & low) | (o2 << 32));
+  w[3] = (u32vec)((e3 & low) | (o3 << 32));
+}
+
+// kSpreadGroups<g>.bits[m]: the byte m's bits as groups of g (g = 1, 2 or 4), group x moved to
+// bit 4 g x (a table: one load per byte, where shifts and masks would take a dozen instructions).
+template <int g>
+struct SpreadGroupsTable {
   uint32_t bits[256];
-  constexpr SpreadBy4Table() : bits() {
+  constexpr SpreadGroupsTable() : bits() {
     for (int m = 0; m < 256; ++m)
       for (int l = 0; l < 8; ++l)
-        if ((m >> l) & 1) bits[m] |= uint32_t{1} << (4 * l);
+        if ((m >> l) & 1) bits[m] |= uint32_t{1} << (4 * g * (l / g) + l % g);
   }
 };
-inline constexpr SpreadBy4Table kSpreadBy4{};
+template <int g>
+inline constexpr SpreadGroupsTable<g> kSpreadGroups{};
 
-// Bit l of x (l < 16) moved to bit 4 l.
-inline uint64_t spread_by_4(uint32_t x) {
-  return kSpreadBy4.bits[x & 0xFF] | static_cast<uint64_t>(kSpreadBy4.bits[(x >> 8) & 0xFF]) << 32;
+// The kDrawLanes bits of x (bit l: lane l) spread as the table says, 32 bits a byte.
+template <int g>
+inline uint64_t spread_groups(uint32_t x) {
+  uint64_t out = kSpreadGroups<g>.bits[x & 0xFF];
+  if (kDrawLanes > 8) out |= static_cast<uint64_t>(kSpreadGroups<g>.bits[(x >> 8) & 0xFF]) << 32;
+  return out;
 }
 
 inline u32vec lane_index() {
@@ -169,68 +236,56 @@ inline u32vec lane_index() {
   return v;
 }
 
-// floor(x / 4) for any int64 x (a key of another packed sequence may lie before the frame).
-inline int64_t quad_of(int64_t x) { return x >= 0 ? x / 4 : -((-x + 3) / 4); }
+// floor(x / 16) for any int64 x (a key of another packed sequence may lie before the frame;
+// its decision is never used, but it must not overflow).
+inline int64_t run_of(int64_t x) { return x >= 0 ? x / 16 : -((-x + 15) / 16); }
 
-// Keep bits of the keys j_lo .. j_lo + span - 1 (span <= 128) of the row whose counter words
-// 1..3 are c1, c2, c3: bit x of out (out[0], then out[1]) for key j_lo + x. Lanes are
-// consecutive quads, so one vector of calls covers 4 kDrawLanes keys.
-inline void keep_bits_span(const TileDropout& d, uint32_t c1, uint32_t c2, uint32_t c3,
-                           int64_t j_lo, int64_t span, uint64_t* out) {
-  const int64_t quad0 = quad_of(j_lo), shift = j_lo - 4 * quad0;  // shift in [0, 4)
-  uint64_t words[4] = {0, 0, 0, 0};  // bit x: key 4 quad0 + x
-  const u32vec lanes = lane_index();
-  for (int64_t bit = 0; bit < shift + span; bit += 4 * kDrawLanes) {
-    u32vec c[4] = {lanes + static_cast<uint32_t>(quad0 + bit / 4), splat_u32(c1), splat_u32(c2),
-                   splat_u32(c3)};
-    philox_lanes(c, d);
+// Keep bits of keys j_lo + c step, c < kcount (kcount <= 64), for step = 4 / g = 1, 2 or 4:
+// bit c of the result for key c. In an aligned run of 16 positions these keys are the g
+// residues mod 4 from s = j_lo mod step on, so they take g calls a run, every word of each
+// (SPEC 11.1): lane l is call 4 A + s + step l of runs A, A + 1, ..., and its word w is key
+// 4 g (l / g) + g w + l mod g of the vector's 4 kDrawLanes keys.
+template <int g>
+inline uint64_t keep_bits_grouped(const TileDropout& d, const RowDraws& row, int64_t j_lo,
+                                  int64_t kcount) {
+  constexpr uint32_t step = 4 / g;
+  constexpr int keys_per_vector = 4 * kDrawLanes;
+  const int64_t run0 = run_of(j_lo);
+  const int64_t at = j_lo - 16 * run0;  // in [0, 16)
+  const uint32_t s = static_cast<uint32_t>(at % step);
+  const int64_t shift = at / step;  // key j_lo's place among the run's keys, below 4 g
+  uint64_t words[3] = {0, 0, 0};    // bit x: the x-th key from run0's first
+  const u32vec lanes = lane_index() * step;
+  for (int64_t bit = 0; bit < shift + kcount; bit += keys_per_vector) {
+    const int64_t run = run0 + bit / (4 * g);
+    uint32_t kept[4];
+    kept_words(splat_u32(static_cast<uint32_t>(4 * run) + s) + lanes, row, d, kept);
     uint64_t bits = 0;
-    for (int m = 0; m < 4; ++m) bits |= spread_by_4(kept_lanes(c[m], d)) << m;
+    for (int m = 0; m < 4; ++m) bits |= spread_groups<g>(kept[m]) << (g * m);
     words[bit / 64] |= bits << (bit % 64);
-    if (bit % 64 + 4 * kDrawLanes > 64) words[bit / 64 + 1] |= bits >> (64 - bit % 64);
+    if (bit % 64 + keys_per_vector > 64) words[bit / 64 + 1] |= bits >> (64 - bit % 64);
   }
-  out[0] = shift == 0 ? words[0] : (words[0] >> shift) | (words[1] << (64 - shift));
-  out[1] = shift == 0 ? words[1] : (words[1] >> shift) | (words[2] << (64 - shift));
-}
-
-// Bits 0, 2, 4, ... of w as bits 0, 1, 2, ... (32 of them).
-inline uint64_t even_bits(uint64_t w) {
-  w &= 0x5555555555555555ull;
-  w = (w | (w >> 1)) & 0x3333333333333333ull;
-  w = (w | (w >> 2)) & 0x0F0F0F0F0F0F0F0Full;
-  w = (w | (w >> 4)) & 0x00FF00FF00FF00FFull;
-  w = (w | (w >> 8)) & 0x0000FFFF0000FFFFull;
-  return (w | (w >> 16)) & 0x00000000FFFFFFFFull;
-}
-
-// Keep bits of keys j_lo + c step, c < kcount (kcount <= 64, step 1 or 2), from the calls of
-// the quads the keys span: dilation 2 uses two words of each call.
-inline uint64_t keep_bits_consecutive(const TileDropout& d, uint32_t c1, uint32_t c2,
-                                      uint32_t c3, int64_t j_lo, int64_t step, int64_t kcount) {
-  uint64_t span[2];
-  keep_bits_span(d, c1, c2, c3, j_lo, step * (kcount - 1) + 1, span);
-  uint64_t keep = step == 1 ? span[0] : even_bits(span[0]) | even_bits(span[1]) << 32;
+  uint64_t keep = shift == 0 ? words[0] : (words[0] >> shift) | (words[1] << (64 - shift));
   if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
   return keep;
 }
 
-// Keep bits of keys j_lo + c r, c < kcount (kcount <= 64, 4 + 64 r < 2^32), one generator
-// call per key. With j_lo = 4 Q + s, key c is word (s + c r) mod 4 of quad Q + (s + c r) / 4:
-// 32-bit lane arithmetic (the counter word is the quad mod 2^32, as SPEC 11.1 takes it).
-inline uint64_t keep_bits_strided(const TileDropout& d, uint32_t c1, uint32_t c2, uint32_t c3,
-                                  int64_t j_lo, int64_t r, int64_t kcount) {
-  const int64_t quad0 = quad_of(j_lo);
+// Keep bits of keys j_lo + c r, c < kcount (kcount <= 64, 16 + 64 r < 2^32), one generator call
+// per key: with x = j_lo - 16 A (A the run of j_lo) + c r, key c is word (x / 4) mod 4 of call
+// 4 (A + x / 16) + x mod 4, in 32-bit lane arithmetic (the call is a 32-bit counter word).
+inline uint64_t keep_bits_strided(const TileDropout& d, const RowDraws& row, int64_t j_lo,
+                                  int64_t r, int64_t kcount) {
+  const int64_t run0 = run_of(j_lo);
   const u32vec lanes = lane_index();
   const uint32_t step = static_cast<uint32_t>(r);
   uint64_t keep = 0;
   for (int64_t c0 = 0; c0 < kcount; c0 += kDrawLanes) {
-    const u32vec at = splat_u32(static_cast<uint32_t>(j_lo - 4 * quad0 + c0 * r)) + lanes * step;
-    const u32vec word = at & 3u;
-    u32vec c[4] = {(at >> 2) + static_cast<uint32_t>(quad0), splat_u32(c1), splat_u32(c2),
-                   splat_u32(c3)};
-    philox_lanes(c, d);
-    const u32vec w = word == 0u ? c[0] : word == 1u ? c[1] : word == 2u ? c[2] : c[3];
-    keep |= static_cast<uint64_t>(kept_lanes(w, d)) << c0;
+    const u32vec x = splat_u32(static_cast<uint32_t>(j_lo - 16 * run0 + c0 * r)) + lanes * step;
+    const u32vec word = (x >> 2) & 3u;
+    u32vec w[4];
+    philox_lanes(((x >> 4) << 2) + (x & 3u) + static_cast<uint32_t>(4 * run0), row, d, w);
+    const u32vec u = word == 0u ? w[0] : word == 1u ? w[1] : word == 2u ? w[2] : w[3];
+    keep |= static_cast<uint64_t>(kept_lanes(u, d)) << c0;
   }
   if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
   return keep;
@@ -244,12 +299,13 @@ inline uint64_t keep_bits_scalar(const TileDropout& d, const Problem& p, const S
   uint64_t keep = 0;
   for (int64_t c = 0; c < kcount; ++c) {
     const int64_t j = p.key_position(f, progression_at(k, k0 + c));
+    const int64_t run = run_of(j), at = j - 16 * run;
     const Philox4x32 u = philox4x32(
-        Philox4x32{{static_cast<uint32_t>(quad_of(j)), static_cast<uint32_t>(p.row_position(f, i)),
+        Philox4x32{{static_cast<uint32_t>(d.offset), static_cast<uint32_t>(p.row_position(f, i)),
                     static_cast<uint32_t>(f.seq * d.H + p.draw_head(h)),
-                    static_cast<uint32_t>(d.offset)}},
+                    static_cast<uint32_t>(4 * run + at % 4)}},
         d.k0[0], d.k1[0]);
-    keep |= static_cast<uint64_t>(u.w[j - 4 * quad_of(j)] >= d.threshold) << c;
+    keep |= static_cast<uint64_t>(philox_word(u, at / 4) >= d.threshold) << c;
   }
   return keep;
 }
@@ -268,16 +324,20 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
     }
     const int64_t i = progression_at(q, q0 + t);
     const SequenceFrame f = p.frame_of_row(b, i);
-    const uint32_t c1 = static_cast<uint32_t>(p.row_position(f, i));
-    const uint32_t c2 = static_cast<uint32_t>(f.seq * d.H + p.draw_head(h));
-    const uint32_t c3 = static_cast<uint32_t>(d.offset);
+    const RowDraws row = row_draws(d, static_cast<uint32_t>(d.offset),
+                                   static_cast<uint32_t>(p.row_position(f, i)),
+                                   static_cast<uint32_t>(f.seq * d.H + p.draw_head(h)));
     const int64_t j_lo = p.key_position(f, progression_at(k, k0));
     // The keys' step in positions: a placed sub-problem's keys are k_step positions apart.
-    const int64_t step = k.step * (p.placed ? p.place.k_step : 1);
-    if (step <= 2 || kcount == 1)
-      keep[t] = keep_bits_consecutive(d, c1, c2, c3, j_lo, kcount == 1 ? 1 : step, kcount);
+    const int64_t step = kcount == 1 ? 1 : k.step * (p.placed ? p.place.k_step : 1);
+    if (step == 1)
+      keep[t] = keep_bits_grouped<4>(d, row, j_lo, kcount);
+    else if (step == 2)
+      keep[t] = keep_bits_grouped<2>(d, row, j_lo, kcount);
+    else if (step == 4)
+      keep[t] = keep_bits_grouped<1>(d, row, j_lo, kcount);
     else if (step < (int64_t{1} << 26))
-      keep[t] = keep_bits_strided(d, c1, c2, c3, j_lo, step, kcount);
+      keep[t] = keep_bits_strided(d, row, j_lo, step, kcount);
     else
       keep[t] = keep_bits_scalar(d, p, f, h, i, k, k0, kcount);
   }

@@ -60,13 +60,20 @@ DILATTN_RNG_HD uint64_t dropout_threshold(double p) {
   return t;
 }
 
-// The four draws of one generator call: keys j = 4 * key_quad .. 4 * key_quad + 3 of row i of
-// query head h of batch element b (SPEC 11.1). The caller has checked the bounds there (every
-// counter word fits 32 bits).
+// Which call of its row draws key j, and which of the call's four words (SPEC 11.1): keys
+// j, j + 4, j + 8 and j + 12 of an aligned run of 16 (j mod 16 < 4) share a call, so rows of
+// keys 1, 2 or 4 apart use every word of the calls they make. For j >= 0.
+DILATTN_RNG_HD int64_t dropout_call_of(int64_t j) { return 4 * (j / 16) + j % 4; }
+DILATTN_RNG_HD int dropout_word_of(int64_t j) { return static_cast<int>((j / 4) % 4); }
+
+// The four draws of one generator call of row i of query head h of batch element b (SPEC 11.1):
+// the counter holds the row's words first and the call last, so the words that are the same
+// along a row enter the first rounds (cpu_dropout.h computes those once a row). The caller has
+// checked the bounds there (every counter word fits 32 bits).
 DILATTN_RNG_HD Philox4x32 dropout_draws(uint64_t seed, uint64_t offset, int64_t b, int64_t h,
-                                        int64_t H, int64_t i, int64_t key_quad) {
-  const Philox4x32 counter{{static_cast<uint32_t>(key_quad), static_cast<uint32_t>(i),
-                            static_cast<uint32_t>(b * H + h), static_cast<uint32_t>(offset)}};
+                                        int64_t H, int64_t i, int64_t call) {
+  const Philox4x32 counter{{static_cast<uint32_t>(offset), static_cast<uint32_t>(i),
+                            static_cast<uint32_t>(b * H + h), static_cast<uint32_t>(call)}};
   return philox4x32(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
@@ -76,16 +83,17 @@ DILATTN_RNG_HD uint32_t philox_word(const Philox4x32& u, int64_t k) {
   return k == 0 ? u.w[0] : k == 1 ? u.w[1] : k == 2 ? u.w[2] : u.w[3];
 }
 
-// keep_ij of SPEC 11 for one score: draw word j mod 4 of its key quad's call. Fast paths draw a
-// whole quad at once with dropout_draws and compare each word with dropout_threshold.
+// keep_ij of SPEC 11 for one score. Fast paths draw a whole call at once with dropout_draws
+// and compare each word they use with dropout_threshold.
 DILATTN_RNG_HD bool dropout_keep(uint64_t seed, uint64_t offset, int64_t b, int64_t h, int64_t H,
                                  int64_t i, int64_t j, uint64_t threshold) {
-  const Philox4x32 u = dropout_draws(seed, offset, b, h, H, i, j / 4);
-  return philox_word(u, j % 4) >= threshold;
+  const Philox4x32 u = dropout_draws(seed, offset, b, h, H, i, dropout_call_of(j));
+  return philox_word(u, dropout_word_of(j)) >= threshold;
 }
 
-// Whether a problem's scores fit the counter words (SPEC 11.1): Nq <= 2^32, ceil(Nk / 4) <= 2^32,
-// B * H <= 2^32, offset < 2^32. Sizes are >= 1.
+// Whether a problem's scores fit the counter words (SPEC 11.1): Nq <= 2^32, ceil(Nk / 4) <= 2^32
+// (the last key's call, 4 floor((Nk - 1) / 16) + 3, is then below 2^32), B * H <= 2^32,
+// offset < 2^32. Sizes are >= 1.
 DILATTN_RNG_HD bool dropout_counter_fits(int64_t B, int64_t H, int64_t Nq, int64_t Nk,
                                          uint64_t offset) {
   const int64_t two32 = int64_t{1} << 32;

@@ -155,15 +155,18 @@ def philox4x32_10(counter, key):
 
 
 def dropout_keep(p, seed, offset, b, h, H, Nq, Nk):
-    """keep[i, j] of SPEC 11.1 for batch element b, query head h: word j mod 4 of
-    philox((j // 4, i, b * H + h, offset), (seed mod 2^32, seed // 2^32)) >= ceil(p * 2^32)."""
+    """keep[i, j] of SPEC 11.1 for batch element b, query head h: word (j // 4) mod 4 of
+    philox((offset, i, b * H + h, 4 (j // 16) + j mod 4), (seed mod 2^32, seed // 2^32))
+    >= ceil(p * 2^32)."""
     i = np.arange(Nq, dtype=np.uint64)[:, None]
     j = np.arange(Nk, dtype=np.uint64)[None, :]
     shape = (Nq, Nk)
-    counter = (np.broadcast_to(j // np.uint64(4), shape), np.broadcast_to(i, shape),
-               np.full(shape, b * H + h, dtype=np.uint64), np.full(shape, offset, dtype=np.uint64))
+    call = np.uint64(4) * (j // np.uint64(16)) + j % np.uint64(4)
+    counter = (np.full(shape, offset, dtype=np.uint64), np.broadcast_to(i, shape),
+               np.full(shape, b * H + h, dtype=np.uint64), np.broadcast_to(call, shape))
     words = philox4x32_10(counter, (seed % 2**32, seed // 2**32))
-    u = np.choose((j % np.uint64(4)).astype(np.int64) + np.zeros(shape, dtype=np.int64), words)
+    word = ((j // np.uint64(4)) % np.uint64(4)).astype(np.int64)
+    u = np.choose(word + np.zeros(shape, dtype=np.int64), words)
     return u >= math.ceil(p * 2**32)
 
 

@@ -1,10 +1,11 @@
 // test_cpu_dropout_draws.cpp - the cpu backend's vector draws of SPEC 11.1 (cpu/cpu_dropout.h),
 // for every instruction set this CPU runs (cpu/cpu_isa.h), against the scalar decision
 // lib/dropout_rng.h's dropout_keep, bit for bit:
-//   - tiles of keys 1 apart (lanes = key quads) starting at every position mod 4, and keys r
-//     apart (r = 2, 3, 4, 7: lanes = keys; r = 2^26 + 1: a key at a time), with 1 .. 64 keys
-//     per row and rows 1 or r apart;
-//   - counters near the top of their 32-bit words (i, floor(j / 4) and b H + h close to 2^32,
+//   - tiles of keys 1, 2 and 4 apart (lanes = the calls of consecutive runs of 16 keys) and
+//     keys r apart (r = 3, 7: lanes = keys; r = 2^26 + 1: a key at a time), starting at every
+//     position mod 16, with 1 .. 64 keys per row and rows 1 or r apart;
+//   - counters near the top of their 32-bit words (i, the call 4 floor(j / 16) + j mod 4 and
+//     b H + h close to 2^32,
 //     the offset 2^32 - 1) and seeds with both halves set;
 //   - p = 0.1, 0.5, 0.9, p whose threshold is 1 or 2^32 - 1, and p within 2^-33 of 1 (threshold
 //     2^32: nothing is kept);
@@ -51,7 +52,7 @@ void check_isa(const IsaKernels& k) {
   for (double p : ps)
     for (int64_t key_step : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7},
                                  (int64_t{1} << 26) + 1})
-      for (int64_t start_mod = 0; start_mod < 4; ++start_mod)
+      for (int64_t start_mod = 0; start_mod < 16; ++start_mod)
         for (int64_t kcount : {1, 3, 17, 61, 63, 64}) {
           DropoutTileQuery q;
           q.seed = rng();
@@ -63,7 +64,7 @@ void check_isa(const IsaKernels& k) {
           q.rows = 1 + static_cast<int64_t>(rng() % 8);
           q.row_step = key_step;
           q.i0 = static_cast<int64_t>(rng() % 100000);
-          q.j0 = 4 * static_cast<int64_t>(rng() % 100000) + start_mod;
+          q.j0 = 16 * static_cast<int64_t>(rng() % 100000) + start_mod;
           q.key_step = key_step;
           q.kcount = kcount;
           wrong += wrong_bits(k, q);
@@ -75,10 +76,10 @@ void check_isa(const IsaKernels& k) {
             total += q.rows * kcount;
           }
         }
-  // Counters at the top of their words: i and j / 4 up to 2^32 - 1, b H + h = 2^32 - 1, the
+  // Counters at the top of their words: i and the call up to 2^32 - 1, b H + h = 2^32 - 1, the
   // largest offset.
-  for (int64_t start_mod = 0; start_mod < 4; ++start_mod)
-    for (int64_t key_step : {1, 5}) {
+  for (int64_t start_mod = 0; start_mod < 16; ++start_mod)
+    for (int64_t key_step : {1, 2, 4, 5}) {
       DropoutTileQuery q;
       q.seed = 0xFFFFFFFF00000001ull;
       q.offset = two32 - 1;
@@ -88,7 +89,7 @@ void check_isa(const IsaKernels& k) {
       q.h = 65535;
       q.rows = 4;
       q.i0 = two32 - 4;
-      q.j0 = 4 * two32 - 64 * key_step + start_mod - 4;
+      q.j0 = 4 * two32 - 64 * key_step + start_mod - 16;
       q.key_step = key_step;
       q.kcount = 64;
       wrong += wrong_bits(k, q);

@@ -30,18 +30,27 @@ int main() {
   check_known_answer({{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
                      {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}});
 
-  // SPEC 11.1's map: key = the seed's low and high words; counter = (j / 4, i, b * H + h,
-  // offset); score j draws word j mod 4. Written out here for b = 1, h = 2, H = 3, i = 5.
+  // SPEC 11.1's map: key = the seed's low and high words; counter = (offset, i, b * H + h,
+  // 4 floor(j / 16) + j mod 4); score j draws word floor(j / 4) mod 4. Written out here for
+  // b = 1, h = 2, H = 3, i = 5.
   const uint64_t seed = 0x0123456789abcdefull, offset = 7;
-  for (int64_t j = 0; j < 12; ++j) {
-    const Philox4x32 call = philox4x32({{static_cast<uint32_t>(j / 4), 5, 1 * 3 + 2, 7}},
-                                       0x89abcdefu, 0x01234567u);
-    const uint64_t u = call.w[j % 4];
-    CHECK(dropout_draws(seed, offset, 1, 2, 3, 5, j / 4).w[j % 4] == u);
+  bool drawn[12][4] = {};  // [call][word]: each drawn by exactly one key of 0 .. 47
+  for (int64_t j = 0; j < 48; ++j) {
+    const uint32_t call_index = static_cast<uint32_t>(4 * (j / 16) + j % 4);
+    const int word = static_cast<int>((j / 4) % 4);
+    const Philox4x32 call = philox4x32({{7, 5, 1 * 3 + 2, call_index}}, 0x89abcdefu, 0x01234567u);
+    const uint64_t u = call.w[word];
+    CHECK(dropout_call_of(j) == call_index && dropout_word_of(j) == word);
+    CHECK(dropout_draws(seed, offset, 1, 2, 3, 5, call_index).w[word] == u);
+    CHECK_MSG(!drawn[call_index][word], "key %lld draws call %u word %d again",
+              static_cast<long long>(j), call_index, word);
+    drawn[call_index][word] = true;
     // The threshold splits exactly at u: u keeps at threshold u, not at u + 1.
     CHECK(dropout_keep(seed, offset, 1, 2, 3, 5, j, u));
     CHECK(!dropout_keep(seed, offset, 1, 2, 3, 5, j, u + 1));
   }
+  // The last key of the largest Nk (2^34) draws the last call a 32-bit word holds.
+  CHECK(dropout_call_of((int64_t{1} << 34) - 1) == (int64_t{1} << 32) - 1);
 
   // Threshold ceil(p * 2^32): p = 0 keeps everything (no dropout, bitwise), p = 2^-32 drops
   // only u = 0, p = 0.5 drops the lower half, the largest p below 1 drops every u.
