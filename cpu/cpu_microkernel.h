@@ -58,6 +58,17 @@ template <class T>
 using segvec = typename Simd<T>::seg;
 typedef vec<float> vfloat;
 
+// f32 bits rounded to bf16, lane by lane, in the high 16 bits of each lane (the low ones zero):
+// dtype_convert.h's float_to_bf16 (to nearest even, a NaN made quiet, denormals rounded as any
+// value). The one rounding step of the outputs' stores (cpu_tile_io.h store_bf16) and of the
+// pair products' P and dS (cpu_pair_dot.h bf16_high_bits, after a denormal flush).
+typedef uint32_t f32bits __attribute__((vector_size(kVecBytes)));
+inline f32bits bf16_rounded_high(f32bits u) {
+  const f32bits rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  const f32bits nan = (f32bits)((u & 0x7FFFFFFFu) > 0x7F800000u);
+  return (nan & ((u | 0x00400000u) & 0xFFFF0000u)) | (~nan & rounded);
+}
+
 template <class T>
 constexpr int kW = kVecBytes / static_cast<int>(sizeof(T));  // lanes of a vector of T
 

@@ -101,10 +101,7 @@ inline void round_in_order(vfloat a, vfloat b, word_t* out) {
 // x rounded to bf16 in the high 16 bits of each lane, the low ones zero: dtype_convert.h's
 // float_to_bf16 after the denormal flush, a vector at a time.
 inline wvec bf16_high_bits(vfloat x) {
-  const wvec u = (wvec)flush_denormal(x);
-  const wvec rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  const wvec nan = (wvec)((u & 0x7FFFFFFFu) > 0x7F800000u);
-  return (nan & ((u | 0x00400000u) & 0xFFFF0000u)) | (~nan & rounded);
+  return (wvec)bf16_rounded_high((f32bits)flush_denormal(x));
 }
 
 template <int... I>

@@ -20,12 +20,8 @@ namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 // kW<float> values rounded to bf16 and stored: dtype_convert.h's float_to_bf16 lane by lane (to
 // nearest even, a NaN made quiet, denormals rounded as any value).
 inline void store_bf16(uint16_t* out, vfloat x) {
-  typedef uint32_t u32v __attribute__((vector_size(kVecBytes)));
   typedef uint16_t u16v __attribute__((vector_size(kVecBytes / 2)));
-  const u32v u = (u32v)x;
-  const u32v rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const u32v nan = (u32v)((u & 0x7FFFFFFFu) > 0x7F800000u);
-  const u16v bits = __builtin_convertvector((nan & ((u >> 16) | 0x40u)) | (~nan & rounded), u16v);
+  const u16v bits = __builtin_convertvector(bf16_rounded_high((f32bits)x) >> 16, u16v);
   std::memcpy(out, &bits, sizeof bits);
 }
 
