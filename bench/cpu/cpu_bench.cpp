@@ -27,7 +27,8 @@
 //      f32 by default; both: every case in f32, then again in bf16 (names ending "_bf16"), and
 //      a table of bf16's speed over f32's per case. The LSE is f32 either way. With
 //      DILATTN_CPU_ISA the instruction set, e.g. avx512bf16 against avx512.)
-//      cpu_bench --peak: the FMA peak alone, one JSON line (bench/cpu/torch_sdpa_compare.py)
+//      cpu_bench --peak: the FMA peak alone (and the bf16 pair-product peak where the library
+//      chose avx512bf16, else 0), one JSON line (bench/cpu/torch_sdpa_compare.py)
 // (repeats default 5, 2 with --quick; at most 2 for N >= 65536 and 1 for the 1M case).
 #include <sys/resource.h>
 #include <time.h>
@@ -325,6 +326,22 @@ __attribute__((target("avx2,fma"))) float peak_loop_avx2() {
   _mm256_storeu_ps(lanes, acc[0]);
   return lanes[0];
 }
+
+// The bf16 pair-product peak: kChains chains of vdpbf16ps, each instruction 16 lanes of two
+// bf16 products added to an f32 lane (32 multiply-adds), the instruction the avx512bf16 kernels
+// multiply with (cpu/cpu_pair_dot.h). Run only where the library chose avx512bf16.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) float peak_loop_bf16_pairs() {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 1e-3f * c);
+  // bf16 words of 0.99609375 (0x3F7F) and 2^-30 (0x3080): the sums stay finite and normal.
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3F7F), b = (__m512bh)_mm512_set1_epi16(0x3080);
+  for (long i = 0; i < kLaneSteps / 32; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+  for (int c = 1; c < kChains; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, acc[0]);
+  return lanes[0];
+}
 #endif
 
 float peak_loop_sse() {  // 4 lanes, multiply then add (GCC vector extension: SSE2, NEON)
@@ -338,15 +355,9 @@ float peak_loop_sse() {  // 4 lanes, multiply then add (GCC vector extension: SS
   return acc[0][0];
 }
 
-double fma_peak_gflops(int threads, double* per_cpu_s) {
-  const std::string isa = dilattn_cpu_isa();
-  float (*loop)() = peak_loop_sse;
-  int lanes = 4;
-#if defined(__x86_64__) && defined(__GNUC__)
-  // (The f32 FMA peak on avx512bf16 too: bf16 pair products do twice its multiply-adds.)
-  if (isa == "avx512" || isa == "avx512bf16") { loop = peak_loop_avx512; lanes = 16; }
-  if (isa == "avx2" || isa == "bf16emu") { loop = peak_loop_avx2; lanes = 8; }
-#endif
+// GFLOP/s of `loop` on `threads` threads at once, best of 3, `lanes` multiply-adds per lane
+// step (kLaneSteps / lanes instructions per chain).
+double loop_gflops(float (*loop)(), int lanes, int threads, double* per_cpu_s) {
   std::vector<double> sink(static_cast<size_t>(threads));
   auto body = [&](int t) { sink[static_cast<size_t>(t)] = loop(); };  // keeps the loop alive
   double best = 0;
@@ -362,6 +373,29 @@ double fma_peak_gflops(int threads, double* per_cpu_s) {
     *per_cpu_s = std::max(*per_cpu_s, flops / (cpu_seconds_now() - c0) / 1e9);
   }
   return best;
+}
+
+double fma_peak_gflops(int threads, double* per_cpu_s) {
+  const std::string isa = dilattn_cpu_isa();
+  float (*loop)() = peak_loop_sse;
+  int lanes = 4;
+#if defined(__x86_64__) && defined(__GNUC__)
+  // (The f32 FMA peak on avx512bf16 too: its f32 calls use these instructions.)
+  if (isa == "avx512" || isa == "avx512bf16") { loop = peak_loop_avx512; lanes = 16; }
+  if (isa == "avx2" || isa == "bf16emu") { loop = peak_loop_avx2; lanes = 8; }
+#endif
+  return loop_gflops(loop, lanes, threads, per_cpu_s);
+}
+
+// The bf16 pair-product peak (vdpbf16ps) where the library chose avx512bf16, else 0.
+double bf16_pair_peak_gflops(int threads, double* per_cpu_s) {
+  *per_cpu_s = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (std::string(dilattn_cpu_isa()) == "avx512bf16")
+    return loop_gflops(peak_loop_bf16_pairs, 32, threads, per_cpu_s);
+#endif
+  (void)threads;
+  return 0;
 }
 
 // ---------------------------------------------------------------- the machine
@@ -549,19 +583,27 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("DILATTN_NUM_THREADS")) threads = std::max(1, std::atoi(env));
   double peak_cpu = 0, peak1_cpu = 0;
   const double peak = fma_peak_gflops(threads, &peak_cpu);
+  double pairs_cpu = 0, pairs1_cpu = 0;
+  const double pairs_peak = bf16_pair_peak_gflops(threads, &pairs_cpu);
   if (peak_only) {  // for scripts (torch_sdpa_compare.py): one JSON line
     std::printf("{\"cpu_isa\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.6g, "
-                "\"fma_peak_gflops_per_cpu_second\": %.6g}\n",
-                dilattn_cpu_isa(), threads, peak, peak_cpu);
+                "\"fma_peak_gflops_per_cpu_second\": %.6g, \"bf16_pair_peak_gflops\": %.6g}\n",
+                dilattn_cpu_isa(), threads, peak, peak_cpu, pairs_peak);
     return 0;
   }
   const double peak1 = fma_peak_gflops(1, &peak1_cpu);
+  const double pairs_peak1 = bf16_pair_peak_gflops(1, &pairs1_cpu);
   const std::string model = cpuinfo_field("model name"), flags = simd_flags();
   std::printf("machine: %s, %u logical cores, flags: %s\n", model.c_str(), hw, flags.c_str());
   std::printf("build:   %s\n", dilattn_build_info());
   std::printf("threads: %d; FMA peak %.1f GFLOP/s (%d threads), %.1f GFLOP/s (1 thread), "
               "%.1f GFLOP per CPU-second; cpu backend ISA %s\n",
               threads, peak, threads, peak1, peak_cpu, dilattn_cpu_isa());
+  // One thread's time per instruction: a 16-lane FMA does 32 flops, a vdpbf16ps 64.
+  if (pairs_peak > 0)
+    std::printf("bf16 pair products (vdpbf16ps): %.1f GFLOP/s (%d threads), %.1f GFLOP/s "
+                "(1 thread); one thread: %.3f ns per vdpbf16ps, %.3f ns per 16-lane f32 FMA\n",
+                pairs_peak, threads, pairs_peak1, 64.0 / pairs_peak1, 32.0 / peak1);
   std::printf("eff = fwd GFLOP/s / FMA peak (wall); cpu-eff (and bwd cpu-eff) = the same per "
               "CPU-second (less "
               "disturbed by other load)\n");
@@ -575,7 +617,9 @@ int main(int argc, char** argv) {
        << "},\n  \"threads\": " << threads << ",\n  \"quick\": " << (quick ? "true" : "false")
        << ",\n  \"repeats\": " << repeats << ",\n  \"fma_peak_gflops\": " << peak
        << ",\n  \"fma_peak_gflops_1thread\": " << peak1
-       << ",\n  \"fma_peak_gflops_per_cpu_second\": " << peak_cpu << ",\n  \"cases\": [";
+       << ",\n  \"fma_peak_gflops_per_cpu_second\": " << peak_cpu
+       << ",\n  \"bf16_pair_peak_gflops\": " << pairs_peak
+       << ",\n  \"bf16_pair_peak_gflops_1thread\": " << pairs_peak1 << ",\n  \"cases\": [";
   bool first = true;
   std::vector<std::pair<std::string, Result>> done;  // for the dropout rows' cost
   for (size_t i = 0; i < cases.size(); ++i) {
