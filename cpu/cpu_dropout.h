@@ -8,7 +8,7 @@
 // same function for many calls of one row at once: each 32-bit lane of a vector is one generator
 // call, and each round is the scalar round lane by lane, its 32x32 -> 64-bit products as
 // 64-bit-lane multiplies (philox_half). What the row's calls share is computed once a row
-// (row_draws): six of each call's twenty products.
+// (row_draws): four of each call's twenty products.
 // tests/cpu/test_cpu_dropout_draws.cpp checks every instruction set's copy bit for bit against
 // dropout_keep.
 //
@@ -115,7 +115,7 @@ inline void philox_round_half(u64vec& c0, u64vec& c1, u64vec& c2, u64vec& c3, u6
 // call last). The first round's products read words 0 and 2, the same in every call, so only its
 // word 2 = hi0 ^ call ^ k1 differs; the second round's product of word 0 and the third's of
 // word 2 are the same in every call too. With them computed once a row, the calls' first three
-// rounds take 2 products instead of 6 (below, round_state):
+// rounds take 2 products instead of 6 (philox_half):
 //   round 1: c = (U, U, call ^ call_xor, U)
 //   round 2: (hi1, lo1) = M1 c2;  c = (hi1 ^ xor_b, lo1, U, U)
 //   round 3: (hi0, lo0) = M0 c0;  c = (lo1 ^ xor_c, word1, hi0 ^ xor_e, lo0)
@@ -151,7 +151,8 @@ inline void philox_half(u64vec x, const RowDraws& row, const TileDropout& d, u64
   c1 = u64vec{} + static_cast<uint64_t>(row.word1);
   c2 = (p0 >> 32) ^ static_cast<uint64_t>(row.xor_e);
   c3 = p0;
-  for (int r = 3; r < kPhiloxRounds; ++r) philox_round_half(c0, c1, c2, c3, d.k0_lanes[r], d.k1_lanes[r]);
+  for (int r = 3; r < kPhiloxRounds; ++r)
+    philox_round_half(c0, c1, c2, c3, d.k0_lanes[r], d.k1_lanes[r]);
 }
 
 // Bit l set where lane l of w keeps its pair (w[l] >= the threshold).
@@ -173,8 +174,8 @@ inline uint32_t kept_lanes(u32vec w, const TileDropout& d) {
 #endif
 }
 
-// Bit l set where word l of the calls in lanes l keeps its pair, from the two halves' copies of
-// a result word (even lanes in e's low words, odd ones in o's). AVX-512 compares the halves
+// Bit l set where lane l's call keeps its pair, from the two halves' copies of one result word
+// (the even lanes' in e's low words, the odd lanes' in o's). AVX-512 compares the halves
 // where they lie, the even 32-bit lanes of each (no recombining).
 inline uint32_t kept_halves(u64vec e, u64vec o, const TileDropout& d) {
 #if DILATTN_CPU_AVX512
