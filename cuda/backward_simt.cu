@@ -123,13 +123,18 @@ template __global__ void backward_dkdv_simt_kernel<__nv_bfloat16, true, true>(Ba
 template <class T, bool Variants, bool Dropout>
 BackwardKernels simt_backward_instance(int64_t D) {
   using Products = SimtBackwardProducts<T, Variants, Dropout>;
-  return BackwardKernels{backward_dq_simt_kernel<T, Variants, Dropout>,
-                         backward_dkdv_simt_kernel<T, Variants, Dropout>,
-                         backward_smem_bytes<Products>(D, false),
-                         backward_smem_bytes<Products>(D, true),
-                         Products::kBr,
-                         Products::kBc,
-                         Products::kThreads};
+  BackwardKernels k{backward_dq_simt_kernel<T, Variants, Dropout>,
+                    backward_dkdv_simt_kernel<T, Variants, Dropout>,
+                    backward_smem_bytes<Products>(D, false),
+                    backward_smem_bytes<Products>(D, true),
+                    Products::kBr,
+                    Products::kBc,
+                    Products::kThreads};
+  // The dK/dV kernel walks the query heads of a kv head itself, dilated ones too, every
+  // instance: its tiles live in shared memory, so the walk adds no registers.
+  k.dkdv_all_heads = true;
+  k.dkdv_dilated_heads = true;
+  return k;
 }
 
 template <class T>

@@ -16,9 +16,11 @@
 //       dQ += dS K                                              (Products::accumulate_rows)
 //     dq_acc[row] += dQ.
 //   backward_dkdv_tile<Products>, one block per (key tile of BC keys, batch, kv head g), for
-//   query head g * (H / Hkv) + head_in_group (one launch per query head of g: GQA sums over
-//   them in head order): gather K and V; for each query span and chunk of BR rows meeting the
-//   tile (backward_tile.cuh): load Q, dO, D_i, lse_s; the same S, dP, P, dS;
+//   query head g * (H / Hkv) + head_in_group, or for every query head of g in head order
+//   (head_in_group < 0; on a dilated branch a block per key tile and head, the first head of
+//   each offset walking the heads of that offset; GQA sums over them in head order): gather K
+//   and V; for each head, query span and chunk of BR rows meeting the tile
+//   (backward_tile.cuh): load Q, dO, D_i, lse_s; the same S, dP, P, dS;
 //       dV += P^T dO, dK += dS^T Q                              (Products::accumulate_cols)
 //     dk_acc[key] += dK, dv_acc[key] += dV.
 // The scale of dQ and dK (SPEC 6) is applied once, when the accumulators are stored.
@@ -289,13 +291,23 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
   products.carve(carver, D);
   const ForwardParams& p = bp.ix;
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
-  const int64_t tile = blockIdx.x;
   const int64_t b = blockIdx.y / p.Hkv, g = blockIdx.y % p.Hkv;
-  const int64_t h = g * (p.H / p.Hkv) + bp.head_in_group;
+  // One query head of the kv head, or all of them in head order (head_in_group < 0; the
+  // launcher decides): on dense and block-sparse problems every head, whose key tiles are the
+  // same; on a dilated one, block x's head x / key_tiles_per_head and the later heads with its
+  // key rows, run by the block of the first of them (leads_key_rows).
+  const int64_t group = p.H / p.Hkv;
+  const bool all_heads = bp.head_in_group < 0;
+  const bool dilated_heads = all_heads && p.kind == kKindDilated;
+  const int64_t tile = dilated_heads ? blockIdx.x % bp.key_tiles_per_head : blockIdx.x;
+  const int64_t head_first = !all_heads      ? bp.head_in_group
+                             : dilated_heads ? blockIdx.x / bp.key_tiles_per_head
+                                             : 0;
+  const int64_t head_end = all_heads ? group : head_first + 1;
+  const int64_t h = g * group + head_first;  // the head whose key tile this block holds
+  if (dilated_heads && !leads_key_rows(p, g * group, head_first)) return;  // whole block
   constexpr bool kVariants = Products::kVariants;  // SPEC 10.1 steps (variant_tile.cuh)
   static_assert(!Products::kDropout || kVariants, "a dropout instance is a variant instance");
-  float alibi_slope = 0.0f;
-  if constexpr (kVariants) alibi_slope = block_alibi_slope(p, b, h);
 
   // The tile's keys (-1: none); they ascend, so keys[0] is the first.
   for (int c = tid; c < BC; c += nt) s.keys[c] = key_tile_key(bp, h, tile, c, BC);
@@ -308,45 +320,51 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
   for (int64_t idx = tid; idx < BC * D; idx += nt) s.acc_a[idx] = s.acc_b[idx] = 0.0f;
 
   const int64_t num_spans = query_span_count(bp);
-  for (int64_t span = 0; span < num_spans; ++span) {
-    if (tid == 0) {
-      KeyProgression rows = query_span(bp, h, tile, span, s.keys[0]);
-      // With a window, only the rows whose window reaches the tile's keys.
-      if constexpr (kVariants) rows = window_query_cut(p, rows, s.keys[0], s.keys[num_keys - 1]);
-      s.span[0] = rows.first;
-      s.span[1] = rows.step;
-      s.span[2] = rows.count;
-    }
-    __syncthreads();
-    const KeyProgression rows{s.span[0], s.span[1], s.span[2]};
-    for (int64_t t0 = 0; t0 < rows.count; t0 += BR) {
-      // The chunk's rows and the prefix of the tile's keys each sees.
-      for (int t = tid; t < BR; t += nt) {
-        const int64_t i = t0 + t < rows.count ? progression_at(rows, t0 + t) : -1;
-        s.rows[t] = i;
-        if constexpr (kVariants) {  // the window leaves a range [seen_lo, seen) of the keys
-          s.seen_lo[t] = s.seen[t] = 0;
-          if (i >= 0)
-            window_keys_seen(p, query_row_keys(bp, h, tile, i), i, s.keys, num_keys,
-                             &s.seen_lo[t], &s.seen[t]);
-        } else {
-          s.seen[t] =
-              i >= 0 ? tile_keys_seen(query_row_keys(bp, h, tile, i), s.keys, num_keys) : 0;
-        }
+  for (int64_t hg = head_first; hg < head_end; ++hg) {
+    const int64_t hq = g * group + hg;  // the query head whose rows this pass of the tile walks
+    if (dilated_heads && !same_key_rows(p, hq, h)) continue;  // the same for the whole block
+    float alibi_slope = 0.0f;
+    if constexpr (kVariants) alibi_slope = block_alibi_slope(p, b, hq);
+    for (int64_t span = 0; span < num_spans; ++span) {
+      if (tid == 0) {
+        KeyProgression rows = query_span(bp, hq, tile, span, s.keys[0]);
+        // With a window, only the rows whose window reaches the tile's keys.
+        if constexpr (kVariants) rows = window_query_cut(p, rows, s.keys[0], s.keys[num_keys - 1]);
+        s.span[0] = rows.first;
+        s.span[1] = rows.step;
+        s.span[2] = rows.count;
       }
       __syncthreads();
-      load_query_rows<T, E, BR>(bp, b, h, s, D);
-      __syncthreads();
-      products.scores(s.q, s.k, s.s, D);
-      products.scores(s.d_o, s.v, s.dp, D);
-      if constexpr (kVariants)
-        variant_probabilities_and_ds<E, BR, BC, Products::kDropout>(p, s, alibi_slope, b, h);
-      else
-        probabilities_and_ds<E, BR, BC>(p, s);
-      products.accumulate_cols(s.acc_b, s.s, s.d_o, s.seen_lo, s.seen, D);  // dV += P^T dO
-      products.accumulate_cols(s.acc_a, s.dp, s.q, s.seen_lo, s.seen, D);   // dK += dS^T Q
+      const KeyProgression rows{s.span[0], s.span[1], s.span[2]};
+      for (int64_t t0 = 0; t0 < rows.count; t0 += BR) {
+        // The chunk's rows and the prefix of the tile's keys each sees.
+        for (int t = tid; t < BR; t += nt) {
+          const int64_t i = t0 + t < rows.count ? progression_at(rows, t0 + t) : -1;
+          s.rows[t] = i;
+          if constexpr (kVariants) {  // the window leaves a range [seen_lo, seen) of the keys
+            s.seen_lo[t] = s.seen[t] = 0;
+            if (i >= 0)
+              window_keys_seen(p, query_row_keys(bp, hq, tile, i), i, s.keys, num_keys,
+                               &s.seen_lo[t], &s.seen[t]);
+          } else {
+            s.seen[t] =
+                i >= 0 ? tile_keys_seen(query_row_keys(bp, hq, tile, i), s.keys, num_keys) : 0;
+          }
+        }
+        __syncthreads();
+        load_query_rows<T, E, BR>(bp, b, hq, s, D);
+        __syncthreads();
+        products.scores(s.q, s.k, s.s, D);
+        products.scores(s.d_o, s.v, s.dp, D);
+        if constexpr (kVariants)
+          variant_probabilities_and_ds<E, BR, BC, Products::kDropout>(p, s, alibi_slope, b, hq);
+        else
+          probabilities_and_ds<E, BR, BC>(p, s);
+        products.accumulate_cols(s.acc_b, s.s, s.d_o, s.seen_lo, s.seen, D);  // dV += P^T dO
+        products.accumulate_cols(s.acc_a, s.dp, s.q, s.seen_lo, s.seen, D);   // dK += dS^T Q
+      }
+      __syncthreads();  // span is rewritten by the next span
     }
-    __syncthreads();  // span is rewritten by the next span
   }
   const int64_t kv_base = (b * p.Hkv + g) * p.Nk * D;
   add_rows_to_workspace(bp.dk_acc + kv_base, s.keys, s.acc_a, BC, D);

@@ -58,7 +58,8 @@ struct BackwardKernels {
   // (BackwardParams::head_in_group < 0); the launcher asks where key tiles do not depend on the
   // head (dense, block-sparse) and, where dkdv_dilated_heads, on dilated branches too (a block
   // per key tile and head, the first head of each offset walking the heads of that offset). The
-  // variant instances do not walk dilated heads: the walk would spill registers at D = 128.
+  // tensor-core variant instances do not walk dilated heads: the walk would spill their
+  // registers at D = 128. The SIMT kernels walk them in every instance.
   bool dkdv_all_heads = false;
   bool dkdv_dilated_heads = false;
 };

@@ -20,11 +20,12 @@
 //                             wanted each row's term of it (SPEC 10.3), dQ, dK, dV
 //                             accumulators = 0;
 //     run_dq_pass             one launch per dilated branch (one for dense, block-sparse);
-//     run_dkdv_pass           one launch per (branch, query head of a kv head), or, for the
-//                             tensor-core kernels on dense and block-sparse problems, one per
-//                             kv head's whole group walked in head order: each adds its pairs
-//                             to dK and dV in turn, so GQA's and the branches' sums have a
-//                             fixed order without atomics (SPEC 6: deterministic);
+//     run_dkdv_pass           one launch per branch whose blocks walk a kv head's query
+//                             heads in head order (one launch per (branch, query head) for
+//                             the tensor-core variant instances on dilated problems): each
+//                             adds its pairs to dK and dV in turn, so GQA's and the
+//                             branches' sums have a fixed order without atomics (SPEC 6:
+//                             deterministic);
 //     store_gradients         dQ = scale dq_acc, dK = scale dk_acc, dV = dv_acc, to the views;
 //                             d_sinks: the rows' terms added per head in a fixed order
 //                             (reduce_sink_terms_kernel), copied to the caller's array.
@@ -448,8 +449,9 @@ int64_t prepare_key_launch(const Problem& p, int tile_keys, int64_t launch, Back
 
 // dK, dV: key tiles of block_keys keys, one launch per (branch, query head of a kv head), in
 // that order; the launches of one branch's heads add to the same rows one after another. A
-// kernel with dkdv_all_heads (the tensor-core ones) walks the heads itself, one launch per
-// branch (on dilated problems where dkdv_dilated_heads: not the variant instances).
+// kernel with dkdv_all_heads (the SIMT and tensor-core ones) walks the heads itself, one launch
+// per branch (on dilated problems where dkdv_dilated_heads: not the tensor-core variant
+// instances).
 dilattn_status run_dkdv_pass(const Problem& p, const BackwardKernels& k, BackwardParams bp,
                              cudaStream_t stream) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;

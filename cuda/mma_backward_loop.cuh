@@ -12,8 +12,9 @@
 // and V tile loaded once a block: on dense and block-sparse problems a block holds one key tile
 // for every head; on a dilated branch, heads with the same offset share their key rows, so the
 // block of the first of them walks them all and the blocks of the others exit
-// (backward_tile.cuh, leads_key_rows). The variant instances, and the SIMT pair, launch the
-// dilated dK/dV pass once per branch and head.
+// (backward_tile.cuh, leads_key_rows), as the SIMT pair's dK/dV pass does too
+// (backward_tile_loop.cuh). The variant instances launch the dilated dK/dV pass once per branch
+// and head.
 //
 // mma_backward_dq: one block per query tile of 64 rows (4 warps, 16 rows each), as the forward's
 // tiles (tile_row, read_span). Q and dO stay in shared memory; K and V chunks of kDqKeys keys

@@ -3,10 +3,11 @@
 // emulator's runtime (emu/simt_streams.h), and what those launches compute:
 //   backward_launches_per_call: b dilated branches and G query heads a kv head (mod, block and
 //     groups head modes, G = 4 or 3) take 8 + 2b launches on the tensor-core kernels (f16,
-//     D = 64: one dK/dV launch a branch walks every head of a kv head, the block of the first
-//     head of each offset running the heads of that offset) and 8 + b + b G on the SIMT ones
-//     (f32, D = 16: one dK/dV launch a branch and head) and on the tensor-core variant instances
-//     (ALiBi here; walking the heads would spill their registers at D = 128);
+//     D = 64) and on the SIMT ones (f32, D = 16; plain and ALiBi's variant instance): one dK/dV
+//     launch a branch walks every head of a kv head, the block of the first head of each offset
+//     running the heads of that offset; 8 + b + b G on the tensor-core variant instances (ALiBi
+//     here: one dK/dV launch a branch and head, as walking the heads would spill their
+//     registers at D = 128);
 //   ... and dQ, dK, dV against the reference within SPEC 8, the same bits with the emulator's
 //     threads in descending and shuffled order.
 #include <cstdio>
@@ -78,7 +79,8 @@ void check(const AttentionCase& c, const Launches& k) {
 int main() {
   CaseScope scope("backward_launches_per_call");
   const Launches kernels[] = {{"mma", DILATTN_F16, 64, false, false},
-                              {"simt", DILATTN_F32, 16, true, false},
+                              {"simt", DILATTN_F32, 16, false, false},
+                              {"simt", DILATTN_F32, 16, false, true},
                               {"mma", DILATTN_F16, 64, true, true}};
   for (const Launches& k : kernels) {
     // mod: offsets h mod r, so with r = 2 heads 0, 2 and 1, 3 share their rows; block: heads
