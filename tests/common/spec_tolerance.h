@@ -31,6 +31,10 @@ constexpr double kLseAtol = 1e-4;
 inline Tolerance lse() { return {kLseAtol, 0}; }
 inline Tolerance lse(dilattn_dtype t) { return t == DILATTN_F64 ? kF64 : lse(); }
 
+// SPEC 12: with dropout p, a backward that rounds dS to f16 or bf16 before dS K and dS^T Q (the
+// tensor-core kernels) holds dQ and dK to SPEC 8's bound times this.
+inline double dropout_ds_widening(double p) { return 1.25 / (1.0 - p); }
+
 }  // namespace spec8
 
 #endif  // DILATTN_TESTS_SPEC_TOLERANCE_H

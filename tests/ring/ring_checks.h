@@ -197,7 +197,8 @@ inline void check_option_cases(const std::vector<Ring>& on, const OptionBounds& 
         CaseScope named(label(c, ring));
         CHECK_CLOSE("O", got.o, want.fwd.o, o_tol);
         CHECK_CLOSE("LSE", got.lse, want.fwd.lse, lse_tol);
-        const double widen = bounds.dropout_widens_dq_dk ? 1.25 / (1.0 - c.dropout_p) : 1.0;
+        const double widen =
+            bounds.dropout_widens_dq_dk ? spec8::dropout_ds_widening(c.dropout_p) : 1.0;
         const Tolerance dq_dk_tol{grad_tol.atol * widen, grad_tol.rtol * widen};
         CHECK_CLOSE("dQ", got_g.dq, want.grad.dq, dq_dk_tol);
         CHECK_CLOSE("dK", got_g.dk, want.grad.dk, dq_dk_tol);

@@ -102,6 +102,12 @@ TOLERANCE = {"f32": (1e-5, 1e-4), "f16": (2e-3, 2e-3), "bf16": (1.6e-2, 1.6e-2)}
 within = spec_numpy.within
 
 
+def dropout_ds_widening(p):
+    """SPEC 12: with dropout p, a backward that rounds dS to f16 or bf16 before dS K and dS^T Q
+    (the tensor-core kernels) holds dQ and dK to SPEC 8's bound times this."""
+    return 1.25 / (1.0 - p)
+
+
 # ---------------------------------------------------------------- block-sparse oracle
 def block_sparse_numpy(q, k, v, blocks, bq, bk, causal=False, scale=None):
     """SPEC 2 with A(i) from SPEC 4, written from the SPEC text: blocks[h or 0][ib, jb] is

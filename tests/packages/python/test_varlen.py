@@ -19,7 +19,7 @@ import pytest
 
 import dilattn
 from dilattn._plan import Options, Plan
-from helpers import cpu_against_ref, spec_numpy
+from helpers import cpu_against_ref, dropout_ds_widening, spec_numpy
 
 F64_TOL = 1e-10
 
@@ -250,7 +250,7 @@ def test_emu_tensor_core_kernels_run_packed_sequences(name, dtype):
     wants = dilattn.backward(*wide[:3], o_ref, lse_ref, wide[3], backend="ref", **lib)
     grads = dilattn.backward(q, k, v, o_ref.astype(q.dtype), lse_ref.astype(np.float32), do,
                              backend="emu", **lib)
-    widen = 1.25 / (1.0 - lib.get("dropout_p", 0.0))
+    widen = dropout_ds_widening(lib.get("dropout_p", 0.0))
     for label, got, want in zip(("dq", "dk", "dv"), grads, wants):
         a = atol * (widen if label != "dv" else 1.0)
         assert spec_numpy.within(got.astype(np.float64), want, a, rtol), \
