@@ -8,7 +8,9 @@
 // same function for many calls of one row at once: each 32-bit lane of a vector is one generator
 // call, and each round is the scalar round lane by lane, its 32x32 -> 64-bit products as
 // 64-bit-lane multiplies (philox_half). What the row's calls share is computed once a row
-// (row_draws): four of each call's twenty products.
+// (row_draws): four of each call's twenty products. What a call shares with every row (two
+// more: round 2's product of word 2 and round 3's of word 0) is computed once a tile
+// (RowCalls), as the rows of a tile take the same keys. A call's own work is then 14 products.
 // tests/cpu/test_cpu_dropout_draws.cpp checks every instruction set's copy bit for bit against
 // dropout_keep.
 //
@@ -142,17 +144,34 @@ inline RowDraws row_draws(const TileDropout& d, uint32_t offset, uint32_t i, uin
   return row;
 }
 
-// The ten rounds of the calls in x's low words (one half), from the row's common part.
-inline void philox_half(u64vec x, const RowDraws& row, const TileDropout& d, u64vec& c0,
-                        u64vec& c1, u64vec& c2, u64vec& c3) {
-  const u64vec p1 = mul_low_words(x ^ static_cast<uint64_t>(row.call_xor), kPhiloxM1);
-  const u64vec p0 = mul_low_words((p1 >> 32) ^ static_cast<uint64_t>(row.xor_b), kPhiloxM0);
-  c0 = p1 ^ static_cast<uint64_t>(row.xor_c);
-  c1 = u64vec{} + static_cast<uint64_t>(row.word1);
-  c2 = (p0 >> 32) ^ static_cast<uint64_t>(row.xor_e);
-  c3 = p0;
+// What no row changes in a half of calls (x's low words): round 2's product of word 2 and round
+// 3's of word 0 read the call, the offset and the head alone (row_draws: call_xor and xor_b
+// hold no row), so the rows of a tile, which share their keys, compute them once (RowCalls).
+struct CallHalf {
+  u64vec p1, p0, p0_high;  // round 2's product (hi1, lo1), round 3's (hi0, lo0), and hi0
+};
+
+inline CallHalf call_half(u64vec x, const RowDraws& row) {
+  CallHalf c;
+  c.p1 = mul_low_words(x ^ static_cast<uint64_t>(row.call_xor), kPhiloxM1);
+  c.p0 = mul_low_words((c.p1 >> 32) ^ static_cast<uint64_t>(row.xor_b), kPhiloxM0);
+  c.p0_high = c.p0 >> 32;
+  return c;
+}
+
+// A half of calls after round 3, from their common part and the row's.
+inline void philox_start(const CallHalf& x, const RowDraws& row, u64vec* c) {
+  c[0] = x.p1 ^ static_cast<uint64_t>(row.xor_c);
+  c[1] = u64vec{} + static_cast<uint64_t>(row.word1);
+  c[2] = x.p0_high ^ static_cast<uint64_t>(row.xor_e);
+  c[3] = x.p0;
+}
+
+// The ten rounds of one half of calls.
+inline void philox_half(const CallHalf& x, const RowDraws& row, const TileDropout& d, u64vec* c) {
+  philox_start(x, row, c);
   for (int r = 3; r < kPhiloxRounds; ++r)
-    philox_round_half(c0, c1, c2, c3, d.k0_lanes[r], d.k1_lanes[r]);
+    philox_round_half(c[0], c[1], c[2], c[3], d.k0_lanes[r], d.k1_lanes[r]);
 }
 
 // Bit l set where lane l of w keeps its pair (w[l] >= the threshold).
@@ -188,25 +207,32 @@ inline uint32_t kept_halves(u64vec e, u64vec o, const TileDropout& d) {
 #endif
 }
 
-// For each result word m of the calls in the lanes of `calls`: bit l of kept[m] set where lane
-// l's word m keeps its pair.
-inline void kept_words(u32vec calls, const RowDraws& row, const TileDropout& d, uint32_t* kept) {
+// A vector of calls (a call a 32-bit lane) as its two halves' common parts.
+struct CallVector {
+  CallHalf even, odd;
+};
+
+inline CallVector call_vector(u32vec calls, const RowDraws& row) {
+  return CallVector{call_half((u64vec)calls, row), call_half((u64vec)calls >> 32, row)};
+}
+
+// For each result word m of the calls: bit l of kept[m] set where lane l's word m keeps its pair.
+inline void kept_words(const CallVector& calls, const RowDraws& row, const TileDropout& d,
+                       uint32_t* kept) {
   u64vec e[4], o[4];
-  philox_half((u64vec)calls, row, d, e[0], e[1], e[2], e[3]);
-  philox_half((u64vec)calls >> 32, row, d, o[0], o[1], o[2], o[3]);
+  philox_half(calls.even, row, d, e);
+  philox_half(calls.odd, row, d, o);
   for (int m = 0; m < 4; ++m) kept[m] = kept_halves(e[m], o[m], d);
 }
 
 // The calls in the lanes of `calls`, each lane's four result words.
 inline void philox_lanes(u32vec calls, const RowDraws& row, const TileDropout& d, u32vec* w) {
-  u64vec e0, e1, e2, e3, o0, o1, o2, o3;
-  philox_half((u64vec)calls, row, d, e0, e1, e2, e3);
-  philox_half((u64vec)calls >> 32, row, d, o0, o1, o2, o3);
+  const CallVector v = call_vector(calls, row);
+  u64vec e[4], o[4];
+  philox_half(v.even, row, d, e);
+  philox_half(v.odd, row, d, o);
   const u64vec low = u64vec{} + 0xFFFFFFFFull;
-  w[0] = (u32vec)((e0 & low) | (o0 << 32));
-  w[1] = (u32vec)((e1 & low) | (o1 << 32));
-  w[2] = (u32vec)((e2 & low) | (o2 << 32));
-  w[3] = (u32vec)((e3 & low) | (o3 << 32));
+  for (int m = 0; m < 4; ++m) w[m] = (u32vec)((e[m] & low) | (o[m] << 32));
 }
 
 // kSpreadGroups<g>.bits[m]: the byte m's bits as groups of g (g = 1, 2 or 4), group x moved to
@@ -241,31 +267,67 @@ inline u32vec lane_index() {
 // its decision is never used, but it must not overflow).
 inline int64_t run_of(int64_t x) { return x >= 0 ? x / 16 : -((-x + 15) / 16); }
 
-// Keep bits of keys j_lo + c step, c < kcount (kcount <= 64), for step = 4 / g = 1, 2 or 4:
-// bit c of the result for key c. In an aligned run of 16 positions these keys are the g
-// residues mod 4 from s = j_lo mod step on, so they take g calls a run, every word of each
-// (SPEC 11.1): lane l is call 4 A + s + step l of runs A, A + 1, ..., and its word w is key
-// 4 g (l / g) + g w + l mod g of the vector's 4 kDrawLanes keys.
+// The call vectors of a tile row's keys when they are 1, 2 or 4 apart, with each call's common
+// part (CallHalf). The rows of a tile share their keys, so dropout_keep_bits computes these once
+// a tile and reuses them while the keys, the step and the head stay the same.
+constexpr int kKeysPerCallVector = 4 * kDrawLanes;
+constexpr int kMaxCallVectors = (15 + 64 + kKeysPerCallVector - 1) / kKeysPerCallVector;
+struct RowCalls {
+  bool valid = false;
+  int64_t j_lo = 0, kcount = 0, step = 0;
+  uint32_t call_xor = 0, xor_b = 0;  // the common parts' other inputs (row_draws)
+  int64_t shift = 0;                 // key j_lo's place among its run's keys, below 16
+  int count = 0;                     // call vectors
+  CallVector v[kMaxCallVectors];
+
+  bool serves(int64_t j, int64_t n, int64_t st, const RowDraws& row) const {
+    return valid && j == j_lo && n == kcount && st == step && row.call_xor == call_xor &&
+           row.xor_b == xor_b;
+  }
+};
+
+// Keys j_lo + c step, c < kcount (kcount <= 64), for step = 4 / g = 1, 2 or 4. In an aligned run
+// of 16 positions these keys are the g residues mod 4 from s = j_lo mod step on, so they take g
+// calls a run, every word of each (SPEC 11.1): lane l is call 4 A + s + step l of runs A,
+// A + 1, ..., and its word w is key 4 g (l / g) + g w + l mod g of the vector's
+// kKeysPerCallVector keys.
 template <int g>
-inline uint64_t keep_bits_grouped(const TileDropout& d, const RowDraws& row, int64_t j_lo,
-                                  int64_t kcount) {
+inline void grouped_calls(const RowDraws& row, int64_t j_lo, int64_t kcount, RowCalls* out) {
   constexpr uint32_t step = 4 / g;
-  constexpr int keys_per_vector = 4 * kDrawLanes;
   const int64_t run0 = run_of(j_lo);
   const int64_t at = j_lo - 16 * run0;  // in [0, 16)
   const uint32_t s = static_cast<uint32_t>(at % step);
-  const int64_t shift = at / step;  // key j_lo's place among the run's keys, below 4 g
-  uint64_t words[3] = {0, 0, 0};    // bit x: the x-th key from run0's first
   const u32vec lanes = lane_index() * step;
-  for (int64_t bit = 0; bit < shift + kcount; bit += keys_per_vector) {
+  out->shift = at / step;
+  out->count = 0;
+  for (int64_t bit = 0; bit < out->shift + kcount; bit += kKeysPerCallVector) {
     const int64_t run = run0 + bit / (4 * g);
+    out->v[out->count++] =
+        call_vector(splat_u32(static_cast<uint32_t>(4 * run) + s) + lanes, row);
+  }
+  out->valid = true;
+  out->j_lo = j_lo;
+  out->kcount = kcount;
+  out->step = step;
+  out->call_xor = row.call_xor;
+  out->xor_b = row.xor_b;
+}
+
+// Keep bits of the keys of `calls` (grouped_calls<g>) for one row: bit c for key c.
+template <int g>
+inline uint64_t keep_bits_grouped(const TileDropout& d, const RowDraws& row,
+                                  const RowCalls& calls) {
+  uint64_t words[3] = {0, 0, 0};  // bit x: the x-th key from the first run's first
+  for (int x = 0; x < calls.count; ++x) {
+    const int64_t bit = int64_t{x} * kKeysPerCallVector;
     uint32_t kept[4];
-    kept_words(splat_u32(static_cast<uint32_t>(4 * run) + s) + lanes, row, d, kept);
+    kept_words(calls.v[x], row, d, kept);
     uint64_t bits = 0;
     for (int m = 0; m < 4; ++m) bits |= spread_groups<g>(kept[m]) << (g * m);
     words[bit / 64] |= bits << (bit % 64);
-    if (bit % 64 + keys_per_vector > 64) words[bit / 64 + 1] |= bits >> (64 - bit % 64);
+    if (bit % 64 + kKeysPerCallVector > 64) words[bit / 64 + 1] |= bits >> (64 - bit % 64);
   }
+  const int64_t shift = calls.shift, kcount = calls.kcount;
   uint64_t keep = shift == 0 ? words[0] : (words[0] >> shift) | (words[1] << (64 - shift));
   if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
   return keep;
@@ -311,6 +373,28 @@ inline uint64_t keep_bits_scalar(const TileDropout& d, const Problem& p, const S
   return keep;
 }
 
+// One tile row as the draws see it: its common part, its first key's position and its keys'
+// step in positions (a placed sub-problem's keys are k_step positions apart).
+struct DrawRow {
+  RowDraws draws;
+  SequenceFrame frame;
+  int64_t i, j_lo, step;
+};
+
+inline DrawRow draw_row(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
+                        const KeyProgression& q, int64_t q0, int64_t t, const KeyProgression& k,
+                        int64_t k0, int64_t kcount) {
+  DrawRow r;
+  r.i = progression_at(q, q0 + t);
+  r.frame = p.frame_of_row(b, r.i);
+  r.draws = row_draws(d, static_cast<uint32_t>(d.offset),
+                      static_cast<uint32_t>(p.row_position(r.frame, r.i)),
+                      static_cast<uint32_t>(r.frame.seq * d.H + p.draw_head(h)));
+  r.j_lo = p.key_position(r.frame, progression_at(k, k0));
+  r.step = kcount == 1 ? 1 : k.step * (p.placed ? p.place.k_step : 1);
+  return r;
+}
+
 // keep[t] bit c: whether pair (query term q0 + t of q, key term k0 + c of k) of head h, batch
 // element b is kept (SPEC 11.1), for t < rows, c < kcount <= kBC; bits from kcount up are 0.
 inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
@@ -318,29 +402,27 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
                               const KeyProgression& k, int64_t k0, int64_t kcount,
                               uint64_t* keep) {
   static_assert(kBC <= 64, "a tile row's keep bits fit one 64-bit word");
+  if (d.drop_all) {
+    for (int64_t t = 0; t < rows; ++t) keep[t] = 0;
+    return;
+  }
+  RowCalls calls;  // the call vectors of keys 1, 2 or 4 apart, kept while rows share them
   for (int64_t t = 0; t < rows; ++t) {
-    if (d.drop_all) {
-      keep[t] = 0;
-      continue;
+    const DrawRow r = draw_row(d, p, b, h, q, q0, t, k, k0, kcount);
+    if (r.step == 1 || r.step == 2 || r.step == 4) {
+      if (!calls.serves(r.j_lo, kcount, r.step, r.draws)) {
+        if (r.step == 1) grouped_calls<4>(r.draws, r.j_lo, kcount, &calls);
+        if (r.step == 2) grouped_calls<2>(r.draws, r.j_lo, kcount, &calls);
+        if (r.step == 4) grouped_calls<1>(r.draws, r.j_lo, kcount, &calls);
+      }
+      if (r.step == 1) keep[t] = keep_bits_grouped<4>(d, r.draws, calls);
+      if (r.step == 2) keep[t] = keep_bits_grouped<2>(d, r.draws, calls);
+      if (r.step == 4) keep[t] = keep_bits_grouped<1>(d, r.draws, calls);
+    } else if (r.step < (int64_t{1} << 26)) {
+      keep[t] = keep_bits_strided(d, r.draws, r.j_lo, r.step, kcount);
+    } else {
+      keep[t] = keep_bits_scalar(d, p, r.frame, h, r.i, k, k0, kcount);
     }
-    const int64_t i = progression_at(q, q0 + t);
-    const SequenceFrame f = p.frame_of_row(b, i);
-    const RowDraws row = row_draws(d, static_cast<uint32_t>(d.offset),
-                                   static_cast<uint32_t>(p.row_position(f, i)),
-                                   static_cast<uint32_t>(f.seq * d.H + p.draw_head(h)));
-    const int64_t j_lo = p.key_position(f, progression_at(k, k0));
-    // The keys' step in positions: a placed sub-problem's keys are k_step positions apart.
-    const int64_t step = kcount == 1 ? 1 : k.step * (p.placed ? p.place.k_step : 1);
-    if (step == 1)
-      keep[t] = keep_bits_grouped<4>(d, row, j_lo, kcount);
-    else if (step == 2)
-      keep[t] = keep_bits_grouped<2>(d, row, j_lo, kcount);
-    else if (step == 4)
-      keep[t] = keep_bits_grouped<1>(d, row, j_lo, kcount);
-    else if (step < (int64_t{1} << 26))
-      keep[t] = keep_bits_strided(d, row, j_lo, step, kcount);
-    else
-      keep[t] = keep_bits_scalar(d, p, f, h, i, k, k0, kcount);
   }
 }
 
