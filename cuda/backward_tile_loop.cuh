@@ -200,6 +200,21 @@ __device__ __forceinline__ void variant_probabilities_and_ds(const ForwardParams
   __syncthreads();
 }
 
+// The middle of both passes, for one chunk: S = Q K^T and dP = dO V^T, then S becomes P and dP
+// becomes dS in place (variant_probabilities_and_ds for the variant instances, with the ALiBi
+// slope and the dropout draws of batch element b, query head h).
+template <class E, int BR, int BC, class Products>
+__device__ __forceinline__ void scores_and_ds(Products& products, const ForwardParams& p,
+                                              const BackwardTiles<E>& s, int64_t D,
+                                              float alibi_slope, int64_t b, int64_t h) {
+  products.scores(s.q, s.k, s.s, D);
+  products.scores(s.d_o, s.v, s.dp, D);
+  if constexpr (Products::kVariants)
+    variant_probabilities_and_ds<E, BR, BC, Products::kDropout>(p, s, alibi_slope, b, h);
+  else
+    probabilities_and_ds<E, BR, BC>(p, s);
+}
+
 // acc_rows[n][:] += tile[n][:] for the n < count rows with index[n] >= 0; row n of the
 // workspace accumulator is at base + index[n] * D. One block owns these rows in this launch.
 __device__ __forceinline__ void add_rows_to_workspace(float* base, const int64_t* index,
@@ -265,12 +280,7 @@ __device__ __forceinline__ void backward_dq_tile(const BackwardParams& bp, const
       __syncthreads();
       load_key_rows<T, E, BC>(p, b, hk, s.keys, s, D);
       __syncthreads();
-      products.scores(s.q, s.k, s.s, D);
-      products.scores(s.d_o, s.v, s.dp, D);
-      if constexpr (kVariants)
-        variant_probabilities_and_ds<E, BR, BC, Products::kDropout>(p, s, alibi_slope, b, h);
-      else
-        probabilities_and_ds<E, BR, BC>(p, s);
+      scores_and_ds<E, BR, BC>(products, p, s, D, alibi_slope, b, h);
       products.accumulate_rows(s.acc_a, s.dp, s.k, s.seen_lo, s.seen, D);  // dQ += dS K
     }
     __syncthreads();  // span and cnt are rewritten by the next span
@@ -354,12 +364,7 @@ __device__ __forceinline__ void backward_dkdv_tile(const BackwardParams& bp, con
         __syncthreads();
         load_query_rows<T, E, BR>(bp, b, hq, s, D);
         __syncthreads();
-        products.scores(s.q, s.k, s.s, D);
-        products.scores(s.d_o, s.v, s.dp, D);
-        if constexpr (kVariants)
-          variant_probabilities_and_ds<E, BR, BC, Products::kDropout>(p, s, alibi_slope, b, hq);
-        else
-          probabilities_and_ds<E, BR, BC>(p, s);
+        scores_and_ds<E, BR, BC>(products, p, s, D, alibi_slope, b, hq);
         products.accumulate_cols(s.acc_b, s.s, s.d_o, s.seen_lo, s.seen, D);  // dV += P^T dO
         products.accumulate_cols(s.acc_a, s.dp, s.q, s.seen_lo, s.seen, D);   // dK += dS^T Q
       }
