@@ -38,6 +38,7 @@ struct MmaBackwardProducts {
   using Input = T;
   static constexpr int kHeadDim = D, kStride = D + 8;
   static constexpr int kDqKeys = D == 64 ? 32 : 64, kKvRows = D == 64 ? 32 : 16;
+  static constexpr bool kQuadDraws = true;  // the dK/dV pass's dropout draws by lane groups
 
   // A lane's ldmatrix row address within a 16x16 block of a padded tile (as forward_mma.cu):
   // rows_first for an A operand stored row-major and for B operands read with .trans;

@@ -36,6 +36,9 @@ struct Tf32BackwardProducts {
   using Input = float;
   static constexpr int kHeadDim = D, kStride = D + 4;
   static constexpr int kDqKeys = D == 64 ? 64 : 32, kKvRows = D == 64 ? 32 : 16;
+  // At D = 128 the dK/dV pass's dropout instance uses 255 registers with both ways of drawing
+  // and spills (sm_80): it draws a call a pair there.
+  static constexpr bool kQuadDraws = D == 64;
 
   // The lane's g = lane / 4 and t = lane % 4.
   struct Frags {

@@ -9,6 +9,8 @@
 //       so the emulator can poison it per block and a missing barrier shows.
 //   DILATTN_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...)  a kernel launch.
 //   DILATTN_UNROLL  before a loop whose index picks elements of a register array.
+//   DILATTN_NO_UNROLL  before a loop nvcc must keep rolled (its iterations' registers at once
+//       would spill).
 //   DILATTN_SMEM_GUARD_BYTES, DILATTN_SMEM_GUARD(ptr, bytes)  guard bytes the tile carver leaves
 //       after each tile: none under nvcc; under the emulator 128, checked at every barrier, so a
 //       tile written past its end fails the launch.
@@ -42,6 +44,13 @@
 #define DILATTN_UNROLL _Pragma("unroll")
 #else
 #define DILATTN_UNROLL
+#endif
+// A loop nvcc must keep rolled: unrolled, its iterations' independent work (a generator call
+// each, dropout_tile.cuh) would be scheduled side by side and spill. Nothing under the emulator.
+#ifdef __CUDACC__
+#define DILATTN_NO_UNROLL _Pragma("unroll 1")
+#else
+#define DILATTN_NO_UNROLL
 #endif
 
 // The namespace the launchers and the kernels live in: cuda under nvcc, emu when a file is

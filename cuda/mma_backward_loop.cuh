@@ -35,7 +35,9 @@
 // Dropout (SPEC 11.3, the Dropout instances; dropout_tile.cuh): each pair's factor M_ij is drawn
 // again, dP takes it before dS = P (M dP - D_i) is formed, and in the dK/dV pass P^T becomes
 // P^T M for dV. The dQ pass draws with the forward's fragment layout (dropout_row_fragments);
-// the dK/dV pass's lane holds two keys of two rows each, one draw a pair.
+// the dK/dV pass's lane holds two keys of two rows each: where the warp's keys take
+// dropout_tile.cuh's QuadSlots its lanes draw one call each and share the decisions
+// (dropout_key_rows_mask), else one draw a pair.
 //
 // The NaN rule (SPEC 13): a product on tensor cores multiplies every pair of its tile, so a
 // pair a row does not see (P = dS = 0 there) still meets the other side's values: 0 * NaN is a
@@ -56,6 +58,9 @@
 // Products, the kernel file's part:
 //   using Input;                          the input dtype, also the shared-memory element
 //   kHeadDim, kStride (padded row), kDqKeys (dQ pass chunk), kKvRows (dK/dV pass chunk)
+//   kQuadDraws                            whether the dK/dV pass's dropout instance draws by
+//                                         lane groups where it can (false where its registers
+//                                         are too few for both ways of drawing)
 //   Frags, frags()                        the lane's fragment offsets, computed once
 //   scores<kN>(frags, s[kN / 8][4], a, b) s += a b^T for the warp: a its 16 rows of a padded
 //                                         tile, b kN rows of another, over kHeadDim
@@ -480,6 +485,22 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   };
 
   const int kw = warp * 16;  // the warp's first key of the tile; the lane's are kw + g, + 8
+  // Dropout: quad_P != 0 when the warp's 16 keys take QuadSlots (dropout_tile.cuh), positions
+  // j0 + quad_P k with j0 the first key's (keys past the tile's last are -1 and never seen);
+  // their draws then go by lane groups.
+  [[maybe_unused]] int quad_P = 0;
+  if constexpr (Dropout && Products::kQuadDraws) {
+    if (tl.keys[kw] >= 0 && tl.keys[kw + 1] >= 0) {
+      const int64_t j0 = key_position(p, tl.keys[kw]);
+      const int64_t P = key_position(p, tl.keys[kw + 1]) - j0;
+      bool quad = quad_slots_apply(j0, P);
+      for (int k = 2; k < 16 && quad; ++k) {
+        const int64_t j = tl.keys[kw + k];
+        quad = j < 0 || key_position(p, j) == j0 + P * k;
+      }
+      quad_P = quad ? static_cast<int>(P) : 0;
+    }
+  }
   const typename Products::Frags frags = Products::frags();
   float dk[D / 8][4], dv[D / 8][4];
   for (int nd = 0; nd < D / 8; ++nd)
@@ -533,10 +554,20 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
       // finite lse_s: no selection, no flag (prob_and_ds_seen). One row a lane, R <= 32.
       static_assert(R <= 32, "one chunk row per lane");
       const bool row_whole = lane >= R || (seen[lane] >= kw + 16 && lse[lane] != INFINITY);
-      // Dropout: pair (row t of the chunk, key kw + g + 8 (e >> 1)) of the chunk's head.
-      [[maybe_unused]] auto factor = [&](int t, int e) {
+      // Dropout: M of element e of block n, the pair (row 8 n + 2 t4 + (e & 1) of the chunk,
+      // key kw + g + 8 (e >> 1)) of the chunk's head. Where the keys take QuadSlots, from the
+      // block's mask (block_mask, drawn by every lane at the top of each block, so that a
+      // block's draws are not held in registers beside the others'); otherwise a draw a pair.
+      [[maybe_unused]] auto block_mask = [&](int n) -> uint32_t {
+        if (quad_P == 0) return 0u;
+        const int64_t i = progression_at(chunk.rows, chunk.t0 + 8 * n + 2 * t4 + (g >> 2));
+        return dropout_key_rows_mask(p, b, hk * group + chunk.head, row_position(p, i),
+                                     key_position(p, tl.keys[kw]), quad_P);
+      };
+      [[maybe_unused]] auto factor = [&](uint32_t mask, int n, int e) {
+        if (quad_P != 0) return key_rows_factor(p, mask, quad_P, e & 1, g + 8 * (e >> 1));
         return dropout_factor(p, b, hk * group + chunk.head,
-                              progression_at(chunk.rows, chunk.t0 + t),
+                              progression_at(chunk.rows, chunk.t0 + 8 * n + 2 * t4 + (e & 1)),
                               tl.keys[kw + g + 8 * (e >> 1)]);
       };
       if constexpr (Variants) {  // the pairs in [seen_lo, seen), variant scores
@@ -561,11 +592,13 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
           }
       } else if (__all_sync(0xffffffffu, row_whole) && p.score_post == 1.0f) {
         DILATTN_UNROLL
-        for (int n = 0; n < kTiles; ++n)
+        for (int n = 0; n < kTiles; ++n) {
+          [[maybe_unused]] uint32_t mask = 0u;
+          if constexpr (Dropout) mask = block_mask(n);
           for (int e = 0; e < 4; ++e) {
             const int t = 8 * n + 2 * t4 + (e & 1);
             if constexpr (Dropout) {  // P (M dP - D_i) for dK; P M for dV
-              const float m = factor(t, e);
+              const float m = factor(mask, n, e);
               dpt[n][e] *= m;
               prob_and_ds_seen(p, lse[t], di[t], st[n][e], dpt[n][e]);
               st[n][e] *= m;
@@ -573,14 +606,17 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
               prob_and_ds_seen(p, lse[t], di[t], st[n][e], dpt[n][e]);
             }
           }
+        }
       } else {
         DILATTN_UNROLL
-        for (int n = 0; n < kTiles; ++n)
+        for (int n = 0; n < kTiles; ++n) {
+          [[maybe_unused]] uint32_t mask = 0u;
+          if constexpr (Dropout) mask = block_mask(n);
           for (int e = 0; e < 4; ++e) {
             const int t = 8 * n + 2 * t4 + (e & 1);
             const bool seen_pair = kw + g + 8 * (e >> 1) < seen[t];
-            if constexpr (Dropout) {  // as above; an unseen pair stays 0 (no draw)
-              const float m = seen_pair ? factor(t, e) : 0.0f;
+            if constexpr (Dropout) {  // as above; an unseen pair stays 0 (no draw of its own)
+              const float m = seen_pair ? factor(mask, n, e) : 0.0f;
               dpt[n][e] *= m;
               prob_and_ds(p, seen_pair, lse[t], di[t], st[n][e], dpt[n][e]);
               st[n][e] *= m;
@@ -589,6 +625,7 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
             }
             unseen_bad = unseen_bad || (!seen_pair && bad[t] != 0);
           }
+        }
       }
       if (__any_sync(0xffffffffu, unseen_bad)) {
         if constexpr (Variants) {

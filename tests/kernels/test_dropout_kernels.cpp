@@ -7,8 +7,9 @@
 //     LSE, within SPEC 8 (the f16/bf16 tensor-core backward's dQ and dK within SPEC 12's
 //     dropout bound, SPEC 8's times 1.25 / (1 - p)), for every kind (dense, causal with Nq < Nk
 //     and Nq > Nk, GQA with strided views, dilated with several branches in two head modes,
-//     causal dilated, block-sparse with an empty BSR row), every dtype of the kernel, p = 0.1
-//     and 0.5, and on SIMT with the SPEC 10 options the kernels run (window, softcap, ALiBi,
+//     dilations 1, 2 and 4 over several runs of 16 keys (the kernels' quad draws and their
+//     lane-by-lane fallback), causal dilated, block-sparse with an empty BSR row), every dtype
+//     of the kernel, p = 0.1 and 0.5, and on SIMT with the SPEC 10 options the kernels run (window, softcap, ALiBi,
 //     sinks) at once; each case in the emulator's three thread orders, the same bits in each
 //     (SPEC 6);
 //   the same pairs as the reference, exactly: V's rows are the unit vectors (v_j = e_j), so
@@ -225,6 +226,14 @@ std::vector<DropoutCase> dropout_cases(const std::string& kernel) {
       dc.c.kind = DILATTN_KIND_DILATED; dc.c.Nq = dc.c.Nk = 23; dc.c.H = dc.c.Hkv = 2;
       dc.c.causal = true; dc.c.segments = {8, 23}; dc.c.dilations = {1, 2};
       dc.c.head_mode = DILATTN_HEADS_BLOCK;
+      out.push_back(dc);
+      // Branches of dilation 1, 2 and 4 with rows of several runs of 16 keys: segments that
+      // start a run (whose keys the kernels draw by quads, cuda/dropout_tile.cuh) and segments
+      // of 24 that start mid-run (drawn lane by lane).
+      dc = base("dilated_dilations_1_2_4", 8);
+      dc.c.kind = DILATTN_KIND_DILATED; dc.c.Nq = dc.c.Nk = 80; dc.c.H = 4; dc.c.Hkv = 2;
+      dc.c.segments = {24, 48, 80}; dc.c.dilations = {1, 2, 4};
+      dc.c.head_mode = DILATTN_HEADS_MOD;
       out.push_back(dc);
       dc = base("sparse_local_sink_empty_row", 8);
       dc.c.kind = DILATTN_KIND_BLOCK_SPARSE; dc.c.Nq = dc.c.Nk = 40; dc.c.H = 2; dc.c.Hkv = 1;
