@@ -10,6 +10,9 @@
 //   simt_mma.h        mma.sync m16n8k16 (f16, bf16) with the PTX ISA's fragment layout
 //   simt_ldmatrix.h   ldmatrix m8n8 x1/x2/x4 (.trans) with the PTX ISA's layout
 //   simt_async_copy.h cp.async 16-byte copies, visible only after the matching wait
+//   simt_mbarrier.h   mbarrier phases, arrivals and transaction bytes; waits that yield
+//   simt_named_barrier.h bar.sync / bar.arrive with an id and a thread count
+//   simt_setmaxnreg.h setmaxnreg.inc/.dec: warpgroups trading registers
 //   simt_streams.h    deferred streams, runtime call counters, launches per stream
 //   simt_launch.h     DILATTN_LAUNCH, DILATTN_DYNAMIC_SHARED, DILATTN_SMEM_GUARD,
 //                     simt::last_error_message(), the emulated device
@@ -26,6 +29,9 @@
 #include "simt_mma.h"
 #include "simt_ldmatrix.h"
 #include "simt_async_copy.h"
+#include "simt_mbarrier.h"
+#include "simt_named_barrier.h"
+#include "simt_setmaxnreg.h"
 #include "simt_launch.h"
 #include "simt_runtime.h"
 

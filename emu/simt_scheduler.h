@@ -16,11 +16,17 @@
 //     returned it is an error ("__syncthreads reached by 31 of 32 threads"). Nothing can hang.
 //   - An error abandons the block's fibers (their stacks are reused) and fails the launch.
 // ASan: every switch is wrapped in __sanitizer_start/finish_switch_fiber.
+//   - Threads waiting for a condition (an mbarrier phase, a named barrier, registers:
+//     wait_until) are tested after every round, after the round's asynchronous work
+//     (BlockRun::round_end) has landed; warpgroup collectives (group_collective) resolve when
+//     their whole range of threads has posted. A wait or collective still open when nothing
+//     can move is reported as a deadlock, naming what it waits for.
 //   - A barrier opens only when every thread waits at the same call site (file and line), and
 //     the guard bytes between carved shared-memory tiles (guard_shared) are checked there.
 // Checked by tests/emu/test_emu_negative_divergent_barrier.cpp, test_emu_negative_missing_barrier.cpp,
-// test_emu_negative_barrier_sites.cpp, test_emu_negative_smem_overrun.cpp and every positive emulator
-// test (each runs under several thread orders).
+// test_emu_negative_barrier_sites.cpp, test_emu_negative_smem_overrun.cpp,
+// test_emu_warp_specialization.cpp and every positive emulator test (each runs under several
+// thread orders).
 #ifndef DILATTN_SIMT_SCHEDULER_H
 #define DILATTN_SIMT_SCHEDULER_H
 
@@ -33,6 +39,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -163,10 +171,52 @@ inline void context_switch(Context& save, const Context& to) { swapcontext(&save
 }
 #endif
 
-enum class FiberState { runnable, at_block_barrier, at_warp_collective, done };
+enum class FiberState {
+  runnable,
+  at_block_barrier,
+  at_warp_collective,
+  at_group_collective,  // a warpgroup instruction (wgmma, setmaxnreg): group_collective()
+  at_wait,              // an mbarrier phase, a named barrier: wait_until()
+  done
+};
 
 struct BlockRun;
 struct WarpState;
+struct Fiber;
+
+// A condition a thread waits for (an mbarrier phase, a named barrier's generation, free
+// registers). The scheduler tests `ready` after every round; a wait still not ready when nothing
+// else can move is a deadlock, reported with `describe`.
+using WaitReadyFn = bool (*)(BlockRun&, const Fiber&);
+using WaitDescribeFn = std::string (*)(BlockRun&, const Fiber&);
+struct WaitPost {
+  WaitReadyFn ready = nullptr;
+  WaitDescribeFn describe = nullptr;
+  const void* ptr = nullptr;  // what is waited for (the mbarrier's address, ...)
+  uint64_t value = 0;         // and which phase or generation
+};
+
+// A collective of a contiguous range of threads (a warpgroup's 128): every thread posts and
+// waits; when all of [first, first + count) have posted the same `resolve`, the scheduler calls
+// it once and resumes them. `data` points at the posting thread's own arguments (on its stack,
+// which stays put while it waits).
+using GroupResolveFn = void (*)(BlockRun&, unsigned first, unsigned count);
+struct GroupPost {
+  GroupResolveFn resolve = nullptr;
+  const char* name = "";
+  unsigned first = 0;
+  unsigned count = 0;
+  const void* data = nullptr;
+};
+
+// Per-block state of an emulated feature (mbarriers, tensor-memory copies, wgmma groups): made
+// on first use in a block, dropped at the block's end. thread_exit runs when a thread returns
+// (a thread that leaves asynchronous work behind fails there), block_end after the last one.
+struct BlockExtension {
+  virtual ~BlockExtension() = default;
+  virtual void thread_exit(BlockRun&, const Fiber&) {}
+  virtual void block_end(BlockRun&) {}
+};
 
 // What a lane posts when it reaches a warp collective. The scheduler calls `resolve` once for
 // the whole group of lanes named by `mask`; it writes each lane's `result` (or sets an error).
@@ -215,6 +265,8 @@ struct Fiber {
   void* fake_stack = nullptr;  // ASan's bookkeeping across switches
   std::vector<PendingCopy> copies;  // cp.async copies not yet waited for
   int committed_groups = 0;         // cp.async groups this thread committed
+  WaitPost wait;                    // what an at_wait fiber waits for
+  GroupPost group;                  // what an at_group_collective fiber posted
 };
 
 // The kernel call with its arguments, type-erased: every fiber calls fn(ctx).
@@ -241,7 +293,50 @@ struct BlockRun {
   // Guard bytes between carved shared-memory tiles (offset, bytes), filled with kGuardByte
   // when first carved in this block and checked at every __syncthreads and at the block's end.
   std::vector<std::pair<size_t, size_t>> guards;
+  // Work that completes asynchronously (tensor-memory copies): run after the round in which it
+  // was issued, so no thread sees it done before the round ends.
+  std::vector<std::function<void(BlockRun&)>> round_end;
+  // Emulated features' per-block state, keyed by a tag (block_extension<T>).
+  std::vector<std::pair<const void*, std::unique_ptr<BlockExtension>>> extensions;
 };
+
+// The emulated shared window. A kernel's descriptors and tensor-memory copies name shared
+// memory by its address in the shared window (PTX's .shared state space, cvta.to.shared), not
+// by a generic pointer. The block's dynamic shared memory starts at window address
+// kSharedWindowBase: 128 bytes past a multiple of 1024, so a kernel that needs a tile aligned to
+// 1024 bytes (a swizzled tensor-memory copy, a wgmma operand) must align it itself, as on the
+// GPU, which promises 16 bytes.
+constexpr uint32_t kSharedWindowBase = 128;
+inline bool in_shared(const BlockRun& b, const void* p, size_t bytes) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  return c >= b.shared && c + bytes <= b.shared + b.shared_bytes;
+}
+inline uint32_t shared_window_address(const BlockRun& b, const void* p) {
+  return kSharedWindowBase +
+         static_cast<uint32_t>(static_cast<const unsigned char*>(p) - b.shared);
+}
+// The bytes at window address `address`, or nullptr when [address, address + bytes) is not in
+// the block's dynamic shared memory.
+inline unsigned char* shared_window_pointer(BlockRun& b, uint64_t address, size_t bytes) {
+  if (address < kSharedWindowBase || address - kSharedWindowBase + bytes > b.shared_bytes)
+    return nullptr;
+  return b.shared + (address - kSharedWindowBase);
+}
+
+// The block's state of type T (a BlockExtension), made on first use in this block.
+template <class T>
+inline const void* extension_tag() {
+  static const char tag = 0;
+  return &tag;
+}
+template <class T>
+T& block_extension(BlockRun& b) {
+  const void* tag = extension_tag<T>();
+  for (auto& e : b.extensions)
+    if (e.first == tag) return static_cast<T&>(*e.second);
+  b.extensions.emplace_back(tag, std::unique_ptr<BlockExtension>(new T()));
+  return static_cast<T&>(*b.extensions.back().second);
+}
 
 // Guard bytes hold this value; the poison of fresh shared memory is 0xFF, so they differ.
 constexpr unsigned char kGuardByte = 0xA5;
@@ -340,12 +435,20 @@ inline void yield_to_scheduler(Fiber& f) {
             " cp.async copies never waited for (missing commit or wait_group)";
 }
 
+// The emulated features' checks on a returning thread (asynchronous work it left behind).
+// Not inlined, as check_copies_waited.
+[[gnu::noinline]] inline void run_thread_exit_hooks(BlockRun& b, const Fiber& f) {
+  for (auto& e : b.extensions)
+    if (b.error.empty()) e.second->thread_exit(b, f);
+}
+
 inline void fiber_entry() {
   Fiber& f = *tl_current;
   BlockRun& b = *f.block;
   asan_finish_switch(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
   b.body.fn(b.body.ctx);
   check_copies_waited(b, f);
+  run_thread_exit_hooks(b, f);
   f.state = FiberState::done;
   asan_start_switch(nullptr, b.sched_stack_bottom, b.sched_stack_size);  // this fiber ends
   context_switch(f.ctx, b.sched_ctx);  // never resumed
@@ -373,6 +476,23 @@ inline uint64_t warp_collective(const LaneSlot& post) {
   return w.slot[f.lane].result;
 }
 
+// Posts this thread's part of a group collective and waits until the scheduler resolved it.
+inline void group_collective(const GroupPost& post) {
+  Fiber& f = current_fiber();
+  f.group = post;
+  f.state = FiberState::at_group_collective;
+  yield_to_scheduler(f);
+}
+
+// Returns when post.ready holds (at once if it already does). Other threads run meanwhile.
+inline void wait_until(const WaitPost& post) {
+  Fiber& f = current_fiber();
+  f.wait = post;
+  if (post.ready(*f.block, f)) return;
+  f.state = FiberState::at_wait;
+  yield_to_scheduler(f);
+}
+
 inline void block_barrier(int predicate, const char* file, int line) {
   Fiber& f = current_fiber();
   f.barrier_predicate = predicate != 0;
@@ -382,7 +502,9 @@ inline void block_barrier(int predicate, const char* file, int line) {
   yield_to_scheduler(f);
 }
 
-// Stops the calling thread for good and fails the launch with `what`.
+// Stops the calling thread for good and fails the launch with `what`. The thread's stack is
+// abandoned, so nothing on it may own heap memory: pass the block's own error string or text in
+// a char array (the const char* overload builds the message in a function that returns).
 [[noreturn]] inline void fail_thread(const std::string& what) {
   Fiber& f = current_fiber();
   BlockRun& b = *f.block;
@@ -390,6 +512,28 @@ inline void block_barrier(int predicate, const char* file, int line) {
   f.state = FiberState::done;
   yield_to_scheduler(f);
   std::abort();  // unreachable: a failed block's fibers are never resumed
+}
+[[gnu::noinline]] inline void record_thread_error(const char* what) {
+  Fiber& f = current_fiber();
+  BlockRun& b = *f.block;
+  if (b.error.empty()) b.error = thread_name(b, f.linear) + ": " + what;
+}
+[[noreturn]] inline void fail_thread(const char* what) {
+  record_thread_error(what);
+  fail_thread(current_fiber().block->error);
+}
+
+// cvta.to.shared: the window address of a pointer into the block's dynamic shared memory
+// (`bytes` of it). Any other pointer fails the launch: on the GPU it would name other memory.
+inline uint32_t shared_address_of(const void* p, size_t bytes, const char* what) {
+  BlockRun& b = *current_fiber().block;
+  if (!in_shared(b, p, bytes)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s: %p is not in the block's dynamic shared memory", what,
+                  p);
+    fail_thread(buf);
+  }
+  return shared_window_address(b, p);
 }
 
 // ---------------------------------------------------------------- shared-memory guards
@@ -486,6 +630,65 @@ inline bool resolve_warp(BlockRun& b, WarpState& w) {
   return progress;
 }
 
+// Resolves every group collective whose threads have all posted. Returns true when some
+// threads were released; sets b.error when the threads of one group are at different ones.
+inline bool resolve_groups(BlockRun& b) {
+  bool progress = false;
+  const unsigned n = static_cast<unsigned>(b.fibers.size());
+  for (unsigned t = 0; t < n; ++t) {
+    const Fiber& f = b.fibers[t];
+    if (f.state != FiberState::at_group_collective || f.group.first != t) continue;
+    const GroupPost& g = f.group;
+    if (g.first + g.count > n) {
+      b.error = thread_name(b, t) + ": " + g.name + " names threads past the block's end";
+      return false;
+    }
+    bool ready = true;
+    for (unsigned m = g.first; m < g.first + g.count; ++m) {
+      const Fiber& o = b.fibers[m];
+      if (o.state != FiberState::at_group_collective) {
+        ready = false;
+        continue;
+      }
+      if (o.group.resolve != g.resolve || o.group.first != g.first || o.group.count != g.count) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      ": threads %u..%u disagree on the collective: thread %u at %s, thread %u "
+                      "at %s",
+                      g.first, g.first + g.count - 1, t, g.name, m, o.group.name);
+        b.error = block_name(b) + buf;
+        return false;
+      }
+    }
+    if (!ready) continue;
+    g.resolve(b, g.first, g.count);
+    if (!b.error.empty()) return false;
+    for (unsigned m = g.first; m < g.first + g.count; ++m)
+      b.fibers[m].state = FiberState::runnable;
+    progress = true;
+  }
+  return progress;
+}
+
+// Runs the asynchronous work issued during the round, then releases the waits now ready.
+inline bool finish_round_work(BlockRun& b) {
+  bool progress = false;
+  while (!b.round_end.empty() && b.error.empty()) {
+    std::vector<std::function<void(BlockRun&)>> work;
+    work.swap(b.round_end);
+    for (auto& w : work) w(b);
+    progress = true;
+  }
+  if (!b.error.empty()) return false;
+  for (Fiber& f : b.fibers) {
+    if (f.state == FiberState::at_wait && f.wait.ready(b, f)) {
+      f.state = FiberState::runnable;
+      progress = true;
+    }
+  }
+  return progress;
+}
+
 // After an error: the block's fibers are dropped mid-kernel. ASan's shadow of their stacks
 // still marks the frames they left, so it is cleared before the stacks are reused.
 inline void abandon_block(BlockRun& b) {
@@ -509,6 +712,8 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
   const unsigned n = static_cast<unsigned>(b.fibers.size());
   b.error.clear();
   b.guards.clear();
+  b.round_end.clear();
+  b.extensions.clear();
   for (Fiber& f : b.fibers) start_fiber(f);
   uint64_t rng = s.seed ^ (block_linear * 0xD1B54A32D192ED03ull);
   make_order(b, s, rng);
@@ -529,6 +734,12 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
         abandon_block(b);
         return false;
       }
+    }
+    progress = resolve_groups(b) || progress;
+    if (b.error.empty()) progress = finish_round_work(b) || progress;
+    if (!b.error.empty()) {
+      abandon_block(b);
+      return false;
     }
     if (progress) {
       if (s.order == ThreadOrder::shuffled) make_order(b, s, rng);
@@ -554,6 +765,23 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
       }
     }
     for (const Fiber& f : b.fibers) {
+      if (f.state == FiberState::at_wait) {
+        b.error = thread_name(b, f.linear) + ": waits for " + f.wait.describe(b, f) +
+                  ", which nothing left running can complete";
+      } else if (f.state == FiberState::at_group_collective) {
+        unsigned posted = 0;
+        for (unsigned m = f.group.first; m < f.group.first + f.group.count; ++m)
+          posted += b.fibers[m].state == FiberState::at_group_collective;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, ": %s reached by %u of the %u threads %u..%u",
+                      f.group.name, posted, f.group.count, f.group.first,
+                      f.group.first + f.group.count - 1);
+        b.error = block_name(b) + buf;
+      }
+      if (!b.error.empty()) {
+        abandon_block(b);
+        return false;
+      }
       at_block += f.state == FiberState::at_block_barrier;
       done += f.state == FiberState::done;
     }
@@ -561,7 +789,15 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
       abandon_block(b);
       return false;
     }
-    if (at_block == 0) return true;  // every thread returned
+    if (at_block == 0) {  // every thread returned
+      for (auto& e : b.extensions)
+        if (b.error.empty()) e.second->block_end(b);
+      if (!b.error.empty()) {
+        abandon_block(b);
+        return false;
+      }
+      return true;
+    }
     if (done > 0) {
       char buf[96];
       std::snprintf(buf, sizeof buf, ": __syncthreads reached by %u of %u threads", at_block, n);

@@ -38,6 +38,10 @@
 #define __managed__
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+// A kernel parameter read in place (a tensor map, whose address a copy names): kernel arguments
+// are copied into the launch and live until it ends, so nothing more is needed here.
+#undef __grid_constant__
+#define __grid_constant__
 #ifndef __forceinline__
 #define __forceinline__ inline __attribute__((always_inline))
 #endif
