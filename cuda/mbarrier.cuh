@@ -13,7 +13,9 @@
 // PTX ISA's, section "Parallel Synchronization and Communication Instructions: mbarrier";
 // emu/simt_mbarrier.h implements them for the emulator and reports a wait nothing can complete
 // (a wrong byte count, a missing arrival) as a deadlock instead of hanging.
-// Checked by tests/emu/test_emu_warp_specialization.cpp and the TMA test (tests/emu/).
+// expect_tx and try_wait are sm_90's: compiled for an older target those calls trap, so a file
+// holding a Hopper kernel builds for every target in the build.
+// Checked by tests/emu/test_emu_warp_specialization.cpp and tests/emu/test_emu_tma.cpp.
 #ifndef DILATTN_MBARRIER_CUH
 #define DILATTN_MBARRIER_CUH
 
@@ -36,7 +38,7 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
 }
 
 __device__ __forceinline__ void mbarrier_init_fence() {
-#ifdef __CUDACC__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
 }
@@ -55,7 +57,10 @@ __device__ __forceinline__ uint64_t mbarrier_arrive(uint64_t* bar) {
 }
 
 __device__ __forceinline__ uint64_t mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
-#ifdef __CUDACC__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // transaction counts are sm_90's
+  return 0;
+#elif defined(__CUDACC__)
   uint64_t state;
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;\n"
                : "=l"(state)
@@ -68,7 +73,9 @@ __device__ __forceinline__ uint64_t mbarrier_arrive_expect_tx(uint64_t* bar, uns
 }
 
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, unsigned parity) {
-#ifdef __CUDACC__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // try_wait is sm_90's
+#elif defined(__CUDACC__)
   const uint32_t address = shared_address(bar);
   uint32_t done = 0;
   do {

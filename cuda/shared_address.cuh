@@ -7,10 +7,15 @@
 //                                  `bytes` (a swizzled tile's pattern repeats every 1024 bytes
 //                                  of window address, and the GPU promises dynamic shared
 //                                  memory only 16-byte alignment)
+//   fence_proxy_async_shared()     fence.proxy.async.shared::cta: this thread's ordinary writes
+//                                  to shared memory become visible to the asynchronous proxy
+//                                  (a wgmma or a TMA store reading them); not needed between a
+//                                  TMA load and a wgmma (both asynchronous)
 //
 // Under nvcc __cvta_generic_to_shared; under the emulator simt::detail::shared_address_of,
 // whose window puts dynamic shared memory 128 bytes past a multiple of 1024, so a kernel that
-// forgets to align fails there (emu/README.md).
+// forgets to align fails there (emu/README.md). The emulator has one view of shared memory, so
+// the fence does nothing there and a missing one is not caught.
 #ifndef DILATTN_SHARED_ADDRESS_CUH
 #define DILATTN_SHARED_ADDRESS_CUH
 
@@ -33,6 +38,12 @@ template <class T>
 __device__ __forceinline__ T* align_shared(T* p, uint32_t bytes) {
   const uint32_t skip = (bytes - shared_address(p) % bytes) % bytes;
   return reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(p) + skip);
+}
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 
 }  // namespace DILATTN_BACKEND_NS

@@ -8,7 +8,9 @@
 //   warpgroup_registers_inc<N>()       this warpgroup's threads hold N registers each, taken
 //                                      from the block's pool (waits until the pool has them)
 //   warpgroup_registers_dec<N>()       ... N registers each, the rest given back
-// N is a multiple of 8 in 24 .. 256; the whole warpgroup executes the same call.
+// N is a multiple of 8 in 24 .. 256; the whole warpgroup executes the same call. setmaxnreg is
+// an sm_90a feature: compiled for another target, the calls trap (wgmma.cuh does the same), so
+// a file holding a Hopper kernel builds for every target in the build.
 // The semantics are the PTX ISA's, sections "bar, barrier" and "setmaxnreg";
 // emu/simt_named_barrier.h and emu/simt_setmaxnreg.h implement them for the emulator.
 // Checked by tests/emu/test_emu_warp_specialization.cpp.
@@ -39,8 +41,10 @@ __device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threa
 template <int N>
 __device__ __forceinline__ void warpgroup_registers_inc() {
   static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes a multiple of 8, 24..256");
-#ifdef __CUDACC__
+#if defined(__CUDACC__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(__CUDACC__)
+  __trap();  // sm_90a only: another target's pass of a file that holds a Hopper kernel
 #else
   simt::setmaxnreg_inc(N);
 #endif
@@ -49,8 +53,10 @@ __device__ __forceinline__ void warpgroup_registers_inc() {
 template <int N>
 __device__ __forceinline__ void warpgroup_registers_dec() {
   static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes a multiple of 8, 24..256");
-#ifdef __CUDACC__
+#if defined(__CUDACC__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(__CUDACC__)
+  __trap();  // sm_90a only: another target's pass of a file that holds a Hopper kernel
 #else
   simt::setmaxnreg_dec(N);
 #endif

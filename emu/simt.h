@@ -13,6 +13,8 @@
 //   simt_mbarrier.h   mbarrier phases, arrivals and transaction bytes; waits that yield
 //   simt_named_barrier.h bar.sync / bar.arrive with an id and a thread count
 //   simt_setmaxnreg.h setmaxnreg.inc/.dec: warpgroups trading registers
+//   simt_tma.h        tensor maps and cp.async.bulk.tensor copies (TMA), landing a round late
+//   simt_wgmma.h      wgmma.mma_async with matrix descriptors, fence/commit/wait
 //   simt_streams.h    deferred streams, runtime call counters, launches per stream
 //   simt_launch.h     DILATTN_LAUNCH, DILATTN_DYNAMIC_SHARED, DILATTN_SMEM_GUARD,
 //                     simt::last_error_message(), the emulated device
@@ -32,6 +34,8 @@
 #include "simt_mbarrier.h"
 #include "simt_named_barrier.h"
 #include "simt_setmaxnreg.h"
+#include "simt_tma.h"
+#include "simt_wgmma.h"
 #include "simt_launch.h"
 #include "simt_runtime.h"
 

@@ -17,14 +17,16 @@
 //   - An error abandons the block's fibers (their stacks are reused) and fails the launch.
 // ASan: every switch is wrapped in __sanitizer_start/finish_switch_fiber.
 //   - Threads waiting for a condition (an mbarrier phase, a named barrier, registers:
-//     wait_until) are tested after every round, after the round's asynchronous work
-//     (BlockRun::round_end) has landed; warpgroup collectives (group_collective) resolve when
-//     their whole range of threads has posted. A wait or collective still open when nothing
-//     can move is reported as a deadlock, naming what it waits for.
+//     wait_until) are tested after every round, after the asynchronous work due then
+//     (BlockRun::round_end: issued the round before) has landed; warpgroup collectives
+//     (group_collective) resolve when their whole range of threads has posted. A wait or
+//     collective still open when nothing can move is reported as a deadlock, naming what it
+//     waits for.
 //   - A barrier opens only when every thread waits at the same call site (file and line), and
 //     the guard bytes between carved shared-memory tiles (guard_shared) are checked there.
-// Checked by tests/emu/test_emu_negative_divergent_barrier.cpp, test_emu_negative_missing_barrier.cpp,
-// test_emu_negative_barrier_sites.cpp, test_emu_negative_smem_overrun.cpp,
+// Checked by tests/emu/test_emu_negative_divergent_barrier.cpp,
+// test_emu_negative_missing_barrier.cpp, test_emu_negative_barrier_sites.cpp,
+// test_emu_negative_smem_overrun.cpp,
 // test_emu_warp_specialization.cpp and every positive emulator test (each runs under several
 // thread orders).
 #ifndef DILATTN_SIMT_SCHEDULER_H
@@ -35,11 +37,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -293,9 +297,12 @@ struct BlockRun {
   // Guard bytes between carved shared-memory tiles (offset, bytes), filled with kGuardByte
   // when first carved in this block and checked at every __syncthreads and at the block's end.
   std::vector<std::pair<size_t, size_t>> guards;
-  // Work that completes asynchronously (tensor-memory copies): run after the round in which it
-  // was issued, so no thread sees it done before the round ends.
+  // Work that completes asynchronously (tensor-memory copies): it lands at the end of the
+  // round after the one it was issued in, so neither the issuing round nor a __syncthreads
+  // right after the issue (which opens at that round's end) makes it visible; only what waits
+  // for it (an mbarrier phase) does. round_end_due: how many of round_end are due this round.
   std::vector<std::function<void(BlockRun&)>> round_end;
+  size_t round_end_due = 0;
   // Emulated features' per-block state, keyed by a tag (block_extension<T>).
   std::vector<std::pair<const void*, std::unique_ptr<BlockExtension>>> extensions;
 };
@@ -670,16 +677,23 @@ inline bool resolve_groups(BlockRun& b) {
   return progress;
 }
 
-// Runs the asynchronous work issued during the round, then releases the waits now ready.
+// Runs the asynchronous work due this round (issued in the round before), marks the work issued
+// in this one due next round, then releases the waits now ready.
 inline bool finish_round_work(BlockRun& b) {
   bool progress = false;
-  while (!b.round_end.empty() && b.error.empty()) {
-    std::vector<std::function<void(BlockRun&)>> work;
-    work.swap(b.round_end);
-    for (auto& w : work) w(b);
+  if (b.round_end_due > 0) {
+    const auto end = b.round_end.begin() + static_cast<std::ptrdiff_t>(b.round_end_due);
+    std::vector<std::function<void(BlockRun&)>> due(std::make_move_iterator(b.round_end.begin()),
+                                                    std::make_move_iterator(end));
+    b.round_end.erase(b.round_end.begin(), end);
+    for (auto& w : due) {
+      w(b);
+      if (!b.error.empty()) return false;
+    }
     progress = true;
   }
-  if (!b.error.empty()) return false;
+  b.round_end_due = b.round_end.size();
+  if (b.round_end_due > 0) progress = true;  // another round lands it
   for (Fiber& f : b.fibers) {
     if (f.state == FiberState::at_wait && f.wait.ready(b, f)) {
       f.state = FiberState::runnable;
@@ -713,6 +727,7 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
   b.error.clear();
   b.guards.clear();
   b.round_end.clear();
+  b.round_end_due = 0;
   b.extensions.clear();
   for (Fiber& f : b.fibers) start_fiber(f);
   uint64_t rng = s.seed ^ (block_linear * 0xD1B54A32D192ED03ull);

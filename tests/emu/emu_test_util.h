@@ -4,7 +4,8 @@
 // run_in_orders() runs one computation under ascending, descending and a shuffled thread order
 // and reports whether all three gave bitwise identical bytes (memcmp, never ==, so NaN and -0.0
 // count as differences); DeviceVector is memory aligned as cudaMalloc's; as_bytes / from_bytes
-// move values to and from the compared bytes; launched_ok reports the last launch's status.
+// move values to and from the compared bytes; launched_ok reports the last launch's status and
+// launch_failed_with whether it failed with a given message.
 #ifndef DILATTN_TESTS_EMU_TEST_UTIL_H
 #define DILATTN_TESTS_EMU_TEST_UTIL_H
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "../common/check.h"
@@ -71,6 +73,17 @@ std::vector<T> from_bytes(const std::vector<unsigned char>& b) {
   std::vector<T> v(b.size() / sizeof(T));
   if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
   return v;
+}
+
+// Whether the last launch on this thread failed with a message containing `expected`; prints
+// what it got otherwise.
+inline bool launch_failed_with(const char* what, const char* expected) {
+  const cudaError_t e = cudaGetLastError();
+  const std::string msg = simt::last_error_message();
+  if (e == cudaErrorLaunchFailure && msg.find(expected) != std::string::npos) return true;
+  std::fprintf(stderr, "%s: got %s (%s), want a launch failure with \"%s\"\n", what,
+               cudaGetErrorName(e), msg.c_str(), expected);
+  return false;
 }
 
 // Launch status of the last launch on this thread: cudaSuccess or prints the message.

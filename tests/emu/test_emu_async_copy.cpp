@@ -78,15 +78,6 @@ __global__ void copy_kernel(const float* src, float* out, int mode) {
 
 constexpr size_t kSmem = 256 * sizeof(float);
 
-bool fails_with(const char* what, const char* expected) {
-  const cudaError_t e = cudaGetLastError();
-  const std::string msg = simt::last_error_message();
-  if (e == cudaErrorLaunchFailure && msg.find(expected) != std::string::npos) return true;
-  std::fprintf(stderr, "%s: got %s (%s), want a launch failure with \"%s\"\n", what,
-               cudaGetErrorName(e), msg.c_str(), expected);
-  return false;
-}
-
 }  // namespace
 
 int main() {
@@ -120,7 +111,7 @@ int main() {
 
   // (3) no commit: the wait completes nothing, and the thread returns with copies pending.
   run(kNoCommit);
-  CHECK_MSG(fails_with("(3)", "never waited for"), "(3) missing commit");
+  CHECK_MSG(emu_test::launch_failed_with("(3)", "never waited for"), "(3) missing commit");
   CHECK_MSG(std::isnan(out[0]), "(3) out[0] = %g, want NaN (read before any copy completed)",
             double(out[0]));
 
@@ -138,12 +129,12 @@ int main() {
 
   // (5) alignment and the destination's memory space.
   run(kMisalignedSrc);
-  CHECK_MSG(fails_with("(5) source 8 bytes off", "must be 16-byte aligned"), "(5) source");
+  CHECK_MSG(emu_test::launch_failed_with("(5) source 8 bytes off", "must be 16-byte aligned"), "(5) source");
   run(kMisalignedDst);
-  CHECK_MSG(fails_with("(5) destination 4 bytes off", "must be 16-byte aligned"),
+  CHECK_MSG(emu_test::launch_failed_with("(5) destination 4 bytes off", "must be 16-byte aligned"),
             "(5) destination");
   run(kGlobalDst);
-  CHECK_MSG(fails_with("(5) global destination", "not in the block's dynamic shared memory"),
+  CHECK_MSG(emu_test::launch_failed_with("(5) global destination", "not in the block's dynamic shared memory"),
             "(5) global destination");
 
   // (6) 4-byte copies: the data after the wait, poison before it, alignment to 4 bytes.
@@ -158,6 +149,6 @@ int main() {
     CHECK_MSG(std::isnan(out[i]), "(6) before the wait: out[%d] = %g, want NaN", i,
               double(out[i]));
   run(kMisalignedWord);
-  CHECK_MSG(fails_with("(6) source 2 bytes off", "must be 4-byte aligned"), "(6) source");
+  CHECK_MSG(emu_test::launch_failed_with("(6) source 2 bytes off", "must be 4-byte aligned"), "(6) source");
   return harness::finish("emu_async_copy");
 }

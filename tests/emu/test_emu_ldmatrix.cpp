@@ -67,15 +67,6 @@ uint32_t expected(int lane, int i, bool trans) {
   return lo | (hi << 16);
 }
 
-bool fails_with(const char* what, const char* expected_text) {
-  const cudaError_t e = cudaGetLastError();
-  const std::string msg = simt::last_error_message();
-  if (e == cudaErrorLaunchFailure && msg.find(expected_text) != std::string::npos) return true;
-  std::fprintf(stderr, "%s: got %s (%s), want a launch failure with \"%s\"\n", what,
-               cudaGetErrorName(e), msg.c_str(), expected_text);
-  return false;
-}
-
 template <int N, bool Trans>
 void check_form(const emu_test::DeviceVector<uint16_t>& tile) {
   char name[32];
@@ -123,17 +114,17 @@ void check_form(const emu_test::DeviceVector<uint16_t>& tile) {
                   lane, i);
   }
   if (N == 4)
-    CHECK_MSG(fails_with(name, "of lane 8 (matrix 1, row 0) is not in the block's dynamic "
+    CHECK_MSG(emu_test::launch_failed_with(name, "of lane 8 (matrix 1, row 0) is not in the block's dynamic "
                                "shared memory"),
               "%s (3) lanes 8..31 without addresses", name);
   run(kMisaligned, 32);
-  CHECK_MSG(fails_with(name, "of lane 3 (matrix 0, row 3) is not 16-byte aligned"),
+  CHECK_MSG(emu_test::launch_failed_with(name, "of lane 3 (matrix 0, row 3) is not 16-byte aligned"),
             "%s (3) misaligned row", name);
   run(kGlobalRow, 32);
-  CHECK_MSG(fails_with(name, "of lane 5 (matrix 0, row 5) is not in the block's dynamic shared"),
+  CHECK_MSG(emu_test::launch_failed_with(name, "of lane 5 (matrix 0, row 5) is not in the block's dynamic shared"),
             "%s (3) row in global memory", name);
   run(kRule, 16);
-  CHECK_MSG(fails_with(name, "needs all 32 lanes"), "%s (3) a partial warp", name);
+  CHECK_MSG(emu_test::launch_failed_with(name, "needs all 32 lanes"), "%s (3) a partial warp", name);
 }
 
 // (4) A (16x16) row-major and B (16x8) k-major in shared memory, pitch 24; Bt = B^T n-major

@@ -58,17 +58,6 @@ __global__ void read_after_store_kernel(float* tile, float* out, int sync) {
   out[lane] = tile[(lane * 8 + 8) % 256];
 }
 
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
-
-bool fails_with(const char* what, const char* expected) {
-  const cudaError_t e = cudaGetLastError();
-  const std::string msg = simt::last_error_message();
-  if (e == cudaErrorLaunchFailure && contains(msg, expected)) return true;
-  std::fprintf(stderr, "%s: got %s (%s), want a launch failure with \"%s\"\n", what,
-               cudaGetErrorName(e), msg.c_str(), expected);
-  return false;
-}
-
 }  // namespace
 
 int main() {
@@ -80,7 +69,7 @@ int main() {
   // (1) 16 elements per lane: all of them or the copies disagree.
   DILATTN_LAUNCH(scaled_product_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), b.data(),
                                                                        d.data(), 8);
-  CHECK_MSG(fails_with("scaling x[0..7] only", "matrix_a fragment element"), "(1)");
+  CHECK_MSG(emu_test::launch_failed_with("scaling x[0..7] only", "matrix_a fragment element"), "(1)");
   DILATTN_LAUNCH(scaled_product_kernel, dim3(1), dim3(32), 0, nullptr)(
       a.data(), b.data(), d.data(), Frag16::num_elements);
   CHECK_MSG(emu_test::launched_ok("scaling all num_elements"), "(1) control");
@@ -95,14 +84,14 @@ int main() {
 
   // (2) alignment, (3) ldm, (4) one pointer and ldm for the warp.
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 8, 16, -1, d.data(), 16);
-  CHECK_MSG(fails_with("16 bytes off alignment", "is not 32-byte aligned"), "(2)");
+  CHECK_MSG(emu_test::launch_failed_with("16 bytes off alignment", "is not 32-byte aligned"), "(2)");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 0, 20, -1, d.data(), 16);
-  CHECK_MSG(fails_with("ldm 20 for f16", "ldm = 20 is not a positive multiple of 8"), "(3) f16");
+  CHECK_MSG(emu_test::launch_failed_with("ldm 20 for f16", "ldm = 20 is not a positive multiple of 8"), "(3) f16");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 0, 16, -1, d.data(), 18);
-  CHECK_MSG(fails_with("ldm 18 for a float store", "ldm = 18 is not a positive multiple of 4"),
+  CHECK_MSG(emu_test::launch_failed_with("ldm 18 for a float store", "ldm = 18 is not a positive multiple of 4"),
             "(3) f32");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 0, 16, 5, d.data(), 16);
-  CHECK_MSG(fails_with("lane 5 passing another pointer", "lanes disagree"), "(4)");
+  CHECK_MSG(emu_test::launch_failed_with("lane 5 passing another pointer", "lanes disagree"), "(4)");
   DILATTN_LAUNCH(load_kernel, dim3(1), dim3(32), 0, nullptr)(a.data(), 16, 32, -1, d.data(), 24);
   CHECK_MSG(emu_test::launched_ok("aligned pointer, legal ldm"), "(2-4) control");
 

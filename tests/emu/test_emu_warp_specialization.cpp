@@ -15,10 +15,10 @@
 //   (3) defects fail the launch with a message naming them: an mbarrier that gets fewer
 //       arrivals than its count (a deadlock, where the GPU hangs), a wait for the wrong parity,
 //       an mbarrier used before init, more arrivals than its count in a phase held open by
-//       transaction bytes (arrivals past a completed phase count toward the next), a named barrier short of its
-//       thread count, threads disagreeing on a named barrier's count, a barrier id out of
-//       range, a setmaxnreg.inc the block's registers can never hold, a warpgroup missing a
-//       thread at setmaxnreg, and a .dec that raises the count.
+//       transaction bytes (arrivals past a completed phase count toward the next), a named
+//       barrier short of its thread count, threads disagreeing on a named barrier's count, a
+//       barrier id out of range, a setmaxnreg.inc the block's registers can never hold, a
+//       warpgroup missing a thread at setmaxnreg, and a .dec that raises the count.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -151,15 +151,6 @@ __global__ void specialized_kernel(const float* src, float* out, int* log, int m
   }
 }
 
-bool fails_with(const char* what, const char* expected) {
-  const cudaError_t e = cudaGetLastError();
-  const std::string msg = simt::last_error_message();
-  if (e == cudaErrorLaunchFailure && msg.find(expected) != std::string::npos) return true;
-  std::fprintf(stderr, "%s: got %s (%s), want a launch failure with \"%s\"\n", what,
-               cudaGetErrorName(e), msg.c_str(), expected);
-  return false;
-}
-
 }  // namespace
 
 int main() {
@@ -204,31 +195,32 @@ int main() {
 
   // (3) defects.
   run(kMissingArrival);
-  CHECK_MSG(fails_with("(3) 256 arrivals at a count of 257", "1 of 257 arrivals"),
+  CHECK_MSG(emu_test::launch_failed_with("(3) 256 arrivals at a count of 257", "1 of 257 arrivals"),
             "(3) missing arrival");
   run(kWrongParity);
-  CHECK_MSG(fails_with("(3) wait for parity 1 first", "the phase of parity 1"),
+  CHECK_MSG(emu_test::launch_failed_with("(3) wait for parity 1 first", "the phase of parity 1"),
             "(3) wrong parity");
   run(kNoInit);
-  CHECK_MSG(fails_with("(3) no init", "no mbarrier was initialised"), "(3) no init");
+  CHECK_MSG(emu_test::launch_failed_with("(3) no init", "no mbarrier was initialised"), "(3) no init");
   run(kExtraArrival);
-  CHECK_MSG(fails_with("(3) 129 arrivals in an open phase", "more arrivals than the count"),
+  CHECK_MSG(emu_test::launch_failed_with("(3) 129 arrivals in an open phase", "more arrivals than the count"),
             "(3) extra arrival");
   run(kNamedShort);
-  CHECK_MSG(fails_with("(3) 128 of 256 at a named barrier", "named barrier 4, which 128 of the 256"),
+  CHECK_MSG(emu_test::launch_failed_with("(3) 128 of 256 at a named barrier",
+                       "named barrier 4, which 128 of the 256"),
             "(3) named barrier short");
   run(kNamedCountsDiffer);
-  CHECK_MSG(fails_with("(3) counts 256 and 384", "earlier arrivals of the phase"),
+  CHECK_MSG(emu_test::launch_failed_with("(3) counts 256 and 384", "earlier arrivals of the phase"),
             "(3) named barrier counts");
   run(kNamedBadId);
-  CHECK_MSG(fails_with("(3) barrier id 0", "barrier id 0 outside 1 .. 15"), "(3) barrier id");
+  CHECK_MSG(emu_test::launch_failed_with("(3) barrier id 0", "barrier id 0 outside 1 .. 15"), "(3) barrier id");
   run(kRegistersNeverFit);
-  CHECK_MSG(fails_with("(3) 168 + 2 x 256 registers", "setmaxnreg.inc 256"),
+  CHECK_MSG(emu_test::launch_failed_with("(3) 168 + 2 x 256 registers", "setmaxnreg.inc 256"),
             "(3) registers never fit");
   run(kRegistersThreadMissing);
-  CHECK_MSG(fails_with("(3) 127 threads at setmaxnreg", "reached by 127 of the 128 threads"),
+  CHECK_MSG(emu_test::launch_failed_with("(3) 127 threads at setmaxnreg", "reached by 127 of the 128 threads"),
             "(3) thread missing");
   run(kRegistersDecRaises);
-  CHECK_MSG(fails_with("(3) .dec to 256", "so this raises them"), "(3) dec raises");
+  CHECK_MSG(emu_test::launch_failed_with("(3) .dec to 256", "so this raises them"), "(3) dec raises");
   return harness::finish("emu_warp_specialization");
 }
