@@ -3,9 +3,13 @@
 // case exercises (tests/kernels/test_forward_kernels.cpp and test_backward_kernels.cpp assert
 // it for every case).
 //
-//   forward_kernel_for: MMA (forward_mma.cu, mma.sync + cp.async): f16 or bf16, D in {64, 128},
-//       sm_80 or newer (bf16 tensor cores, cp.async); MMA_TF32 (forward_mma_tf32.cu, 3xTF32
-//       mma.sync): f32, D in {64, 128}, sm_80 or newer (TF32 tensor cores); SIMT
+//   forward_kernel_for: WGMMA (forward_wgmma.cu, wgmma + TMA + warp specialisation): f16 or
+//       bf16, D in {64, 128}, sm_90, no SPEC 10 option and no dropout, when the launcher says
+//       the Hopper path is open (`hopper`: the build holds sm_90a code, K and V are views TMA
+//       can read, every dilation fits kWgmmaMaxStep, and DILATTN_CUDA_WGMMA=1 asks for it:
+//       docs/spec.md 14.5); MMA (forward_mma.cu, mma.sync + cp.async): f16 or bf16, D in
+//       {64, 128}, sm_80 or newer (bf16 tensor cores, cp.async); MMA_TF32 (forward_mma_tf32.cu,
+//       3xTF32 mma.sync): f32, D in {64, 128}, sm_80 or newer (TF32 tensor cores); SIMT
 //       (forward_simt.cu) for the rest the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
 //   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
 //       cases, MMA_TF32 (backward_mma_tf32.cu, 3xTF32) for the same f32 ones, SIMT
@@ -26,13 +30,18 @@
 
 namespace dilattn {
 
-enum class KernelChoice { simt, mma, mma_tf32 };
+enum class KernelChoice { simt, mma, mma_tf32, wgmma };
 
-// `variants` alone or `dropout` alone does not change the choice (every kernel has a variant
-// instance and a dropout instance); both together run SIMT.
+// `variants` alone or `dropout` alone does not change the choice among the sm_80 kernels (each
+// has a variant instance and a dropout instance); both together run SIMT. The Hopper kernel
+// has the plain instance only.
 inline KernelChoice forward_kernel_for(dilattn_dtype dtype, int64_t D, int cc_major,
-                                       bool variants = false, bool dropout = false) {
+                                       bool variants = false, bool dropout = false,
+                                       bool hopper = false) {
   if ((variants && dropout) || (D != 64 && D != 128) || cc_major < 8) return KernelChoice::simt;
+  if (hopper && cc_major == 9 && !variants && !dropout &&
+      (dtype == DILATTN_F16 || dtype == DILATTN_BF16))
+    return KernelChoice::wgmma;
   if (dtype == DILATTN_F32) return KernelChoice::mma_tf32;
   return dtype == DILATTN_F16 || dtype == DILATTN_BF16 ? KernelChoice::mma : KernelChoice::simt;
 }
@@ -46,6 +55,7 @@ inline const char* kernel_name(KernelChoice k) {
   switch (k) {
     case KernelChoice::mma: return "mma";
     case KernelChoice::mma_tf32: return "mma_tf32";
+    case KernelChoice::wgmma: return "wgmma";
     default: return "simt";
   }
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "backward_tile.cuh"  // BackwardParams, ForwardParams
+#include "tensor_map.h"        // CUtensorMap
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -44,6 +45,28 @@ template <class T>
 ForwardKernel mma_forward(int64_t D, bool variants = false, bool dropout = false);
 // forward_mma_tf32.cu (f32, 3xTF32): D = 64 or 128. variants, dropout: as mma_forward's.
 ForwardKernel tf32_forward(int64_t D, bool variants = false, bool dropout = false);
+
+// forward_wgmma.cu (sm_90a: wgmma, TMA, warp specialisation): T = __half, __nv_bfloat16;
+// D = 64 or 128; the plain instance only. Its K and V arrive by TMA through tensor maps the
+// launcher makes per launch: a span's keys are rows first + step * c, and map `first % step`
+// (map 0 when step is 1) views K or V as the rows `step` apart from that residue, so a chunk is
+// one box at row first / step + c0 (launch.cu, make_wgmma_tensor_maps). Passed as a kernel
+// parameter (__grid_constant__): 4 KB of maps beside ForwardParams, within the 32 KB of
+// parameters CUDA 12.1 and newer take.
+constexpr int kWgmmaMaxStep = 16;
+struct WgmmaTensorMaps {
+  CUtensorMap k[kWgmmaMaxStep];
+  CUtensorMap v[kWgmmaMaxStep];
+};
+using WgmmaForwardKernelFn = void (*)(ForwardParams, const WgmmaTensorMaps);
+struct WgmmaForwardKernel {
+  WgmmaForwardKernelFn fn;
+  size_t smem;
+  int block_rows;
+  int threads;
+};
+template <class T>
+WgmmaForwardKernel wgmma_forward(int64_t D);
 
 // ---------------------------------------------------------------- backward (SPEC 6)
 using BackwardKernelFn = void (*)(BackwardParams);

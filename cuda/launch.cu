@@ -24,7 +24,9 @@
 //                       on sm_80+, else SIMT (forward_kernel_for); a window, softcap, ALiBi or
 //                       sinks: the chosen kernel's variant instance; dropout (SPEC 11): its
 //                       dropout instance (with SPEC 10 options too: SIMT's, which runs both);
-//                       its shared memory within the device's limit;
+//                       its shared memory within the device's limit; on sm_90 with
+//                       DILATTN_CUDA_WGMMA=1, the Hopper kernel instead where it takes the
+//                       problem (takes_wgmma: forward_wgmma.cu, its tensor maps per launch);
 //     prepare_workspace from the plan's pool (workspace_layout): with sinks, the call's H sink
 //                       logits (SPEC 10.3); several dilated branches: o_acc [B, H, Nq, D]
 //                       f32 = 0, lse_acc [B, H, Nq] f64 = -inf (with sinks: the head's sink,
@@ -45,6 +47,7 @@
 // without a kernel image).
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -253,6 +256,110 @@ dilattn_status launch_branches(const Problem& p, const ForwardKernel& kernel, cu
   return DILATTN_SUCCESS;
 }
 
+// ---------------------------------------------------------------- the Hopper kernel
+// forward_wgmma.cu runs when kernel_choice.h's rule says the Hopper path is open: asked for by
+// DILATTN_CUDA_WGMMA=1 (docs/spec.md 14.5; read once), the build holding sm_90a code (the
+// emulator always does), an sm_90 device, and K and V views every launch's tensor maps can be
+// made for.
+bool wgmma_requested() {
+  static const bool requested = [] {
+    const char* v = std::getenv("DILATTN_CUDA_WGMMA");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return requested;
+}
+
+constexpr bool kBuildHasSm90a =
+#if !defined(__CUDACC__) || defined(DILATTN_SM90A)
+    true;
+#else
+    false;
+#endif
+
+// One launch's tensor maps (kernels.h, WgmmaTensorMaps): for K and V, map `residue` views the
+// rows residue, residue + step, ... (step: the branch's dilation, 1 for dense and block-sparse)
+// as [B, Hkv, rows, D] boxes of 128 rows by 64 dims, 128-byte swizzled, rows past the tensor
+// zero. False when a view cannot be one (the driver's rules: strides multiples of 16 bytes,
+// the rows of 16-byte aligned; kv_vec16 holds those) or the step exceeds kWgmmaMaxStep.
+bool make_wgmma_tensor_maps(const Problem& p, const ForwardParams& fp, WgmmaTensorMaps* maps) {
+  const int64_t step = fp.kind == kKindDilated ? fp.r : 1;
+  if (!fp.kv_vec16 || step < 1 || step > kWgmmaMaxStep) return false;
+  std::memset(static_cast<void*>(maps), 0, sizeof *maps);
+  const CUtensorMapDataType type = p.dtype == DILATTN_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t bytes = 2;
+  struct View {
+    const void* data;
+    const int64_t* stride;
+    CUtensorMap* maps;
+  };
+  const View views[2] = {{fp.k, fp.k_stride, maps->k}, {fp.v, fp.v_stride, maps->v}};
+  for (const View& view : views) {
+    if (view.stride[3] != 1) return false;
+    for (int64_t residue = 0; residue < step && residue < fp.Nk; ++residue) {
+      const cuuint64_t dims[4] = {static_cast<cuuint64_t>(fp.D),
+                                  static_cast<cuuint64_t>((fp.Nk - residue + step - 1) / step),
+                                  static_cast<cuuint64_t>(fp.Hkv), static_cast<cuuint64_t>(fp.B)};
+      const cuuint64_t strides[3] = {static_cast<cuuint64_t>(step * view.stride[1]) * bytes,
+                                     static_cast<cuuint64_t>(view.stride[2]) * bytes,
+                                     static_cast<cuuint64_t>(view.stride[0]) * bytes};
+      const cuuint32_t box[4] = {64, 128, 1, 1};
+      const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+      void* address = const_cast<unsigned char*>(static_cast<const unsigned char*>(view.data) +
+                                                 residue * view.stride[1] * 2);
+      const CUresult r = encode_tensor_map_tiled(
+          &view.maps[residue], type, 4, address, dims, strides, box, element_strides,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      if (r != CUDA_SUCCESS) return false;
+    }
+  }
+  return true;
+}
+
+WgmmaForwardKernel pick_wgmma_kernel(const Problem& p) {
+  return p.dtype == DILATTN_F16 ? wgmma_forward<__half>(p.D) : wgmma_forward<__nv_bfloat16>(p.D);
+}
+
+// Whether this call runs forward_wgmma.cu: the rule, and the maps of every launch.
+bool takes_wgmma(const Problem& p, const DeviceInfo& device, ForwardParams fp) {
+  const bool open = wgmma_requested() && kBuildHasSm90a;
+  if (forward_kernel_for(p.dtype, p.D, device.major, uses_variant_kernels(p), p.dropout_p > 0,
+                         open) != KernelChoice::wgmma)
+    return false;
+  if (pick_wgmma_kernel(p).smem > device.smem_limit) return false;
+  const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
+  WgmmaTensorMaps maps;
+  for (int64_t launch = 0; launch < launches; ++launch) {
+    prepare_launch(p, pick_wgmma_kernel(p).block_rows, launch, &fp);
+    if (!make_wgmma_tensor_maps(p, fp, &maps)) return false;
+  }
+  return true;
+}
+
+// launch_branches for forward_wgmma.cu: each launch with its tensor maps.
+dilattn_status launch_wgmma_branches(const Problem& p, DeviceInfo& device, cudaStream_t stream,
+                                     ForwardParams fp) {
+  const WgmmaForwardKernel kernel = pick_wgmma_kernel(p);
+  dilattn_status st = grant_shared_memory(device, kernel.fn, kernel.smem);
+  if (st != DILATTN_SUCCESS) return st;
+  const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
+  for (int64_t launch = 0; launch < launches; ++launch) {
+    const int64_t tiles = prepare_launch(p, kernel.block_rows, launch, &fp);
+    if (tiles > 0x7fffffff)
+      return set_error(DILATTN_ERROR_UNSUPPORTED, "backend '%s': %lld query tiles exceed the grid",
+                       kBackendName, static_cast<long long>(tiles));
+    WgmmaTensorMaps maps;
+    if (!make_wgmma_tensor_maps(p, fp, &maps))  // takes_wgmma made them once already
+      return set_error(DILATTN_ERROR_INTERNAL, "backend '%s': tensor maps refused", kBackendName);
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.B * p.H));
+    DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem, stream)(fp, maps);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return cuda_failure(e, "forward_wgmma_kernel");
+  }
+  return DILATTN_SUCCESS;
+}
+
 // ---------------------------------------------------------------- finalize
 template <class T>
 void launch_finalize_output(const float* o_acc, const dilattn_tensor& o, const Problem& p,
@@ -364,8 +471,11 @@ dilattn_status forward_one(const Problem& p, const ForwardArgs& a) {
   if ((st = choose_kernel(p, *call.info, &kernel)) != DILATTN_SUCCESS) return st;
   if ((st = prepare_workspace(p, a, call.device, call.stream, &ws)) != DILATTN_SUCCESS) return st;
   const ForwardParams fp = with_direct_outputs(p, a, shared_params(p, a, ws));
-  if ((st = launch_branches(p, kernel, call.stream, fp)) != DILATTN_SUCCESS)
-    return st;
+  if (takes_wgmma(p, *call.info, fp))
+    st = launch_wgmma_branches(p, *call.info, call.stream, fp);
+  else
+    st = launch_branches(p, kernel, call.stream, fp);
+  if (st != DILATTN_SUCCESS) return st;
   return finalize(p, a, ws, call.stream);
 }
 

@@ -17,9 +17,11 @@
 //       g = lane / 4, t = lane % 4 holds rows g and g + 8, columns 2t, 2t + 1 of each 8-column
 //       block), y a padded tile of kCols rows. x is rounded to T as the tensor-core path rounds
 //       it; the sums run in column order.
-// Used by cuda/forward_mma.cu, cuda/forward_mma_tf32.cu (P V) and cuda/backward_mma.cu (dS K,
-// P^T dO, dS^T Q). Checked by tests/kernels/test_nonfinite_kernels.cpp and
-// test_backward_nonfinite_kernels.cpp (a NaN in one row of Q, K, V or dO, against the
+//   exact_rows_product_at<T, D, kCols>(acc, x, y_at, seen)
+//       the same with y's elements read through y_at(c, d) (a swizzled tile).
+// Used by cuda/forward_mma.cu, cuda/forward_mma_tf32.cu, cuda/forward_wgmma.cu (P V) and
+// cuda/backward_mma.cu (dS K, P^T dO, dS^T Q). Checked by tests/kernels/test_nonfinite_kernels.cpp
+// and test_backward_nonfinite_kernels.cpp (a NaN in one row of Q, K, V or dO, against the
 // reference).
 #ifndef DILATTN_MMA_UNSEEN_PAIRS_CUH
 #define DILATTN_MMA_UNSEEN_PAIRS_CUH
@@ -66,10 +68,12 @@ __device__ __forceinline__ bool unseen_values_not_finite(const T* v, int keys0, 
   return fewest < kBc && warp_rows_not_finite<T, D, kStride>(v, fewest, kBc);
 }
 
-template <class T, int D, int kStride, int kCols, class Seen>
-__device__ __forceinline__ void exact_rows_product(float (&acc)[D / 8][4],
-                                                   const float (&x)[kCols / 8][4], const T* y,
-                                                   Seen seen) {
+// The same with y read through y_at(c, d) (a float), for tiles that are not padded rows
+// (forward_wgmma.cu's swizzled V).
+template <class T, int D, int kCols, class YAt, class Seen>
+__device__ __forceinline__ void exact_rows_product_at(float (&acc)[D / 8][4],
+                                                      const float (&x)[kCols / 8][4], YAt y_at,
+                                                      Seen seen) {
   const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
   DILATTN_UNROLL
   for (int n = 0; n < kCols / 8; ++n)
@@ -83,16 +87,31 @@ __device__ __forceinline__ void exact_rows_product(float (&acc)[D / 8][4],
         const float x1 =
             to_float(from_float<T>(__shfl_sync(0xffffffffu, x[n][2 + e], 4 * g + src_t)));
         const bool seen0 = seen(g, c), seen1 = seen(g + 8, c);
-        const T* yc = y + c * kStride;
         DILATTN_UNROLL
         for (int nd = 0; nd < D / 8; ++nd)
           DILATTN_UNROLL
           for (int f = 0; f < 2; ++f) {
-            const float yv = to_float(yc[nd * 8 + 2 * t + f]);
+            const float yv = y_at(c, nd * 8 + 2 * t + f);
             if (seen0) acc[nd][f] += x0 * yv;
             if (seen1) acc[nd][2 + f] += x1 * yv;
           }
       }
+}
+
+// Element (c, d) of a tile of rows kStride elements apart.
+template <class T, int kStride>
+struct PaddedRows {
+  const T* y;
+  __device__ __forceinline__ float operator()(int c, int d) const {
+    return to_float(y[c * kStride + d]);
+  }
+};
+
+template <class T, int D, int kStride, int kCols, class Seen>
+__device__ __forceinline__ void exact_rows_product(float (&acc)[D / 8][4],
+                                                   const float (&x)[kCols / 8][4], const T* y,
+                                                   Seen seen) {
+  exact_rows_product_at<T, D, kCols>(acc, x, PaddedRows<T, kStride>{y}, seen);
 }
 
 }  // namespace DILATTN_BACKEND_NS

@@ -34,16 +34,16 @@ namespace kcase {
 // usage and returns nullptr (the test then exits 2).
 inline const char* kernel_argument(int argc, char** argv) {
   const char* kernel = argc == 2 ? argv[1] : "";
-  for (const char* known : {"simt", "mma", "mma_tf32"})
+  for (const char* known : {"simt", "mma", "mma_tf32", "wgmma"})
     if (std::strcmp(kernel, known) == 0) return known;
-  std::fprintf(stderr, "usage: %s simt|mma|mma_tf32\n", argc > 0 ? argv[0] : "test");
+  std::fprintf(stderr, "usage: %s simt|mma|mma_tf32|wgmma\n", argc > 0 ? argv[0] : "test");
   return nullptr;
 }
 
-// The dtypes a kernel takes (cuda/kernel_choice.h): mma f16 and bf16, mma_tf32 f32, SIMT all
-// three.
+// The dtypes a kernel takes (cuda/kernel_choice.h): mma and wgmma f16 and bf16, mma_tf32 f32,
+// SIMT all three.
 inline std::vector<dilattn_dtype> dtypes_of(const std::string& kernel) {
-  if (kernel == "mma") return {DILATTN_F16, DILATTN_BF16};
+  if (kernel == "mma" || kernel == "wgmma") return {DILATTN_F16, DILATTN_BF16};
   if (kernel == "mma_tf32") return {DILATTN_F32};
   return {DILATTN_F32, DILATTN_F16, DILATTN_BF16};
 }

@@ -3,7 +3,8 @@
 // each row with the forward tests' shape and the backward tests' (smaller, since the f64
 // reference backward is the slow part), and the rows only one direction runs.
 //
-// Kernels, forward and backward: simt | mma (f16, bf16) | mma_tf32 (f32, 3xTF32). Kinds: dense,
+// Kernels, forward and backward: simt | mma (f16, bf16) | mma_tf32 (f32, 3xTF32); forward only:
+// wgmma (f16, bf16, the Hopper kernel on an emulated sm_90, mma's cases). Kinds: dense,
 // causal with Nq < Nk and Nq > Nk (rows with no key: O = 0, LSE = -inf, no gradient), GQA with
 // strided views, dilated in each head mode (mod, block, groups) with partial and clipped
 // segments, causal dilated, block-sparse with one mask and per head, an empty BSR row,
@@ -49,7 +50,7 @@ inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
   const bool bwd = direction == Direction::backward;
   // The forward's value, or the backward's.
   auto pick = [bwd](int64_t forward, int64_t backward) { return bwd ? backward : forward; };
-  const bool tensor_core = kernel == "mma" || kernel == "mma_tf32";
+  const bool tensor_core = kernel == "mma" || kernel == "mma_tf32" || kernel == "wgmma";
   std::vector<Case> out;
   for (dilattn_dtype t : dtypes_of(kernel)) {
     // Tensor cores: 64 and 128. SIMT: forward 40 and 8, backward 24 and 8 (dims the tensor-core

@@ -7,8 +7,9 @@
 //     never because its sum underflowed;
 //   - huge finite scores are handled by subtracting the max, as the reference does.
 //
-// Usage: test_nonfinite_kernels simt|mma|mma_tf32 (mma: f16, mma_tf32: f32 split in 3xTF32,
-// simt: f32). Cases:
+// Usage: test_nonfinite_kernels simt|mma|mma_tf32|wgmma (mma: f16, mma_tf32: f32 split in
+// 3xTF32, simt: f32; wgmma: f16 on the Hopper kernel, an emulated sm_90 with
+// DILATTN_CUDA_WGMMA=1). Cases:
 //   nan_*   one NaN element in one K row, for dense, causal (the NaN key in a later chunk than
 //           the first, so the running max goes from finite to NaN), dilated with three
 //           branches (the LSE merge meets a NaN branch) and block-sparse: O and LSE must be NaN
@@ -27,6 +28,7 @@
 // stream of its own), and the repeats must agree bit for bit.
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -51,7 +53,7 @@ struct NonfiniteCase {
 };
 
 std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
-  const bool mma = kernel == "mma", tf32 = kernel == "mma_tf32";
+  const bool mma = kernel == "mma" || kernel == "wgmma", tf32 = kernel == "mma_tf32";
   const dilattn_dtype dtype = mma ? DILATTN_F16 : DILATTN_F32;
   std::vector<NonfiniteCase> out;
   int variant = 0;
@@ -162,6 +164,10 @@ int main(int argc, char** argv) {
   if (kcase::kernel_argument(argc, argv) == nullptr) return 2;
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
+  if (std::string(argv[1]) == "wgmma") {  // before the first call: device facts are cached
+    setenv("DILATTN_CUDA_WGMMA", "1", 1);
+    if (backend == DILATTN_BACKEND_EMU) simt::set_emulated_device(9, 0);
+  }
   for (const NonfiniteCase& n : cases_for(argv[1])) run_case(n, backend);
   return harness::finish(
       (std::string("kernels_nonfinite_") + argv[1] + " on " +

@@ -1,0 +1,352 @@
+// forward_wgmma.cu - the Hopper forward kernel (sm_90a), FlashAttention-3 style: one branch of
+// dense, dilated or block-sparse attention (SPEC 2-4) for f16 and bf16, head dims 64 and 128,
+// on wgmma (cuda/wgmma.cuh) with f32 accumulation, K and V brought in by the tensor memory
+// accelerator (cuda/tma_copy.cuh) while the tensor cores work.
+//
+// One block per (query tile of BR = 128 rows, batch, head): three warpgroups of 128 threads.
+//   Producer (warpgroup 0). Keeps 56 registers a thread and hands the rest to the consumers,
+//     224 a thread each (setmaxnreg; 56 + 2 x 224 = 504 of the block's 65536 / 128; with 40 or
+//     48 the producer's index arithmetic spilled, nvcc 13). One of its threads walks the
+//     tile's key chunks (BC = 128 keys) in the order the consumers do,
+//     loading each chunk's K and V rows with TMA into a ring of two stages: wait until the
+//     consumers released the stage ("empty" mbarrier), announce the bytes ("full" mbarrier,
+//     expect_tx), issue the copies. The rows of a span are first + step * c (SPEC 3's dilation
+//     is the step): the tensor maps (WgmmaTensorMaps) view K and V as rows `step` apart from
+//     a residue, so a dilated gather is a plain box copy, no index arithmetic per row. Rows
+//     past the tensor's end arrive as zeros.
+//   Consumers (warpgroups 1 and 2), each 64 query rows (one warp per 16, as mma's fragments):
+//     Q into shared memory once, then for each chunk, after its "full" phase:
+//       S = Q K^T      wgmma, A = Q and B = K from 128-byte-swizzled tiles (K-major);
+//       softmax        mma_rows.cuh, the same online softmax as forward_mma.cu (wgmma's
+//                      accumulators hold each warp's rows as mma's C fragments do);
+//       O += P V       wgmma with P from registers (S's accumulators rounded to T: the same
+//                      repacking as forward_mma.cu) and V MN-major (its rows are keys);
+//     and release the stage ("empty", one arrival per consumer thread). A warpgroup none of
+//     whose rows takes a key of the chunk skips the products but still waits and releases.
+//   Finish: mma_rows.cuh's finish_row, as forward_mma.cu.
+// The NaN rule (SPEC 13): a tensor-core product multiplies every pair, and a stage holds keys
+// some rows do not take (the causal cut, the span's end, rows of the next segment a box brings
+// along), so where a V row such a row skips is not finite, the warpgroup sums P V pair by pair
+// for that chunk (mma_unseen_pairs.cuh's exact product, through the swizzle). Masked scores are
+// -inf by selection, so a K row that is not finite reaches no row that skips it.
+//
+// Shared memory (SwizzledTiles): every tile is 64-column pieces of 128-byte rows, swizzled as TMA
+// writes them (a 16-byte chunk c of row r at chunk c ^ (r % 8)), each piece aligned to 1024
+// bytes; Q 128 rows, K and V 128 rows a stage. 80 KB at D = 64, 160 KB at D = 128.
+//
+// Launched by cuda/launch.cu through wgmma_forward (kernels.h) with the tensor maps it makes
+// (make_wgmma_tensor_maps). Checked by tests/kernels/test_forward_kernels.cpp on the emulated
+// sm_90 (emulator: wgmma, TMA, mbarriers and setmaxnreg to the PTX ISA, emu/README.md; three
+// thread orders, against the reference).
+#include "attention_tile.cuh"
+#include "forward_outputs.cuh"
+#include "kernels.h"
+#include "mbarrier.cuh"
+#include "mma_rows.cuh"
+#include "mma_sync.cuh"  // pack2
+#include "mma_unseen_pairs.cuh"
+#include "shared_address.cuh"
+#include "tma_copy.cuh"
+#include "warp_specialization.cuh"
+#include "wgmma.cuh"
+
+namespace dilattn {
+namespace DILATTN_BACKEND_NS {
+
+// ---------------------------------------------------------------- the tile's shape
+template <class T, int D>
+struct WgmmaTile {
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static constexpr int kConsumers = 2;
+  static constexpr int kBr = 64 * kConsumers;  // query rows: 64 a consumer warpgroup
+  static constexpr int kBc = 128;              // keys a chunk
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kPieces = D / 64;       // 64-column pieces of a row (128 bytes each)
+  static constexpr int kPieceBytes = kBc * 128;  // one piece of a 128-row tile
+  static constexpr int kTileBytes = kPieces * kPieceBytes;
+  // Offsets from the 1024-aligned base: Q, K stages, V stages, then the barriers and the rows.
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kTileBytes;
+  static constexpr int kV = kK + kStages * kTileBytes;
+  static constexpr int kBarriers = kV + kStages * kTileBytes;  // full[kStages], empty[kStages]
+  static constexpr int kRows = kBarriers + 2 * kStages * 8;    // int64 rows[kBr]
+  // Each warpgroup's span slot: int64 cnt[kBr], then first, step, most, its rows' most and
+  // fewest count, and 4 bytes of per-warp flags.
+  static constexpr int kSlotBytes = kBr * 8 + 6 * 8;
+  static constexpr int kSlots = kRows + kBr * 8;
+  static constexpr int kBytes = kSlots + (1 + kConsumers) * kSlotBytes;
+  static constexpr size_t kSmem = kBytes + 1024;  // the base is aligned up from dynamic memory
+  static constexpr unsigned kStageTxBytes = 2u * kTileBytes;  // K and V of one chunk
+};
+
+// Byte offset of element (row, col) in a swizzled tile of 128-row pieces (the swizzle as TMA's
+// 128B mode writes it: the base is 1024-aligned, so the pattern row is row % 8).
+__device__ __forceinline__ int swizzled_offset(int row, int col, int piece_bytes) {
+  const int byte = (col % 64) * 2;
+  return (col / 64) * piece_bytes + row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
+// ---------------------------------------------------------------- descriptors
+// Q and K are K-major (the head dim is the reduction): a 16-column step kk starts 32 bytes on
+// inside its 128-byte row of piece kk / 4; 8-row groups are 1024 bytes apart.
+__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t tile, int kk, int piece_bytes) {
+  return make_wgmma_descriptor(tile + (kk / 4) * piece_bytes + (kk % 4) * 32, 16, 1024,
+                               WgmmaSwizzle::bytes128);
+}
+// V is MN-major (its rows are the reduction, keys): a 16-key step starts 16 rows (2048 bytes)
+// on; the second 64 columns of D are the next piece (LBO), 8-key groups 1024 bytes apart (SBO).
+__device__ __forceinline__ uint64_t mn_major_descriptor(uint32_t tile, int kk, int piece_bytes) {
+  return make_wgmma_descriptor(tile + kk * 2048, piece_bytes, 1024, WgmmaSwizzle::bytes128);
+}
+
+// ---------------------------------------------------------------- the producer
+// Chunk `chunk` of the walk (keys c0 .. c0 + BC - 1 of a span starting at `first`, `step` apart)
+// into its stage, once the consumers released the stage's previous chunk.
+template <class T, int D>
+__device__ __forceinline__ void load_chunk(const WgmmaTensorMaps& maps, unsigned char* base,
+                                           int64_t first, int64_t step, int64_t c0, int64_t hk,
+                                           int64_t b, int chunk) {
+  using Tile = WgmmaTile<T, D>;
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + Tile::kBarriers);
+  uint64_t* empty = full + Tile::kStages;
+  const int stage = chunk % Tile::kStages, use = chunk / Tile::kStages;
+  if (use > 0) mbarrier_wait_parity(&empty[stage], (use - 1) & 1);
+  mbarrier_arrive_expect_tx(&full[stage], Tile::kStageTxBytes);
+  // Key c0 + c is row `residue + step * (m0 + c)` of the tensor: map `residue` counts rows
+  // `step` apart from there (one map when step is 1).
+  const int64_t residue = step > 1 ? first % step : 0;
+  const int32_t m0 = static_cast<int32_t>((step > 1 ? first / step : first) + c0);
+  const CUtensorMap* k_map = &maps.k[residue];
+  const CUtensorMap* v_map = &maps.v[residue];
+  unsigned char* k = base + Tile::kK + stage * Tile::kTileBytes;
+  unsigned char* v = base + Tile::kV + stage * Tile::kTileBytes;
+  for (int piece = 0; piece < Tile::kPieces; ++piece) {
+    tma_load_4d(k + piece * Tile::kPieceBytes, k_map, 64 * piece, m0, static_cast<int32_t>(hk),
+                static_cast<int32_t>(b), &full[stage]);
+    tma_load_4d(v + piece * Tile::kPieceBytes, v_map, 64 * piece, m0, static_cast<int32_t>(hk),
+                static_cast<int32_t>(b), &full[stage]);
+  }
+}
+
+// ---------------------------------------------------------------- a warpgroup's spans
+// Warp 0 of warpgroup `group` reads span `span` of the tile into the group's slot (read_span:
+// every row's count, first, step and the largest count) and, for a consumer, the largest and
+// fewest count of its own 64 rows (rows < 0 left out of the fewest). The caller synchronises.
+__device__ __forceinline__ void read_group_span(const ForwardParams& p, int64_t h, int64_t tile,
+                                                int64_t span, const int64_t* rows, int br,
+                                                int64_t* slot, int group) {
+  read_span(p, h, tile, span, rows, br, slot, slot + br);
+  if (group == 0) return;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  int64_t most = 0, fewest = INT64_MAX;
+  for (int t = 64 * (group - 1) + lane; t < 64 * group; t += 32) {
+    most = max_i64(most, slot[t]);
+    if (rows[t] >= 0) fewest = min_i64(fewest, slot[t]);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    most = max_i64(most, __shfl_xor_sync(0xffffffffu, most, offset));
+    fewest = min_i64(fewest, __shfl_xor_sync(0xffffffffu, fewest, offset));
+  }
+  if (lane == 0) {
+    slot[br + 3] = most;
+    slot[br + 4] = fewest;
+  }
+}
+
+// ---------------------------------------------------------------- a consumer's chunk
+// Whether a V row of the stage that some row of the warpgroup skips (from the fewest keys any
+// of its rows takes, `fewest`, to BC) is not finite: the 128 threads look at those rows
+// together and meet at the group's named barrier; flags: a byte per warp in the group's slot.
+template <class T, int D>
+__device__ __forceinline__ bool group_unseen_values_not_finite(const unsigned char* v,
+                                                               int fewest, unsigned barrier,
+                                                               unsigned char* flags) {
+  using Tile = WgmmaTile<T, D>;
+  const int t = static_cast<int>(threadIdx.x) & 127, warp = t >> 5;
+  bool bad = false;
+  for (int idx = t; idx < (Tile::kBc - fewest) * D; idx += 128) {
+    const int row = fewest + idx / D, col = idx % D;
+    T x;
+    memcpy(&x, v + swizzled_offset(row, col, Tile::kPieceBytes), sizeof(T));
+    bad = bad || !isfinite(to_float(x));
+  }
+  bad = __any_sync(0xffffffffu, bad) != 0;
+  named_barrier_sync(barrier, 128);  // every thread read the flags of the chunk before
+  if ((t & 31) == 0) flags[warp] = bad ? 1 : 0;
+  named_barrier_sync(barrier, 128);
+  return (flags[0] | flags[1] | flags[2] | flags[3]) != 0;
+}
+
+// S = Q K^T for the warpgroup's 64 rows and the stage's BC keys.
+template <class T, int D>
+__device__ __forceinline__ void scores(uint32_t q, uint32_t k,
+                                       float (&s)[WgmmaTile<T, D>::kBc / 8][4]) {
+  using Tile = WgmmaTile<T, D>;
+  wgmma_fence();
+  DILATTN_UNROLL
+  for (int kk = 0; kk < D / 16; ++kk)
+    wgmma_ss<T, Tile::kBc, 1, 1, 0, 0>(&s[0][0], k_major_descriptor(q, kk, Tile::kPieceBytes),
+                                       k_major_descriptor(k, kk, Tile::kPieceBytes),
+                                       kk > 0 ? 1 : 0);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operand<Tile::kBc / 2>(&s[0][0]);
+}
+
+// O += P V: P is S's accumulators rounded to T, repacked as wgmma's register A fragments
+// (accumulator blocks 2kk and 2kk + 1 are the A fragment of keys 16kk .. 16kk + 15, as in
+// forward_mma.cu).
+template <class T, int D>
+__device__ __forceinline__ void add_values(const float (&s)[WgmmaTile<T, D>::kBc / 8][4],
+                                           uint32_t v, mma_rows::RowState<D>& st) {
+  using Tile = WgmmaTile<T, D>;
+  uint32_t a[Tile::kBc / 16][4];
+  DILATTN_UNROLL
+  for (int kk = 0; kk < Tile::kBc / 16; ++kk) {
+    const float* lo = s[2 * kk];
+    const float* hi = s[2 * kk + 1];
+    a[kk][0] = pack2(from_float<T>(lo[0]), from_float<T>(lo[1]));
+    a[kk][1] = pack2(from_float<T>(lo[2]), from_float<T>(lo[3]));
+    a[kk][2] = pack2(from_float<T>(hi[0]), from_float<T>(hi[1]));
+    a[kk][3] = pack2(from_float<T>(hi[2]), from_float<T>(hi[3]));
+  }
+  wgmma_fence_operand<D / 2>(&st.o[0][0]);
+  wgmma_fence();
+  DILATTN_UNROLL
+  for (int kk = 0; kk < Tile::kBc / 16; ++kk)
+    wgmma_rs<T, D, 1, 1, 1>(&st.o[0][0], a[kk], mn_major_descriptor(v, kk, Tile::kPieceBytes), 1);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operand<D / 2>(&st.o[0][0]);
+}
+
+// ---------------------------------------------------------------- the kernel
+template <class T, int D>
+__global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
+    forward_wgmma_kernel(ForwardParams p, const __grid_constant__ WgmmaTensorMaps maps) {
+  using Tile = WgmmaTile<T, D>;
+  constexpr int BR = Tile::kBr, BC = Tile::kBc;
+  DILATTN_DYNAMIC_SHARED(unsigned char, smem);
+  unsigned char* base = align_shared(smem, 1024);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + Tile::kBarriers);
+  uint64_t* empty = full + Tile::kStages;
+  int64_t* rows = reinterpret_cast<int64_t*>(base + Tile::kRows);
+  const int tid = static_cast<int>(threadIdx.x), group = tid / 128, lane = tid & 31;
+  const int warp = (tid & 127) >> 5;  // in the warpgroup
+  int64_t* slot = reinterpret_cast<int64_t*>(base + Tile::kSlots + group * Tile::kSlotBytes);
+  const int64_t tile = blockIdx.x;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H;
+  const int64_t hk = kv_head_of(h, p.H, p.Hkv);
+
+  // The tile's rows, the dilated gaps, the barriers.
+  for (int r = tid; r < BR; r += Tile::kThreads) rows[r] = tile_row(p, h, tile, r, BR);
+  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
+  if (tid == 0) {
+    for (int s = 0; s < Tile::kStages; ++s) {
+      mbarrier_init(&full[s], 1);  // the producer's arrival; the bytes complete the phase
+      mbarrier_init(&empty[s], 128 * Tile::kConsumers);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  bool any_row = false;
+  for (int r = 0; r < BR; ++r) any_row = any_row || rows[r] >= 0;
+  if (!any_row) return;  // the same answer in every thread: no barrier is skipped by some only
+  const int64_t num_spans = tile_span_count(p, h, tile);
+
+  if (group == 0) {  // the producer
+    warpgroup_registers_dec<56>();
+    if (warp != 0) return;
+    int chunk = 0;
+    for (int64_t span = 0; span < num_spans; ++span) {
+      read_group_span(p, h, tile, span, rows, BR, slot, 0);
+      __syncwarp();
+      const int64_t first = slot[BR], step = slot[BR + 1], most = slot[BR + 2];
+      for (int64_t c0 = 0; c0 < most; c0 += BC, ++chunk)
+        if (lane == 0) load_chunk<T, D>(maps, base, first, step, c0, hk, b, chunk);
+      __syncwarp();  // the slot is read before the next span overwrites it
+    }
+    return;
+  }
+
+  // A consumer: rows 64 (group - 1) .. + 63 of the tile; the lane's two are r0 and r1.
+  warpgroup_registers_inc<224>();
+  const unsigned barrier = static_cast<unsigned>(group);  // named barriers 1, 2: the group's own
+  const int row0 = 64 * (group - 1);
+  const int r0 = row0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+  unsigned char* q = base + Tile::kQ;
+  for (int idx = tid & 127; idx < 64 * D; idx += 128) {
+    const int r = row0 + idx / D, d = idx % D;
+    const int64_t i = rows[r];
+    const T x = i >= 0 ? load_bnhd<T>(p.q, p.q_stride, b, i, h, d) : from_float<T>(0.0f);
+    memcpy(q + swizzled_offset(r, d, Tile::kPieceBytes), &x, sizeof(T));
+  }
+  fence_proxy_async_shared();  // ordinary stores, read by wgmma
+  const uint32_t q_group = shared_address(q) + static_cast<uint32_t>(row0) * 128;
+  mma_rows::RowState<D> st;
+  mma_rows::start(st);
+  unsigned char* flags = reinterpret_cast<unsigned char*>(slot + BR + 5);
+  int chunk = 0;
+  for (int64_t span = 0; span < num_spans; ++span) {
+    named_barrier_sync(barrier, 128);  // the group finished with the slot (and Q is written)
+    if (warp == 0) read_group_span(p, h, tile, span, rows, BR, slot, group);
+    named_barrier_sync(barrier, 128);
+    const int64_t most = slot[BR + 2], group_most = slot[BR + 3], group_fewest = slot[BR + 4];
+    const int64_t cnt0 = slot[r0], cnt1 = slot[r1];
+    for (int64_t c0 = 0; c0 < most; c0 += BC, ++chunk) {
+      const int stage = chunk % Tile::kStages, use = chunk / Tile::kStages;
+      mbarrier_wait_parity(&full[stage], use & 1);
+      if (c0 < group_most) {  // some row of the group takes a key of the chunk
+        const int64_t cn = min_i64(BC, most - c0);
+        const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);
+        const int keys1 = mma_rows::row_keys_in_chunk(cn, cnt1, c0);
+        const int fewest = mma_rows::row_keys_in_chunk(cn, group_fewest, c0);
+        const unsigned char* v = base + Tile::kV + stage * Tile::kTileBytes;
+        float s[BC / 8][4];
+        scores<T, D>(q_group, shared_address(base + Tile::kK + stage * Tile::kTileBytes), s);
+        mma_rows::softmax_chunk<BC / 8, D>(p, s, keys0, keys1, st);
+        if (fewest < BC && group_unseen_values_not_finite<T, D>(v, fewest, barrier, flags)) {
+          exact_rows_product_at<T, D, BC>(
+              st.o, s,
+              [&](int c, int d) {
+                T x;
+                memcpy(&x, v + swizzled_offset(c, d, Tile::kPieceBytes), sizeof(T));
+                return to_float(x);
+              },
+              [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+        } else {
+          add_values<T, D>(s, shared_address(v), st);
+        }
+      }
+      mbarrier_arrive(&empty[stage]);
+    }
+  }
+  mma_rows::finish_row<T, D>(p, b, h, rows[r0], 0, st);
+  mma_rows::finish_row<T, D>(p, b, h, rows[r1], 1, st);
+}
+
+#define DILATTN_FORWARD_WGMMA_INSTANCES(T)                                          \
+  template __global__ void forward_wgmma_kernel<T, 64>(                              \
+      ForwardParams, const __grid_constant__ WgmmaTensorMaps);                       \
+  template __global__ void forward_wgmma_kernel<T, 128>(ForwardParams,               \
+                                                        const __grid_constant__ WgmmaTensorMaps);
+DILATTN_FORWARD_WGMMA_INSTANCES(__half)
+DILATTN_FORWARD_WGMMA_INSTANCES(__nv_bfloat16)
+#undef DILATTN_FORWARD_WGMMA_INSTANCES
+
+// ---------------------------------------------------------------- for the launcher (kernels.h)
+template <class T>
+WgmmaForwardKernel wgmma_forward(int64_t D) {  // D = 64 or 128
+  if (D == 64)
+    return WgmmaForwardKernel{forward_wgmma_kernel<T, 64>, WgmmaTile<T, 64>::kSmem,
+                              WgmmaTile<T, 64>::kBr, WgmmaTile<T, 64>::kThreads};
+  return WgmmaForwardKernel{forward_wgmma_kernel<T, 128>, WgmmaTile<T, 128>::kSmem,
+                            WgmmaTile<T, 128>::kBr, WgmmaTile<T, 128>::kThreads};
+}
+
+template WgmmaForwardKernel wgmma_forward<__half>(int64_t);
+template WgmmaForwardKernel wgmma_forward<__nv_bfloat16>(int64_t);
+
+}  // namespace DILATTN_BACKEND_NS
+}  // namespace dilattn
