@@ -12,7 +12,8 @@
 #   1 build      release build for this GPU's arch alone (-Dsm_archs from nvidia-smi's
 #                compute_cap), emulator off, tests on, all cores, only the targets used here
 #   2 kernels    every kernel test case on the cuda backend against the f64 reference (SPEC 8),
-#                each run twice and compared bitwise (DILATTN_TEST_BACKEND=cuda)
+#                each run twice and compared bitwise (DILATTN_TEST_BACKEND=cuda); the Hopper
+#                forward's too (argument wgmma: the tests set DILATTN_CUDA_WGMMA=1)
 #   3 ring_py    the ring on the cuda plan (threads transport, P = 1..4 on this GPU) and the
 #                Python package's CUDA and torch.compile tests (DILATTN_REQUIRE_CUDA=1 and
 #                DILATTN_REQUIRE_TORCH_COMPILE=1: a skip fails, but for the second-GPU test on
@@ -21,7 +22,9 @@
 #                dtype once (DILATTN_TEST_CASES=dense), zero reports allowed
 #   5 timing     every dtype through the C API (bench_gpu: at most 5 calls or 1.5 s of timed
 #                calls per direction and row, 90 s in all; its table and JSON keep each row
-#                measured before a cut-off) and forward and backward against PyTorch's SDPA
+#                measured before a cut-off), its f16 and bf16 forward rows again with the
+#                Hopper forward (DILATTN_CUDA_WGMMA=1, 30 s; table in timing.log), and
+#                forward and backward against PyTorch's SDPA
 #                backends (torch_compare_gpu.py, the rest of the step's budget)
 #   6 ncu        Nsight Compute on the tensor-core forward (f16, D = 64 and 128) beside
 #                sass_model.py's prediction
@@ -46,6 +49,7 @@ STEPS="build:90 kernels:60 ring_py:120 sanitizer:60 timing:180 ncu:70 summary:5"
 
 # The kernel test runs of step 2: binary (tests/kernels/) and argument.
 KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
+test_forward_kernels:wgmma test_nonfinite_kernels:wgmma
 test_nonfinite_kernels:simt test_nonfinite_kernels:mma test_nonfinite_kernels:mma_tf32
 test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32
 test_backward_nonfinite_kernels:simt test_backward_nonfinite_kernels:mma
@@ -55,7 +59,7 @@ test_dropout_kernels:mma test_dropout_kernels:mma_tf32 test_launch_device_arch:"
 EMU_ONLY="test_launch_stream test_smem_banks test_tf32_split test_launch_checks"
 # Step 4's reduced list: each kernel x dtype once, the "dense" case (small shapes).
 SANITIZER_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
-test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32"
+test_forward_kernels:wgmma test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32"
 SANITIZER_TOOLS="memcheck racecheck synccheck initcheck"
 TARGETS="lib/libdilattn.so.0.2.0 tests/kernels/test_forward_kernels
 tests/kernels/test_nonfinite_kernels tests/kernels/test_backward_kernels
@@ -263,16 +267,25 @@ step_sanitizer() {
 
 # ---------------------------------------------------------------- 5 timing
 step_timing() {
-  local t0=$SECONDS status=pass detail="" lib budget bench_s=90
+  local t0=$SECONDS status=pass detail="" lib budget bench_s=90 wgmma_s=30
   budget=$(budget_of timing)
   lib="$(lib_path)"
   {
     echo "== bench_gpu (C API, every dtype, forward and backward)"
     DILATTN_COMMIT="$(commit_of_tree)" timeout -k 5 $bench_s "$build/bench/gpu/bench_gpu" \
       --iters 5 --row-budget-ms 1500 --json "$out/bench_gpu.json" || echo "bench_gpu: exit $?"
+    # The Hopper forward (opt-in, docs/spec.md 14.5) beside it: f16 and bf16 forward rows, the
+    # table in this log (its JSON stays in the work directory).
+    echo "== bench_gpu with DILATTN_CUDA_WGMMA=1 (forward_wgmma.cu; forward rows, f16 and bf16)"
+    for dtype in f16 bf16; do
+      DILATTN_CUDA_WGMMA=1 DILATTN_COMMIT="$(commit_of_tree)" timeout -k 5 $((wgmma_s / 2)) \
+        "$build/bench/gpu/bench_gpu" --iters 5 --row-budget-ms 1000 --no-backward \
+        --dtype "$dtype" --json "$work/bench_gpu_wgmma_$dtype.json" || echo "bench_gpu: exit $?"
+    done
     echo "== torch_compare_gpu.py"
-    PYTHONPATH="$repo/python" PYTHONUNBUFFERED=1 timeout -k 5 $((budget - bench_s - 10)) \
-      DILATTN_COMMIT="$(commit_of_tree)" python3 "$repo/bench/gpu/torch_compare_gpu.py" --lib "$lib" --json "$out/torch_compare.json" \
+    DILATTN_COMMIT="$(commit_of_tree)" PYTHONPATH="$repo/python" PYTHONUNBUFFERED=1 \
+      timeout -k 5 $((budget - bench_s - wgmma_s - 10)) \
+      python3 "$repo/bench/gpu/torch_compare_gpu.py" --lib "$lib" --json "$out/torch_compare.json" \
       --flex-compile-limit 40 --iters 7 --warmup 2
   } >>"$out/timing.log" 2>&1 || { status=fail; detail="torch_compare_gpu.py exit $?; "; }
   # bench_gpu rewrites its JSON after every row: "complete": false means it was cut off.
