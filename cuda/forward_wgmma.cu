@@ -15,7 +15,9 @@
 //     a residue, so a dilated gather is a plain box copy, no index arithmetic per row. Rows
 //     past the tensor's end arrive as zeros.
 //   Consumers (warpgroups 1 and 2), each 64 query rows (one warp per 16, as mma's fragments):
-//     Q into shared memory once, then for each chunk, after its "full" phase:
+//     Q into shared memory once, then for each chunk, after its "full" phase and its turn (the
+//     groups take turns to start their S products, FlashAttention-3's ping-pong, so one
+//     group's softmax overlaps the other's products):
 //       S = Q K^T      wgmma, A = Q and B = K from 128-byte-swizzled tiles (K-major);
 //       softmax        mma_rows.cuh, the same online softmax as forward_mma.cu (wgmma's
 //                      accumulators hold each warp's rows as mma's C fragments do);
@@ -178,10 +180,11 @@ __device__ __forceinline__ bool group_unseen_values_not_finite(const unsigned ch
   return (flags[0] | flags[1] | flags[2] | flags[3]) != 0;
 }
 
-// S = Q K^T for the warpgroup's 64 rows and the stage's BC keys.
+// S = Q K^T for the warpgroup's 64 rows and the stage's BC keys: issued (start_scores), then
+// waited for (finish_scores), so the turn can pass to the other warpgroup in between.
 template <class T, int D>
-__device__ __forceinline__ void scores(uint32_t q, uint32_t k,
-                                       float (&s)[WgmmaTile<T, D>::kBc / 8][4]) {
+__device__ __forceinline__ void start_scores(uint32_t q, uint32_t k,
+                                             float (&s)[WgmmaTile<T, D>::kBc / 8][4]) {
   using Tile = WgmmaTile<T, D>;
   wgmma_fence();
   DILATTN_UNROLL
@@ -190,8 +193,11 @@ __device__ __forceinline__ void scores(uint32_t q, uint32_t k,
                                        k_major_descriptor(k, kk, Tile::kPieceBytes),
                                        kk > 0 ? 1 : 0);
   wgmma_commit_group();
+}
+template <class T, int D>
+__device__ __forceinline__ void finish_scores(float (&s)[WgmmaTile<T, D>::kBc / 8][4]) {
   wgmma_wait_group<0>();
-  wgmma_fence_operand<Tile::kBc / 2>(&s[0][0]);
+  wgmma_fence_operand<WgmmaTile<T, D>::kBc / 2>(&s[0][0]);
 }
 
 // O += P V: P is S's accumulators rounded to T, repacked as wgmma's register A fragments
@@ -273,6 +279,7 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   // A consumer: rows 64 (group - 1) .. + 63 of the tile; the lane's two are r0 and r1.
   warpgroup_registers_inc<224>();
   const unsigned barrier = static_cast<unsigned>(group);  // named barriers 1, 2: the group's own
+  const unsigned my_turn = 2 + barrier, other_turn = 5 - barrier;  // 3, 4: the groups' turns
   const int row0 = 64 * (group - 1);
   const int r0 = row0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
   unsigned char* q = base + Tile::kQ;
@@ -297,14 +304,24 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
     for (int64_t c0 = 0; c0 < most; c0 += BC, ++chunk) {
       const int stage = chunk % Tile::kStages, use = chunk / Tile::kStages;
       mbarrier_wait_parity(&full[stage], use & 1);
-      if (c0 < group_most) {  // some row of the group takes a key of the chunk
+      const bool has_keys = c0 < group_most;  // some row of the group takes a key of the chunk
+      float s[BC / 8][4];
+      // Ping-pong: the groups take turns to start their S products, so one group's softmax
+      // runs while the other's product keeps the tensor cores busy. Group 1 starts; each
+      // chunk, a group waits for its turn and hands the turn over once its product is issued
+      // (a group with no key in the chunk takes its turn all the same, so the turns match).
+      if (group == 2 || chunk > 0) named_barrier_sync(my_turn, 256);
+      if (has_keys)
+        start_scores<T, D>(q_group, shared_address(base + Tile::kK + stage * Tile::kTileBytes),
+                           s);
+      named_barrier_arrive(other_turn, 256);
+      if (has_keys) {
         const int64_t cn = min_i64(BC, most - c0);
         const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);
         const int keys1 = mma_rows::row_keys_in_chunk(cn, cnt1, c0);
         const int fewest = mma_rows::row_keys_in_chunk(cn, group_fewest, c0);
         const unsigned char* v = base + Tile::kV + stage * Tile::kTileBytes;
-        float s[BC / 8][4];
-        scores<T, D>(q_group, shared_address(base + Tile::kK + stage * Tile::kTileBytes), s);
+        finish_scores<T, D>(s);
         mma_rows::softmax_chunk<BC / 8, D>(p, s, keys0, keys1, st);
         if (fewest < BC && group_unseen_values_not_finite<T, D>(v, fewest, barrier, flags)) {
           exact_rows_product_at<T, D, BC>(
@@ -322,6 +339,9 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
       mbarrier_arrive(&empty[stage]);
     }
   }
+  // Group 2 handed group 1 a turn after its last chunk too: group 1 takes it, so every arrival
+  // at the turn barriers is matched.
+  if (group == 1 && chunk > 0) named_barrier_sync(my_turn, 256);
   mma_rows::finish_row<T, D>(p, b, h, rows[r0], 0, st);
   mma_rows::finish_row<T, D>(p, b, h, rows[r1], 1, st);
 }
