@@ -22,9 +22,13 @@
 //       softmax        mma_rows.cuh, the same online softmax as forward_mma.cu (wgmma's
 //                      accumulators hold each warp's rows as mma's C fragments do);
 //       O += P V       wgmma with P from registers (S's accumulators rounded to T: the same
-//                      repacking as forward_mma.cu) and V MN-major (its rows are keys);
-//     and release the stage ("empty", one arrival per consumer thread). A warpgroup none of
-//     whose rows takes a key of the chunk skips the products but still waits and releases.
+//                      repacking as forward_mma.cu) and V MN-major (its rows are keys); at
+//                      D = 64 started with the next chunk's S product and waited for after
+//                      that chunk's softmax (FlashAttention-3's overlap inside a warpgroup;
+//                      WgmmaTile::kOverlap says why not at D = 128);
+//     and release the stage ("empty", one arrival per consumer thread) once its P V is done. A
+//     warpgroup none of whose rows takes a key of the chunk skips the products but still takes
+//     its turn, waits and releases.
 //   Finish: mma_rows.cuh's finish_row, as forward_mma.cu.
 // The NaN rule (SPEC 13): a tensor-core product multiplies every pair, and a stage holds keys
 // some rows do not take (the causal cut, the span's end, rows of the next segment a box brings
@@ -80,6 +84,11 @@ struct WgmmaTile {
   static constexpr int kBytes = kSlots + (1 + kConsumers) * kSlotBytes;
   static constexpr size_t kSmem = kBytes + 1024;  // the base is aligned up from dynamic memory
   static constexpr unsigned kStageTxBytes = 2u * kTileBytes;  // K and V of one chunk
+  // Whether a chunk's P V runs during the next chunk's softmax (kernel comment). At D = 128 the
+  // next S (64 registers) beside P (32) and O (64) spilled 16 bytes with the producer at 56
+  // registers, and fewer producer registers spilled the producer (nvcc 13, sm_90a): there the
+  // groups overlap only with each other (ping-pong).
+  static constexpr bool kOverlap = D == 64;
 };
 
 // Byte offset of element (row, col) in a swizzled tile of 128-row pieces (the swizzle as TMA's
@@ -200,16 +209,13 @@ __device__ __forceinline__ void finish_scores(float (&s)[WgmmaTile<T, D>::kBc / 
   wgmma_fence_operand<WgmmaTile<T, D>::kBc / 2>(&s[0][0]);
 }
 
-// O += P V: P is S's accumulators rounded to T, repacked as wgmma's register A fragments
-// (accumulator blocks 2kk and 2kk + 1 are the A fragment of keys 16kk .. 16kk + 15, as in
-// forward_mma.cu).
+// P as wgmma's register A fragments: S's accumulators rounded to T (accumulator blocks 2kk and
+// 2kk + 1 are the A fragment of keys 16kk .. 16kk + 15, as in forward_mma.cu).
 template <class T, int D>
-__device__ __forceinline__ void add_values(const float (&s)[WgmmaTile<T, D>::kBc / 8][4],
-                                           uint32_t v, mma_rows::RowState<D>& st) {
-  using Tile = WgmmaTile<T, D>;
-  uint32_t a[Tile::kBc / 16][4];
+__device__ __forceinline__ void pack_probabilities(
+    const float (&s)[WgmmaTile<T, D>::kBc / 8][4], uint32_t (&a)[WgmmaTile<T, D>::kBc / 16][4]) {
   DILATTN_UNROLL
-  for (int kk = 0; kk < Tile::kBc / 16; ++kk) {
+  for (int kk = 0; kk < WgmmaTile<T, D>::kBc / 16; ++kk) {
     const float* lo = s[2 * kk];
     const float* hi = s[2 * kk + 1];
     a[kk][0] = pack2(from_float<T>(lo[0]), from_float<T>(lo[1]));
@@ -217,14 +223,19 @@ __device__ __forceinline__ void add_values(const float (&s)[WgmmaTile<T, D>::kBc
     a[kk][2] = pack2(from_float<T>(hi[0]), from_float<T>(hi[1]));
     a[kk][3] = pack2(from_float<T>(hi[2]), from_float<T>(hi[3]));
   }
+}
+
+// O += P V started (committed, not waited for): P from registers, V MN-major.
+template <class T, int D>
+__device__ __forceinline__ void start_values(const uint32_t (&a)[WgmmaTile<T, D>::kBc / 16][4],
+                                             uint32_t v, mma_rows::RowState<D>& st) {
+  using Tile = WgmmaTile<T, D>;
   wgmma_fence_operand<D / 2>(&st.o[0][0]);
   wgmma_fence();
   DILATTN_UNROLL
   for (int kk = 0; kk < Tile::kBc / 16; ++kk)
     wgmma_rs<T, D, 1, 1, 1>(&st.o[0][0], a[kk], mn_major_descriptor(v, kk, Tile::kPieceBytes), 1);
   wgmma_commit_group();
-  wgmma_wait_group<0>();
-  wgmma_fence_operand<D / 2>(&st.o[0][0]);
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -294,6 +305,13 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   mma_rows::RowState<D> st;
   mma_rows::start(st);
   unsigned char* flags = reinterpret_cast<unsigned char*>(slot + BR + 5);
+  // FlashAttention-3's overlap inside a group (Tile::kOverlap): chunk j's P V is started with
+  // chunk j + 1's S product and runs during chunk j + 1's softmax. `pending`: a chunk whose P V
+  // (its P in pa, its V in stage pending_stage) is still to start; its stage is released once
+  // that is done.
+  uint32_t pa[BC / 16][4];
+  bool pending = false;
+  int pending_stage = 0;
   int chunk = 0;
   for (int64_t span = 0; span < num_spans; ++span) {
     named_barrier_sync(barrier, 128);  // the group finished with the slot (and Q is written)
@@ -306,24 +324,41 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
       mbarrier_wait_parity(&full[stage], use & 1);
       const bool has_keys = c0 < group_most;  // some row of the group takes a key of the chunk
       float s[BC / 8][4];
-      // Ping-pong: the groups take turns to start their S products, so one group's softmax
-      // runs while the other's product keeps the tensor cores busy. Group 1 starts; each
-      // chunk, a group waits for its turn and hands the turn over once its product is issued
-      // (a group with no key in the chunk takes its turn all the same, so the turns match).
+      // Ping-pong: the groups take turns to start their products, so one group's softmax runs
+      // while the other's products keep the tensor cores busy. Group 1 starts; each chunk, a
+      // group waits for its turn and hands it over once its products are issued (a group with
+      // no key in the chunk takes its turn all the same, so the turns match).
       if (group == 2 || chunk > 0) named_barrier_sync(my_turn, 256);
       if (has_keys)
         start_scores<T, D>(q_group, shared_address(base + Tile::kK + stage * Tile::kTileBytes),
                            s);
+      if (pending)
+        start_values<T, D>(pa, shared_address(base + Tile::kV + pending_stage * Tile::kTileBytes),
+                           st);
       named_barrier_arrive(other_turn, 256);
-      if (has_keys) {
+      float alpha[2] = {1.0f, 1.0f};
+      if (has_keys) {  // S (the older group of products) done; P V may still run
+        if (pending)
+          wgmma_wait_group<1>();
+        else
+          wgmma_wait_group<0>();
+        wgmma_fence_operand<BC / 2>(&s[0][0]);
         const int64_t cn = min_i64(BC, most - c0);
         const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);
         const int keys1 = mma_rows::row_keys_in_chunk(cn, cnt1, c0);
+        mma_rows::softmax_scaled_scores<BC / 8, D>(p.score_pre, p.score_post, s, keys0, keys1,
+                                                   st, alpha);
+        if (pending) {  // the previous chunk's P V, then its stage back to the producer
+          wgmma_wait_group<0>();
+          wgmma_fence_operand<D / 2>(&st.o[0][0]);
+          mbarrier_arrive(&empty[pending_stage]);
+          pending = false;
+        }
+        mma_rows::rescale_rows<D>(st, alpha);
         const int fewest = mma_rows::row_keys_in_chunk(cn, group_fewest, c0);
         const unsigned char* v = base + Tile::kV + stage * Tile::kTileBytes;
-        finish_scores<T, D>(s);
-        mma_rows::softmax_chunk<BC / 8, D>(p, s, keys0, keys1, st);
         if (fewest < BC && group_unseen_values_not_finite<T, D>(v, fewest, barrier, flags)) {
+          // The NaN rule: this chunk's P V pair by pair, now.
           exact_rows_product_at<T, D, BC>(
               st.o, s,
               [&](int c, int d) {
@@ -332,12 +367,35 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
                 return to_float(x);
               },
               [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+          mbarrier_arrive(&empty[stage]);
         } else {
-          add_values<T, D>(s, shared_address(v), st);
+          pack_probabilities<T, D>(s, pa);
+          pending = true;
+          pending_stage = stage;
+          if constexpr (!Tile::kOverlap) {  // P V now, in this group's own time
+            start_values<T, D>(pa, shared_address(v), st);
+            wgmma_wait_group<0>();
+            wgmma_fence_operand<D / 2>(&st.o[0][0]);
+            mbarrier_arrive(&empty[stage]);
+            pending = false;
+          }
         }
+      } else {
+        if (pending) {
+          wgmma_wait_group<0>();
+          wgmma_fence_operand<D / 2>(&st.o[0][0]);
+          mbarrier_arrive(&empty[pending_stage]);
+          pending = false;
+        }
+        mbarrier_arrive(&empty[stage]);
       }
-      mbarrier_arrive(&empty[stage]);
     }
+  }
+  if (pending) {  // the last chunk's P V
+    start_values<T, D>(pa, shared_address(base + Tile::kV + pending_stage * Tile::kTileBytes), st);
+    wgmma_wait_group<0>();
+    wgmma_fence_operand<D / 2>(&st.o[0][0]);
+    mbarrier_arrive(&empty[pending_stage]);
   }
   // Group 2 handed group 1 a turn after its last chunk too: group 1 takes it, so every arrival
   // at the turn barriers is matched.

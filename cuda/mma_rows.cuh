@@ -11,7 +11,8 @@
 //   row_keys_in_chunk(...)      how many of a chunk's keys a row takes
 //   softmax_chunk(p, s, ...)    S of one chunk (kTiles C fragments): scale, mask, the online
 //                               update of m, l and O; S becomes P (softmax_scaled: the
-//                               same with pre and post given)
+//                               same with pre and post given; softmax_scaled_scores and
+//                               rescale_rows: its two halves, the scores' and O's)
 //   finish_row<T, D>(p, ...)    one branch: O / l and LSE to the caller's tensors (with
 //                               the sink joined, SPEC 10.3, when kSinks); several: SPEC 5's
 //                               merge into the workspace
@@ -73,11 +74,15 @@ __device__ __forceinline__ int row_keys_in_chunk(int64_t cn, int64_t count, int6
 // the general form, score by score as online_prob states it.
 //
 // softmax_scaled is the same with pre and post given: the variant instances (mma_variants.cuh)
-// apply pre, the softcap and ALiBi to the scores first and pass pre = 1.
+// apply pre, the softcap and ALiBi to the scores first and pass pre = 1. It is
+// softmax_scaled_scores (m, l, P and the rows' alpha) then rescale_rows (O *= alpha): a kernel
+// whose O is still being written by an asynchronous product (forward_wgmma.cu) calls the two
+// apart.
 template <int kTiles, int D>
-__device__ __forceinline__ void softmax_scaled(const float pre, const float post,
-                                               float (&s)[kTiles][4], int keys0, int keys1,
-                                               RowState<D>& st) {
+__device__ __forceinline__ void softmax_scaled_scores(const float pre, const float post,
+                                                      float (&s)[kTiles][4], int keys0,
+                                                      int keys1, RowState<D>& st,
+                                                      float (&alpha)[2]) {
   constexpr int kKeys = kTiles * 8;
   const int t = static_cast<int>(threadIdx.x) & 3;
   const bool pre_positive = pre > 0.0f;
@@ -93,7 +98,7 @@ __device__ __forceinline__ void softmax_scaled(const float pre, const float post
   float chunk_max[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kTiles; ++n)
     for (int e = 0; e < 4; ++e) chunk_max[e >> 1] = max_nan(chunk_max[e >> 1], s[n][e]);
-  float alpha[2], sum[2] = {0.0f, 0.0f}, shift[2];
+  float sum[2] = {0.0f, 0.0f}, shift[2];
   for (int r = 0; r < 2; ++r) {
     const float scaled_max = pre_positive ? row_max_nan(chunk_max[r]) * pre
                                           : row_max_nan(chunk_max[r]);
@@ -117,9 +122,24 @@ __device__ __forceinline__ void softmax_scaled(const float pre, const float post
       }
   }
   for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + row_sum(sum[r]);
+}
+
+// O rescaled by the rows' alpha, unless no row of the warp moved its maximum (alpha = 1
+// multiplies exactly, so skipping it changes no bit).
+template <int D>
+__device__ __forceinline__ void rescale_rows(RowState<D>& st, const float (&alpha)[2]) {
   if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
     for (int nd = 0; nd < D / 8; ++nd)
       for (int e = 0; e < 4; ++e) st.o[nd][e] *= alpha[e >> 1];
+}
+
+template <int kTiles, int D>
+__device__ __forceinline__ void softmax_scaled(const float pre, const float post,
+                                               float (&s)[kTiles][4], int keys0, int keys1,
+                                               RowState<D>& st) {
+  float alpha[2];
+  softmax_scaled_scores<kTiles, D>(pre, post, s, keys0, keys1, st, alpha);
+  rescale_rows<D>(st, alpha);
 }
 
 template <int kTiles, int D>
