@@ -186,7 +186,8 @@ __device__ __forceinline__ bool group_unseen_values_not_finite(const unsigned ch
   named_barrier_sync(barrier, 128);  // every thread read the flags of the chunk before
   if ((t & 31) == 0) flags[warp] = bad ? 1 : 0;
   named_barrier_sync(barrier, 128);
-  return (flags[0] | flags[1] | flags[2] | flags[3]) != 0;
+  // Lane 0's reading for the whole warp: a warp-uniform answer to ptxas (the kernel's comment).
+  return __shfl_sync(0xffffffffu, (flags[0] | flags[1] | flags[2] | flags[3]) != 0 ? 1 : 0, 0) != 0;
 }
 
 // S = Q K^T for the warpgroup's 64 rows and the stage's BC keys: issued (start_scores), then
@@ -249,7 +250,11 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(base + Tile::kBarriers);
   uint64_t* empty = full + Tile::kStages;
   int64_t* rows = reinterpret_cast<int64_t*>(base + Tile::kRows);
-  const int tid = static_cast<int>(threadIdx.x), group = tid / 128, lane = tid & 31;
+  // The warpgroup, broadcast from lane 0: ptxas keeps wgmma products in flight only on paths
+  // it can prove warp-uniform (else warning C7518: each product waited for at once), and a
+  // value from a shuffle of lane 0 is one (CUTLASS's canonical_warp_group_idx does the same).
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+  const int group = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int warp = (tid & 127) >> 5;  // in the warpgroup
   int64_t* slot = reinterpret_cast<int64_t*>(base + Tile::kSlots + group * Tile::kSlotBytes);
   const int64_t tile = blockIdx.x;
@@ -317,7 +322,10 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
     named_barrier_sync(barrier, 128);  // the group finished with the slot (and Q is written)
     if (warp == 0) read_group_span(p, h, tile, span, rows, BR, slot, group);
     named_barrier_sync(barrier, 128);
-    const int64_t most = slot[BR + 2], group_most = slot[BR + 3], group_fewest = slot[BR + 4];
+    // The span's counts the whole group branches on, made warp-uniform for ptxas (above).
+    const int64_t most = __shfl_sync(0xffffffffu, slot[BR + 2], 0);
+    const int64_t group_most = __shfl_sync(0xffffffffu, slot[BR + 3], 0);
+    const int64_t group_fewest = __shfl_sync(0xffffffffu, slot[BR + 4], 0);
     const int64_t cnt0 = slot[r0], cnt1 = slot[r1];
     for (int64_t c0 = 0; c0 < most; c0 += BC, ++chunk) {
       const int stage = chunk % Tile::kStages, use = chunk / Tile::kStages;
@@ -332,16 +340,18 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
       if (has_keys)
         start_scores<T, D>(q_group, shared_address(base + Tile::kK + stage * Tile::kTileBytes),
                            s);
+      // The previous chunk's P V, or an empty group (committing none is allowed): either way
+      // the newest group, so one wait<1> below finishes S alone, with no branch on the count
+      // (a wait ptxas must place in a branch serialises every product, warning C7518).
       if (pending)
         start_values<T, D>(pa, shared_address(base + Tile::kV + pending_stage * Tile::kTileBytes),
                            st);
+      else
+        wgmma_commit_group();
       named_barrier_arrive(other_turn, 256);
       float alpha[2] = {1.0f, 1.0f};
       if (has_keys) {  // S (the older group of products) done; P V may still run
-        if (pending)
-          wgmma_wait_group<1>();
-        else
-          wgmma_wait_group<0>();
+        wgmma_wait_group<1>();
         wgmma_fence_operand<BC / 2>(&s[0][0]);
         const int64_t cn = min_i64(BC, most - c0);
         const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);

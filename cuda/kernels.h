@@ -50,7 +50,10 @@ ForwardKernel tf32_forward(int64_t D, bool variants = false, bool dropout = fals
 // D = 64 or 128; the plain instance only. Its K and V arrive by TMA through tensor maps the
 // launcher makes per launch: a span's keys are rows first + step * c, and map `first % step`
 // (map 0 when step is 1) views K or V as the rows `step` apart from that residue, so a chunk is
-// one box at row first / step + c0 (launch.cu, make_wgmma_tensor_maps). Passed as a kernel
+// one box at row first / step + c0 (launch.cu, make_wgmma_tensor_maps). The stride is the
+// map's row stride, not its element stride (elementStrides): a box spans at most 256 elements
+// a dimension, traversal stride included, so element strides would hold a chunk of 128 keys
+// to dilation 2, where row strides take any dilation up to kWgmmaMaxStep. Passed as a kernel
 // parameter (__grid_constant__): 4 KB of maps beside ForwardParams, within the 32 KB of
 // parameters CUDA 12.1 and newer take.
 constexpr int kWgmmaMaxStep = 16;
@@ -67,6 +70,10 @@ struct WgmmaForwardKernel {
 };
 template <class T>
 WgmmaForwardKernel wgmma_forward(int64_t D);
+// Launches of forward_wgmma.cu by launch.cu so far, in this process: how the kernel tests know
+// a call took the Hopper path (the launcher falls back to forward_mma.cu where no tensor map
+// can be made).
+uint64_t wgmma_launch_count();
 
 // ---------------------------------------------------------------- backward (SPEC 6)
 using BackwardKernelFn = void (*)(BackwardParams);

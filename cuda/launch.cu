@@ -45,6 +45,7 @@
 // tests/kernels/test_launch_checks.cpp (the refusals), test_launch_stream.cpp (stream, no sync
 // or allocation per call, release after the work) and test_launch_device_arch.cpp (a device
 // without a kernel image).
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -317,6 +318,11 @@ bool make_wgmma_tensor_maps(const Problem& p, const ForwardParams& fp, WgmmaTens
   return true;
 }
 
+std::atomic<uint64_t>& wgmma_launches() {
+  static std::atomic<uint64_t> launches{0};
+  return launches;
+}
+
 WgmmaForwardKernel pick_wgmma_kernel(const Problem& p) {
   return p.dtype == DILATTN_F16 ? wgmma_forward<__half>(p.D) : wgmma_forward<__nv_bfloat16>(p.D);
 }
@@ -356,6 +362,7 @@ dilattn_status launch_wgmma_branches(const Problem& p, DeviceInfo& device, cudaS
     DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem, stream)(fp, maps);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_failure(e, "forward_wgmma_kernel");
+    wgmma_launches().fetch_add(1);
   }
   return DILATTN_SUCCESS;
 }
@@ -401,6 +408,9 @@ dilattn_status finalize(const Problem& p, const ForwardArgs& a, const Workspace&
 }
 
 }  // namespace
+
+// Launches of forward_wgmma.cu so far, in this process (kernels.h).
+uint64_t wgmma_launch_count() { return wgmma_launches().load(); }
 
 // ================================================================ the backend's entry points
 dilattn_status can_run(const Problem& p) {

@@ -262,7 +262,7 @@ struct Launcher {
   void operator()(A&&... args) const {
     static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong argument count");
     const KernelKey key = reinterpret_cast<KernelKey>(kernel);
-    log_launch(stream, reinterpret_cast<const void*>(kernel));
+    log_launch(stream);
     if (check_launch(key, name, grid, block, shared_bytes) != cudaSuccess) return;
     // Each thread calls the kernel with its own copies of the arguments, as on the GPU; the
     // launch keeps one copy of them until it runs (now, or when its stream is waited for).

@@ -11,8 +11,7 @@
 //
 // Counters of runtime calls (simt::runtime_calls(), process-wide) and of launches per stream
 // (simt::launches_on) let a test assert "no cudaMalloc, no synchronisation between these two
-// points, every kernel on the caller's stream" (what a CUDA graph capture needs); launches per
-// kernel (simt::launches_of), which kernel a launcher chose.
+// points, every kernel on the caller's stream" (what a CUDA graph capture needs).
 // Checked by tests/emu/test_emu_streams.cpp and tests/kernels/test_launch_stream.cpp.
 #ifndef DILATTN_SIMT_STREAMS_H
 #define DILATTN_SIMT_STREAMS_H
@@ -71,10 +70,6 @@ inline std::map<const void*, uint64_t>& launch_log() {  // launches per stream, 
   static std::map<const void*, uint64_t> m;
   return m;
 }
-inline std::map<const void*, uint64_t>& kernel_launch_log() {  // per kernel, stream_mutex()
-  static std::map<const void*, uint64_t> m;
-  return m;
-}
 inline std::map<EmuStream*, bool>& live_streams() {  // guarded by stream_mutex()
   static std::map<EmuStream*, bool> m;
   return m;
@@ -128,11 +123,10 @@ inline void submit(cudaStream_t stream, std::function<void()> work) {
   work();
 }
 
-inline void log_launch(cudaStream_t stream, const void* kernel) {
+inline void log_launch(cudaStream_t stream) {
   count(counters().launches);
   std::lock_guard<std::mutex> lock(stream_mutex());
   ++launch_log()[static_cast<const void*>(stream)];
-  ++kernel_launch_log()[kernel];
 }
 
 }  // namespace detail
@@ -168,15 +162,6 @@ inline uint64_t launches_on(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(detail::stream_mutex());
   auto it = detail::launch_log().find(static_cast<const void*>(stream));
   return it == detail::launch_log().end() ? 0 : it->second;
-}
-
-// Launches of `kernel` (the function a launch names) so far, on any stream: which kernel a
-// launcher chose.
-template <class... P>
-inline uint64_t launches_of(void (*kernel)(P...)) {
-  std::lock_guard<std::mutex> lock(detail::stream_mutex());
-  auto it = detail::kernel_launch_log().find(reinterpret_cast<const void*>(kernel));
-  return it == detail::kernel_launch_log().end() ? 0 : it->second;
 }
 
 // Work items (launches, copies, host functions) given to `stream` while it was capturing.

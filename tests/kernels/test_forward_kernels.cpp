@@ -5,8 +5,8 @@
 // Usage: [DILATTN_TEST_BACKEND=emu|cuda] test_forward_kernels simt|mma|mma_tf32|wgmma
 // (mma: f16 and bf16; mma_tf32: f32, 3xTF32; wgmma: the Hopper kernel, f16 and bf16, asked for
 // with DILATTN_CUDA_WGMMA=1 on an sm_90: the emulated device is set to 9.0, and each case must
-// have launched it, except the one whose K and V rows TMA cannot read, which must have fallen
-// back to mma). The cases are kernel_cases.h's forward ones.
+// have launched it (hopper_launches.h), except the one whose K and V rows TMA cannot read, which
+// must have fallen back to mma). The cases are kernel_cases.h's forward ones.
 // Every case is repeated (kernel_case.h: emu in three thread orders, cuda twice, the second on
 // a stream of its own); the outputs must be bitwise identical (no race, no order-dependent
 // sum), and the first within SPEC 8 of the reference.
@@ -20,26 +20,11 @@
 
 #include "kernel_cases.h"
 #include "kernel_choice.h"
-#if DILATTN_TEST_EMU
-#define DILATTN_BACKEND_NS emu
-#include "kernels.h"  // the emulated kernels, to count their launches (simt::launches_of)
-#endif
+#include "hopper_launches.h"
 
 namespace {
 
 using Case = harness::AttentionCase;
-
-// Launches of the emulated Hopper kernel for the case's dtype and head dim so far.
-uint64_t wgmma_launches(const Case& c) {
-#if DILATTN_TEST_EMU
-  return c.dtype == DILATTN_F16 ? simt::launches_of(dilattn::emu::wgmma_forward<__half>(c.D).fn)
-                                : simt::launches_of(
-                                      dilattn::emu::wgmma_forward<__nv_bfloat16>(c.D).fn);
-#else
-  (void)c;
-  return 0;
-#endif
-}
 
 void run_case(const Case& c, const std::string& kernel, dilattn_backend backend) {
   harness::CaseScope scope(c.name);
@@ -57,14 +42,14 @@ void run_case(const Case& c, const std::string& kernel, dilattn_backend backend)
   const harness::Inputs in = kcase::random_inputs(c);
   const harness::Forward ref =
       harness::run_forward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
-  const uint64_t wgmma_before = wgmma_launches(c);
+  const uint64_t wgmma_before = hopper_launches(backend);
   const harness::Forward first = kcase::run_forward_repeated(c, in, backend);
-  if (hopper && backend == DILATTN_BACKEND_EMU) {
+  if (hopper) {
     // Rows of D + 4 elements are no tensor map's: that case falls back to forward_mma.cu.
     const bool tma_views = c.name.find("unaligned_rows") == std::string::npos;
-    CHECK_MSG((wgmma_launches(c) > wgmma_before) == tma_views,
-              "forward_wgmma.cu launched %llu times, expected %s",
-              static_cast<unsigned long long>(wgmma_launches(c) - wgmma_before),
+    const uint64_t launched = hopper_launches(backend) - wgmma_before;
+    CHECK_MSG((launched > 0) == tma_views, "forward_wgmma.cu launched %llu times, expected %s",
+              static_cast<unsigned long long>(launched),
               tma_views ? "some" : "none (mma's element loads)");
   }
   CHECK_CLOSE("O", first.o, ref.o, spec8::of(c.dtype));

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "hopper_launches.h"
 #include "kernel_case.h"
 
 namespace {
@@ -114,7 +115,7 @@ std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
   return out;
 }
 
-void run_case(const NonfiniteCase& n, dilattn_backend backend) {
+void run_case(const NonfiniteCase& n, dilattn_backend backend, bool hopper) {
   const Case& c = n.c;
   harness::CaseScope scope(c.name);
   const int64_t failed_before = harness::failures();
@@ -123,7 +124,10 @@ void run_case(const NonfiniteCase& n, dilattn_backend backend) {
     (n.nan.in_v ? in.v : in.k).set(0, n.nan.j, n.nan.kv_head, 1, n.nan.value);
   const harness::Forward ref =
       harness::run_forward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
+  const uint64_t wgmma_before = hopper_launches(backend);
   const harness::Forward got = kcase::run_forward_repeated(c, in, backend);
+  if (hopper)
+    CHECK_MSG(hopper_launches(backend) > wgmma_before, "forward_wgmma.cu did not run");
 
   // NaN exactly where the reference's O is NaN, SPEC 8 elsewhere (compare.h).
   CHECK_CLOSE("O", got.o, ref.o, spec8::of(c.dtype));
@@ -168,7 +172,8 @@ int main(int argc, char** argv) {
     setenv("DILATTN_CUDA_WGMMA", "1", 1);
     if (backend == DILATTN_BACKEND_EMU) simt::set_emulated_device(9, 0);
   }
-  for (const NonfiniteCase& n : cases_for(argv[1])) run_case(n, backend);
+  for (const NonfiniteCase& n : cases_for(argv[1]))
+    run_case(n, backend, std::string(argv[1]) == "wgmma");
   return harness::finish(
       (std::string("kernels_nonfinite_") + argv[1] + " on " +
        dilattn_backend_name(backend)).c_str());
