@@ -22,10 +22,10 @@
 //       softmax        mma_rows.cuh, the same online softmax as forward_mma.cu (wgmma's
 //                      accumulators hold each warp's rows as mma's C fragments do);
 //       O += P V       wgmma with P from registers (S's accumulators rounded to T: the same
-//                      repacking as forward_mma.cu) and V MN-major (its rows are keys); at
-//                      D = 64 started with the next chunk's S product and waited for after
-//                      that chunk's softmax (FlashAttention-3's overlap inside a warpgroup;
-//                      WgmmaTile::kOverlap says why not at D = 128);
+//                      repacking as forward_mma.cu) and V MN-major (its rows are keys); the
+//                      code can start it with the next chunk's S product, to run during that
+//                      chunk's softmax (FlashAttention-3's overlap inside a warpgroup), but
+//                      WgmmaTile::kOverlap keeps it off: why is there;
 //     and release the stage ("empty", one arrival per consumer thread) once its P V is done. A
 //     warpgroup none of whose rows takes a key of the chunk skips the products but still takes
 //     its turn, waits and releases.
@@ -84,11 +84,15 @@ struct WgmmaTile {
   static constexpr int kBytes = kSlots + (1 + kConsumers) * kSlotBytes;
   static constexpr size_t kSmem = kBytes + 1024;  // the base is aligned up from dynamic memory
   static constexpr unsigned kStageTxBytes = 2u * kTileBytes;  // K and V of one chunk
-  // Whether a chunk's P V runs during the next chunk's softmax (kernel comment). At D = 128 the
-  // next S (64 registers) beside P (32) and O (64) spilled 16 bytes with the producer at 56
-  // registers, and fewer producer registers spilled the producer (nvcc 13, sm_90a): there the
-  // groups overlap only with each other (ping-pong).
-  static constexpr bool kOverlap = D == 64;
+  // Whether a chunk's P V runs during the next chunk's softmax (kernel comment). Off at both
+  // dims for now: at D = 128 the next S (64 registers) beside P (32) and O (64) spilled 16
+  // bytes (fewer producer registers spilled the producer), and at D = 64 ptxas serialises
+  // every product of the kernel with it (note C7520: the empty group a chunk with nothing
+  // pending commits becomes a placeholder product behind an arrive of its own; with a branch
+  // on the wait count instead, C7518), which sass_model.py models at 38.7% of the peak
+  // against 49-50% for the products grouped (nvcc 13, sm_90a; docs/performance.md). The
+  // code stays, for a form ptxas keeps in flight.
+  static constexpr bool kOverlap = false;
 };
 
 // Byte offset of element (row, col) in a swizzled tile of 128-row pieces (the swizzle as TMA's
@@ -342,16 +346,19 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
                            s);
       // The previous chunk's P V, or an empty group (committing none is allowed): either way
       // the newest group, so one wait<1> below finishes S alone, with no branch on the count
-      // (a wait ptxas must place in a branch serialises every product, warning C7518).
+      // (a wait ptxas must place in a branch serialises every product, warning C7518). Without
+      // the overlap nothing is pending here and S is the only group: ptxas issues an empty
+      // group as a placeholder HGMMA behind an arrive of its own, which serialises every
+      // product of the kernel (C7520), so none is committed then.
       if (pending)
         start_values<T, D>(pa, shared_address(base + Tile::kV + pending_stage * Tile::kTileBytes),
                            st);
-      else
+      else if constexpr (Tile::kOverlap)
         wgmma_commit_group();
       named_barrier_arrive(other_turn, 256);
       float alpha[2] = {1.0f, 1.0f};
       if (has_keys) {  // S (the older group of products) done; P V may still run
-        wgmma_wait_group<1>();
+        wgmma_wait_group<Tile::kOverlap ? 1 : 0>();
         wgmma_fence_operand<BC / 2>(&s[0][0]);
         const int64_t cn = min_i64(BC, most - c0);
         const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);
