@@ -44,12 +44,22 @@ What it does, per kernel whose name matches --kernel (default: forward_\w*kernel
      each bound gives a fraction of the dense f16 tensor peak; the estimate is the smallest.
   5. The whole backward where both passes are modelled (backward_summary): per (query row, key)
      pair, the two passes' estimates weighted by the time each takes.
+  6. A warp-specialised Hopper kernel (sm_90a: HGMMA and UTMALDG in its SASS; forward_wgmma) is
+     modelled by model_ws_kernel instead: the consumer's chunk loop is the innermost loop
+     holding an HGMMA, the producer's the innermost holding a TMA load (UTMALDG) but for the
+     elect loops ptxas wraps around each; a chunk is the shortest path through the loop that
+     runs every product or load and the chunk's mbarrier wait, arrive and 2^x, plus a moved
+     row maximum's work. Bounds per chunk per SM: tensor, issue (busiest sub-partition), the
+     MUFU pipe, the chain of one warpgroup (a timeline of one warp from the SASS's stall
+     counts and product waits), a ping-pong's turns, shared memory, the TMA's bytes at HBM
+     bandwidth; sm_90a takes sm_90's device constants. Its own table follows the others.
   Table on stdout, JSON with --json, the same table with --txt.
 
 Device constants (DEVICES) and their sources are below. Checked by bench/gpu/test_sass_model.py.
 """
 import argparse
 import glob
+import heapq
 import json
 import os
 import re
@@ -86,6 +96,9 @@ DEVICES = {
 TILES = {
     "forward_simt_kernel": (16, 32, 128),
     "forward_mma_kernel": (64, 64, 128),
+    # forward_wgmma.cu's WgmmaTile (sm_90a): 128 query rows, chunks of 128 keys, a producer and
+    # two consumer warpgroups, at both head dims (modelled by model_ws_kernel).
+    "forward_wgmma_kernel": (128, 128, 384),
     # forward_mma_tf32.cu's Tf32Tile: f32 tiles, so 32 keys a chunk at D = 128.
     "forward_mma_tf32_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 32, 128),
     # The backward passes (cuda/mma_backward_loop.cuh: kMmaBackwardRows = kMmaBackwardKeys = 64,
@@ -642,6 +655,538 @@ def model_kernel(kernel, D, dtype, tile, family):
     return out
 
 
+# ---------------------------------------------------------------- warp-specialised kernels
+# A Hopper kernel whose warps have roles (cuda/forward_wgmma.cu, sm_90a): a producer warpgroup,
+# one thread of which issues each chunk's TMA loads (UTMALDG) of K and V into a ring of stages
+# guarded by mbarriers (SYNCS), and consumer warpgroups that multiply with wgmma (HGMMA), wait
+# for their products (WARPGROUP.DEPBAR) and release the stage. No block-wide barrier runs per
+# chunk, the roles run different loops, and a warpgroup's products run while its warps issue
+# other work, so the model above (one loop, every warp alike, HMMA at issue) does not fit; these
+# kernels are modelled here instead (model_ws_kernel), found by their SASS: a kernel holding
+# both HGMMA and UTMALDG (is_warp_specialised).
+#
+# What the SASS does not say, from the kernel source: the tile (TILES: BR query rows, BC keys a
+# chunk, threads: one producer warpgroup and the rest consumers, 64 rows each) and the bytes
+# one TMA load brings (WS_TMA_BOX: the box is in the tensor map, a kernel parameter).
+# forward_wgmma.cu: boxes of 64 columns (128 bytes of f16/bf16) x BC = 128 rows, one K and one V
+# box per 64 columns of D.
+WS_TMA_BOX = {"forward_wgmma_kernel": lambda D: 64 * 2 * 128}
+
+# The special-function pipe (MUFU: 2^x, reciprocals) does 16 results a clock an SM on compute
+# capability 9.0 (CUDA C++ Programming Guide, throughput of arithmetic instructions; the
+# FlashAttention-3 paper's 3.9 TFLOPS of special functions on H100 SXM5 is the same rate): a
+# warp's MUFU holds its sub-partition's quarter of the pipe 32 / 4 = 8 clocks.
+SFU_PER_CLK_SM = {"sm_90": 16}
+
+# The timeline of one warp (warp_timeline) takes the stall counts ptxas encoded (fixed-latency
+# results) from the SASS; what the SASS leaves to scoreboards it does not time. Assumed round
+# figures, not measured and not from a source (the JSON gives the chain with them halved and
+# doubled): the clocks until a variable-latency instruction's result is written,
+VARIABLE_LATENCY_CLK = {"MUFU": 20, "SHFL": 30, "LDS": 30, "LDSM": 30, "LDC": 15, "S2R": 20,
+                        "S2UR": 20, "SYNCS": 30, "I2F": 15, "F2I": 15, "F2F": 15, "LDG": 500,
+                        "LD": 500}
+DEFAULT_VARIABLE_LATENCY_CLK = 30
+# until its source registers are read (a read scoreboard),
+READ_RELEASE_CLK = 4
+# and from the tensor pipe finishing an HGMMA to WARPGROUP.DEPBAR seeing it done (the pipe's
+# fill and drain; the order of mma.sync's latency; the JSON gives the chain at 0 and twice it).
+WGMMA_LATENCY_CLK = 32
+
+
+def device_of(arch):
+    """DEVICES' constants of an arch; sm_90a (the arch-specific features wgmma, TMA and
+    setmaxnreg need) runs on the same H100 as sm_90."""
+    return DEVICES.get(arch) or DEVICES.get(arch.rstrip("a"))
+
+
+def is_warp_specialised(kernel):
+    ops = {i.base for i in kernel.instrs}
+    return "HGMMA" in ops and "UTMALDG" in ops
+
+
+def hgmma_shape(op):
+    """(m, n, k) of HGMMA.64x128x16.F32, or None."""
+    m = re.match(r"HGMMA\.(\d+)x(\d+)x(\d+)", op)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def hgmma_a_in_registers(ins):
+    """Whether an HGMMA's A operand comes from registers (R24, gdesc[UR24].tnspB: wgmma's .rs
+    form, P in the forward) rather than from shared memory (gdesc[UR24] alone names A's and B's
+    descriptors: .ss)."""
+    ops = [x.strip() for x in ins.operands.split(",")]
+    return len(ops) > 1 and re.fullmatch(r"R\d+", ops[1]) is not None
+
+
+def is_dummy_hgmma(ins):
+    """Whether an HGMMA is the placeholder ptxas issues for a commit with no product since the
+    previous one (HGMMA.64x8x16.F16 RZ, gdesc[URZ], RZ, !UPT, gsb0): it writes no register and
+    reads no operand, so it only closes a group and counts no FLOP."""
+    return ins.base == "HGMMA" and re.match(r"RZ\b", ins.operands) is not None
+
+
+def product_kind(ins):
+    """What product an HGMMA is a step of: its shape and whether A is in registers (S = Q K^T
+    from shared memory, P V from registers in the forward); None for the placeholder."""
+    if ins.base != "HGMMA" or is_dummy_hgmma(ins):
+        return None
+    return hgmma_shape(ins.op), hgmma_a_in_registers(ins)
+
+
+def hgmma_accumulators(ins):
+    """The registers an HGMMA accumulates into: from its first operand, m * n / 128 f32 a thread
+    (a warpgroup's 128 threads hold the m x n tile)."""
+    m, n, _ = hgmma_shape(ins.op)
+    first = int(re.match(r"R(\d+)", ins.operands).group(1))
+    return set(range(first, first + m * n // 128))
+
+
+def hgmma_smem_bytes(ins):
+    """Shared-memory bytes one HGMMA (one warpgroup's) reads: B, n rows of k elements, and A,
+    m rows, unless A is in registers. A k of 16 (f16, bf16), 8 (tf32) or 32 (8-bit) elements is
+    32 bytes a row; each operand is read once for the warpgroup (assumed)."""
+    m, n, _ = hgmma_shape(ins.op)
+    return n * 32 + (0 if hgmma_a_in_registers(ins) else m * 32)
+
+
+def depbar_pending(ins):
+    """N of WARPGROUP.DEPBAR.LE gsb0, N: the warp waits until at most N committed groups of its
+    warpgroup's products are still running (wgmma.wait_group N)."""
+    m = re.search(r",\s*0x([0-9a-f]+)\s*$", ins.operands)
+    return int(m.group(1), 16) if m else 0
+
+
+def barrier_threads(ins):
+    """Threads a BAR.SYNC / BAR.ARV waits for: the count operand of a named barrier
+    (BAR.SYNC.DEFER_BLOCKING R8, 0x80: 128), None for the whole block (BAR.SYNC 0x0)."""
+    ops = [x.strip() for x in ins.operands.split(",")]
+    return int(ops[1], 16) if len(ops) == 2 and ops[1].startswith("0x") else None
+
+
+def setmaxnreg(ins):
+    """('DEALLOC', 56) of USETMAXREG.DEALLOC.CTAPOOL 0x38; ('TRY_ALLOC', 224) of
+    USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe0: the registers a thread keeps or asks for."""
+    m = re.search(r"0x([0-9a-f]+)\s*$", ins.operands)
+    return ins.op.split(".")[1], int(m.group(1), 16) if m else None
+
+
+def dest_register(ins):
+    """The index of the register an instruction writes first (FMUL R88, ...: 88), or None."""
+    m = re.match(r"R(\d+)\b", ins.operands)
+    return int(m.group(1)) if m else None
+
+
+def is_elect_loop(loop):
+    """ptxas's loop around a uniform-datapath instruction whose register operands may differ
+    between lanes (UTMALDG): ELECT a lane, issue for it, BRA.U.ANY back while a lane is left.
+    One block; it runs once per active lane, and the kernel issues its TMA loads from one."""
+    if len(loop.blocks) != 1:
+        return False
+    blk = loop.cfg.blocks[loop.header]
+    return any(i.base == "ELECT" for i in blk) and blk[-1].op.startswith("BRA.U.ANY")
+
+
+def innermost_loop_holding(cfg, has, skip=lambda loop: False):
+    """The innermost loop holding an instruction `has` marks (no other such loop inside it),
+    leaving out the loops `skip` marks; if several, the one with the most such instructions."""
+    loops = [l for l in cfg.loops() if not skip(l) and l.count(has) > 0]
+    inner = [l for l in loops if not any(o is not l and o.blocks < l.blocks for o in loops)]
+    if not inner:
+        return None
+    return max(inner, key=lambda l: (l.count(has), len(l.blocks)))
+
+
+def consumer_chunk_loop(cfg):
+    """A consumer's loop over chunks: the innermost loop holding an HGMMA. Its products are the
+    chunk's (S = Q K^T, P V); the loops around it walk spans, and the loops inside it (an
+    mbarrier wait's retry, the NaN rule's checks) hold no product."""
+    return innermost_loop_holding(cfg, lambda i: i.base == "HGMMA")
+
+
+def producer_chunk_loop(cfg):
+    """The producer's loop over chunks: the innermost loop holding a TMA load (UTMALDG), not
+    counting the elect loops ptxas wraps around each load (is_elect_loop)."""
+    return innermost_loop_holding(cfg, lambda i: i.base == "UTMALDG", skip=is_elect_loop)
+
+
+def _forward_edges(loop, dom):
+    """succ within the loop without back edges (to a block dominating the source): the DAG one
+    iteration runs on; an inner loop's body can be passed once, not repeated."""
+    cfg = loop.cfg
+    return {b: [s for s in cfg.succ[b] if s in loop.blocks and s not in dom[b]]
+            for b in loop.blocks}
+
+
+def chunk_path(loop, groups, dom, once=()):
+    """The blocks one chunk runs, in order: the shortest path (fewest instructions) from the
+    loop's header to a block that jumps back to it that runs a block of each of `groups` (sets
+    of blocks: a block holding a product or a TMA load alone; the blocks that wait on an
+    mbarrier, or arrive on one, or hold the chunk's 2^x, one of each). Shortest, because the
+    other branches of a chunk loop are cases a full chunk of a dense problem does not take: the
+    mask of a row that stops inside the chunk, a scale <= 0, the general softmax, the NaN rule's
+    check and exact product, an mbarrier wait that retries, a chunk no row of the group takes, a
+    64-bit division of a dilated span; and the groups, because a first chunk takes branches a
+    later one does not (no product of the previous chunk to finish, no stage to wait for).
+    Inner loops' back edges are not taken: a loop on the path runs once. `once`: the indices of
+    groups the path may enter only once (a product: run once a chunk, so a path may not take
+    one copy of it and then another, as the previous chunk's P V and the last chunk's); blocks
+    of such a group in a row are one entry. None if no path runs every group."""
+    cfg = loop.cfg
+    edges = _forward_edges(loop, dom)
+    member = {b: sum(1 << n for n, g in enumerate(groups) if b in g) for b in loop.blocks}
+    full = (1 << len(groups)) - 1
+    once_mask = sum(1 << n for n in once)
+    ends = {b for b in loop.blocks if loop.header in cfg.succ[b]}
+    start = (loop.header, member[loop.header])
+    dist, prev = {start: len(cfg.blocks[loop.header])}, {}
+    heap = [(dist[start], loop.header, member[loop.header])]
+    while heap:
+        d, b, mask = heapq.heappop(heap)
+        if d > dist[(b, mask)]:
+            continue
+        if b in ends and mask == full:
+            path, state = [b], (b, mask)
+            while state != start:
+                state = prev[state]
+                path.append(state[0])
+            return path[::-1]
+        for s in edges[b]:
+            again = member[s] & mask & ~member[b] & once_mask
+            if again:
+                continue
+            state = (s, mask | member[s])
+            nd = d + len(cfg.blocks[s])
+            if nd < dist.get(state, float("inf")):
+                dist[state], prev[state] = nd, (b, mask)
+                heapq.heappush(heap, (nd, s, state[1]))
+    return None
+
+
+def _blocks_holding(loop, has):
+    cfg = loop.cfg
+    return {b for b in loop.blocks if any(has(i) for i in cfg.blocks[b])}
+
+
+def consumer_groups(loop):
+    """What a consumer's chunk runs (chunk_path's groups): each product, S = Q K^T and P V (the
+    blocks holding an HGMMA of its kind, product_kind: the kernel may issue one product in
+    either of two branches, as the previous chunk's P V beside the next S, or after the softmax
+    at the first chunk), the placeholder HGMMA of an empty commit aside, which sits in the other
+    branch of a P V that may be skipped; one of the blocks that wait on an mbarrier (the
+    stage's K and V arrived) and one of those that arrive on one (the stage released); one of
+    the blocks holding the chunk's 2^x (the most MUFU.EX2 of any block: the softmax's fast and
+    general forms), without which a path could start products and skip the softmax as a chunk
+    no row of the group takes does."""
+    cfg = loop.cfg
+    kinds = sorted({product_kind(i) for b in loop.blocks for i in cfg.blocks[b]} - {None})
+    groups = [_blocks_holding(loop, lambda i, k=k: product_kind(i) == k) for k in kinds]
+    groups.append(_blocks_holding(loop, lambda i: i.op.startswith("SYNCS.PHASECHK")))
+    groups.append(_blocks_holding(loop, lambda i: i.op.startswith("SYNCS.ARRIVE")))
+    ex2 = {b: sum(1 for i in cfg.blocks[b] if i.op.startswith("MUFU.EX2")) for b in loop.blocks}
+    most = max(ex2.values(), default=0)
+    if most > 0:
+        groups.append({b for b, n in ex2.items() if n == most})
+    return [g for g in groups if g]
+
+
+def producer_groups(loop):
+    """What the producer's chunk runs: each block holding a TMA load; one of the blocks that
+    wait on an mbarrier (the stage is free) and one of those that arrive on one (the bytes to
+    expect)."""
+    groups = [{b} for b in _blocks_holding(loop, lambda i: i.base == "UTMALDG")]
+    groups.append(_blocks_holding(loop, lambda i: i.op.startswith("SYNCS.PHASECHK")))
+    groups.append(_blocks_holding(loop, lambda i: i.op.startswith("SYNCS.ARRIVE")))
+    return [g for g in groups if g]
+
+
+def moved_max_blocks(loop, path, accumulators):
+    """The work of a chunk in which some row's maximum moved, which the shortest path skips: a
+    block b off the path between consecutive path blocks u and w (u -> b -> w, u also jumping
+    straight to w) that computes 2^x (alpha = 2^(m_old - m_new)) or multiplies the accumulators
+    of the P V products (O's rescale). Counted, as every chunk early in a row takes it. Returns
+    (u, b) pairs: b runs after u."""
+    cfg, on = loop.cfg, set(path)
+    out = []
+    for u, w in zip(path, path[1:]):
+        for b in cfg.succ[u]:
+            if b in on or cfg.succ[b] != [w] or w not in cfg.succ[u]:
+                continue
+            blk = cfg.blocks[b]
+            ex2 = any(i.op.startswith("MUFU.EX2") for i in blk)
+            rescale = sum(1 for i in blk if i.base == "FMUL" and dest_register(i) in accumulators)
+            if ex2 or (accumulators and 2 * rescale >= len(blk)):
+                out.append((u, b))
+    return out
+
+
+def warp_timeline(instrs, flop_per_clk_sm, share=1, iterations=6, latency_scale=1.0,
+                  wgmma_latency=WGMMA_LATENCY_CLK, sfu_clk=8):
+    """Clocks one consumer warp takes per chunk running `instrs` (the chunk's path) over and
+    over, in order: an instruction issues after the previous one's stall count, once the
+    scoreboards it waits for are released (VARIABLE_LATENCY_CLK, READ_RELEASE_CLK) and, for a
+    MUFU, once its sub-partition's MUFU pipe is free (sfu_clk a warp instruction). An HGMMA goes
+    to the SM's tensor pipe, which runs the warpgroup's products one after the other at the full
+    rate (one warpgroup's wgmma drives the four sub-partitions' tensor cores); a WARPGROUP.DEPBAR
+    waits until no more than its N of the committed groups (an HGMMA marked gsb0 closes one)
+    are running, each done wgmma_latency after the pipe finished it. share > 1: `share`
+    warpgroups in lockstep (each instruction issues `share` times, each product and MUFU takes
+    `share` times as long). The 4 warps of the warpgroup are taken to run alike. Returns
+    (clocks per chunk, where the last chunk's went: {'tensor', 'sfu', 'scoreboard', 'issue'},
+    the clocks spent waiting on each or issuing, and 'barriers': (op, clock from the chunk's
+    start) of each BAR it issued)."""
+    t = 0.0
+    board = [0.0] * 6
+    sfu_free = tensor_free = 0.0
+    groups = []
+    starts = []
+    spent = {}
+    for _ in range(iterations):
+        starts.append(t)
+        spent = {"tensor": 0.0, "sfu": 0.0, "scoreboard": 0.0, "issue": 0.0}
+        bars = []
+        for ins in instrs:
+            c = ins.control()
+            ready = t
+            for b in range(6):
+                if c["wait"] >> b & 1:
+                    ready = max(ready, board[b])
+            spent["scoreboard"] += ready - t
+            if ins.base == "WARPGROUP" and ".DEPBAR" in ins.op:
+                n = depbar_pending(ins)
+                running = sorted(g for g in groups if g > ready)
+                if len(running) > n:
+                    spent["tensor"] += running[len(running) - n - 1] - ready
+                    ready = running[len(running) - n - 1]
+                groups = [g for g in groups if g > ready]
+            if ins.base == "MUFU":
+                if sfu_free > ready:
+                    spent["sfu"] += sfu_free - ready
+                    ready = sfu_free
+                sfu_free = ready + sfu_clk * share
+            if ins.base == "HGMMA":
+                start = max(ready, tensor_free)
+                if not is_dummy_hgmma(ins):
+                    tensor_free = start + hmma_flop(ins.op) * tensor_cost(ins.op) * share / \
+                        flop_per_clk_sm
+                else:
+                    tensor_free = start
+                if "gsb0" in ins.operands:
+                    groups.append(tensor_free + wgmma_latency)
+            if c["wbar"] is not None:
+                lat = VARIABLE_LATENCY_CLK.get(ins.base, DEFAULT_VARIABLE_LATENCY_CLK)
+                board[c["wbar"]] = max(board[c["wbar"]], ready + lat * latency_scale)
+            if c["rbar"] is not None:
+                board[c["rbar"]] = max(board[c["rbar"]], ready + READ_RELEASE_CLK)
+            if ins.base == "BAR":
+                bars.append((ins.op, ready - starts[-1]))
+            step = max(c["stall"], share, 1)
+            spent["issue"] += step
+            t = ready + step
+    starts.append(t)
+    spent["barriers"] = bars
+    return (starts[-1] - starts[-3]) / 2, spent
+
+
+def turn_clocks(barriers):
+    """How long a warpgroup holds its turn (ping-pong): from its BAR.SYNC, the wait for the
+    turn, to its BAR.ARV, which hands the turn on; None without both."""
+    sync = [c for op, c in barriers if op.startswith("BAR.SYNC")]
+    arv = [c for op, c in barriers if op.startswith("BAR.ARV")]
+    if not sync or not arv or arv[0] < sync[0]:
+        return None
+    return arv[0] - sync[0]
+
+
+HOPPER_OPS = ("HGMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "SYNCS", "UTMALDG", "BAR.SYNC",
+              "BAR.ARV", "ELECT", "R2UR")
+
+
+def hopper_ops(instrs):
+    """Counts of the instructions that run a warp-specialised chunk, by HOPPER_OPS name."""
+    out = {k: 0 for k in HOPPER_OPS}
+    for i in instrs:
+        for k in HOPPER_OPS:
+            if i.op == k or i.op.startswith(k + "."):
+                out[k] += 1
+    return out
+
+
+def model_ws_kernel(kernel, D, dtype, tile, family):
+    """A warp-specialised kernel at head dim D on its arch: the consumer's and the producer's
+    chunk paths, and per chunk per SM (one block an SM) the bounds:
+      tensor  every HGMMA of the consumer warpgroups at the dense f16 rate;
+      issue   the busiest sub-partition's instructions at 1 a clock: warp w issues on
+              sub-partition w % 4, so each holds one warp of each consumer warpgroup, and the
+              first also the producer's issuing warp;
+      sfu     the same sub-partition's MUFU at 8 clocks each (SFU_PER_CLK_SM);
+      chain   one consumer warpgroup's chunk alone (warp_timeline): the products it waits for
+              (WARPGROUP.DEPBAR) and the work between the waits, which cannot overlap its own
+              waited-for products;
+      smem    shared-memory bytes at 128 a clock: the HGMMAs' shared operands and the TMA's
+              writes of K and V;
+      hbm     the TMA's K and V bytes of the chunk at the SM's share of HBM bandwidth (no L2
+              reuse between blocks, as the model above);
+      turns   with ping-pong (a BAR.SYNC and a BAR.ARV of all consumer threads on the path),
+              each group's time from its BAR.SYNC to its BAR.ARV, one group after the other.
+    The SM's time per chunk is the largest: the consumer warpgroups are taken to alternate, one
+    group's softmax while the other's products run, which FlashAttention-3's ping-pong
+    enforces (ping_pong in the JSON) and which is otherwise the best case; a group's chain
+    cannot be shorter, nor the products of all groups on the one tensor pipe. Without turns the
+    groups may also run in lockstep, their softmaxes at once: lockstep in the JSON, the chain
+    with all groups' work on the same pipes, the worst case. The estimate is the smallest
+    fraction of the dense f16 peak the bounds allow; on_chip_estimate leaves out hbm, which L2
+    reuse between blocks (measured at 95% hits for forward_mma) makes pessimistic."""
+    dev = device_of(kernel.arch)
+    cfg = sass_parse.Cfg(kernel.instrs)
+    out = {"kernel": kernel.demangled, "family": family, "arch": kernel.arch, "dtype": dtype,
+           "D": D, "model": "warp-specialised"}
+    consumer, producer = consumer_chunk_loop(cfg), producer_chunk_loop(cfg)
+    if consumer is None or producer is None:
+        out["error"] = "no consumer (HGMMA) or producer (UTMALDG) chunk loop found"
+        return out
+    dom = cfg.dominators()
+    # The products come first in consumer_groups: each runs once a chunk.
+    cgroups = consumer_groups(consumer)
+    products = len({product_kind(i) for i in consumer.instrs()} - {None})
+    cpath = chunk_path(consumer, cgroups, dom, once=range(products))
+    ppath = chunk_path(producer, producer_groups(producer), dom)
+    if cpath is None or ppath is None:
+        out["error"] = "no path through the chunk loop runs every product or TMA load"
+        return out
+    hg = [i for b in cpath for i in cfg.blocks[b] if product_kind(i) is not None]
+    accumulators = set().union(*[hgmma_accumulators(i) for i in hg if hgmma_a_in_registers(i)])
+    moved = moved_max_blocks(consumer, cpath, accumulators)
+    order = []
+    for b in cpath:
+        order.append(b)
+        order += [m for u, m in moved if u == b]
+    cinstrs = [i for b in order for i in cfg.blocks[b] if i.base != "NOP"]
+    pinstrs = [i for b in ppath for i in cfg.blocks[b] if i.base != "NOP"]
+    # Inner loops the paths pass (once): the producer's elect loops run once, one lane issuing;
+    # any other is a loop the rules here have no trip count for.
+    inner = [l for loop, path in ((consumer, cpath), (producer, ppath))
+             for l in loop.descendants() if l.header in path]
+    profiled = all(is_elect_loop(l) for l in inner)
+    br, bc, threads = tile
+    groups = threads // 128 - 1  # one producer warpgroup, the rest consumers
+    counts = {c: 0 for c in CLASSES}
+    for i in cinstrs:
+        counts[classify(i)] += 1
+    pcounts = {c: 0 for c in CLASSES}
+    for i in pinstrs:
+        pcounts[classify(i)] += 1
+    regs = {}
+    for i in kernel.instrs:
+        if i.base == "USETMAXREG":
+            kind, n = setmaxnreg(i)
+            regs[kind.lower()] = n
+    bars = [{"op": i.op, "threads": barrier_threads(i)} for i in cinstrs if i.base == "BAR"]
+    ping_pong = (any(b["op"].startswith("BAR.SYNC") and b["threads"] == 128 * groups
+                     for b in bars) and
+                 any(b["op"].startswith("BAR.ARV") and b["threads"] == 128 * groups
+                     for b in bars))
+    waits = [depbar_pending(i) for i in cinstrs if i.base == "WARPGROUP" and ".DEPBAR" in i.op]
+    flop = 2 * gemms_of(family) * br * bc * D
+    hgmma_flop = groups * sum(hmma_flop(i.op) * tensor_cost(i.op) for i in hg)
+    tma = sum(1 for i in pinstrs if i.base == "UTMALDG")
+    box = WS_TMA_BOX.get(family)
+    tma_bytes = tma * box(D) if box is not None else None
+    out.update({
+        "chunk_loop": {"header": "0x%x" % consumer.header_addr,
+                       "static_instructions": sum(1 for _ in consumer.instrs()),
+                       "rule": "consumer: the innermost loop holding an HGMMA; a chunk: the "
+                               "shortest path through every HGMMA block, an mbarrier wait, an "
+                               "mbarrier arrive and the chunk's 2^x, plus the work of a moved "
+                               "row maximum",
+                       "path_blocks": ["0x%x" % cfg.blocks[b][0].addr for b in order],
+                       "moved_max_blocks": ["0x%x" % cfg.blocks[m][0].addr for _, m in moved],
+                       "inner_loops": ["0x%x" % l.header_addr for l in consumer.descendants()],
+                       "profiled": profiled},
+        "producer_loop": {"header": "0x%x" % producer.header_addr,
+                          "static_instructions": sum(1 for _ in producer.instrs()),
+                          "rule": "the innermost loop holding a UTMALDG, elect loops aside; a "
+                                  "chunk: the shortest path through every UTMALDG block, an "
+                                  "mbarrier wait and an mbarrier arrive",
+                          "path_blocks": ["0x%x" % cfg.blocks[b][0].addr for b in ppath],
+                          "instructions": len(pinstrs), "per_chunk": pcounts},
+        "tile": {"BR": br, "BC": bc, "threads": threads, "consumer_warpgroups": groups},
+        "setmaxnreg": regs,
+        "per_warp_per_chunk": counts,
+        "hopper_ops_per_warp_per_chunk": hopper_ops(cinstrs),
+        "producer_hopper_ops_per_chunk": hopper_ops(pinstrs),
+        "product_waits": waits,
+        "named_barriers": bars,
+        "ping_pong": ping_pong,
+        "bank_conflicts": [],
+        "flop_per_chunk": flop,
+        "hgmma_flop_per_chunk": hgmma_flop,
+        "tma_loads_per_chunk": tma,
+        "global_bytes_per_chunk": tma_bytes,
+    })
+    if dev is None:
+        out["error"] = "no device constants for " + kernel.arch
+        return out
+    if tma_bytes is None:
+        out["error"] = "TMA box unknown for %s (WS_TMA_BOX)" % family
+        return out
+    sfu = SFU_PER_CLK_SM.get(kernel.arch.rstrip("a"))
+    if sfu is None:
+        out["error"] = "no MUFU rate for " + kernel.arch + " (SFU_PER_CLK_SM)"
+        return out
+    peak = dev["tensor_flop_per_clk_sm"]
+    sub = dev["issue_per_clk_sm"]  # sub-partitions, one warp instruction a clock each
+    sfu_clk = 32 / (sfu / sub)
+    mufu_c = sum(1 for i in cinstrs if i.base == "MUFU")
+    mufu_p = sum(1 for i in pinstrs if i.base == "MUFU")
+    per_sub = groups * 4 // sub  # consumer warps on each sub-partition
+    smem_bytes = groups * sum(hgmma_smem_bytes(i) for i in hg) + tma_bytes
+    smem_rate = dev["smem_banks"] * dev["smem_bank_bytes"] * dev["smem_wavefronts_per_clk_sm"]
+    hbm_rate = dev["hbm_gb_s"] / dev["sms"] / dev["clock_ghz"]  # bytes a clock an SM
+    chain, spent = warp_timeline(cinstrs, peak, sfu_clk=sfu_clk)
+    clk = {"tensor": hgmma_flop / peak,
+           "issue": per_sub * len(cinstrs) + len(pinstrs),
+           "sfu": (per_sub * mufu_c + mufu_p) * sfu_clk,
+           "chain": chain,
+           "smem": smem_bytes / smem_rate,
+           "hbm": tma_bytes / hbm_rate}
+    # Turns: while a group holds the turn the others cannot start their products, so each
+    # chunk takes every group's turn one after the other.
+    turn = turn_clocks(spent["barriers"]) if ping_pong else None
+    if turn is not None:
+        clk["turns"] = groups * turn
+    frac = {k: flop / v / peak for k, v in clk.items()}
+    on_chip = {k: v for k, v in frac.items() if k != "hbm"}
+    sens = {}
+    for name, kw in (("latencies_x0.5", {"latency_scale": 0.5}),
+                     ("latencies_x2", {"latency_scale": 2.0}),
+                     ("wgmma_latency_0", {"wgmma_latency": 0}),
+                     ("wgmma_latency_x2", {"wgmma_latency": 2 * WGMMA_LATENCY_CLK})):
+        clocks = warp_timeline(cinstrs, peak, sfu_clk=sfu_clk, **kw)[0]
+        sens[name] = {"clocks": clocks, "fraction": flop / clocks / peak}
+    # Lockstep: without turns the groups may run their softmaxes and products at the same time;
+    # the timeline with every group's work on the same pipes. With turns it cannot happen.
+    lockstep = None
+    if not ping_pong:
+        both = max(warp_timeline(cinstrs, peak, share=groups, sfu_clk=sfu_clk)[0], clk["issue"],
+                   clk["sfu"], clk["smem"])
+        lockstep = {"clocks": both, "fraction": flop / both / peak}
+    out.update({
+        "device": dev["name"],
+        "clocks_per_chunk_per_sm": clk,
+        "chain": {"clocks": chain, "waiting_on": spent, "sensitivity": sens,
+                  "gemm_clocks_one_warpgroup": hgmma_flop / groups / peak,
+                  "turn_clocks": turn},
+        "lockstep": lockstep,
+        "smem_bytes_per_chunk": smem_bytes,
+        "fraction_of_dense_f16_peak": frac,
+        "estimate": min(frac.values()),
+        "bound_by": min(frac, key=frac.get),
+        "on_chip_estimate": min(on_chip.values()),
+        "on_chip_bound_by": min(on_chip, key=on_chip.get),
+    })
+    return out
+
+
 # ---------------------------------------------------------------- driver
 def find_cuobjdump():
     found = shutil.which("cuobjdump")
@@ -701,7 +1246,10 @@ def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
                              "dtype": dtype, "D": D,
                              "error": "tile unknown: pass --tile %s=BR,BC,THREADS" % family})
                 continue
-            rows.append(model_kernel(k, D, dtype, tile_of(tile, D), family))
+            if is_warp_specialised(k):
+                rows.append(model_ws_kernel(k, D, dtype, tile_of(tile, D), family))
+            else:
+                rows.append(model_kernel(k, D, dtype, tile_of(tile, D), family))
     rows.sort(key=lambda r: (r["family"], r["arch"], r["dtype"], r["D"]))
     return rows
 
@@ -741,8 +1289,8 @@ def _n(x):
 _ROW = "%-20s %-5s %-4s %4s %7s %7s %5s %4s %5s %5s %5s %6s %7s %7s %7s  %s"
 
 
-def table(rows):
-    """The results as a table a person reads: one row per kernel, arch, dtype and D."""
+def plain_table(rows):
+    """The rows of model_kernel as table lines."""
     lines = ["Modelled, not measured (bench/gpu/sass_model.py). Per chunk of BC keys for a block "
              "of BR query rows (dK/dV pass: of BC query rows for a block of BR keys); counts per "
              "warp.",
@@ -790,6 +1338,72 @@ def table(rows):
                          a, d["name"], d["sms"], d["clock_ghz"], d["tensor_flop_per_clk_sm"],
                          d["issue_per_clk_sm"], d["hbm_gb_s"], d["smem_banks"],
                          d["smem_bank_bytes"]))
+    return lines
+
+
+
+
+_WS_ROW = "%-20s %-6s %-4s %4s %7s %5s %5s %5s %4s %7s %7s %7s %7s %7s %7s %7s %9s  %s"
+
+
+def ws_table(rows):
+    """The rows of model_ws_kernel as table lines."""
+    lines = ["Warp-specialised kernels, modelled, not measured (bench/gpu/sass_model.py, "
+             "model_ws_kernel). Per chunk of BC keys for a block of BR query rows, one block an "
+             "SM; counts per consumer warp.",
+             _WS_ROW % ("kernel", "arch", "type", "D", "FLOP", "instr", "HGMMA", "waits", "MUFU",
+                        "tensor%", "issue%", "sfu%", "chain%", "turns%", "smem%", "hbm%",
+                        "lockstep%", "bound (on chip)")]
+    for r in rows:
+        if "error" in r:
+            lines.append("%-20s %-6s %-4s %4s  %s" % (r["family"][:20], r["arch"], r["dtype"],
+                                                      r["D"], r["error"]))
+            continue
+        c, f = r["per_warp_per_chunk"], r["fraction_of_dense_f16_peak"]
+        bound = "%s (%s %.2f%%)" % (r["bound_by"], r["on_chip_bound_by"],
+                                    100 * r["on_chip_estimate"])
+        if not r["chunk_loop"]["profiled"]:
+            bound += " (unprofiled)"
+        lock = ("%.2f%%" % (100 * r["lockstep"]["fraction"]) if r["lockstep"]
+                else "ping-pong")
+        lines.append(_WS_ROW % (
+            r["family"][:20], r["arch"], r["dtype"], r["D"], r["flop_per_chunk"],
+            _n(sum(c.values())), _n(c["HMMA"]), len(r["product_waits"]), _n(c["MUFU"]),
+            *("%.2f%%" % (100 * f[k]) if k in f else "-"
+              for k in ("tensor", "issue", "sfu", "chain", "turns", "smem", "hbm")),
+            lock, bound))
+    lines += [
+        "instr, HGMMA, MUFU: a consumer warp's instructions a chunk (a warpgroup's 4 warps each",
+        "issue its HGMMA lines; one line is a 64xNx16 product of the warpgroup); waits: its",
+        "WARPGROUP.DEPBARs (product waits) a chunk. Bounds as fractions of the dense f16 peak:",
+        "tensor, every HGMMA at the peak; issue, the busiest sub-partition (one warp of each",
+        "consumer warpgroup and the producer's) at 1 a clock; sfu, its MUFUs at 16 a clock an SM;",
+        "chain, one warpgroup's chunk alone, its products, the waits for them and the work",
+        "between (stall counts from the SASS, assumed latencies); turns, a ping-pong's turns",
+        "one after the other (-: no ping-pong); smem, wgmma's shared operands and the TMA's",
+        "writes at 128 bytes a clock; hbm, the TMA's K and V bytes at the SM's share of HBM",
+        "bandwidth (no L2 reuse). lockstep%: the warpgroups' softmaxes at once, possible without",
+        "ping-pong. bound: the smallest, the estimate; in brackets the smallest but hbm."]
+    for a in sorted({r["arch"] for r in rows}):
+        d = device_of(a)
+        if d is None:
+            continue
+        lines.append("%s = %s (%s's constants): %d FLOP/clk/SM dense f16, %d sub-partitions, "
+                     "%d MUFU results/clk/SM, %d GB/s HBM over %d SMs at %.2f GHz" % (
+                         a, d["name"], a.rstrip("a"), d["tensor_flop_per_clk_sm"],
+                         d["issue_per_clk_sm"], SFU_PER_CLK_SM.get(a.rstrip("a"), 0),
+                         d["hbm_gb_s"], d["sms"], d["clock_ghz"]))
+    return lines
+
+
+def table(rows):
+    """The results as a table a person reads: one row per kernel, arch, dtype and D; the
+    warp-specialised kernels' rows in a table of their own."""
+    ws = [r for r in rows if r.get("model") == "warp-specialised"]
+    plain = [r for r in rows if r.get("model") != "warp-specialised"]
+    lines = plain_table(plain) if plain or not ws else []
+    if ws:
+        lines += ws_table(ws)
     return "\n".join(lines) + "\n"
 
 
@@ -854,11 +1468,19 @@ def main(argv=None):
             f.write(out)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": "bench/gpu/sass_model.py (modelled, not measured)",
-                       "binary": " ".join(os.path.basename(b) for b in args.binary),
-                       "label": args.label, "devices": DEVICES,
-                       "results": rows, "backward": backward_summary(rows)}, f, indent=1,
-                      default=lambda o: None)
+            doc = {"model": "bench/gpu/sass_model.py (modelled, not measured)",
+                   "binary": " ".join(os.path.basename(b) for b in args.binary),
+                   "label": args.label, "devices": DEVICES,
+                   "results": rows, "backward": backward_summary(rows)}
+            if any(r.get("model") == "warp-specialised" for r in rows):
+                doc["warp_specialised_assumptions"] = {
+                    "sfu_per_clk_sm": SFU_PER_CLK_SM,
+                    "variable_latency_clk": VARIABLE_LATENCY_CLK,
+                    "default_variable_latency_clk": DEFAULT_VARIABLE_LATENCY_CLK,
+                    "read_release_clk": READ_RELEASE_CLK,
+                    "wgmma_latency_clk": WGMMA_LATENCY_CLK,
+                    "tma_box_bytes": {f: b(64) for f, b in WS_TMA_BOX.items()}}
+            json.dump(doc, f, indent=1, default=lambda o: None)
     return 0
 
 

@@ -13,18 +13,23 @@ import re
 import subprocess
 
 _INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+# The second line of an instruction: the high 64 bits of its 128-bit encoding, whose top 23 bits
+# are the scheduling control ptxas wrote (Instr.control).
+_HIGH_WORD = re.compile(r"^\s*/\* 0x([0-9a-f]{16}) \*/\s*$")
 _PRED = re.compile(r"^@(!?U?P[0-7T])\s+")
 _TARGET = re.compile(r"0x([0-9a-f]+)\s*$")
 
 
 class Instr:
     """One SASS instruction: address, guard predicate ('' when none), opcode with its
-    modifiers (HMMA.16816.F32), and the operand text."""
+    modifiers (HMMA.16816.F32), the operand text, and the high 64 bits of its encoding (high;
+    None when the listing has no second line, as in hand-written ones)."""
 
-    __slots__ = ("addr", "pred", "op", "operands")
+    __slots__ = ("addr", "pred", "op", "operands", "high")
 
-    def __init__(self, addr, text):
+    def __init__(self, addr, text, high=None):
         self.addr = addr
+        self.high = high
         m = _PRED.match(text)
         self.pred = m.group(1) if m else ""
         rest = text[m.end():] if m else text
@@ -35,6 +40,20 @@ class Instr:
     @property
     def base(self):
         return self.op.split(".")[0]
+
+    def control(self):
+        """The scheduling control ptxas encodes in bits 105-125 of a Volta-and-later instruction
+        (bits 41-61 of the high word): stall, the clocks before the warp's next instruction may
+        issue (fixed-latency dependencies; 1 to 15); wbar and rbar, the scoreboard (0-5) a
+        variable-latency instruction releases when its result is written or its sources read
+        (None: none); wait, the mask of scoreboards this instruction waits for; yield. A listing
+        without the high word: stall 1, no scoreboards."""
+        if self.high is None:
+            return {"stall": 1, "yield": 0, "wbar": None, "rbar": None, "wait": 0}
+        c = self.high >> 41
+        wbar, rbar = (c >> 5) & 7, (c >> 8) & 7
+        return {"stall": c & 0xF, "yield": (c >> 4) & 1, "wbar": None if wbar == 7 else wbar,
+                "rbar": None if rbar == 7 else rbar, "wait": (c >> 11) & 0x3F}
 
     def branch_target(self):
         if self.base not in ("BRA", "CALL"):
@@ -93,6 +112,10 @@ def parse(text, keep=None):
         m = _INSTR.match(line)
         if m:
             cur.instrs.append(Instr(int(m.group(1), 16), m.group(2)))
+            continue
+        m = _HIGH_WORD.match(line)
+        if m and cur.instrs and cur.instrs[-1].high is None:
+            cur.instrs[-1].high = int(m.group(1), 16)
     return kernels
 
 

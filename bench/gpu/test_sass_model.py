@@ -1,7 +1,8 @@
 """test_sass_model.py - bench/gpu/sass_model.py's parser, loops and counting on hand-written
-SASS listings (testdata/toy_forward.sass, testdata/toy_backward.sass), whose exact counts are
-worked out below; no GPU, nvcc or cuobjdump needed. Run by meson test (suite gpu_model) through
-pytest.
+SASS listings (testdata/toy_forward.sass, testdata/toy_backward.sass, and for the
+warp-specialised model testdata/toy_wgmma.sass and short programs written inline), whose exact
+counts are worked out below; no GPU, nvcc or cuobjdump needed. Run by meson test (suite
+gpu_model) through pytest.
 
 The listing: 0x00-0x10 prologue; the chunk loop 0x20-0x140 (LDG.E.128, STS.128, BAR, the
 inner loop 0x50-0x90 of 5 instructions, HMMA.16816, BRA.DIV, SHFL, MUFU, MOV + subroutine CALL,
@@ -324,3 +325,251 @@ def test_backward_tiles_and_flop_per_chunk():
                                                                                  2, 2]
     assert sass_model.PROFILES["backward_dq_mma_tf32_kernel"](128, 64, 32, 128) == [0, 4, 4, 0,
                                                                                     16, 16]
+
+
+# ---------------------------------------------------------------- warp-specialised kernels
+# testdata/toy_wgmma.sass: a producer and a consumer chunk loop in the shape of
+# cuda/forward_wgmma.cu, block by block in the listing's header. Registered as
+# toy_wgmma_kernel: the tile of forward_wgmma (128 rows, 128 keys, 384 threads) and TMA boxes of
+# 16 KB.
+TOY_WGMMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata",
+                         "toy_wgmma.sass")
+WS_FAMILY = "toy_wgmma_kernel"
+
+
+def toy_wgmma():
+    kernels = sass_parse.parse(open(TOY_WGMMA).read())
+    assert len(kernels) == 1
+    return kernels[0]
+
+
+@pytest.fixture
+def ws_family(monkeypatch):
+    monkeypatch.setitem(sass_model.TILES, WS_FAMILY, (128, 128, 384))
+    monkeypatch.setitem(sass_model.WS_TMA_BOX, WS_FAMILY, lambda D: 16384)
+
+
+def high(stall=1, wbar=None, rbar=None, wait=0):
+    """The high word of an instruction with this scheduling control (sass_parse's layout)."""
+    c = stall | (7 if wbar is None else wbar) << 5 | (7 if rbar is None else rbar) << 8
+    return (c | wait << 11) << 41
+
+
+def prog(*lines):
+    """Instructions from (text, control keywords) pairs or texts (stall 1, no scoreboard)."""
+    out = []
+    for n, line in enumerate(lines):
+        text, ctl = (line, {}) if isinstance(line, str) else line
+        out.append(sass_parse.Instr(0x10 * n, text, high(**ctl)))
+    return out
+
+
+def block_at(cfg, addr):
+    return next(b for b, blk in enumerate(cfg.blocks) if blk[0].addr == addr)
+
+
+def block_addrs_in_order(cfg, blocks):
+    return [cfg.blocks[b][0].addr for b in blocks]
+
+
+def test_control_word_of_real_instructions():
+    # From nvcc 13's SASS of forward_wgmma_kernel<__half, 64>: a shuffle releasing scoreboard
+    # 0 (stall 2), the FMNMX that waits for it (stall 5), a MUFU.EX2 releasing scoreboard 3.
+    pad = " " * 50
+    text = ("    /*dc30*/   SHFL.BFLY PT, R146, R149, 0x1, 0x1f ;   /* 0x0c201f0095927f89 */\n"
+            + pad + "/* 0x000e2400000e0000 */\n"
+            "    /*dc40*/   FMNMX.NAN R146, R149, R146, !PT ;       /* 0x0000009295927209 */\n"
+            + pad + "/* 0x001fca0007820000 */\n"
+            "    /*f060*/   MUFU.EX2 R24, R24 ;                     /* 0x0000001800187308 */\n"
+            + pad + "/* 0x000ee20000000800 */\n")
+    k = sass_parse.parse("arch = sm_90a\n\t\tFunction : k\n" + text)[0]
+    shfl, fmnmx, mufu = (i.control() for i in k.instrs)
+    assert shfl == {"stall": 2, "yield": 1, "wbar": 0, "rbar": None, "wait": 0}
+    assert fmnmx == {"stall": 5, "yield": 0, "wbar": None, "rbar": None, "wait": 1}
+    assert (mufu["stall"], mufu["wbar"], mufu["wait"]) == (1, 3, 0)
+    # An instruction without the second line: stall 1, no scoreboard.
+    assert sass_parse.Instr(0, "FFMA R1, R1, R2, R3").control() == {
+        "stall": 1, "yield": 0, "wbar": None, "rbar": None, "wait": 0}
+
+
+def test_hopper_instructions_parse():
+    ss = sass_parse.Instr(0, "HGMMA.64x128x16.F32 R24, gdesc[UR24], RZ, !UPT")
+    rs = sass_parse.Instr(0, "HGMMA.64x64x16.F32 R88, R120, gdesc[UR8].tnspB, R88, gsb0")
+    assert sass_model.hgmma_shape(ss.op) == (64, 128, 16)
+    # One line is one warpgroup product: 2 * 64 * N * 16 FLOP, the 4 warps' lines together.
+    assert sass_model.hmma_flop(ss.op) == 2 * 64 * 128 * 16
+    assert sass_model.hmma_flop(rs.op) == 2 * 64 * 64 * 16
+    assert not sass_model.hgmma_a_in_registers(ss) and sass_model.hgmma_a_in_registers(rs)
+    assert sass_model.hgmma_accumulators(rs) == set(range(88, 88 + 32))
+    assert sass_model.hgmma_smem_bytes(ss) == 64 * 32 + 128 * 32  # A and B, 32 bytes a row
+    assert sass_model.hgmma_smem_bytes(rs) == 64 * 32              # B alone
+    assert sass_model.depbar_pending(sass_parse.Instr(0, "WARPGROUP.DEPBAR.LE gsb0, 0x1")) == 1
+    assert sass_model.depbar_pending(sass_parse.Instr(0, "WARPGROUP.DEPBAR.LE gsb0, 0x0")) == 0
+    bar = sass_parse.Instr(0, "BAR.SYNC.DEFER_BLOCKING R127, 0x100")
+    assert sass_model.barrier_threads(bar) == 256
+    assert sass_model.barrier_threads(sass_parse.Instr(0, "BAR.ARV R147, 0x100")) == 256
+    assert sass_model.barrier_threads(sass_parse.Instr(0, "BAR.SYNC.DEFER_BLOCKING 0x0")) is None
+    assert sass_model.setmaxnreg(sass_parse.Instr(0, "USETMAXREG.DEALLOC.CTAPOOL 0x38")) == \
+        ("DEALLOC", 56)
+    assert sass_model.setmaxnreg(
+        sass_parse.Instr(0, "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe0")) == ("TRY_ALLOC", 224)
+    assert sass_model.hopper_ops(prog("UTMALDG.4D [UR8], [UR42]", "SYNCS.ARRIVE.TRANS64 RZ, "
+                                      "[R19+URZ], R0", "WARPGROUP.ARRIVE"))["UTMALDG"] == 1
+
+
+def test_consumer_and_producer_chunk_loops():
+    k = toy_wgmma()
+    assert k.arch == "sm_90a" and sass_model.is_warp_specialised(k)
+    assert not sass_model.is_warp_specialised(toy_kernel())
+    cfg = sass_parse.Cfg(k.instrs)
+    # The span loop 0x40 holds the chunk loop; the NaN check (0x270) and the mbarrier retry
+    # (0x340) are inside it and hold no product.
+    consumer = sass_model.consumer_chunk_loop(cfg)
+    assert consumer.header_addr == 0x50
+    assert [l.header_addr for l in consumer.descendants()] == [0x270, 0x340]
+    # The elect loops 0x3f0 and 0x450 are the innermost loops holding a UTMALDG; the producer's
+    # chunk loop is the one around them.
+    producer = sass_model.producer_chunk_loop(cfg)
+    assert producer.header_addr == 0x380
+    elect = [l for l in producer.descendants() if sass_model.is_elect_loop(l)]
+    assert [l.header_addr for l in elect] == [0x3f0, 0x450]
+
+
+def test_chunk_paths_take_the_fast_case_of_a_full_chunk():
+    cfg = sass_parse.Cfg(toy_wgmma().instrs)
+    dom = cfg.dominators()
+    consumer = sass_model.consumer_chunk_loop(cfg)
+    path = sass_model.chunk_path(consumer, sass_model.consumer_groups(consumer), dom)
+    # Not the retry, the skip of P V, the chunk no row takes (0x2d0: shorter, but no softmax),
+    # the general softmax, the skip of the stage's release, the NaN rule.
+    assert block_addrs_in_order(cfg, path) == [0x50, 0x70, 0xc0, 0xe0, 0x100, 0x180, 0x1c0,
+                                               0x200, 0x220, 0x230, 0x240, 0x2e0]
+    acc = sass_model.hgmma_accumulators(cfg.blocks[block_at(cfg, 0xc0)][1])
+    moved = sass_model.moved_max_blocks(consumer, path, acc)
+    assert [(cfg.blocks[u][0].addr, cfg.blocks[b][0].addr) for u, b in moved] == [(0x1c0, 0x1e0)]
+    producer = sass_model.producer_chunk_loop(cfg)
+    ppath = sass_model.chunk_path(producer, sass_model.producer_groups(producer), dom)
+    # The issuing lane's path, which waits for the stage (a later chunk's) and runs both elect
+    # loops once.
+    assert block_addrs_in_order(cfg, ppath) == [0x380, 0x3a0, 0x3b0, 0x3d0, 0x3f0, 0x440, 0x450,
+                                                0x4a0]
+
+
+def toy_wgmma_with_empty_commit():
+    """The toy with the branch past P V turned into forward_wgmma's D = 64 form: the previous
+    chunk's P V (0xc0) or, in the other branch (0x520, out of line after the trailer), the
+    placeholder HGMMA ptxas issues for an empty commit, both going on to the turn at 0xe0."""
+    pad = " " * 40 + "/* 0x0000000000000000 */\n"
+    text = open(TOY_WGMMA).read().replace("@!P6 BRA 0xe0 ;", "@!P6 BRA 0x520 ;")
+    text += "".join("        /*%04x*/   %s ;   /* 0x0000000000000000 */\n%s" % (a, t, pad)
+                    for a, t in ((0x520, "WARPGROUP.ARRIVE"),
+                                 (0x530, "HGMMA.64x8x16.F16 RZ, gdesc[URZ], RZ, !UPT, gsb0"),
+                                 (0x540, "BRA 0xe0")))
+    kernels = sass_parse.parse(text)
+    assert len(kernels) == 1
+    return kernels[0]
+
+
+def test_chunk_path_runs_each_product_once_beside_an_empty_commit(ws_family):
+    k = toy_wgmma_with_empty_commit()
+    cfg = sass_parse.Cfg(k.instrs)
+    consumer = sass_model.consumer_chunk_loop(cfg)
+    assert consumer.header_addr == 0x50 and block_at(cfg, 0x520) in consumer.blocks
+    # S and P V, not the placeholder: the path takes P V's branch, as the toy's does.
+    r = sass_model.model_ws_kernel(k, 64, "f16", (128, 128, 384), WS_FAMILY)
+    assert r.get("error") is None
+    dummy = cfg.blocks[block_at(cfg, 0x520)][1]
+    assert sass_model.is_dummy_hgmma(dummy) and sass_model.product_kind(dummy) is None
+    assert r["chunk_loop"]["path_blocks"][:5] == ["0x50", "0x70", "0xc0", "0xe0", "0x100"]
+    assert r["hgmma_flop_per_chunk"] == 2 * (2 * 2 * 64 * 128 * 16 + 2 * 64 * 64 * 16)
+    # The placeholder counts no FLOP on the tensor pipe.
+    t1 = sass_model.warp_timeline(prog("HGMMA.64x8x16.F16 RZ, gdesc[URZ], RZ, !UPT, gsb0",
+                                       "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 4096,
+                                  wgmma_latency=0)[0]
+    assert t1 == 2
+
+
+def test_timeline_waits_for_each_serialised_product():
+    # Two HGMMA 64x128x16 (64 clocks each at 4096 FLOP a clock) in one group, waited once: the
+    # group ends at 1 + 128 and is seen done 32 clocks later, the DEPBAR issues at 161, the
+    # chunk takes 162. Each waited alone: 2 x (1 + 64 + 32 + 1) = 196.
+    hg = "HGMMA.64x128x16.F32 R24, gdesc[UR24], R24"
+    grouped = prog("WARPGROUP.ARRIVE", hg, hg + ", gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    alone = prog("WARPGROUP.ARRIVE", hg + ", gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+                 "WARPGROUP.ARRIVE", hg + ", gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    assert sass_model.warp_timeline(grouped, 4096)[0] == 162
+    assert sass_model.warp_timeline(alone, 4096)[0] == 196
+    assert sass_model.warp_timeline(alone, 4096, wgmma_latency=0)[0] == 132
+
+
+def test_timeline_overlaps_work_with_a_running_group():
+    # Groups A and B (64 clocks each, B queued behind A); 40 FFMAs between the two waits. Waiting
+    # for A alone (DEPBAR.LE 1) lets them run under B: 161 a chunk; waiting for both first, 202.
+    hg = "HGMMA.64x128x16.F32 R24, gdesc[UR24], R24, gsb0"
+    body = ["FFMA R1, R1, R2, R3"] * 40
+    overlap = prog(hg, hg, "WARPGROUP.DEPBAR.LE gsb0, 0x1", *body, "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    serial = prog(hg, hg, "WARPGROUP.DEPBAR.LE gsb0, 0x0", *body, "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    assert sass_model.warp_timeline(overlap, 4096)[0] == 161
+    assert sass_model.warp_timeline(serial, 4096)[0] == 202
+
+
+def test_timeline_mufu_pipe_scoreboards_and_lockstep():
+    # Three MUFU.EX2 (the first releases scoreboard 0, 20 clocks) and an FADD that waits for it.
+    # Each MUFU holds the pipe 8 clocks: 24 a chunk, the scoreboard hidden; at twice the
+    # latency the FADD waits 40 clocks after the first MUFU: 41. Two warpgroups in lockstep:
+    # the pipe 16 clocks a MUFU, 48.
+    p = prog(("MUFU.EX2 R1, R5", {"wbar": 0}), "MUFU.EX2 R2, R6", "MUFU.EX2 R3, R7",
+             ("FADD R4, R1, R3", {"wait": 1}))
+    assert sass_model.warp_timeline(p, 4096)[0] == 24
+    assert sass_model.warp_timeline(p, 4096, latency_scale=2.0)[0] == 41
+    assert sass_model.warp_timeline(p, 4096, share=2)[0] == 48
+    # Stall counts from the SASS set the pace where no scoreboard or pipe does.
+    assert sass_model.warp_timeline(prog(("IADD3 R1, R1, 0x1, RZ", {"stall": 5})), 4096)[0] == 5
+
+
+def test_model_of_the_toy_warp_specialised_kernel(ws_family):
+    r = sass_model.model_ws_kernel(toy_wgmma(), 64, "f16", (128, 128, 384), WS_FAMILY)
+    assert r["model"] == "warp-specialised" and "error" not in r
+    assert r["chunk_loop"]["profiled"] is True
+    assert r["chunk_loop"]["moved_max_blocks"] == ["0x1e0"]
+    assert r["setmaxnreg"] == {"try_alloc": 224, "dealloc": 56}
+    # A consumer warp's path: 30 instructions, 3 HGMMA lines, two waits (DEPBAR.LE 1, 0).
+    assert sum(r["per_warp_per_chunk"].values()) == 30
+    assert r["per_warp_per_chunk"]["HMMA"] == 3 and r["per_warp_per_chunk"]["MUFU"] == 2
+    assert r["product_waits"] == [1, 0]
+    assert r["producer_loop"]["instructions"] == 21
+    assert r["ping_pong"] is True and r["lockstep"] is None
+    # Two consumer warpgroups, each S (2 x 64x128x16) and P V (64x64x16): 160 clocks each.
+    assert r["hgmma_flop_per_chunk"] == 2 * (2 * 2 * 64 * 128 * 16 + 2 * 64 * 64 * 16)
+    clk = r["clocks_per_chunk_per_sm"]
+    assert clk["tensor"] == 320
+    assert clk["issue"] == 2 * 30 + 21  # a warp of each consumer group and the producer's
+    assert clk["sfu"] == 2 * 2 * 8
+    assert r["tma_loads_per_chunk"] == 2 and r["global_bytes_per_chunk"] == 2 * 16384
+    assert clk["smem"] == (2 * (2 * (2048 + 4096) + 2048) + 2 * 16384) / 128
+    dev = sass_model.DEVICES["sm_90"]
+    assert clk["hbm"] == 2 * 16384 / (dev["hbm_gb_s"] / dev["sms"] / dev["clock_ghz"])
+    # The chain, worked by hand from the listing's controls: the wait (30) and the S issue
+    # reach 40; DEPBAR.LE 1 waits for S to end at 161 + 32 (P V still runs), the softmax's
+    # MUFUs 8 apart and their scoreboard (20) bring the FADD to 224, 13 more instructions: 238.
+    assert clk["chain"] == 238
+    assert r["chain"]["turn_clocks"] == 7 and clk["turns"] == 14  # BAR.SYNC 31, BAR.ARV 38
+    flop = 4 * 128 * 128 * 64
+    assert r["fraction_of_dense_f16_peak"]["chain"] == flop / 238 / 4096
+    assert r["bound_by"] == "hbm" and r["on_chip_bound_by"] == "smem"
+
+
+def test_warp_specialised_rows_through_main(ws_family, tmp_path):
+    out_json = tmp_path / "ws.json"
+    rc = sass_model.main(["toy.o", "--sass", TOY_WGMMA, "--kernel", "toy_wgmma",
+                          "--json", str(out_json), "--txt", str(tmp_path / "ws.txt")])
+    assert rc == 0
+    import json
+    data = json.loads(out_json.read_text())
+    (row,) = data["results"]
+    assert (row["model"], row["arch"], row["D"], row["device"]) == ("warp-specialised",
+                                                                     "sm_90a", 64, "H100-SXM5")
+    assert data["warp_specialised_assumptions"]["wgmma_latency_clk"] == 32
+    txt = (tmp_path / "ws.txt").read_text()
+    assert txt.startswith("Warp-specialised kernels") and "kernel               arch" in txt
+    assert "toy_wgmma_kernel     sm_90a f16    64" in txt

@@ -117,3 +117,30 @@ def test_every_backward_kernel_is_profiled_and_its_hmma_are_the_gemms(backward_r
         assert [c["ways"] for c in r["bank_conflicts"]] == [1, 1], r["bank_conflicts"]
     both = {(b["arch"], b["dtype"], b["D"]) for b in backward_rows["backward"]}
     assert both == {(r["arch"], r["dtype"], r["D"]) for r in rows}
+
+
+def test_wgmma_rows_count_the_chunks_products_and_loads(rows):
+    """forward_wgmma_kernel (sm_90a, built where sm_archs holds 90): modelled as a
+    warp-specialised kernel, its chunk paths found, and what they run is the tile's work."""
+    built = {a.strip() for a in os.environ["DILATTN_SM_ARCHS"].split(",")}
+    ws = [r for r in rows if r["family"] == "forward_wgmma_kernel"]
+    if "90" not in built:
+        assert not ws
+        return
+    assert {(r["dtype"], r["D"]) for r in ws} == {("f16", 64), ("f16", 128), ("bf16", 64),
+                                                  ("bf16", 128)}
+    for r in ws:
+        assert "error" not in r, r
+        assert r["model"] == "warp-specialised" and r["arch"] == "sm_90a"
+        assert r["chunk_loop"]["profiled"], r["chunk_loop"]
+        D, bc = r["D"], r["tile"]["BC"]
+        # Both consumer warpgroups' HGMMAs are the chunk's two GEMMs, and a consumer warp
+        # issues D/16 lines of S = Q K^T (64x128x16) and BC/16 of P V (64xDx16).
+        assert r["hgmma_flop_per_chunk"] == r["flop_per_chunk"], r
+        assert r["per_warp_per_chunk"]["HMMA"] == D // 16 + bc // 16
+        # The producer's path loads the chunk's K and V once: a 128-row box per 64 columns.
+        assert r["tma_loads_per_chunk"] == 2 * D // 64
+        assert r["global_bytes_per_chunk"] == 2 * bc * D * 2
+        # The softmax's 2^x: a thread holds 64 of the 64 x 128 scores, and alpha's.
+        assert r["per_warp_per_chunk"]["MUFU"] >= 64
+        assert r["product_waits"], "no WARPGROUP.DEPBAR on the consumer's path"
