@@ -26,7 +26,7 @@
 //                       dropout instance (with SPEC 10 options too: SIMT's, which runs both);
 //                       its shared memory within the device's limit; on sm_90 with
 //                       DILATTN_CUDA_WGMMA=1, the Hopper kernel instead where it takes the
-//                       problem (takes_wgmma: forward_wgmma.cu, its tensor maps per launch);
+//                       problem (wgmma_maps_for: forward_wgmma.cu, its tensor maps per launch);
 //     prepare_workspace from the plan's pool (workspace_layout): with sinks, the call's H sink
 //                       logits (SPEC 10.3); several dilated branches: o_acc [B, H, Nq, D]
 //                       f32 = 0, lse_acc [B, H, Nq] f64 = -inf (with sinks: the head's sink,
@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend.h"
 #include "dtype_convert.h"
@@ -240,21 +241,32 @@ ForwardParams with_direct_outputs(const Problem& p, const ForwardArgs& a, Forwar
 }
 
 // One launch per dilated branch, one for dense and block-sparse; each covers disjoint rows
-// and merges them into the workspace.
-dilattn_status launch_branches(const Problem& p, const ForwardKernel& kernel, cudaStream_t stream,
-                               ForwardParams fp) {
+// and merges them into the workspace. launch(fp, grid, index) launches one with fp prepared
+// for it (prepare_launch) and returns its status.
+template <class Launch>
+dilattn_status for_each_branch_launch(const Problem& p, int block_rows, ForwardParams fp,
+                                      Launch launch) {
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
-  for (int64_t launch = 0; launch < launches; ++launch) {
-    const int64_t tiles = prepare_launch(p, kernel.block_rows, launch, &fp);
+  for (int64_t index = 0; index < launches; ++index) {
+    const int64_t tiles = prepare_launch(p, block_rows, index, &fp);
     if (tiles > 0x7fffffff)
       return set_error(DILATTN_ERROR_UNSUPPORTED, "backend '%s': %lld query tiles exceed the grid",
                        kBackendName, static_cast<long long>(tiles));
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.B * p.H));
-    DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem, stream)(fp);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return cuda_failure(e, "forward kernel");
+    const dilattn_status st = launch(fp, grid, index);
+    if (st != DILATTN_SUCCESS) return st;
   }
   return DILATTN_SUCCESS;
+}
+
+dilattn_status launch_branches(const Problem& p, const ForwardKernel& kernel, cudaStream_t stream,
+                               ForwardParams fp) {
+  return for_each_branch_launch(p, kernel.block_rows, fp,
+                                [&](const ForwardParams& f, dim3 grid, int64_t) {
+    DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem, stream)(f);
+    const cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? cuda_failure(e, "forward kernel") : DILATTN_SUCCESS;
+  });
 }
 
 // ---------------------------------------------------------------- the Hopper kernel
@@ -327,44 +339,40 @@ WgmmaForwardKernel pick_wgmma_kernel(const Problem& p) {
   return p.dtype == DILATTN_F16 ? wgmma_forward<__half>(p.D) : wgmma_forward<__nv_bfloat16>(p.D);
 }
 
-// Whether this call runs forward_wgmma.cu: the rule, and the maps of every launch.
-bool takes_wgmma(const Problem& p, const DeviceInfo& device, ForwardParams fp) {
+// Whether this call runs forward_wgmma.cu: the rule, and every launch's tensor maps, made
+// here once (maps[i] for launch i); false leaves the call to forward_mma.cu.
+bool wgmma_maps_for(const Problem& p, const DeviceInfo& device, ForwardParams fp,
+                    std::vector<WgmmaTensorMaps>* maps) {
   const bool open = wgmma_requested() && kBuildHasSm90a;
   if (forward_kernel_for(p.dtype, p.D, device.major, uses_variant_kernels(p), p.dropout_p > 0,
                          open) != KernelChoice::wgmma)
     return false;
-  if (pick_wgmma_kernel(p).smem > device.smem_limit) return false;
+  const WgmmaForwardKernel kernel = pick_wgmma_kernel(p);
+  if (kernel.smem > device.smem_limit) return false;
   const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
-  WgmmaTensorMaps maps;
+  maps->resize(static_cast<size_t>(launches));
   for (int64_t launch = 0; launch < launches; ++launch) {
-    prepare_launch(p, pick_wgmma_kernel(p).block_rows, launch, &fp);
-    if (!make_wgmma_tensor_maps(p, fp, &maps)) return false;
+    prepare_launch(p, kernel.block_rows, launch, &fp);
+    if (!make_wgmma_tensor_maps(p, fp, &(*maps)[static_cast<size_t>(launch)])) return false;
   }
   return true;
 }
 
 // launch_branches for forward_wgmma.cu: each launch with its tensor maps.
 dilattn_status launch_wgmma_branches(const Problem& p, DeviceInfo& device, cudaStream_t stream,
-                                     ForwardParams fp) {
+                                     ForwardParams fp, const std::vector<WgmmaTensorMaps>& maps) {
   const WgmmaForwardKernel kernel = pick_wgmma_kernel(p);
-  dilattn_status st = grant_shared_memory(device, kernel.fn, kernel.smem);
+  const dilattn_status st = grant_shared_memory(device, kernel.fn, kernel.smem);
   if (st != DILATTN_SUCCESS) return st;
-  const int64_t launches = p.kind == DILATTN_KIND_DILATED ? p.num_branches() : 1;
-  for (int64_t launch = 0; launch < launches; ++launch) {
-    const int64_t tiles = prepare_launch(p, kernel.block_rows, launch, &fp);
-    if (tiles > 0x7fffffff)
-      return set_error(DILATTN_ERROR_UNSUPPORTED, "backend '%s': %lld query tiles exceed the grid",
-                       kBackendName, static_cast<long long>(tiles));
-    WgmmaTensorMaps maps;
-    if (!make_wgmma_tensor_maps(p, fp, &maps))  // takes_wgmma made them once already
-      return set_error(DILATTN_ERROR_INTERNAL, "backend '%s': tensor maps refused", kBackendName);
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.B * p.H));
-    DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem, stream)(fp, maps);
+  return for_each_branch_launch(p, kernel.block_rows, fp,
+                                [&](const ForwardParams& f, dim3 grid, int64_t index) {
+    DILATTN_LAUNCH(kernel.fn, grid, dim3(kernel.threads), kernel.smem,
+                   stream)(f, maps[static_cast<size_t>(index)]);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_failure(e, "forward_wgmma_kernel");
     wgmma_launches().fetch_add(1);
-  }
-  return DILATTN_SUCCESS;
+    return DILATTN_SUCCESS;
+  });
 }
 
 // ---------------------------------------------------------------- finalize
@@ -481,8 +489,9 @@ dilattn_status forward_one(const Problem& p, const ForwardArgs& a) {
   if ((st = choose_kernel(p, *call.info, &kernel)) != DILATTN_SUCCESS) return st;
   if ((st = prepare_workspace(p, a, call.device, call.stream, &ws)) != DILATTN_SUCCESS) return st;
   const ForwardParams fp = with_direct_outputs(p, a, shared_params(p, a, ws));
-  if (takes_wgmma(p, *call.info, fp))
-    st = launch_wgmma_branches(p, *call.info, call.stream, fp);
+  std::vector<WgmmaTensorMaps> maps;
+  if (wgmma_maps_for(p, *call.info, fp, &maps))
+    st = launch_wgmma_branches(p, *call.info, call.stream, fp, maps);
   else
     st = launch_branches(p, kernel, call.stream, fp);
   if (st != DILATTN_SUCCESS) return st;
