@@ -213,14 +213,23 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
               vx.active && prepare_variant_tile(vx, cover, w.s, own, t0, rows, keys, k0, first,
                                                 allowed, &cut, scaling.post, slope);
           if (has_empty) cut = drop_empty_rows(w.row_b + t0, rows, allowed, cut);
-          if constexpr (kPairs)
-            scores_pairs_tile(words_in(w.block_b) + t0 * (Dp / 2), Dp / 2, rows, words_in(w.vt),
-                              D, 1.0f, w.dp);
-          else
-            scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp);
-          // SPEC 11.3: dS = P (M dP - D_i), and dV takes P M.
-          if (dropout.active)
-            drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.dp, keep);
+          // SPEC 11.3: dS = P (M dP - D_i), and dV takes P M. The keep decisions are drawn
+          // between the steps of the dP product (TileDraws, cpu_dropout.h).
+          auto products_dp = [&](auto& work) {
+            if constexpr (kPairs)
+              scores_pairs_tile(words_in(w.block_b) + t0 * (Dp / 2), Dp / 2, rows,
+                                words_in(w.vt), D, 1.0f, w.dp, work);
+            else
+              scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp, work);
+          };
+          if (dropout.active) {
+            TileDraws draws(dropout, p, b, h, own, t0, keys, k0, kcount, keep);
+            products_dp(draws);
+            apply_dropout(w.dp, rows, keep, static_cast<T>(dropout.keep_scale));
+          } else {
+            NoBlockWork none;
+            products_dp(none);
+          }
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
           if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
@@ -379,13 +388,21 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
                 vx.active && prepare_variant_tile(vx, cover, w.s, queries, t0, rows, own, k0,
                                                   first, allowed, &cut, scaling.post, slope);
             if (has_empty) cut = drop_empty_rows(w.row_b, rows, allowed, cut);
-            if constexpr (kPairs)
-              scores_pairs_tile(words_in(w.tile_do), Dp / 2, rows, words_in(w.block_d + k0 * Dp),
-                                D, 1.0f, w.dp);
-            else
-              scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp);
-            if (dropout.active)
-              drop_tile(dropout, p, b, h, queries, t0, rows, own, k0, kcount, w.dp, keep);
+            auto products_dp = [&](auto& work) {  // as in the dQ pass
+              if constexpr (kPairs)
+                scores_pairs_tile(words_in(w.tile_do), Dp / 2, rows,
+                                  words_in(w.block_d + k0 * Dp), D, 1.0f, w.dp, work);
+              else
+                scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp, work);
+            };
+            if (dropout.active) {
+              TileDraws draws(dropout, p, b, h, queries, t0, own, k0, kcount, keep);
+              products_dp(draws);
+              apply_dropout(w.dp, rows, keep, static_cast<T>(dropout.keep_scale));
+            } else {
+              NoBlockWork none;
+              products_dp(none);
+            }
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
             if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);

@@ -11,8 +11,10 @@
 // (row_draws): four of each call's twenty products. What a call shares with every row (two
 // more: round 2's product of word 2 and round 3's of word 0) is computed once a tile
 // (RowCalls), as the rows of a tile take the same keys. A call's own work is then 14 products.
+// The forward and backward draw a tile's rows between the steps of the score product that
+// precedes their use (TileDraws, below), where the integer rounds overlap the products.
 // tests/cpu/test_cpu_dropout_draws.cpp checks every instruction set's copy bit for bit against
-// dropout_keep.
+// dropout_keep, drawn alone and inside products.
 //
 // How a tile row's keys map to generator calls (one call gives the words of keys j, j + 4,
 // j + 8, j + 12 of an aligned run of 16):
@@ -193,19 +195,30 @@ inline uint32_t kept_lanes(u32vec w, const TileDropout& d) {
 #endif
 }
 
+// Bit 2 l set where lane l of a half keeps its pair (the low word of 64-bit lane l at least the
+// threshold; the high words are not read). AVX-512 compares the even 32-bit lanes where they lie.
+inline uint32_t kept_half(u64vec w, const TileDropout& d) {
+#if DILATTN_CPU_AVX512
+  return _mm512_mask_cmpge_epu32_mask(0x5555, (__m512i)w,
+                                      _mm512_set1_epi32(static_cast<int>(d.threshold)));
+#else
+  return kept_lanes((u32vec)(w & 0xFFFFFFFFull), d) & 0x55555555u;
+#endif
+}
+
 // Bit l set where lane l's call keeps its pair, from the two halves' copies of one result word
-// (the even lanes' in e's low words, the odd lanes' in o's). AVX-512 compares the halves
-// where they lie, the even 32-bit lanes of each (no recombining).
+// (the even lanes' in e's low words, the odd lanes' in o's).
 inline uint32_t kept_halves(u64vec e, u64vec o, const TileDropout& d) {
 #if DILATTN_CPU_AVX512
-  const __m512i t = _mm512_set1_epi32(static_cast<int>(d.threshold));
-  const uint32_t even = _mm512_mask_cmpge_epu32_mask(0x5555, (__m512i)e, t);
-  const uint32_t odd = _mm512_mask_cmpge_epu32_mask(0x5555, (__m512i)o, t);
-  return even | odd << 1;
+  return kept_half(e, d) | kept_half(o, d) << 1;
 #else
   return kept_lanes((u32vec)((e & 0xFFFFFFFFull) | (o << 32)), d);
 #endif
 }
+
+// Whether TileDraws draws inside the product: on AVX-512, whose 32 registers hold a half vector
+// of calls beside the product's register block. With 16 they would spill.
+constexpr bool kDrawsInProduct = DILATTN_CPU_AVX512 != 0;
 
 // A vector of calls (a call a 32-bit lane) as its two halves' common parts.
 struct CallVector {
@@ -313,17 +326,15 @@ inline void grouped_calls(const RowDraws& row, int64_t j_lo, int64_t kcount, Row
   out->xor_b = row.xor_b;
 }
 
-// Keep bits of the keys of `calls` (grouped_calls<g>) for one row: bit c for key c.
+// Keep bits of one row from its calls' kept words (kept[x][m]: vector x of `calls`, word m, bit l
+// for lane l): bit c for key c.
 template <int g>
-inline uint64_t keep_bits_grouped(const TileDropout& d, const RowDraws& row,
-                                  const RowCalls& calls) {
+inline uint64_t grouped_keep_bits(const uint32_t (*kept)[4], const RowCalls& calls) {
   uint64_t words[3] = {0, 0, 0};  // bit x: the x-th key from the first run's first
   for (int x = 0; x < calls.count; ++x) {
     const int64_t bit = int64_t{x} * kKeysPerCallVector;
-    uint32_t kept[4];
-    kept_words(calls.v[x], row, d, kept);
     uint64_t bits = 0;
-    for (int m = 0; m < 4; ++m) bits |= spread_groups<g>(kept[m]) << (g * m);
+    for (int m = 0; m < 4; ++m) bits |= spread_groups<g>(kept[x][m]) << (g * m);
     words[bit / 64] |= bits << (bit % 64);
     if (bit % 64 + kKeysPerCallVector > 64) words[bit / 64 + 1] |= bits >> (64 - bit % 64);
   }
@@ -331,6 +342,15 @@ inline uint64_t keep_bits_grouped(const TileDropout& d, const RowDraws& row,
   uint64_t keep = shift == 0 ? words[0] : (words[0] >> shift) | (words[1] << (64 - shift));
   if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
   return keep;
+}
+
+// Keep bits of the keys of `calls` (grouped_calls<g>) for one row: bit c for key c.
+template <int g>
+inline uint64_t keep_bits_grouped(const TileDropout& d, const RowDraws& row,
+                                  const RowCalls& calls) {
+  uint32_t kept[kMaxCallVectors][4];
+  for (int x = 0; x < calls.count; ++x) kept_words(calls.v[x], row, d, kept[x]);
+  return grouped_keep_bits<g>(kept, calls);
 }
 
 // Keep bits of keys j_lo + c r, c < kcount (kcount <= 64, 16 + 64 r < 2^32), one generator call
@@ -395,6 +415,43 @@ inline DrawRow draw_row(const TileDropout& d, const Problem& p, int64_t b, int64
   return r;
 }
 
+// Keys 1, 2 or 4 positions apart take grouped_calls<4 / step>.
+inline bool grouped_step(int64_t step) { return step == 1 || step == 2 || step == 4; }
+
+// `calls` made to serve row r (grouped_step(r.step)) if they do not already.
+inline void serve_row(const DrawRow& r, int64_t kcount, RowCalls* calls) {
+  if (calls->serves(r.j_lo, kcount, r.step, r.draws)) return;
+  if (r.step == 1) grouped_calls<4>(r.draws, r.j_lo, kcount, calls);
+  if (r.step == 2) grouped_calls<2>(r.draws, r.j_lo, kcount, calls);
+  if (r.step == 4) grouped_calls<1>(r.draws, r.j_lo, kcount, calls);
+}
+
+// The keep bits of row r (bit c for key c) from its calls' kept words (grouped_keep_bits).
+inline uint64_t grouped_row_bits(const DrawRow& r, const uint32_t (*kept)[4],
+                                 const RowCalls& calls) {
+  if (r.step == 1) return grouped_keep_bits<4>(kept, calls);
+  if (r.step == 2) return grouped_keep_bits<2>(kept, calls);
+  return grouped_keep_bits<1>(kept, calls);
+}
+
+// The keep bits of tile row t (query term q0 + t of q) over key terms k0 + c of k, c < kcount;
+// `calls` carries the call vectors from row to row while they serve.
+inline uint64_t row_keep_bits(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
+                              const KeyProgression& q, int64_t q0, int64_t t,
+                              const KeyProgression& k, int64_t k0, int64_t kcount,
+                              RowCalls* calls) {
+  if (d.drop_all) return 0;
+  const DrawRow r = draw_row(d, p, b, h, q, q0, t, k, k0, kcount);
+  if (grouped_step(r.step)) {
+    serve_row(r, kcount, calls);
+    uint32_t kept[kMaxCallVectors][4];
+    for (int x = 0; x < calls->count; ++x) kept_words(calls->v[x], r.draws, d, kept[x]);
+    return grouped_row_bits(r, kept, *calls);
+  }
+  if (r.step < (int64_t{1} << 26)) return keep_bits_strided(d, r.draws, r.j_lo, r.step, kcount);
+  return keep_bits_scalar(d, p, r.frame, h, r.i, k, k0, kcount);
+}
+
 // keep[t] bit c: whether pair (query term q0 + t of q, key term k0 + c of k) of head h, batch
 // element b is kept (SPEC 11.1), for t < rows, c < kcount <= kBC; bits from kcount up are 0.
 inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
@@ -402,29 +459,125 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
                               const KeyProgression& k, int64_t k0, int64_t kcount,
                               uint64_t* keep) {
   static_assert(kBC <= 64, "a tile row's keep bits fit one 64-bit word");
-  if (d.drop_all) {
-    for (int64_t t = 0; t < rows; ++t) keep[t] = 0;
-    return;
-  }
   RowCalls calls;  // the call vectors of keys 1, 2 or 4 apart, kept while rows share them
-  for (int64_t t = 0; t < rows; ++t) {
-    const DrawRow r = draw_row(d, p, b, h, q, q0, t, k, k0, kcount);
-    if (r.step == 1 || r.step == 2 || r.step == 4) {
-      if (!calls.serves(r.j_lo, kcount, r.step, r.draws)) {
-        if (r.step == 1) grouped_calls<4>(r.draws, r.j_lo, kcount, &calls);
-        if (r.step == 2) grouped_calls<2>(r.draws, r.j_lo, kcount, &calls);
-        if (r.step == 4) grouped_calls<1>(r.draws, r.j_lo, kcount, &calls);
+  for (int64_t t = 0; t < rows; ++t)
+    keep[t] = row_keep_bits(d, p, b, h, q, q0, t, k, k0, kcount, &calls);
+}
+
+// ---------------------------------------------------------------- draws inside a product
+// The same decisions, scheduled differently. A row's draws are integer work (multiplies, shifts,
+// xors) and the score product before them is floating-point work; run one after the other, the
+// draws added about a fifth to the bf16 forward. Interleaved finely, Zen 4 runs them side by side:
+// in a standalone loop of one register block's bf16 product and its rows' rounds, the draws
+// cost +22% run after the product and +6-14% run between its steps.
+//
+// TileDraws is the work a score product (scores_tile, scores_pairs_tile) runs between the steps
+// of each register block: block(r, n) draws rows r..r+n-1 of the tile. On AVX-512, where the
+// block's rows take keys 1, 2 or 4 apart from one set of call vectors (RowCalls), each half
+// vector of calls runs its rounds 4..10 spread over an equal share of the product's steps and is
+// compared as it finishes (kept_half); other rows, narrower vectors and an inactive or drop-all
+// dropout draw after the product's steps, as dropout_keep_bits does.
+class TileDraws {
+ public:
+  // The tile's rows q0.. of q against key terms k0.. of k; keep[t] receives row t's bits.
+  TileDraws(const TileDropout& d, const Problem& p, int64_t b, int64_t h, const KeyProgression& q,
+            int64_t q0, const KeyProgression& k, int64_t k0, int64_t kcount, uint64_t* keep)
+      : d_(d), p_(p), b_(b), h_(h), q_(q), q0_(q0), k_(k), k0_(k0), kcount_(kcount), keep_(keep) {}
+
+  // Runs step(s) for every s < steps, drawing rows r..r+n-1 (n <= kMR) in between.
+  template <class Step>
+  __attribute__((always_inline)) inline void block(int64_t r, int n, int64_t steps,
+                                                   const Step& step) {
+    if (!d_.active) {
+      for (int64_t s = 0; s < steps; ++s) step(s);
+      return;
+    }
+    DrawRow rows[kMR];
+    if (!interleavable(r, n, rows)) {
+      for (int64_t s = 0; s < steps; ++s) step(s);
+      for (int t = 0; t < n; ++t)
+        keep_[r + t] = row_keep_bits(d_, p_, b_, h_, q_, q0_, r + t, k_, k0_, kcount_, &calls_);
+      return;
+    }
+    // Each half vector of calls (row t, call vector v, even or odd lanes) takes an equal share
+    // of the steps (the first steps % halves one more) and runs rounds 4..10 between them.
+    uint32_t kept[kMR][kMaxCallVectors][4];
+    const int count = calls_.count, halves = 2 * n * count;
+    const int64_t base = steps / halves, extra = steps % halves;
+    int64_t s = 0, x = 0;
+    const auto half = [&](const CallHalf& calls, const RowDraws& row, uint32_t* bits)
+        __attribute__((always_inline)) {
+      u64vec c[4];
+      philox_start(calls, row, c);
+      const int64_t share = base + (x++ < extra ? 1 : 0);
+      rounds_between(share, s, step, c);
+      s += share;
+      for (int m = 0; m < 4; ++m) bits[m] = kept_half(c[m], d_);
+    };
+    for (int t = 0; t < n; ++t)
+      for (int v = 0; v < count; ++v) {
+        uint32_t even[4], odd[4];
+        half(calls_.v[v].even, rows[t].draws, even);
+        half(calls_.v[v].odd, rows[t].draws, odd);
+        for (int m = 0; m < 4; ++m) kept[t][v][m] = even[m] | odd[m] << 1;
       }
-      if (r.step == 1) keep[t] = keep_bits_grouped<4>(d, r.draws, calls);
-      if (r.step == 2) keep[t] = keep_bits_grouped<2>(d, r.draws, calls);
-      if (r.step == 4) keep[t] = keep_bits_grouped<1>(d, r.draws, calls);
-    } else if (r.step < (int64_t{1} << 26)) {
-      keep[t] = keep_bits_strided(d, r.draws, r.j_lo, r.step, kcount);
+    for (int t = 0; t < n; ++t) keep_[r + t] = grouped_row_bits(rows[t], kept[t], calls_);
+  }
+
+ private:
+  // Steps s0..s0+share-1 with rounds 4..10 of half c between them, spread evenly (without a
+  // division: a division a step costs more than a round). The shares of the usual products
+  // (4: bf16 at D = 64; 8: f32 at D = 64, bf16 at D = 128) are written out.
+  template <class Step>
+  __attribute__((always_inline)) inline void rounds_between(int64_t share, int64_t s0,
+                                                            const Step& step, u64vec* c) const {
+    const auto round = [&](int r) __attribute__((always_inline)) {
+      philox_round_half(c[0], c[1], c[2], c[3], d_.k0_lanes[r], d_.k1_lanes[r]);
+    };
+    static_assert(kPhiloxRounds == 10, "the written-out schedules below run rounds 4..10");
+    if (share == 4) {
+      step(s0), round(3), round(4);
+      step(s0 + 1), round(5), round(6);
+      step(s0 + 2), round(7), round(8);
+      step(s0 + 3), round(9);
+    } else if (share == 8) {
+      for (int i = 0; i < 7; ++i) step(s0 + i), round(3 + i);
+      step(s0 + 7);
     } else {
-      keep[t] = keep_bits_scalar(d, p, r.frame, h, r.i, k, k0, kcount);
+      int r = 3;
+      int64_t owed = 0;  // (rounds due so far) * share
+      for (int64_t i = 0; i < share; ++i) {
+        step(s0 + i);
+        for (owed += kPhiloxRounds - 3; owed >= share && r < kPhiloxRounds; owed -= share)
+          round(r++);
+      }
+      while (r < kPhiloxRounds) round(r++);
     }
   }
-}
+
+  // Whether rows r..r+n-1 draw inside the product; if so rows[] holds them and calls_ serves
+  // them all.
+  bool interleavable(int64_t r, int n, DrawRow* rows) {
+    if (!kDrawsInProduct || d_.drop_all) return false;
+    for (int t = 0; t < n; ++t) {
+      rows[t] = draw_row(d_, p_, b_, h_, q_, q0_, r + t, k_, k0_, kcount_);
+      if (!grouped_step(rows[t].step) || rows[t].step != rows[0].step) return false;
+      if (t == 0) serve_row(rows[0], kcount_, &calls_);
+      if (!calls_.serves(rows[t].j_lo, kcount_, rows[t].step, rows[t].draws)) return false;
+    }
+    return true;
+  }
+
+  const TileDropout& d_;
+  const Problem& p_;
+  int64_t b_, h_;
+  const KeyProgression& q_;
+  int64_t q0_;
+  const KeyProgression& k_;
+  int64_t k0_, kcount_;
+  uint64_t* keep_;
+  RowCalls calls_;
+};
 
 // The factors of kW<T> pairs from their keep bits: keep_scale where the bit is set, else 0.
 // AVX-512: one masked move. Narrower vectors: a row of a table of 0/1 vectors (2^kW<T> rows,
@@ -483,15 +636,6 @@ inline void apply_dropout(T* tile, int64_t rows, const uint64_t* keep, T keep_sc
       const uint32_t bits = static_cast<uint32_t>((keep[t] >> c) & chunk_bits);
       vstore(x, vload(x) * keep_factors(bits, scale));
     }
-}
-
-// Forward and backward use: the decisions of a tile, then its factors applied to `tile`.
-template <class T>
-inline void drop_tile(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
-                      const KeyProgression& q, int64_t q0, int64_t rows, const KeyProgression& k,
-                      int64_t k0, int64_t kcount, T* tile, uint64_t* keep) {
-  dropout_keep_bits(d, p, b, h, q, q0, rows, k, k0, kcount, keep);
-  apply_dropout(tile, rows, keep, static_cast<T>(d.keep_scale));
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -198,13 +198,26 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
           const PairWeights<T> pw =
               pair_weights(p, h, piece.branch, own, t0, rows, keys, k0, kcount, w.pair_weights);
           if (pw.skip) continue;
-          if constexpr (kPairs)
-            scores_pairs_tile(words_in(w.block_a) + t0 * (Dp / 2), Dp / 2, rows, words_in(w.kt),
-                              D, scaling.pre, w.s);
-          else if (decode)
+          // SPEC 11: the tile's keep decisions are drawn between the steps of its score
+          // product (TileDraws, cpu_dropout.h), and applied to P below.
+          auto scores = [&](auto& work) {
+            if constexpr (kPairs)
+              scores_pairs_tile(words_in(w.block_a) + t0 * (Dp / 2), Dp / 2, rows,
+                                words_in(w.kt), D, scaling.pre, w.s, work);
+            else
+              scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s, work);
+          };
+          if (decode) {
             scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);
-          else
-            scores_tile(w.block_a + t0 * Dp, Dp, rows, w.kt, D, scaling.pre, w.s);
+            if (dropout.active)
+              dropout_keep_bits(dropout, p, b, h, own, t0, rows, keys, k0, kcount, keep);
+          } else if (dropout.active) {
+            TileDraws draws(dropout, p, b, h, own, t0, keys, k0, kcount, keep);
+            scores(draws);
+          } else {
+            NoBlockWork none;
+            scores(none);
+          }
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           const bool ranges =
               vx.active && prepare_variant_tile(vx, cover, w.s, own, t0, rows, keys, k0, first,
@@ -213,8 +226,7 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride,
                          w.small, pw);
           // SPEC 11: P M_ij enters O; the sum l above, so the LSE, is the softmax's.
-          if (dropout.active)
-            drop_tile(dropout, p, b, h, own, t0, rows, keys, k0, kcount, w.s, keep);
+          if (dropout.active) apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
           auto add_pv = [&](const auto& pv) {
             if (ranges)

@@ -64,13 +64,16 @@ constexpr uint32_t compiler_features() {
 
 // A tile of pairs (i0 + t row_step, j0 + c key_step), t < rows, c < kcount <= 64, of batch
 // element b and head h (of H), with dropout p and a call's seed and offset (SPEC 11.1).
-// IsaKernels::dropout_keep_bits sets bit c of keep[t] for a kept pair.
+// IsaKernels::dropout_keep_bits sets bit c of keep[t] for a kept pair. product_steps > 0 asks
+// for the decisions as the tiles draw them between the steps of a score product of that many
+// steps (cpu_dropout.h's TileDraws, a register block of rows at a time), 0 for dropout_keep_bits.
 struct DropoutTileQuery {
   uint64_t seed = 0, offset = 0;
   double p = 0;
   int64_t b = 0, h = 0, H = 1;
   int64_t i0 = 0, row_step = 1, rows = 1;
   int64_t j0 = 0, key_step = 1, kcount = 1;
+  int64_t product_steps = 0;
 };
 
 // One target's compiled code. Plain data, constant-initialised: reading it runs none of the

@@ -38,8 +38,20 @@ void dropout_keep_bits_of(const DropoutTileQuery& query, uint64_t* keep) {
   call.offset = query.offset;
   const KeyProgression rows{query.i0, query.row_step, query.rows};
   const KeyProgression keys{query.j0, query.key_step, query.kcount};
-  dropout_keep_bits(tile_dropout(p, call), p, query.b, query.h, rows, 0, query.rows, keys, 0,
-                    query.kcount, keep);
+  const TileDropout d = tile_dropout(p, call);
+  if (query.product_steps <= 0) {
+    dropout_keep_bits(d, p, query.b, query.h, rows, 0, query.rows, keys, 0, query.kcount, keep);
+    return;
+  }
+  // As scores_tile runs TileDraws: register blocks of kMR rows, then the rest; a product whose
+  // steps do nothing (the schedule, not the product, is under test).
+  TileDraws draws(d, p, query.b, query.h, rows, 0, keys, 0, query.kcount, keep);
+  int64_t steps_run = 0;
+  const auto step = [&](int64_t) { ++steps_run; };
+  for (int64_t r = 0; r < query.rows; r += kMR)
+    draws.block(r, static_cast<int>(min_i64(kMR, query.rows - r)), query.product_steps, step);
+  if (steps_run != query.product_steps * ceil_div(query.rows, kMR))
+    for (int64_t t = 0; t < query.rows; ++t) keep[t] = ~uint64_t{0};  // a step lost: all wrong
 }
 // pair_dot over arrays, a vector at a time (the tail through zero-padded vectors).
 void pair_dot_array(const float* acc, const uint32_t* a, const uint32_t* b, float* out,

@@ -376,41 +376,66 @@ inline V exp2v(V x) {
 }
 
 // ---------------------------------------------------------------- S = pre * Q Kt
-// kMR_ rows of S (all kBC columns): the K vector of a column block is loaded once per d and
-// multiplied by kMR_ broadcast Q values.
-template <int kMR_, class T>
-inline void scores_rows(const T* Q, int64_t ldq, const T* Kt, int64_t D, T pre, T* S) {
+// Work a score product runs between the steps of each register block (cpu_dropout.h's TileDraws
+// draws the block's rows there): block(r, n, steps, step) runs step(s) for every s < steps and
+// may do its own work for rows r..r+n-1 in between. NoBlockWork does none.
+struct NoBlockWork {
+  template <class Step>
+  __attribute__((always_inline)) inline void block(int64_t, int, int64_t steps,
+                                                   const Step& step) const {
+    for (int64_t s = 0; s < steps; ++s) step(s);
+  }
+};
+
+// kMR_ rows of S (all kBC columns), rows r.. of the tile: the K vector of a column block is
+// loaded once per d and multiplied by kMR_ broadcast Q values. The first column block's steps
+// run through work.block.
+template <int kMR_, class T, class Work>
+inline void scores_rows(const T* Q, int64_t ldq, const T* Kt, int64_t D, T pre, T* S, Work& work,
+                        int64_t r0) {
   constexpr int kCols = kNV * kW<T>;
   for (int cb = 0; cb < kBC; cb += kCols) {
     vec<T> acc[kMR_][kNV];
     for (int r = 0; r < kMR_; ++r)
       for (int n = 0; n < kNV; ++n) acc[r][n] = vec<T>{};
-    for (int64_t d = 0; d < D; ++d) {
+    const auto step = [&](int64_t d) __attribute__((always_inline)) {
       vec<T> k[kNV];
       for (int n = 0; n < kNV; ++n) k[n] = in_register(vload(Kt + d * kBC + cb + n * kW<T>));
       for (int r = 0; r < kMR_; ++r) {
         const vec<T> q = splat(Q[r * ldq + d]);
         for (int n = 0; n < kNV; ++n) acc[r][n] = madd(q, k[n], acc[r][n]);
       }
-    }
+    };
+    if (cb == 0)
+      work.block(r0, kMR_, D, step);
+    else
+      for (int64_t d = 0; d < D; ++d) step(d);
     for (int r = 0; r < kMR_; ++r)
       for (int n = 0; n < kNV; ++n) vstore(S + r * kBC + cb + n * kW<T>, acc[r][n] * pre);
   }
 }
 
 // S[r][c] = pre * <Q_r, Kt[:, c]> for r < rows, every c < kBC (pre: softmax_rules.h's
-// score_scale; 1 for dO V^T).
+// score_scale; 1 for dO V^T), with work's share run between the steps (NoBlockWork).
+template <class T, class Work>
+inline void scores_tile(const T* Q, int64_t ldq, int64_t rows, const T* Kt, int64_t D, T pre,
+                        T* S, Work& work) {
+  int64_t r = 0;
+  for (; r + kMR <= rows; r += kMR)
+    scores_rows<kMR>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC, work, r);
+  switch (rows - r) {
+    case 3: scores_rows<3>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC, work, r); break;
+    case 2: scores_rows<2>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC, work, r); break;
+    case 1: scores_rows<1>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC, work, r); break;
+    default: break;
+  }
+}
+
 template <class T>
 inline void scores_tile(const T* Q, int64_t ldq, int64_t rows, const T* Kt, int64_t D, T pre,
                         T* S) {
-  int64_t r = 0;
-  for (; r + kMR <= rows; r += kMR) scores_rows<kMR>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC);
-  switch (rows - r) {
-    case 3: scores_rows<3>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC); break;
-    case 2: scores_rows<2>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC); break;
-    case 1: scores_rows<1>(Q + r * ldq, ldq, Kt, D, pre, S + r * kBC); break;
-    default: break;
-  }
+  NoBlockWork none;
+  scores_tile(Q, ldq, rows, Kt, D, pre, S, none);
 }
 
 // S[r][c] = pre * <Q_r, K_c> for r < rows, c < count, with K_c a key row of D values read in

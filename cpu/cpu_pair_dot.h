@@ -146,42 +146,55 @@ inline void round_columns_to_words(const float* X, int64_t rows, word_t* out) {
 }
 
 // ---------------------------------------------------------------- S = pre * Q K^T
-// kMR_ rows of S (all kBC columns); `pairs` = ceil(D / 2) words per row (zero past D).
-template <int kMR_>
+// kMR_ rows of S (all kBC columns), rows r0.. of the tile; `pairs` = ceil(D / 2) words per row
+// (zero past D). The first column block's steps run through work.block (cpu_microkernel.h).
+template <int kMR_, class Work>
 inline void scores_pairs_rows(const word_t* Q, int64_t ldq, const word_t* Kp, int64_t pairs,
-                              float pre, float* S) {
+                              float pre, float* S, Work& work, int64_t r0) {
   constexpr int kCols = kNV * kWords;
   for (int cb = 0; cb < kBC; cb += kCols) {
     vfloat acc[kMR_][kNV];
     for (int r = 0; r < kMR_; ++r)
       for (int n = 0; n < kNV; ++n) acc[r][n] = vfloat{};
-    for (int64_t p = 0; p < pairs; ++p) {
+    const auto step = [&](int64_t p) __attribute__((always_inline)) {
       wvec k[kNV];
       for (int n = 0; n < kNV; ++n) k[n] = in_register(load_words(Kp + p * kBC + cb + n * kWords));
       for (int r = 0; r < kMR_; ++r) {
         const wvec q = splat_word(Q[r * ldq + p]);
         for (int n = 0; n < kNV; ++n) acc[r][n] = pair_dot(acc[r][n], q, k[n]);
       }
-    }
+    };
+    if (cb == 0)
+      work.block(r0, kMR_, pairs, step);
+    else
+      for (int64_t p = 0; p < pairs; ++p) step(p);
     for (int r = 0; r < kMR_; ++r)
       for (int n = 0; n < kNV; ++n) vstore(S + r * kBC + cb + n * kWords, acc[r][n] * pre);
   }
 }
 
 // S[r][c] = pre * <Q_r, K_c> for r < rows, every c < kBC (scores_tile's contract), Q as row
-// words (ldq words apart), K as key pairs.
+// words (ldq words apart), K as key pairs; work's share run between the steps.
+template <class Work>
 inline void scores_pairs_tile(const word_t* Q, int64_t ldq, int64_t rows, const word_t* Kp,
-                              int64_t D, float pre, float* S) {
+                              int64_t D, float pre, float* S, Work& work) {
   const int64_t pairs = (D + 1) / 2;
   int64_t r = 0;
   for (; r + kMR <= rows; r += kMR)
-    scores_pairs_rows<kMR>(Q + r * ldq, ldq, Kp, pairs, pre, S + r * kBC);
+    scores_pairs_rows<kMR>(Q + r * ldq, ldq, Kp, pairs, pre, S + r * kBC, work, r);
+  const word_t* q = Q + r * ldq;
   switch (rows - r) {
-    case 3: scores_pairs_rows<3>(Q + r * ldq, ldq, Kp, pairs, pre, S + r * kBC); break;
-    case 2: scores_pairs_rows<2>(Q + r * ldq, ldq, Kp, pairs, pre, S + r * kBC); break;
-    case 1: scores_pairs_rows<1>(Q + r * ldq, ldq, Kp, pairs, pre, S + r * kBC); break;
+    case 3: scores_pairs_rows<3>(q, ldq, Kp, pairs, pre, S + r * kBC, work, r); break;
+    case 2: scores_pairs_rows<2>(q, ldq, Kp, pairs, pre, S + r * kBC, work, r); break;
+    case 1: scores_pairs_rows<1>(q, ldq, Kp, pairs, pre, S + r * kBC, work, r); break;
     default: break;
   }
+}
+
+inline void scores_pairs_tile(const word_t* Q, int64_t ldq, int64_t rows, const word_t* Kp,
+                              int64_t D, float pre, float* S) {
+  NoBlockWork none;
+  scores_pairs_tile(Q, ldq, rows, Kp, D, pre, S, none);
 }
 
 // ---------------------------------------------------------------- O += A B

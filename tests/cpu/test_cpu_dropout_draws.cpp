@@ -9,7 +9,9 @@
 //     the offset 2^32 - 1) and seeds with both halves set;
 //   - p = 0.1, 0.5, 0.9, p whose threshold is 1 or 2^32 - 1, and p within 2^-33 of 1 (threshold
 //     2^32: nothing is kept);
-//   - bits past the tile's keys are 0.
+//   - bits past the tile's keys are 0;
+//   - each tile drawn alone (dropout_keep_bits) and between the steps of score products
+//     (TileDraws, as the forward and backward draw).
 // Internal: includes cpu_isa.h for the per-ISA tables.
 #include <cmath>
 #include <cstdio>
@@ -24,7 +26,7 @@ using namespace dilattn::cpu;
 namespace {
 
 // Wrong decisions of one query: every pair against dropout_keep, and the bits past kcount.
-int64_t wrong_bits(const IsaKernels& k, const DropoutTileQuery& q) {
+int64_t wrong_bits_of(const IsaKernels& k, const DropoutTileQuery& q) {
   uint64_t keep[64];
   for (uint64_t& word : keep) word = 0xA5A5A5A5A5A5A5A5ull;  // poisoned
   k.dropout_keep_bits(q, keep);
@@ -39,6 +41,17 @@ int64_t wrong_bits(const IsaKernels& k, const DropoutTileQuery& q) {
                                                               threshold);
       wrong += got != want;
     }
+  }
+  return wrong;
+}
+
+// The same tile drawn alone and inside products of 1, 7, 32 and 64 steps (TileDraws: fewer steps
+// than the block has half vectors of calls, an uneven share, and the bf16 and f32 products' D = 64).
+int64_t wrong_bits(const IsaKernels& k, DropoutTileQuery q) {
+  int64_t wrong = 0;
+  for (int64_t steps : {0, 1, 7, 32, 64}) {
+    q.product_steps = steps;
+    wrong += wrong_bits_of(k, q);
   }
   return wrong;
 }
