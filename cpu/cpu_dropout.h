@@ -21,7 +21,7 @@
 //   keys 1, 2 or 4 apart (dense, block-sparse, a dilated branch of dilation 1, 2 or 4): lanes
 //     are the calls of the residues mod 4 the row takes in consecutive runs, so every word of
 //     every call is used: a row of 64 keys takes 16 calls (one AVX-512 vector, two AVX2 ones),
-//     one more vector where the keys do not start a run (keep_bits_grouped);
+//     one more vector where the keys do not start a run (row_keep_bits, grouped_keep_bits);
 //   keys further apart: lanes are the keys themselves, one call each, of which one word is used
 //     (keep_bits_strided).
 // A row's frame (SPEC 10.2: the sequence, the row and the keys within it) comes from
@@ -342,15 +342,6 @@ inline uint64_t grouped_keep_bits(const uint32_t (*kept)[4], const RowCalls& cal
   uint64_t keep = shift == 0 ? words[0] : (words[0] >> shift) | (words[1] << (64 - shift));
   if (kcount < 64) keep &= (uint64_t{1} << kcount) - 1;
   return keep;
-}
-
-// Keep bits of the keys of `calls` (grouped_calls<g>) for one row: bit c for key c.
-template <int g>
-inline uint64_t keep_bits_grouped(const TileDropout& d, const RowDraws& row,
-                                  const RowCalls& calls) {
-  uint32_t kept[kMaxCallVectors][4];
-  for (int x = 0; x < calls.count; ++x) kept_words(calls.v[x], row, d, kept[x]);
-  return grouped_keep_bits<g>(kept, calls);
 }
 
 // Keep bits of keys j_lo + c r, c < kcount (kcount <= 64, 16 + 64 r < 2^32), one generator call
