@@ -222,14 +222,8 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
             else
               scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp, work);
           };
-          if (dropout.active) {
-            TileDraws draws(dropout, p, b, h, own, t0, keys, k0, kcount, keep);
-            products_dp(draws);
-            apply_dropout(w.dp, rows, keep, static_cast<T>(dropout.keep_scale));
-          } else {
-            NoBlockWork none;
-            products_dp(none);
-          }
+          product_drawing(dropout, p, b, h, own, t0, keys, k0, kcount, keep, products_dp);
+          if (dropout.active) apply_dropout(w.dp, rows, keep, static_cast<T>(dropout.keep_scale));
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
           if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
@@ -395,14 +389,9 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
               else
                 scores_tile(w.tile_do, Dp, rows, w.block_d + k0 * Dp, D, T(1), w.dp, work);
             };
-            if (dropout.active) {
-              TileDraws draws(dropout, p, b, h, queries, t0, own, k0, kcount, keep);
-              products_dp(draws);
+            product_drawing(dropout, p, b, h, queries, t0, own, k0, kcount, keep, products_dp);
+            if (dropout.active)
               apply_dropout(w.dp, rows, keep, static_cast<T>(dropout.keep_scale));
-            } else {
-              NoBlockWork none;
-              products_dp(none);
-            }
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
             if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);

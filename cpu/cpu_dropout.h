@@ -570,6 +570,21 @@ class TileDraws {
   RowCalls calls_;
 };
 
+// product(work) with the tile's draws as its work when dropout is on (keep[t] receives row t's
+// bits), else with none: the forward's S product and the backward's dP products.
+template <class Product>
+inline void product_drawing(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
+                            const KeyProgression& q, int64_t q0, const KeyProgression& k,
+                            int64_t k0, int64_t kcount, uint64_t* keep, const Product& product) {
+  if (d.active) {
+    TileDraws draws(d, p, b, h, q, q0, k, k0, kcount, keep);
+    product(draws);
+  } else {
+    NoBlockWork none;
+    product(none);
+  }
+}
+
 // The factors of kW<T> pairs from their keep bits: keep_scale where the bit is set, else 0.
 // AVX-512: one masked move. Narrower vectors: a row of a table of 0/1 vectors (2^kW<T> rows,
 // 8 KiB at most), times the scale. bf16emu's 64-byte vectors on AVX2: the scale's bits where the

@@ -211,12 +211,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
             scores_from_rows(w.block_a + t0 * Dp, Dp, rows, k_rows, kcount, D, scaling.pre, w.s);
             if (dropout.active)
               dropout_keep_bits(dropout, p, b, h, own, t0, rows, keys, k0, kcount, keep);
-          } else if (dropout.active) {
-            TileDraws draws(dropout, p, b, h, own, t0, keys, k0, kcount, keep);
-            scores(draws);
           } else {
-            NoBlockWork none;
-            scores(none);
+            product_drawing(dropout, p, b, h, own, t0, keys, k0, kcount, keep, scores);
           }
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           const bool ranges =
