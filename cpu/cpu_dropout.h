@@ -457,10 +457,10 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
 
 // ---------------------------------------------------------------- draws inside a product
 // The same decisions, scheduled differently. A row's draws are integer work (multiplies, shifts,
-// xors) and the score product before them is floating-point work; run one after the other, the
-// draws added about a fifth to the bf16 forward. Interleaved finely, Zen 4 runs them side by side:
-// in a standalone loop of one register block's bf16 product and its rows' rounds, the draws
-// cost +22% run after the product and +6-14% run between its steps.
+// xors) and the score product before them is floating-point work. Run one after the other they
+// queue behind each other; interleaved finely, Zen 4 runs much of them side by side (cpu_bench:
+// the bf16 forward's dropout cost went from about +32% to +25%, the backward's from +16% to
+// +12%; docs/performance.md).
 //
 // TileDraws is the work a score product (scores_tile, scores_pairs_tile) runs between the steps
 // of each register block: block(r, n) draws rows r..r+n-1 of the tile. On AVX-512, where the
