@@ -23,7 +23,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from cli_support import address_sanitized, make_inputs, qkv_flags, run  # noqa: E402
+from cli_support import (address_sanitized, available_backends, make_inputs,  # noqa: E402
+                         qkv_flags, run)
 from spec_numpy import SPEC8_F32, assert_close  # noqa: E402
 
 
@@ -109,6 +110,7 @@ EMU_CASES = {"causal_gqa": ["--causal"],
              "dilated_mod": ["--segments", "4,8", "--dilations", "1,2"]}
 
 
+@pytest.mark.skipif(not available_backends().get("emu", False), reason="emu is not built")
 @pytest.mark.parametrize("case", sorted(EMU_CASES))
 @pytest.mark.parametrize("ring", [["2"], ["3"], ["2", "--ring-split", "zigzag"],
                                   ["3", "--ring-split", "zigzag"]])
