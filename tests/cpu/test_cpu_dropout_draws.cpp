@@ -45,8 +45,9 @@ int64_t wrong_bits_of(const IsaKernels& k, const DropoutTileQuery& q) {
   return wrong;
 }
 
-// The same tile drawn alone and inside products of 1, 7, 32 and 64 steps (TileDraws: fewer steps
-// than the block has half vectors of calls, an uneven share, and the bf16 and f32 products' D = 64).
+// The same tile drawn alone and inside products of 1, 7, 32 and 64 steps (TileDraws): fewer
+// steps than the block has half vectors of calls, uneven shares, and the shares 4 and 8 of the
+// bf16 and f32 products at D = 64, which TileDraws writes out.
 int64_t wrong_bits(const IsaKernels& k, DropoutTileQuery q) {
   int64_t wrong = 0;
   for (int64_t steps : {0, 1, 7, 32, 64}) {
