@@ -5,9 +5,9 @@
 //
 //   forward_kernel_for: WGMMA (forward_wgmma.cu, wgmma + TMA + warp specialisation): f16 or
 //       bf16, D in {64, 128}, sm_90, no SPEC 10 option and no dropout, when the launcher says
-//       the Hopper path is open (`hopper`: the build holds sm_90a code, K and V are views TMA
-//       can read, every dilation fits kWgmmaMaxStep, and DILATTN_CUDA_WGMMA=1 asks for it:
-//       docs/spec.md 14.5); MMA (forward_mma.cu, mma.sync + cp.async): f16 or bf16, D in
+//       the Hopper path is open (`hopper`: hopper_wanted's rule for the kind and
+//       DILATTN_CUDA_WGMMA, the build holds sm_90a code, K and V are views TMA can read, every
+//       dilation fits kWgmmaMaxStep: docs/spec.md 14.5); MMA (forward_mma.cu, mma.sync + cp.async): f16 or bf16, D in
 //       {64, 128}, sm_80 or newer (bf16 tensor cores, cp.async); MMA_TF32 (forward_mma_tf32.cu,
 //       3xTF32 mma.sync): f32, D in {64, 128}, sm_80 or newer (TF32 tensor cores); SIMT
 //       (forward_simt.cu) for the rest the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
@@ -31,6 +31,30 @@
 namespace dilattn {
 
 enum class KernelChoice { simt, mma, mma_tf32, wgmma };
+
+// DILATTN_CUDA_WGMMA (docs/spec.md 14.5): `0` never, `1` wherever the Hopper kernel can run,
+// anything else (unset included) the measured rule of hopper_wanted.
+enum class HopperMode { measured, always, never };
+
+inline HopperMode hopper_mode_from(const char* value) {
+  if (value != nullptr && value[0] != '\0' && value[1] == '\0') {
+    if (value[0] == '0') return HopperMode::never;
+    if (value[0] == '1') return HopperMode::always;
+  }
+  return HopperMode::measured;
+}
+
+// Whether a forward of this kind should take the Hopper kernel where it can. Measured on an
+// H200 (docs/performance.md, "The Hopper forward"): 1.23-2.27x the sm_80 kernel's speed on
+// dense, causal and dilated problems, 0.36-0.38x on a block-sparse mask of 64x64 blocks,
+// whose 64-key spans fill half of the kernel's 128-key chunks.
+inline bool hopper_wanted(HopperMode mode, dilattn_kind kind) {
+  switch (mode) {
+    case HopperMode::never: return false;
+    case HopperMode::always: return true;
+    default: return kind != DILATTN_KIND_BLOCK_SPARSE;
+  }
+}
 
 // `variants` alone or `dropout` alone does not change the choice among the sm_80 kernels (each
 // has a variant instance and a dropout instance); both together run SIMT. The Hopper kernel

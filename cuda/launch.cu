@@ -24,9 +24,10 @@
 //                       on sm_80+, else SIMT (forward_kernel_for); a window, softcap, ALiBi or
 //                       sinks: the chosen kernel's variant instance; dropout (SPEC 11): its
 //                       dropout instance (with SPEC 10 options too: SIMT's, which runs both);
-//                       its shared memory within the device's limit; on sm_90 with
-//                       DILATTN_CUDA_WGMMA=1, the Hopper kernel instead where it takes the
-//                       problem (wgmma_maps_for: forward_wgmma.cu, its tensor maps per launch);
+//                       its shared memory within the device's limit; on sm_90 the Hopper
+//                       kernel instead for dense and dilated problems it takes
+//                       (docs/spec.md 14.5; DILATTN_CUDA_WGMMA=0 or 1 changes the rule;
+//                       wgmma_maps_for: forward_wgmma.cu, its tensor maps per launch);
 //     prepare_workspace from the plan's pool (workspace_layout): with sinks, the call's H sink
 //                       logits (SPEC 10.3); several dilated branches: o_acc [B, H, Nq, D]
 //                       f32 = 0, lse_acc [B, H, Nq] f64 = -inf (with sinks: the head's sink,
@@ -270,16 +271,13 @@ dilattn_status launch_branches(const Problem& p, const ForwardKernel& kernel, cu
 }
 
 // ---------------------------------------------------------------- the Hopper kernel
-// forward_wgmma.cu runs when kernel_choice.h's rule says the Hopper path is open: asked for by
-// DILATTN_CUDA_WGMMA=1 (docs/spec.md 14.5; read once), the build holding sm_90a code (the
-// emulator always does), an sm_90 device, and K and V views every launch's tensor maps can be
-// made for.
-bool wgmma_requested() {
-  static const bool requested = [] {
-    const char* v = std::getenv("DILATTN_CUDA_WGMMA");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return requested;
+// forward_wgmma.cu runs when kernel_choice.h's rule says the Hopper path is open: wanted for
+// the problem's kind (hopper_wanted, with DILATTN_CUDA_WGMMA read once: docs/spec.md 14.5), the
+// build holding sm_90a code (the emulator always does), an sm_90 device, and K and V views
+// every launch's tensor maps can be made for.
+HopperMode hopper_mode() {
+  static const HopperMode mode = hopper_mode_from(std::getenv("DILATTN_CUDA_WGMMA"));
+  return mode;
 }
 
 constexpr bool kBuildHasSm90a =
@@ -343,7 +341,7 @@ WgmmaForwardKernel pick_wgmma_kernel(const Problem& p) {
 // here once (maps[i] for launch i); false leaves the call to forward_mma.cu.
 bool wgmma_maps_for(const Problem& p, const DeviceInfo& device, ForwardParams fp,
                     std::vector<WgmmaTensorMaps>* maps) {
-  const bool open = wgmma_requested() && kBuildHasSm90a;
+  const bool open = hopper_wanted(hopper_mode(), p.kind) && kBuildHasSm90a;
   if (forward_kernel_for(p.dtype, p.D, device.major, uses_variant_kernels(p), p.dropout_p > 0,
                          open) != KernelChoice::wgmma)
     return false;

@@ -13,7 +13,8 @@
 #                compute_cap), emulator off, tests on, all cores, only the targets used here
 #   2 kernels    every kernel test case on the cuda backend against the f64 reference (SPEC 8),
 #                each run twice and compared bitwise (DILATTN_TEST_BACKEND=cuda); the Hopper
-#                forward's too (argument wgmma: the tests set DILATTN_CUDA_WGMMA=1)
+#                forward's too (argument wgmma: the tests set DILATTN_CUDA_WGMMA=1), and which
+#                forward runs unasked and with DILATTN_CUDA_WGMMA=0 (test_hopper_choice)
 #   3 ring_py    the ring on the cuda plan (threads transport, P = 1..4 on this GPU) and the
 #                Python package's CUDA and torch.compile tests (DILATTN_REQUIRE_CUDA=1 and
 #                DILATTN_REQUIRE_TORCH_COMPILE=1: a skip fails, but for the second-GPU test on
@@ -22,8 +23,9 @@
 #                dtype once (DILATTN_TEST_CASES=dense), zero reports allowed
 #   5 timing     every dtype through the C API (bench_gpu: at most 5 calls or 1.5 s of timed
 #                calls per direction and row, 90 s in all; its table and JSON keep each row
-#                measured before a cut-off), its f16 and bf16 forward rows again with the
-#                Hopper forward (DILATTN_CUDA_WGMMA=1, 30 s; table in timing.log), and
+#                measured before a cut-off), its f16 and bf16 forward rows again on the sm_80
+#                kernel (DILATTN_CUDA_WGMMA=0) and its f16 block-sparse rows on the Hopper
+#                kernel (DILATTN_CUDA_WGMMA=1; 30 s for both; tables in timing.log), and
 #                forward and backward against PyTorch's SDPA
 #                backends (torch_compare_gpu.py, the rest of the step's budget)
 #   6 ncu        Nsight Compute on the tensor-core forward (f16, D = 64 and 128) beside
@@ -50,6 +52,7 @@ STEPS="build:90 kernels:60 ring_py:120 sanitizer:60 timing:180 ncu:70 summary:5"
 # The kernel test runs of step 2: binary (tests/kernels/) and argument.
 KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
 test_forward_kernels:wgmma test_nonfinite_kernels:wgmma
+test_hopper_choice:measured test_hopper_choice:never
 test_nonfinite_kernels:simt test_nonfinite_kernels:mma test_nonfinite_kernels:mma_tf32
 test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32
 test_backward_nonfinite_kernels:simt test_backward_nonfinite_kernels:mma
@@ -61,7 +64,7 @@ EMU_ONLY="test_launch_stream test_smem_banks test_tf32_split test_launch_checks"
 SANITIZER_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
 test_forward_kernels:wgmma test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32"
 SANITIZER_TOOLS="memcheck racecheck synccheck initcheck"
-TARGETS="lib/libdilattn.so.0.2.0 tests/kernels/test_forward_kernels
+TARGETS="lib/libdilattn.so.0.2.0 tests/kernels/test_forward_kernels tests/kernels/test_hopper_choice
 tests/kernels/test_nonfinite_kernels tests/kernels/test_backward_kernels
 tests/kernels/test_backward_nonfinite_kernels tests/kernels/test_variant_kernels
 tests/kernels/test_dropout_kernels tests/kernels/test_launch_device_arch
@@ -274,14 +277,20 @@ step_timing() {
     echo "== bench_gpu (C API, every dtype, forward and backward)"
     DILATTN_COMMIT="$(commit_of_tree)" timeout -k 5 $bench_s "$build/bench/gpu/bench_gpu" \
       --iters 5 --row-budget-ms 1500 --json "$out/bench_gpu.json" || echo "bench_gpu: exit $?"
-    # The Hopper forward (opt-in, docs/spec.md 14.5) beside it: f16 and bf16 forward rows, the
-    # table in this log (its JSON stays in the work directory).
-    echo "== bench_gpu with DILATTN_CUDA_WGMMA=1 (forward_wgmma.cu; forward rows, f16 and bf16)"
+    # On sm_90 the rows above run the Hopper forward where docs/spec.md 14.5 picks it (dense
+    # and dilated f16/bf16). Beside them: the same forward rows on the sm_80 kernel, and the
+    # block-sparse rows on the Hopper kernel, which the rule leaves out. Tables in this log
+    # (their JSON stays in the work directory).
+    echo "== bench_gpu with DILATTN_CUDA_WGMMA=0 (forward_mma.cu; forward rows, f16 and bf16)"
     for dtype in f16 bf16; do
-      DILATTN_CUDA_WGMMA=1 DILATTN_COMMIT="$(commit_of_tree)" timeout -k 5 $((wgmma_s / 2)) \
+      DILATTN_CUDA_WGMMA=0 DILATTN_COMMIT="$(commit_of_tree)" timeout -k 5 $((wgmma_s / 3)) \
         "$build/bench/gpu/bench_gpu" --iters 5 --row-budget-ms 1000 --no-backward \
-        --dtype "$dtype" --json "$work/bench_gpu_wgmma_$dtype.json" || echo "bench_gpu: exit $?"
+        --dtype "$dtype" --json "$work/bench_gpu_mma_$dtype.json" || echo "bench_gpu: exit $?"
     done
+    echo "== bench_gpu with DILATTN_CUDA_WGMMA=1 (forward_wgmma.cu; block-sparse rows, f16)"
+    DILATTN_CUDA_WGMMA=1 DILATTN_COMMIT="$(commit_of_tree)" timeout -k 5 $((wgmma_s / 3)) \
+      "$build/bench/gpu/bench_gpu" --iters 5 --row-budget-ms 1000 --no-backward --only sparse \
+      --dtype f16 --json "$work/bench_gpu_wgmma_sparse.json" || echo "bench_gpu: exit $?"
     echo "== torch_compare_gpu.py"
     DILATTN_COMMIT="$(commit_of_tree)" PYTHONPATH="$repo/python" PYTHONUNBUFFERED=1 \
       timeout -k 5 $((budget - bench_s - wgmma_s - 10)) \
@@ -310,7 +319,8 @@ step_ncu() {
     # The model beside the measurement is half of what this step is for: without it, it fails.
     [[ -s "$work/sass_model.json" ]] || echo "no model" >"$work/no_model"
     echo "== ncu on forward_mma_kernel, f16 dense, D = 64 and 128 (bench_gpu --quick)"
-    timeout -k 5 $(($(budget_of ncu) - 40)) ncu --csv --page raw --print-kernel-base demangled \
+    # The sm_80 kernel (forward_mma.cu) on sm_90 too: the model beside it reads that kernel.
+    DILATTN_CUDA_WGMMA=0 timeout -k 5 $(($(budget_of ncu) - 40)) ncu --csv --page raw --print-kernel-base demangled \
       --kernel-name regex:forward_mma_kernel --launch-count 6 \
       --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
       "$build/bench/gpu/bench_gpu" --quick --only dense --dtype f16 --iters 1 --no-backward \
