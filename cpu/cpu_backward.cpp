@@ -135,6 +135,7 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
   int64_t allowed[kBR], first[kBR];
   const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11.3 (cpu_dropout.h)
   uint64_t keep[kBR];                                      // its decisions of one tile
+  RowDraws row_draws_of_piece[kMaxBlockRows];  // the draws' part of each row, once a piece
   for (int64_t x = 0; x < (i1 - i0) * Dp; ++x) w.block_c[x] = 0;
 
   for_each_piece(p, h, i0, i1, true, [&](const Piece& piece) {
@@ -173,6 +174,9 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
     }
     const int64_t ldo = row_stride(own) * Dp;
     T* dq = w.block_c + (own.first - i0) * Dp;
+    // A piece's rows lie in the block, at most kMaxBlockRows of them (cpu_tile_loop.h).
+    const bool draws_cached = dropout.active && own.count <= kMaxBlockRows;
+    if (draws_cached) rows_draws(dropout, p, b, h, own, own.count, row_draws_of_piece);
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
       const int64_t ldk = row_stride(keys) * Dp;  // the keys' rows in keys_dk, keys_dv
@@ -222,7 +226,8 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
             else
               scores_tile(w.block_b + t0 * Dp, Dp, rows, w.vt, D, T(1), w.dp, work);
           };
-          product_drawing(dropout, p, b, h, own, t0, keys, k0, kcount, keep, products_dp);
+          product_drawing(dropout, p, b, h, own, t0, keys, k0, kcount, keep, products_dp,
+                          draws_cached ? row_draws_of_piece + t0 : nullptr);
           if (dropout.active) apply_dropout(w.dp, rows, keep, static_cast<T>(dropout.keep_scale));
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);

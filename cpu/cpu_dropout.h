@@ -392,18 +392,36 @@ struct DrawRow {
   int64_t i, j_lo, step;
 };
 
+// The row's common part: the same in every key tile.
+inline RowDraws draws_of_row(const TileDropout& d, const Problem& p, const SequenceFrame& frame,
+                             int64_t h, int64_t i) {
+  return row_draws(d, static_cast<uint32_t>(d.offset),
+                   static_cast<uint32_t>(p.row_position(frame, i)),
+                   static_cast<uint32_t>(frame.seq * d.H + p.draw_head(h)));
+}
+
+// cached: the row's draws_of_row, made once for all key tiles (rows_draws), or null.
 inline DrawRow draw_row(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
                         const KeyProgression& q, int64_t q0, int64_t t, const KeyProgression& k,
-                        int64_t k0, int64_t kcount) {
+                        int64_t k0, int64_t kcount, const RowDraws* cached = nullptr) {
   DrawRow r;
   r.i = progression_at(q, q0 + t);
   r.frame = p.frame_of_row(b, r.i);
-  r.draws = row_draws(d, static_cast<uint32_t>(d.offset),
-                      static_cast<uint32_t>(p.row_position(r.frame, r.i)),
-                      static_cast<uint32_t>(r.frame.seq * d.H + p.draw_head(h)));
+  r.draws = cached != nullptr ? *cached : draws_of_row(d, p, r.frame, h, r.i);
   r.j_lo = p.key_position(r.frame, progression_at(k, k0));
   r.step = kcount == 1 ? 1 : k.step * (p.placed ? p.place.k_step : 1);
   return r;
+}
+
+// rows[t] = draws_of_row of query term t of q, t < count: a caller that walks the same rows over
+// many key tiles makes them once (three dependent 64-bit products a row) and hands them to each
+// tile's TileDraws.
+inline void rows_draws(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
+                       const KeyProgression& q, int64_t count, RowDraws* rows) {
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t i = progression_at(q, t);
+    rows[t] = draws_of_row(d, p, p.frame_of_row(b, i), h, i);
+  }
 }
 
 // Keys 1, 2 or 4 positions apart take grouped_calls<4 / step>.
@@ -471,9 +489,12 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
 class TileDraws {
  public:
   // The tile's rows q0.. of q against key terms k0.. of k; keep[t] receives row t's bits.
+  // cached: the rows' draws_of_row (cached[t] for row q0 + t), or null to make them here.
   TileDraws(const TileDropout& d, const Problem& p, int64_t b, int64_t h, const KeyProgression& q,
-            int64_t q0, const KeyProgression& k, int64_t k0, int64_t kcount, uint64_t* keep)
-      : d_(d), p_(p), b_(b), h_(h), q_(q), q0_(q0), k_(k), k0_(k0), kcount_(kcount), keep_(keep) {}
+            int64_t q0, const KeyProgression& k, int64_t k0, int64_t kcount, uint64_t* keep,
+            const RowDraws* cached = nullptr)
+      : d_(d), p_(p), b_(b), h_(h), q_(q), q0_(q0), k_(k), k0_(k0), kcount_(kcount), keep_(keep),
+        cached_(cached) {}
 
   // Runs step(s) for every s < steps, drawing rows r..r+n-1 (n <= kMR) in between.
   template <class Step>
@@ -551,7 +572,8 @@ class TileDraws {
   bool interleavable(int64_t r, int n, DrawRow* rows) {
     if (!kDrawsInProduct || d_.drop_all) return false;
     for (int t = 0; t < n; ++t) {
-      rows[t] = draw_row(d_, p_, b_, h_, q_, q0_, r + t, k_, k0_, kcount_);
+      rows[t] = draw_row(d_, p_, b_, h_, q_, q0_, r + t, k_, k0_, kcount_,
+                         cached_ != nullptr ? cached_ + r + t : nullptr);
       if (!grouped_step(rows[t].step) || rows[t].step != rows[0].step) return false;
       if (t == 0) serve_row(rows[0], kcount_, &calls_);
       if (!calls_.serves(rows[t].j_lo, kcount_, rows[t].step, rows[t].draws)) return false;
@@ -567,17 +589,20 @@ class TileDraws {
   const KeyProgression& k_;
   int64_t k0_, kcount_;
   uint64_t* keep_;
+  const RowDraws* cached_;
   RowCalls calls_;
 };
 
 // product(work) with the tile's draws as its work when dropout is on (keep[t] receives row t's
-// bits), else with none: the forward's S product and the backward's dP products.
+// bits), else with none: the forward's S product and the backward's dP products. cached: as
+// TileDraws takes it, or null.
 template <class Product>
 inline void product_drawing(const TileDropout& d, const Problem& p, int64_t b, int64_t h,
                             const KeyProgression& q, int64_t q0, const KeyProgression& k,
-                            int64_t k0, int64_t kcount, uint64_t* keep, const Product& product) {
+                            int64_t k0, int64_t kcount, uint64_t* keep, const Product& product,
+                            const RowDraws* cached = nullptr) {
   if (d.active) {
-    TileDraws draws(d, p, b, h, q, q0, k, k0, kcount, keep);
+    TileDraws draws(d, p, b, h, q, q0, k, k0, kcount, keep, cached);
     product(draws);
   } else {
     NoBlockWork none;

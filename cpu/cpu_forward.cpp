@@ -148,6 +148,7 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
   int64_t allowed[kBR], first[kBR];
   const TileDropout dropout = tile_dropout(p, a.dropout);  // SPEC 11 (cpu_dropout.h)
   uint64_t keep[kBR];                                      // its decisions of one tile
+  RowDraws row_draws_of_piece[kMaxBlockRows];  // the draws' part of each row, once a piece
   for (int64_t t = 0; t < i1 - i0; ++t) {
     w.row_a[t] = -std::numeric_limits<T>::infinity();
     w.row_b[t] = 0;
@@ -167,6 +168,9 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
     T* l = w.row_b + at;
     // A piece of a few rows (decode) reads K rows in place: no transposed key tile.
     const bool decode = !kPairs && own.count <= kDecodeRows && rows_are_vectors<T>(*a.k, D);
+    // A piece's rows lie in the block, at most kMaxBlockRows of them (cpu_tile_loop.h).
+    const bool draws_cached = dropout.active && own.count <= kMaxBlockRows;
+    if (draws_cached) rows_draws(dropout, p, b, h, own, own.count, row_draws_of_piece);
     const T* k_rows[kBC];
     bool done = false;
     for_each_other_range(p, h, piece, true, [&](const KeyProgression& keys) {
@@ -212,7 +216,8 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
             if (dropout.active)
               dropout_keep_bits(dropout, p, b, h, own, t0, rows, keys, k0, kcount, keep);
           } else {
-            product_drawing(dropout, p, b, h, own, t0, keys, k0, kcount, keep, scores);
+            product_drawing(dropout, p, b, h, own, t0, keys, k0, kcount, keep, scores,
+                            draws_cached ? row_draws_of_piece + t0 : nullptr);
           }
           bool cut = mask_tile(w.s, kBC, own, t0, rows, keys, k0, kcount, kBC, p, allowed);
           const bool ranges =
