@@ -47,7 +47,7 @@ build="${DILATTN_FIRST_LIGHT_BUILD:-$repo/build-first-light}"
 # timing took 54 s. Each budget is several times its step's time; ring_py also compiles a
 # transformer block with torch.compile (inductor, 10-20 s) and timing gets the most (bench_gpu
 # 90 s, the rest PyTorch).
-STEPS="build:90 kernels:60 ring_py:120 sanitizer:60 timing:180 ncu:70 summary:5"
+STEPS="build:90 kernels:60 ring_py:120 sanitizer:60 timing:160 ncu:90 summary:5"
 
 # The kernel test runs of step 2: binary (tests/kernels/) and argument.
 KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
@@ -308,26 +308,40 @@ step_timing() {
 }
 
 # ---------------------------------------------------------------- 6 ncu
+# Nsight Compute on one kernel family's launches of bench_gpu --quick's f16 dense rows (D = 64
+# and 128), the metrics first_light_report.py reads, its CSV to $2; 25 s at most.
+ncu_run() {
+  timeout -k 5 25 ncu --csv --page raw --print-kernel-base demangled \
+    --kernel-name "regex:$1" --launch-count 6 \
+    --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
+    "$build/bench/gpu/bench_gpu" --quick --only dense --dtype f16 --iters 1 --no-backward \
+    --json "$work/ncu_bench.json" >"$2"
+}
+
 step_ncu() {
   local t0=$SECONDS status=pass detail="" lib
   lib="$(lib_path)"
   if ! command -v ncu >/dev/null 2>&1; then record ncu fail 0 "ncu absent"; return; fi
   {
     echo "== sass_model.py (modelled)"
-    timeout -k 5 35 python3 "$repo/bench/gpu/sass_model.py" "$lib" --kernel forward_mma_kernel \
-      --json "$work/sass_model.json" >/dev/null || echo "sass_model.py: exit $?"
+    timeout -k 5 35 python3 "$repo/bench/gpu/sass_model.py" "$lib" \
+      --kernel 'forward_(wg)?mma_kernel' --json "$work/sass_model.json" >/dev/null ||
+      echo "sass_model.py: exit $?"
     # The model beside the measurement is half of what this step is for: without it, it fails.
     [[ -s "$work/sass_model.json" ]] || echo "no model" >"$work/no_model"
     echo "== ncu on forward_mma_kernel, f16 dense, D = 64 and 128 (bench_gpu --quick)"
-    # The sm_80 kernel (forward_mma.cu) on sm_90 too: the model beside it reads that kernel.
-    DILATTN_CUDA_WGMMA=0 timeout -k 5 $(($(budget_of ncu) - 40)) ncu --csv --page raw --print-kernel-base demangled \
-      --kernel-name regex:forward_mma_kernel --launch-count 6 \
-      --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
-      "$build/bench/gpu/bench_gpu" --quick --only dense --dtype f16 --iters 1 --no-backward \
-      --json "$work/ncu_bench.json" >"$work/ncu.csv"
+    # The sm_80 kernel (forward_mma.cu) on sm_90 too (DILATTN_CUDA_WGMMA=0, docs/spec.md 14.5).
+    DILATTN_CUDA_WGMMA=0 ncu_run forward_mma_kernel "$work/ncu.csv"
+    if [[ $cap == 90 ]]; then
+      echo "== ncu on forward_wgmma_kernel, f16 dense, D = 64 and 128 (bench_gpu --quick)"
+      DILATTN_CUDA_WGMMA=1 ncu_run forward_wgmma_kernel "$work/ncu_wgmma.csv"
+    fi
   } >>"$out/timing.log" 2>&1 || { status=fail; detail="ncu exit $?"; }
+  local hopper=()
+  [[ $cap == 90 ]] && hopper=("$work/ncu_wgmma.csv")
   python3 "$repo/bench/gpu/first_light_report.py" ncu "$work/ncu.csv" "$work/sass_model.json" \
-    "$out/ncu.json" >>"$out/timing.log" 2>&1 || { status=fail; detail="$detail; no ncu metrics"; }
+    "$out/ncu.json" "${hopper[@]}" >>"$out/timing.log" 2>&1 ||
+    { status=fail; detail="$detail; no ncu metrics"; }
   if [[ -e "$work/no_model" ]]; then status=fail; detail="$detail; sass_model.py gave no model"; fi
   record ncu "$status" $((SECONDS - t0)) "${detail:-metrics in ncu.json}"
 }

@@ -1,10 +1,12 @@
 """first_light_report.py - the reports of bench/gpu/first_light.sh.
 
-  first_light_report.py ncu NCU_CSV SASS_MODEL_JSON OUT_JSON
-      Nsight Compute's raw CSV (ncu --csv --page raw) of the tensor-core forward, one row per
-      launch, reduced to the last launch per head dim, beside sass_model.py's prediction for the
-      same kernel (f16, the device's arch): tensor-pipe utilisation, achieved occupancy, DRAM
-      throughput, L2 hit rate, duration.
+  first_light_report.py ncu NCU_CSV SASS_MODEL_JSON OUT_JSON [HOPPER_NCU_CSV]
+      Nsight Compute's raw CSV (ncu --csv --page raw) of the tensor-core forward
+      (forward_mma_kernel), one row per launch, reduced to the last launch per head dim, beside
+      sass_model.py's prediction for the same kernel (f16, the device's arch): tensor-pipe
+      utilisation, achieved occupancy, DRAM throughput, L2 hit rate, duration, and the TFLOP/s
+      the duration gives. HOPPER_NCU_CSV: the same for the Hopper forward
+      (forward_wgmma_kernel, beside its warp-specialised model), under "hopper".
   first_light_report.py summary OUT_DIR TOTAL_S SUMMARY_S
       summary.txt on stdout, one screen: pass/fail and seconds per step (steps.json), the speed
       table with ratios to PyTorch's best backend per row (torch_compare.json), one line on
@@ -39,11 +41,23 @@ def _number(text):
         return None
 
 
-def parse_ncu_csv(text):
+# bench_gpu --quick's dense rows, which the ncu step profiles: their FLOP (4 D N^2 B H, as
+# bench_gpu counts a dense forward) over a launch's duration give its TFLOP/s.
+QUICK_DENSE = {"B": 1, "N": 2048, "H": 16}
+
+
+def quick_dense_tflops(D, duration_ns):
+    if not duration_ns:
+        return None
+    flop = 4 * D * QUICK_DENSE["N"] ** 2 * QUICK_DENSE["B"] * QUICK_DENSE["H"]
+    return round(flop / duration_ns / 1e3, 1)
+
+
+def parse_ncu_csv(text, family="forward_mma_kernel"):
     """{D: {metric: value}} from ncu's raw CSV: the header row starts with "ID", a units row
     follows; the program's own output and ==PROF== lines around it are skipped. D comes from
-    the demangled name (forward_mma_kernel<__half, 64>), else from the launch order (the
-    benchmark runs D = 64 first)."""
+    the demangled name (forward_mma_kernel<__half, 64>, or `family`'s), else from the launch
+    order (the benchmark runs D = 64 first)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
@@ -53,46 +67,73 @@ def parse_ncu_csv(text):
     launches = [r for r in rows if str(r.get("ID", "")).isdigit()]
     by_d = {}
     for n, r in enumerate(launches):
-        m = re.search(r"forward_mma_kernel<[^,>]*,\s*(\d+)", r.get("Kernel Name", ""))
+        m = re.search(family + r"<[^,>]*,\s*(\d+)", r.get("Kernel Name", ""))
         d = int(m.group(1)) if m else (64 if n < len(launches) / 2 else 128)
         by_d[d] = {k: _number(r.get(v)) for k, v in METRICS.items()}  # the last launch wins
         by_d[d]["kernel"] = r.get("Kernel Name", "")
+        by_d[d]["tflops"] = quick_dense_tflops(d, by_d[d]["duration_ns"])
     return by_d
 
 
-def model_for(sass_json, D, arch):
-    """sass_model.py's row for forward_mma_kernel, f16, head dim D, on arch (e.g. "sm_90")."""
+def model_for(sass_json, D, arch, family="forward_mma_kernel"):
+    """sass_model.py's row for `family`, f16, head dim D, on arch (e.g. "sm_90"; the Hopper
+    kernel's rows name the arch-specific "sm_90a")."""
     for r in sass_json.get("results", []):
-        if ("forward_mma_kernel" in r.get("kernel", "") and r.get("dtype") == "f16"
-                and r.get("D") == D and r.get("arch") == arch):
-            return {"estimate_pct_of_f16_peak": round(100 * r["estimate"], 1)
-                    if r.get("estimate") is not None else None,
-                    "bound_by": r.get("bound_by"),
-                    "fraction_of_dense_f16_peak": r.get("fraction_of_dense_f16_peak"),
-                    "error": r.get("error")}
+        if (r.get("kernel", "").find(family + "<") >= 0 and r.get("dtype") == "f16"
+                and r.get("D") == D and r.get("arch") in (arch, arch + "a")):
+            model = {"estimate_pct_of_f16_peak": round(100 * r["estimate"], 1)
+                     if r.get("estimate") is not None else None,
+                     "bound_by": r.get("bound_by"),
+                     "fraction_of_dense_f16_peak": r.get("fraction_of_dense_f16_peak"),
+                     "error": r.get("error")}
+            if r.get("on_chip_estimate") is not None:  # the warp-specialised model's
+                model["on_chip_pct_of_f16_peak"] = round(100 * r["on_chip_estimate"], 1)
+                model["on_chip_bound_by"] = r.get("on_chip_bound_by")
+            return model
     return None
 
 
-def ncu_report(csv_text, sass_json, arch):
-    measured = parse_ncu_csv(csv_text)
-    return {"kernel": "forward_mma_kernel, f16, dense (bench_gpu --quick: B=1, N=2048, H=16)",
-            "metrics": METRICS, "arch": arch,
-            "by_head_dim": {str(d): {"measured": measured.get(d), "model": model_for(
-                sass_json, d, arch)} for d in (64, 128)}}
+def _by_head_dim(csv_text, sass_json, arch, family):
+    measured = parse_ncu_csv(csv_text, family)
+    return {str(d): {"measured": measured.get(d), "model": model_for(sass_json, d, arch, family)}
+            for d in (64, 128)}
+
+
+def ncu_report(csv_text, sass_json, arch, hopper_csv_text=None):
+    shape = "dense (bench_gpu --quick: B=1, N=2048, H=16)"
+    report = {"kernel": "forward_mma_kernel, f16, " + shape, "metrics": METRICS, "arch": arch,
+              "by_head_dim": _by_head_dim(csv_text, sass_json, arch, "forward_mma_kernel")}
+    if hopper_csv_text is not None:
+        report["hopper"] = {"kernel": "forward_wgmma_kernel, f16, " + shape,
+                            "by_head_dim": _by_head_dim(hopper_csv_text, sass_json, arch,
+                                                        "forward_wgmma_kernel")}
+    return report
+
+
+def _measured_dims(by_head_dim):
+    return [d for d, r in by_head_dim.items() if r["measured"]]
 
 
 def ncu_lines(ncu):
-    out = ["ncu, forward_mma_kernel f16 (measured | sass_model.py)"]
-    for d, r in sorted(ncu.get("by_head_dim", {}).items(), key=lambda kv: int(kv[0])):
-        m, p = r.get("measured") or {}, r.get("model") or {}
+    out = []
+    blocks = [("forward_mma_kernel", ncu)]
+    if ncu.get("hopper"):
+        blocks.append(("forward_wgmma_kernel", ncu["hopper"]))
+    for family, block in blocks:
+        out.append(f"ncu, {family} f16 (measured | sass_model.py)")
+        for d, r in sorted(block.get("by_head_dim", {}).items(), key=lambda kv: int(kv[0])):
+            m, p = r.get("measured") or {}, r.get("model") or {}
 
-        def f(key):
-            v = m.get(key)
-            return "n/a" if v is None else f"{v:.0f}%"
-        out.append(f"  D={d}: tensor pipe {f('tensor_pipe_pct')} | model "
-                   f"{p.get('estimate_pct_of_f16_peak', 'n/a')}% ({p.get('bound_by', '?')}), "
-                   f"occupancy {f('achieved_occupancy_pct')}, DRAM {f('dram_throughput_pct')}, "
-                   f"L2 hit {f('l2_hit_rate_pct')}")
+            def f(key):
+                v = m.get(key)
+                return "n/a" if v is None else f"{v:.0f}%"
+            on_chip = (f"; on chip {p['on_chip_pct_of_f16_peak']}% ({p.get('on_chip_bound_by')})"
+                       if p.get("on_chip_pct_of_f16_peak") is not None else "")
+            out.append(f"  D={d}: {m.get('tflops', 'n/a')} TFLOP/s, tensor pipe "
+                       f"{f('tensor_pipe_pct')} | model "
+                       f"{p.get('estimate_pct_of_f16_peak', 'n/a')}% ({p.get('bound_by', '?')}"
+                       f"{on_chip}), occupancy {f('achieved_occupancy_pct')}, "
+                       f"DRAM {f('dram_throughput_pct')}, L2 hit {f('l2_hit_rate_pct')}")
     return out
 
 
@@ -146,21 +187,30 @@ def _load(path, default):
 
 
 def main(argv):
-    if len(argv) == 4 and argv[0] == "ncu":
-        csv_path, sass_path, out_path = argv[1:]
-        try:
-            with open(csv_path) as f:
-                text = f.read()
-        except OSError:
-            text = ""
+    if len(argv) in (4, 5) and argv[0] == "ncu":
+        csv_path, sass_path, out_path = argv[1:4]
+
+        def text_of(path):
+            try:
+                with open(path) as f:
+                    return f.read()
+            except OSError:
+                return ""
         sass = _load(sass_path, {})
-        arch = next((r.get("arch") for r in sass.get("results", [])), "?")
-        report = ncu_report(text, sass, arch)
+        arch = next((r.get("arch") for r in sass.get("results", [])
+                     if "forward_mma_kernel<" in r.get("kernel", "")), "?")
+        report = ncu_report(text_of(csv_path), sass, arch,
+                            text_of(argv[4]) if len(argv) == 5 else None)
         with open(out_path, "w") as f:
             json.dump(report, f, indent=1)
-        got = [d for d, r in report["by_head_dim"].items() if r["measured"]]
-        print(f"ncu: metrics for D = {', '.join(got) or 'none'}")
-        return 0 if len(got) == 2 else 1
+        got = _measured_dims(report["by_head_dim"])
+        print(f"ncu: forward_mma_kernel metrics for D = {', '.join(got) or 'none'}")
+        ok = len(got) == 2
+        if "hopper" in report:
+            hopper = _measured_dims(report["hopper"]["by_head_dim"])
+            print(f"ncu: forward_wgmma_kernel metrics for D = {', '.join(hopper) or 'none'}")
+            ok = ok and len(hopper) == 2
+        return 0 if ok else 1
     if len(argv) == 4 and argv[0] == "summary":
         out_dir, total_s, summary_s = argv[1], int(argv[2]), int(argv[3])
         record = _load(os.path.join(out_dir, "steps.json"), {})

@@ -63,8 +63,52 @@ def test_summary_has_each_step_and_the_ratio():
     text = fl.summary(steps, tc, ncu, 400, 1)
     assert "build      PASS   80 s" in text and "kernels    FAIL   20 s" in text
     assert "0.50" in text.split("dense D=64")[1].splitlines()[0]
-    assert "D=64: tensor pipe 56% | model 50.0% (tensor)" in text
+    assert "D=64: 13922.1 TFLOP/s, tensor pipe 56% | model 50.0% (tensor)" in text
     assert len(text.splitlines()) < 50
+
+
+def hopper_launch(i, d, duration):
+    return (f'"{i}","7","void dilattn::cuda::forward_wgmma_kernel<__half, {d}>(ForwardParams, '
+            f'WgmmaTensorMaps)","0","12.5","1.5","95.0","{duration}"')
+
+
+HOPPER_CSV = "\n".join([HEADER, UNITS, hopper_launch(0, 64, "65,536"),
+                        hopper_launch(1, 128, "100,000")])
+HOPPER_SASS = {"results": SASS["results"] + [
+    {"kernel": "void dilattn::cuda::forward_wgmma_kernel<__half, 64>(ForwardParams, M)",
+     "arch": "sm_90a", "dtype": "f16", "D": 64, "estimate": 0.433, "bound_by": "hbm",
+     "on_chip_estimate": 0.488, "on_chip_bound_by": "chain"}]}
+
+
+def test_the_hopper_kernel_beside_its_warp_specialised_model():
+    got = fl.parse_ncu_csv(HOPPER_CSV, "forward_wgmma_kernel")
+    assert sorted(got) == [64, 128]
+    # 4 D N^2 B H FLOP (bench_gpu --quick: N = 2048, B = 1, H = 16) over the duration.
+    assert got[64]["tflops"] == round(4 * 64 * 2048 ** 2 * 16 / 65536 / 1e3, 1) == 262.1
+    model = fl.model_for(HOPPER_SASS, 64, "sm_90", "forward_wgmma_kernel")
+    assert model["estimate_pct_of_f16_peak"] == 43.3 and model["on_chip_pct_of_f16_peak"] == 48.8
+    assert fl.model_for(HOPPER_SASS, 64, "sm_90")["estimate_pct_of_f16_peak"] == 50.0
+    ncu = fl.ncu_report(CSV, HOPPER_SASS, "sm_90", HOPPER_CSV)
+    lines = fl.ncu_lines(ncu)
+    at = lines.index("ncu, forward_wgmma_kernel f16 (measured | sass_model.py)")
+    assert lines[at + 1].startswith("  D=64: 262.1 TFLOP/s, tensor pipe 0% | model 43.3% (hbm; "
+                                    "on chip 48.8% (chain))")
+    assert "model n/a% (?)" in lines[at + 2]  # no D = 128 row in this model
+
+
+def test_ncu_main_fails_without_the_hopper_kernels_launches(tmp_path):
+    csv_path, sass_path = tmp_path / "mma.csv", tmp_path / "sass.json"
+    csv_path.write_text(CSV)
+    sass_path.write_text(json.dumps(HOPPER_SASS))
+    hopper_path = tmp_path / "wgmma.csv"
+    hopper_path.write_text(HOPPER_CSV)
+    out = tmp_path / "ncu.json"
+    assert fl.main(["ncu", str(csv_path), str(sass_path), str(out)]) == 0
+    assert "hopper" not in json.loads(out.read_text())
+    assert fl.main(["ncu", str(csv_path), str(sass_path), str(out), str(hopper_path)]) == 0
+    assert sorted(json.loads(out.read_text())["hopper"]["by_head_dim"]) == ["128", "64"]
+    hopper_path.write_text("==PROF== No kernels were profiled.")
+    assert fl.main(["ncu", str(csv_path), str(sass_path), str(out), str(hopper_path)]) == 1
 
 
 def bench_row(status="ok", samples=5, backward_samples=2):
