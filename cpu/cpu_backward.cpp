@@ -232,7 +232,10 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
           probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b + t0, w.row_a + t0, cut,
                                allowed, pw);
           if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
-          if (dropout.active) apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
+          // P M for dV: only where this pass adds dV (one pass), and on the bf16 path as P is
+          // rounded below.
+          if (dropout.active && !kPairs && w.keys_dk != nullptr)
+            apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
           auto add_ds_k = [&](const auto& ds_k) {
             if (ranges)
               accumulate_ranges(dq + t0 * ldo, ldo, rows, ds_k, first, allowed, Dp, pw);
@@ -261,7 +264,10 @@ void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w,
             round_rows_to_words(w.dp, rows, ds_rows);
             add_ds_k(PairProduct{ds_rows, kBC / 2, 1, words_in(w.kv), Dp});
             if (w.keys_dk == nullptr) continue;  // two passes: dkdv_block does dK, dV
-            round_columns_to_words(w.s, rows, p_columns);
+            if (dropout.active)
+              round_columns_to_words(w.s, rows, p_columns, keep_factors_of(dropout, keep));
+            else
+              round_columns_to_words(w.s, rows, p_columns);
             round_columns_to_words(w.dp, rows, ds_columns);
             const word_t* const do_pairs = words_in(w.block_b) + pair_rows_at + t0 / 2 * Dp;
             const word_t* const q_pairs = words_in(w.block_a) + pair_rows_at + t0 / 2 * Dp;
@@ -400,7 +406,7 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
             probabilities_and_ds(w.s, w.dp, rows, scaling.post, w.row_b, w.row_a, cut, allowed,
                                  pw);
             if (vx.active) finish_variant_ds(w.s, w.dp, rows, first, allowed, slope, pw);
-            if (dropout.active)
+            if (dropout.active && !kPairs)  // P M for dV; the bf16 path as it rounds P below
               apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
             // dV += P^T dO, dK += dS^T Q: P and dS read column-wise.
             auto add_keys = [&](const auto& pt_do, const auto& dst_q) {
@@ -419,7 +425,10 @@ void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, 
             if constexpr (kPairs) {
               word_t* const p_columns = words_in(w.low_b);
               word_t* const ds_columns = words_in(w.low_a);
-              round_columns_to_words(w.s, rows, p_columns);
+              if (dropout.active)
+                round_columns_to_words(w.s, rows, p_columns, keep_factors_of(dropout, keep));
+              else
+                round_columns_to_words(w.s, rows, p_columns);
               round_columns_to_words(w.dp, rows, ds_columns);
               add_keys(PairProduct{p_columns, 1, kBC, do_pairs, Dp},
                        PairProduct{ds_columns, 1, kBC, q_pairs, Dp});

@@ -655,6 +655,22 @@ inline vec<double> keep_factors(uint32_t bits, vec<double> scale) {
 #endif
 }
 
+// The factors of tile row t's kW<float> pairs from column c on, as apply_dropout multiplies
+// them: for a pass that multiplies as it reads the tile (the bf16 forward's rounding of P,
+// cpu_pair_dot.h's round_rows_to_words), so the tile is not walked twice.
+struct KeepFactors {
+  const uint64_t* keep;
+  vec<float> scale;
+  vec<float> operator()(int64_t t, int c) const {
+    constexpr uint64_t chunk_bits = (uint64_t{1} << kW<float>) - 1;
+    return keep_factors(static_cast<uint32_t>((keep[t] >> c) & chunk_bits), scale);
+  }
+};
+
+inline KeepFactors keep_factors_of(const TileDropout& d, const uint64_t* keep) {
+  return KeepFactors{keep, splat(static_cast<float>(d.keep_scale))};
+}
+
 // tile[t][c] *= keep_scale where bit c of keep[t] is set, else *= 0 (a product, not a select:
 // a NaN stays NaN, as P_ij M_ij of the reference), for t < rows and every c < kBC.
 template <class T>

@@ -226,8 +226,10 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
                                                 static_cast<T*>(nullptr));
           online_softmax(w.s, rows, scaling.post, m + t0 * stride, l + t0 * stride, stride,
                          w.small, pw);
-          // SPEC 11: P M_ij enters O; the sum l above, so the LSE, is the softmax's.
-          if (dropout.active) apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
+          // SPEC 11: P M_ij enters O; the sum l above, so the LSE, is the softmax's. The bf16
+          // path multiplies by M as it rounds P below (one pass over the tile fewer).
+          if (dropout.active && !kPairs)
+            apply_dropout(w.s, rows, keep, static_cast<T>(dropout.keep_scale));
           scale_rows(acc + t0 * ldo, ldo, rows, w.small, Dp);
           auto add_pv = [&](const auto& pv) {
             if (ranges)
@@ -236,7 +238,10 @@ void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w
               accumulate_allowed(acc + t0 * ldo, ldo, rows, pv, cut, allowed, kcount, Dp, pw);
           };
           if constexpr (kPairs) {
-            round_rows_to_words(w.s, rows, words_in(w.low_a));
+            if (dropout.active)
+              round_rows_to_words(w.s, rows, words_in(w.low_a), keep_factors_of(dropout, keep));
+            else
+              round_rows_to_words(w.s, rows, words_in(w.low_a));
             add_pv(PairProduct{words_in(w.low_a), kBC / 2, 1, words_in(w.kv), Dp});
           } else {
             add_pv(F32Product<T>{w.s, kBC, 1, w.kv, Dp});

@@ -124,24 +124,44 @@ inline void round_in_order(vfloat a, vfloat b, word_t* out) {
 }
 #endif
 
+// No factor: round_rows_to_words rounds X itself.
+struct Unscaled {};
+
 // Rows r < rows of X [rows][kBC] (f32) rounded to bf16, paired along the columns:
-// out[r * kBC / 2 + p] = (X[r][2p], X[r][2p + 1]).
-inline void round_rows_to_words(const float* X, int64_t rows, word_t* out) {
+// out[r * kBC / 2 + p] = (X[r][2p], X[r][2p + 1]). times(r, c), where given: a vector the
+// kWords values X[r][c..] are multiplied by before they are rounded (the forward's dropout
+// factors, cpu_dropout.h's KeepFactors: the same products as a pass of its own would make).
+template <class Times = Unscaled>
+inline void round_rows_to_words(const float* X, int64_t rows, word_t* out,
+                                const Times& times = Times{}) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int c = 0; c < kBC; c += 2 * kWords)
-      round_in_order(vload(X + r * kBC + c), vload(X + r * kBC + c + kWords),
-                     out + r * (kBC / 2) + c / 2);
+    for (int c = 0; c < kBC; c += 2 * kWords) {
+      vfloat a = vload(X + r * kBC + c), b = vload(X + r * kBC + c + kWords);
+      if constexpr (!std::is_same_v<Times, Unscaled>) {
+        a = a * times(r, c);
+        b = b * times(r, c + kWords);
+      }
+      round_in_order(a, b, out + r * (kBC / 2) + c / 2);
+    }
 }
 
 // Rows of X [rows][kBC] (f32) rounded to bf16, paired along the rows:
 // out[p * kBC + c] = (X[2p][c], X[2p + 1][c]), with a missing row 2p + 1 (odd rows) as zeros.
-inline void round_columns_to_words(const float* X, int64_t rows, word_t* out) {
+// times: as round_rows_to_words takes it (the backward's dropout factors of P).
+template <class Times = Unscaled>
+inline void round_columns_to_words(const float* X, int64_t rows, word_t* out,
+                                   const Times& times = Times{}) {
   for (int64_t p = 0; 2 * p < rows; ++p) {
     const float* low = X + 2 * p * kBC;
     const bool has_high = 2 * p + 1 < rows;
-    for (int c = 0; c < kBC; c += kWords)
-      store_words(out + p * kBC + c,
-                  round_word_pairs(vload(low + c), has_high ? vload(low + kBC + c) : vfloat{}));
+    for (int c = 0; c < kBC; c += kWords) {
+      vfloat a = vload(low + c), b = has_high ? vload(low + kBC + c) : vfloat{};
+      if constexpr (!std::is_same_v<Times, Unscaled>) {
+        a = a * times(2 * p, c);
+        if (has_high) b = b * times(2 * p + 1, c);
+      }
+      store_words(out + p * kBC + c, round_word_pairs(a, b));
+    }
   }
 }
 
