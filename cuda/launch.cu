@@ -555,6 +555,17 @@ void after_work(int32_t device_index, void* stream, void (*release)(void*), void
   release(ctx);
 }
 
+// On an sm_90, which forward kernel runs (docs/spec.md 14.5), for the "GPU present" line.
+std::string hopper_report() {
+  if (!kBuildHasSm90a) return "forward on the sm_80 kernels (no sm_90a code built)";
+  switch (hopper_mode()) {
+    case HopperMode::never: return "forward on the sm_80 kernels (DILATTN_CUDA_WGMMA=0)";
+    case HopperMode::always:
+      return "forward on the Hopper kernel wherever it runs (DILATTN_CUDA_WGMMA=1)";
+    default: return "forward on the Hopper kernel for dense and dilated f16/bf16, D 64 and 128";
+  }
+}
+
 // The "GPU present" line of dilattn_build_info.
 std::string device_report() {
   int devices = 0, device = 0;
@@ -566,6 +577,7 @@ std::string device_report() {
   const DeviceInfo& info = device_info(device);
   std::string report = "yes (sm_" + std::to_string(info.major) + std::to_string(info.minor) + ")";
   if (!info.usable) report += ", " + info.why_not + ": " + kBackendName + " not used";
+  else if (info.major == 9) report += ", " + hopper_report();
   return report;
 }
 

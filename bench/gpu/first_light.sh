@@ -68,7 +68,7 @@ TARGETS="lib/libdilattn.so.0.2.0 tests/kernels/test_forward_kernels tests/kernel
 tests/kernels/test_nonfinite_kernels tests/kernels/test_backward_kernels
 tests/kernels/test_backward_nonfinite_kernels tests/kernels/test_variant_kernels
 tests/kernels/test_dropout_kernels tests/kernels/test_launch_device_arch
-tests/ring/test_ring_cuda_matches_reference bench/gpu/bench_gpu"
+tests/ring/test_ring_cuda_matches_reference bench/gpu/bench_gpu tools/dilattn"
 SCRIPTS="bench/gpu/torch_compare_gpu.py bench/gpu/first_light_report.py bench/gpu/sass_model.py
 tests/packages/python/test_torch_cuda.py tests/packages/python/test_torch_compile.py
 tests/packages/python/test_variants_against_torch.py tests/kernels/kernel_cases.h"
@@ -201,6 +201,16 @@ step_kernels() {
       "$build/tests/kernels/$name" $arg >>"$log" 2>&1 ||
       { failed=$((failed + 1)); failed_names="$failed_names ${name#test_} $arg"; echo "-- FAILED" >>"$log"; }
   done
+  # docs/spec.md 14.5: `dilattn info` says which forward an sm_90 runs unasked.
+  if [[ $cap == 90 ]]; then
+    ran=$((ran + 1))
+    echo "-- dilattn info" >>"$log"
+    if ! "$build/tools/dilattn" info 2>&1 | tee -a "$log" |
+         grep "GPU present: yes (sm_90), forward on the Hopper kernel for dense and dilated" \
+           >/dev/null; then
+      failed=$((failed + 1)); failed_names="$failed_names info"; echo "-- FAILED" >>"$log"
+    fi
+  fi
   local emu_only=""
   for name in $EMU_ONLY; do emu_only="$emu_only $name"; done
   record kernels "$([[ $failed -eq 0 ]] && echo pass || echo fail)" $((SECONDS - t0)) \
