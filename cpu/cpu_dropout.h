@@ -195,25 +195,16 @@ inline uint32_t kept_lanes(u32vec w, const TileDropout& d) {
 #endif
 }
 
-// Bit 2 l set where lane l of a half keeps its pair (the low word of 64-bit lane l at least the
-// threshold; the high words are not read). AVX-512 compares the even 32-bit lanes where they lie.
-inline uint32_t kept_half(u64vec w, const TileDropout& d) {
-#if DILATTN_CPU_AVX512
-  return _mm512_mask_cmpge_epu32_mask(0x5555, (__m512i)w,
-                                      _mm512_set1_epi32(static_cast<int>(d.threshold)));
-#else
-  return kept_lanes((u32vec)(w & 0xFFFFFFFFull), d) & 0x55555555u;
-#endif
+// One result word of every lane's call from its two halves' copies (the even lanes' in e's low
+// words, the odd lanes' in o's): a shift and a blend, which on Zen 4 leave the product's pipes
+// free, where a compare a half would take one of their slots.
+inline u32vec merged_halves(u64vec e, u64vec o) {
+  return (u32vec)((e & 0xFFFFFFFFull) | (o << 32));
 }
 
-// Bit l set where lane l's call keeps its pair, from the two halves' copies of one result word
-// (the even lanes' in e's low words, the odd lanes' in o's).
+// Bit l set where lane l's call keeps its pair, from the two halves' copies of one result word.
 inline uint32_t kept_halves(u64vec e, u64vec o, const TileDropout& d) {
-#if DILATTN_CPU_AVX512
-  return kept_half(e, d) | kept_half(o, d) << 1;
-#else
-  return kept_lanes((u32vec)((e & 0xFFFFFFFFull) | (o << 32)), d);
-#endif
+  return kept_lanes(merged_halves(e, o), d);
 }
 
 // Whether TileDraws draws inside the product: on AVX-512, whose 32 registers hold a half vector
@@ -483,9 +474,11 @@ inline void dropout_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
 // TileDraws is the work a score product (scores_tile, scores_pairs_tile) runs between the steps
 // of each register block: block(r, n) draws rows r..r+n-1 of the tile. On AVX-512, where the
 // block's rows take keys 1, 2 or 4 apart from one set of call vectors (RowCalls), each half
-// vector of calls runs its rounds 4..10 spread over an equal share of the product's steps and is
-// compared as it finishes (kept_half); other rows, narrower vectors and an inactive or drop-all
-// dropout draw after the product's steps, as dropout_keep_bits does.
+// vector of calls runs its rounds 4..10 spread over an equal share of the product's steps, and
+// the two halves' words are merged and compared once both finish (merged_halves: one compare a
+// word rather than one a half; on Zen 4 the compares, like the rounds' multiplies, take the
+// product's pipes, the shifts and blends do not); other rows, narrower vectors and an inactive
+// or drop-all dropout draw after the product's steps, as dropout_keep_bits does.
 class TileDraws {
  public:
   // The tile's rows q0.. of q against key terms k0.. of k; keep[t] receives row t's bits.
@@ -517,21 +510,19 @@ class TileDraws {
     const int count = calls_.count, halves = 2 * n * count;
     const int64_t base = steps / halves, extra = steps % halves;
     int64_t s = 0, x = 0;
-    const auto half = [&](const CallHalf& calls, const RowDraws& row, uint32_t* bits)
+    const auto half = [&](const CallHalf& calls, const RowDraws& row, u64vec* c)
         __attribute__((always_inline)) {
-      u64vec c[4];
       philox_start(calls, row, c);
       const int64_t share = base + (x++ < extra ? 1 : 0);
       rounds_between(share, s, step, c);
       s += share;
-      for (int m = 0; m < 4; ++m) bits[m] = kept_half(c[m], d_);
     };
     for (int t = 0; t < n; ++t)
       for (int v = 0; v < count; ++v) {
-        uint32_t even[4], odd[4];
+        u64vec even[4], odd[4];
         half(calls_.v[v].even, rows[t].draws, even);
         half(calls_.v[v].odd, rows[t].draws, odd);
-        for (int m = 0; m < 4; ++m) kept[t][v][m] = even[m] | odd[m] << 1;
+        for (int m = 0; m < 4; ++m) kept[t][v][m] = kept_lanes(merged_halves(even[m], odd[m]), d_);
       }
     for (int t = 0; t < n; ++t) keep_[r + t] = grouped_row_bits(rows[t], kept[t], calls_);
   }
