@@ -54,7 +54,8 @@ uint32_t this_cpu_features() {
   if (__builtin_cpu_supports("avx")) f |= kFeatureAvx;
   if (__builtin_cpu_supports("avx2")) f |= kFeatureAvx2;
   if (__builtin_cpu_supports("fma")) f |= kFeatureFma;
-  if (__builtin_cpu_supports("avx512f")) f |= kFeatureAvx512f;
+  // The AVX-512 tables use BMI2's pdep too (cpu_isa_target.h), which every AVX-512 CPU has.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("bmi2")) f |= kFeatureAvx512f;
   // (Every CPU with AVX512_BF16 has AVX512BW, which the avx512bf16 table uses too.)
   if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw"))
     f |= kFeatureAvx512bf16;

@@ -25,6 +25,9 @@
 //                             which GCC splits into AVX2 halves)
 //   DILATTN_CPU_FMA           1 when a*b+c is one fused instruction
 //   DILATTN_CPU_REQUIRED      CpuFeature bits (cpu_isa.h) the CPU must have
+//   DILATTN_CPU_PDEP          1 where BMI2's pdep spreads bits (cpu_dropout.h): the AVX-512
+//                             targets (every AVX-512 CPU has BMI2; cpu_isa_dispatch.cpp counts
+//                             AVX-512 only with it) and a baseline compiled with -mbmi2
 //   DILATTN_CPU_PAIR_DOT      how bf16 inputs are multiplied (cpu_pair_dot.h): 0 widened to f32
 //                             (f32 products), 1 by vdpbf16ps, 2 by an exact emulation of it
 // Targets: avx512bf16 (AVX-512F + AVX512BW + AVX512_BF16 + AVX2 + FMA: bf16 products by
@@ -68,7 +71,8 @@
 #define DILATTN_CPU_PAIR_DOT 1
 #define DILATTN_CPU_REQUIRED \
   (kFeatureAvx | kFeatureAvx2 | kFeatureFma | kFeatureAvx512f | kFeatureAvx512bf16)
-#pragma GCC target("avx512f,avx512bw,avx512bf16,avx2,fma")
+#define DILATTN_CPU_PDEP 1
+#pragma GCC target("avx512f,avx512bw,avx512bf16,avx2,fma,bmi2")
 #elif defined(DILATTN_CPU_TARGET_BF16EMU)
 #define DILATTN_CPU_ISA_NS bf16emu
 #define DILATTN_CPU_ISA_NAME "bf16emu"
@@ -85,7 +89,8 @@
 #define DILATTN_CPU_AVX512 1
 #define DILATTN_CPU_FMA 1
 #define DILATTN_CPU_REQUIRED (kFeatureAvx | kFeatureAvx2 | kFeatureFma | kFeatureAvx512f)
-#pragma GCC target("avx512f,avx2,fma")
+#define DILATTN_CPU_PDEP 1
+#pragma GCC target("avx512f,avx2,fma,bmi2")
 #elif defined(DILATTN_CPU_TARGET_AVX2)
 #define DILATTN_CPU_ISA_NS avx2
 #define DILATTN_CPU_ISA_NAME "avx2"
@@ -137,6 +142,12 @@
 #endif
 #if !defined(DILATTN_CPU_PAIR_DOT)
 #define DILATTN_CPU_PAIR_DOT 0
+#endif
+#if !defined(DILATTN_CPU_PDEP) && defined(__BMI2__)
+#define DILATTN_CPU_PDEP 1
+#endif
+#if !defined(DILATTN_CPU_PDEP)
+#define DILATTN_CPU_PDEP 0
 #endif
 #if !defined(DILATTN_CPU_AVX512)
 #define DILATTN_CPU_AVX512 0
