@@ -7,10 +7,11 @@
 //       bf16, D in {64, 128}, sm_90, no SPEC 10 option and no dropout, when the launcher says
 //       the Hopper path is open (`hopper`: hopper_wanted's rule for the kind and
 //       DILATTN_CUDA_WGMMA, the build holds sm_90a code, K and V are views TMA can read, every
-//       dilation fits kWgmmaMaxStep: docs/spec.md 14.5); MMA (forward_mma.cu, mma.sync + cp.async): f16 or bf16, D in
-//       {64, 128}, sm_80 or newer (bf16 tensor cores, cp.async); MMA_TF32 (forward_mma_tf32.cu,
-//       3xTF32 mma.sync): f32, D in {64, 128}, sm_80 or newer (TF32 tensor cores); SIMT
-//       (forward_simt.cu) for the rest the backend takes: f32/f16/bf16, D <= kMaxHeadDim.
+//       dilation fits kWgmmaMaxStep: docs/spec.md 14.5); MMA (forward_mma.cu, mma.sync +
+//       cp.async): f16 or bf16, D in {64, 128}, sm_80 or newer (bf16 tensor cores, cp.async);
+//       MMA_TF32 (forward_mma_tf32.cu, 3xTF32 mma.sync): f32, D in {64, 128}, sm_80 or newer
+//       (TF32 tensor cores); SIMT (forward_simt.cu) for the rest the backend takes:
+//       f32/f16/bf16, D <= kMaxHeadDim.
 //   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
 //       cases, MMA_TF32 (backward_mma_tf32.cu, 3xTF32) for the same f32 ones, SIMT
 //       (backward_simt.cu) otherwise. Forward and backward choose alike.
@@ -46,8 +47,8 @@ inline HopperMode hopper_mode_from(const char* value) {
 
 // Whether a forward of this kind should take the Hopper kernel where it can. Measured on an
 // H200 (docs/performance.md, "The Hopper forward"): 1.23-2.27x the sm_80 kernel's speed on
-// dense, causal and dilated problems, 0.36-0.38x on a block-sparse mask of 64x64 blocks,
-// whose 64-key spans fill half of the kernel's 128-key chunks.
+// dense, causal and dilated problems, 0.36-0.38x on a block-sparse mask of 64x64 blocks
+// (likely because a 64-key span fills half of one of the kernel's 128-key chunks).
 inline bool hopper_wanted(HopperMode mode, dilattn_kind kind) {
   switch (mode) {
     case HopperMode::never: return false;
