@@ -220,7 +220,11 @@ DILATTN_HD KeyProgression block_range(int64_t jb, int64_t bs, int64_t n) {
 // of a block-sparse mask's (one sequence of a packed batch, whose mask is the batch's). The
 // mask's blocks that meet them, first_block_at .. + blocks_meeting - 1, and those of block jb
 // as the problem's own indices (a range, cut to [0, n)). origin = 0 gives block_range.
-DILATTN_HD int64_t first_block_at(int64_t origin, int64_t bs) { return origin / bs; }
+// first_block_at skips its 64-bit division for origin = 0 (every problem but a packed
+// sequence): the CUDA kernels ask it for every row of every span.
+DILATTN_HD int64_t first_block_at(int64_t origin, int64_t bs) {
+  return origin == 0 ? 0 : origin / bs;
+}
 DILATTN_HD int64_t blocks_meeting(int64_t origin, int64_t n, int64_t bs) {
   return n <= 0 ? 0 : ceil_div(origin + n, bs) - origin / bs;
 }
