@@ -659,33 +659,34 @@ inline vec<double> keep_factors(uint32_t bits, vec<double> scale) {
 #endif
 }
 
-// The factors of tile row t's kW<float> pairs from column c on, as apply_dropout multiplies
-// them: for a pass that multiplies as it reads the tile (the bf16 forward's rounding of P,
-// cpu_pair_dot.h's round_rows_to_words), so the tile is not walked twice.
+// The factors of tile row t's kW<T> pairs from column c on: keep_scale where the pair's bit is
+// set, else 0. apply_dropout multiplies a tile by them; a pass that multiplies as it reads the
+// tile (the bf16 paths' rounding of P, cpu_pair_dot.h's round_rows_to_words and
+// round_columns_to_words) takes them instead, so the tile is not walked twice.
+template <class T>
 struct KeepFactors {
   const uint64_t* keep;
-  vec<float> scale;
-  vec<float> operator()(int64_t t, int c) const {
-    constexpr uint64_t chunk_bits = (uint64_t{1} << kW<float>) - 1;
+  vec<T> scale;
+  vec<T> operator()(int64_t t, int c) const {
+    constexpr uint64_t chunk_bits = (uint64_t{1} << kW<T>) - 1;
     return keep_factors(static_cast<uint32_t>((keep[t] >> c) & chunk_bits), scale);
   }
 };
 
-inline KeepFactors keep_factors_of(const TileDropout& d, const uint64_t* keep) {
-  return KeepFactors{keep, splat(static_cast<float>(d.keep_scale))};
+// The f32 factors of a call's dropout (the bf16 paths compute P in f32).
+inline KeepFactors<float> keep_factors_of(const TileDropout& d, const uint64_t* keep) {
+  return KeepFactors<float>{keep, splat(static_cast<float>(d.keep_scale))};
 }
 
 // tile[t][c] *= keep_scale where bit c of keep[t] is set, else *= 0 (a product, not a select:
 // a NaN stays NaN, as P_ij M_ij of the reference), for t < rows and every c < kBC.
 template <class T>
 inline void apply_dropout(T* tile, int64_t rows, const uint64_t* keep, T keep_scale) {
-  const vec<T> scale = splat(keep_scale);
-  constexpr uint64_t chunk_bits = (uint64_t{1} << kW<T>) - 1;
+  const KeepFactors<T> factors{keep, splat(keep_scale)};
   for (int64_t t = 0; t < rows; ++t)
     for (int c = 0; c < kBC; c += kW<T>) {
       T* x = tile + t * kBC + c;
-      const uint32_t bits = static_cast<uint32_t>((keep[t] >> c) & chunk_bits);
-      vstore(x, vload(x) * keep_factors(bits, scale));
+      vstore(x, vload(x) * factors(t, c));
     }
 }
 
