@@ -439,11 +439,11 @@ inline void serve_row(const DrawRow& r, int64_t kcount, RowCalls* calls) {
   if (r.step == 4) grouped_calls<1>(r.draws, r.j_lo, kcount, calls);
 }
 
-// The keep bits of row r (bit c for key c) from its calls' kept words (grouped_keep_bits).
-inline uint64_t grouped_row_bits(const DrawRow& r, const uint32_t (*kept)[4],
-                                 const RowCalls& calls) {
-  if (r.step == 1) return grouped_keep_bits<4>(kept, calls);
-  if (r.step == 2) return grouped_keep_bits<2>(kept, calls);
+// The keep bits of a row whose keys are `step` apart (bit c for key c) from its calls' kept
+// words (grouped_keep_bits).
+inline uint64_t grouped_row_bits(int64_t step, const uint32_t (*kept)[4], const RowCalls& calls) {
+  if (step == 1) return grouped_keep_bits<4>(kept, calls);
+  if (step == 2) return grouped_keep_bits<2>(kept, calls);
   return grouped_keep_bits<1>(kept, calls);
 }
 
@@ -459,7 +459,7 @@ inline uint64_t row_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
     serve_row(r, kcount, calls);
     uint32_t kept[kMaxCallVectors][4];
     for (int x = 0; x < calls->count; ++x) kept_words(calls->v[x], r.draws, d, kept[x]);
-    return grouped_row_bits(r, kept, *calls);
+    return grouped_row_bits(r.step, kept, *calls);
   }
   if (r.step < (int64_t{1} << 26)) return keep_bits_strided(d, r.draws, r.j_lo, r.step, kcount);
   return keep_bits_scalar(d, p, r.frame, h, r.i, k, k0, kcount);
@@ -510,8 +510,9 @@ class TileDraws {
       for (int64_t s = 0; s < steps; ++s) step(s);
       return;
     }
-    DrawRow rows[kMR];
-    if (!interleavable(r, n, rows)) {
+    RowDraws own[kMR];
+    const RowDraws* rows = interleavable(r, n, own);
+    if (rows == nullptr) {
       for (int64_t s = 0; s < steps; ++s) step(s);
       for (int t = 0; t < n; ++t)
         keep_[r + t] = row_keep_bits(d_, p_, b_, h_, q_, q0_, r + t, k_, k0_, kcount_, &calls_);
@@ -533,11 +534,11 @@ class TileDraws {
     for (int t = 0; t < n; ++t)
       for (int v = 0; v < count; ++v) {
         u64vec even[4], odd[4];
-        half(calls_.v[v].even, rows[t].draws, even);
-        half(calls_.v[v].odd, rows[t].draws, odd);
+        half(calls_.v[v].even, rows[t], even);
+        half(calls_.v[v].odd, rows[t], odd);
         for (int m = 0; m < 4; ++m) kept[t][v][m] = kept_lanes(merged_halves(even[m], odd[m]), d_);
       }
-    for (int t = 0; t < n; ++t) keep_[r + t] = grouped_row_bits(rows[t], kept[t], calls_);
+    for (int t = 0; t < n; ++t) keep_[r + t] = grouped_row_bits(calls_.step, kept[t], calls_);
   }
 
  private:
@@ -571,18 +572,38 @@ class TileDraws {
     }
   }
 
-  // Whether rows r..r+n-1 draw inside the product; if so rows[] holds them and calls_ serves
-  // them all.
-  bool interleavable(int64_t r, int n, DrawRow* rows) {
-    if (!kDrawsInProduct || d_.drop_all) return false;
-    for (int t = 0; t < n; ++t) {
-      rows[t] = draw_row(d_, p_, b_, h_, q_, q0_, r + t, k_, k0_, kcount_,
-                         cached_ != nullptr ? cached_ + r + t : nullptr);
-      if (!grouped_step(rows[t].step) || rows[t].step != rows[0].step) return false;
-      if (t == 0) serve_row(rows[0], kcount_, &calls_);
-      if (!calls_.serves(rows[t].j_lo, kcount_, rows[t].step, rows[t].draws)) return false;
+  // The counter words of rows r..r+n-1 if they draw inside the product (calls_ then serves them
+  // all), else null; own receives them where they are not cached. Outside a packed batch every
+  // row of the tile has the same frame (SPEC 10.2), so the same first key, step and call
+  // vectors: the first block checks them (shared_), the others take their rows' words alone.
+  const RowDraws* interleavable(int64_t r, int n, RowDraws* own) {
+    if (!kDrawsInProduct || d_.drop_all) return nullptr;
+    if (shared_) {
+      if (cached_ != nullptr) return cached_ + r;
+      for (int t = 0; t < n; ++t) {
+        const int64_t i = progression_at(q_, q0_ + r + t);
+        own[t] = draws_of_row(d_, p_, shared_frame_, h_, i);
+      }
+      return own;
     }
-    return true;
+    const auto row_at = [&](int t) {
+      return draw_row(d_, p_, b_, h_, q_, q0_, r + t, k_, k0_, kcount_,
+                      cached_ != nullptr ? cached_ + r + t : nullptr);
+    };
+    const DrawRow first = row_at(0);
+    if (!grouped_step(first.step)) return nullptr;
+    serve_row(first, kcount_, &calls_);
+    for (int t = 0; t < n; ++t) {
+      const DrawRow row = t == 0 ? first : row_at(t);
+      if (row.step != first.step || !calls_.serves(row.j_lo, kcount_, row.step, row.draws))
+        return nullptr;
+      own[t] = row.draws;
+    }
+    if (!p_.is_packed()) {
+      shared_ = true;
+      shared_frame_ = first.frame;
+    }
+    return own;
   }
 
   const TileDropout& d_;
@@ -595,6 +616,8 @@ class TileDraws {
   uint64_t* keep_;
   const RowDraws* cached_;
   RowCalls calls_;
+  bool shared_ = false;          // every row of the tile takes calls_ (interleavable)
+  SequenceFrame shared_frame_;  // their frame, while shared_
 };
 
 // product(work) with the tile's draws as its work when dropout is on (keep[t] receives row t's

@@ -131,6 +131,21 @@ def test_dropout_draws_per_sequence():
         assert spec_numpy.within(got, want, F64_TOL, F64_TOL)
 
 
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_cpu_dropout_tiles_across_sequences(dtype):
+    # A packed block-sparse batch runs whole, not a sequence at a time, so a tile of query rows
+    # holds rows of several sequences, each drawing in its own frame (SPEC 10.2, 11.1). The cpu
+    # backend's tiles share call vectors only between rows of one frame; sequences of 37 and
+    # 63 rows put a boundary inside a register block of rows and inside a 16-row mask block.
+    if not dilattn.backend_available("cpu"):
+        pytest.skip("backend cpu is not available here")
+    cu = [0, 37, 100, 150]
+    q, k, v, do = _inputs(150, 150, 2, 1, 32, 13)
+    mask = dilattn.mask.pattern("local:1+sink:1", 150, 16, seqlen_k=150, block_k=16)
+    lib = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, mask=mask, dropout_p=0.3, seed=5, offset=2)
+    cpu_against_ref(q, k, v, do, lib, dtype)
+
+
 @pytest.mark.parametrize("kind", [dict(causal=True),
                                   dict(segments=[3, 6], dilations=[1, 2], heads_mode="block"),
                                   dict(window_size=(2, 0), softcap=0.5)])
