@@ -551,6 +551,96 @@ def conflict_ways(words, banks):
     return max(len(s) for s in per_bank.values())
 
 
+# ---------------------------------------------------------------- dropout instances
+# SPEC 11's dropout instances (the kernels' last template argument, Dropout, true) draw
+# Philox4x32-10 calls in the chunk loop (cuda/dropout_tile.cuh). Their SASS is found by the
+# generator's multipliers, which ptxas writes as immediates of the 32x32 -> 64-bit products
+# (IMAD.WIDE.U32 and its uniform-datapath twin; M0 = 0xD2511F53, M1 = 0xCD9E8D57, printed as
+# signed 32-bit numbers). A chunk whose keys are 1, 2 or 4 positions apart and start a run
+# (every chunk of a dense problem and of dilation 1, 2 and 4 from a run's start: SPEC 11.1's
+# QuadSlots) draws by quads: per row a loop over the chunk's block pairs (BC / 16 trips, one
+# call a lane and two butterfly shuffles each); other chunks take the per-lane path
+# (dropout_row_fragments' fallback, unrolled). The dense chunk is modelled: the quad loops at
+# BC / 16 trips, the per-lane path counted 0 (dropout_lane_path), as the NaN rule's is.
+PHILOX_MULTIPLIERS = ("-0x2daee0ad", "-0x326172a9", "0xd2511f53", "0xcd9e8d57")
+
+
+def is_dropout_instance(kernel):
+    """The instance for dropout alone: the last two template arguments (Variants, Dropout) are
+    false, true."""
+    _, args = kernel.family_and_args()
+    return len(args) >= 2 and args[-2:] == ["false", "true"]
+
+
+def is_philox_multiply(ins):
+    return ins.base in ("IMAD", "UIMAD") and any(m in ins.operands.lower()
+                                                 for m in PHILOX_MULTIPLIERS)
+
+
+def quad_draw_loops(loop):
+    """The inner loops of a chunk loop that draw by quads: a Philox multiply and a butterfly
+    shuffle in the loop."""
+    return [l for l in loop.descendants()
+            if l.count(is_philox_multiply) > 0 and l.count(lambda i: i.op.startswith("SHFL.BFLY"))]
+
+
+def dropout_lane_path(loop, quads):
+    """The per-lane draws' blocks. With quad loops (the forward and the dQ pass: one branch
+    between dropout_quad_fragments and the per-lane path): the side of a two-way branch of the
+    chunk loop whose blocks (up to where both sides join) hold Philox multiplies outside the
+    inner loops and no quad loop, while the other side leads to the quad loops (and holds the
+    rest of those multiplies: the row's share of each call, which ptxas hoists out of the quad
+    loops); of such sides the one with the most multiplying blocks. Without (below), the
+    per-pair draws' own regions, or none where every draw is a pair's. (blocks, whether the
+    SASS has one of these shapes)."""
+    cfg = loop.cfg
+    inner = set()
+    for l in loop.descendants():
+        inner |= l.blocks
+    lane = {b for b in loop.blocks - inner if any(is_philox_multiply(i) for i in cfg.blocks[b])}
+    heads = {l.header for l in quads}
+    if not lane:
+        return frozenset(), False
+    pdom = loop.post_dominators()
+    if not heads:
+        # Quad draws unrolled (the dK/dV pass: dropout_key_rows_mask a key block, and a draw a
+        # pair beside it, element by element): each per-pair draw is its own guarded region,
+        # one without a butterfly shuffle (a quad's draw shares its bits by three).
+        # Where no draw shares its bits (kQuadDraws false: the 3xTF32 dK/dV pass at D = 128),
+        # the per-pair draws are the dense chunk's path: none is off it.
+        dom = cfg.dominators()
+        out = set()
+        for b in lane:
+            _, region = loop.guarded_region(b, dom, pdom)
+            if region and not any(i.op.startswith("SHFL.BFLY") for r in region
+                                  for i in cfg.blocks[r]):
+                out |= region
+        if lane <= out:
+            return frozenset(), True
+        return frozenset(out), bool(out)
+
+    def reach(start, g):
+        seen, stack = set(), [start]
+        while stack:
+            b = stack.pop()
+            if b in seen or b in pdom[g] or b not in loop.blocks or b == loop.header:
+                continue
+            seen.add(b)
+            stack.extend(cfg.succ[b])
+        return seen
+    best, best_key = None, None
+    for g in sorted(loop.blocks):
+        if len(cfg.succ[g]) != 2:
+            continue
+        sides = [reach(x, g) for x in cfg.succ[g]]
+        for a, b in ((sides[0], sides[1]), (sides[1], sides[0])):
+            if lane <= a | b and a & lane and not (a & heads) and heads <= b:
+                key = (len(a & lane), -len(a))
+                if best is None or key > best_key:
+                    best, best_key = a, key
+    return frozenset(best or ()), best is not None
+
+
 def model_kernel(kernel, D, dtype, tile, family):
     """One kernel at head dim D on its arch: counts per chunk and the four bounds."""
     dev = DEVICES.get(kernel.arch)
@@ -566,12 +656,15 @@ def model_kernel(kernel, D, dtype, tile, family):
     nan_rule = NAN_RULE_PATH.get(family)
     cold = {l.header_addr for l in inner
             if nan_rule is not None and any(nan_rule(cfg.blocks[b]) for b in l.blocks)}
-    hot = [l for l in inner if l.header_addr not in cold]
+    quads = quad_draw_loops(loop) if is_dropout_instance(kernel) else []
+    quad_heads = {l.header_addr for l in quads}
+    hot = [l for l in inner if l.header_addr not in cold | quad_heads]
     trips, profiled = None, False
     if family in PROFILES:
         want = PROFILES[family](D, br, bc, threads)
         if len(want) == len(hot):
             by_loop = {l.header_addr: n for l, n in zip(hot, want)}
+            by_loop.update({h: bc // 16 for h in quad_heads})
             trips, profiled = [by_loop.get(l.header_addr, 0) for l in inner], True
     if not hot:
         profiled = True  # no inner loop: the body is what one chunk issues
@@ -585,6 +678,12 @@ def model_kernel(kernel, D, dtype, tile, family):
         if not general:
             profiled = False  # the SASS is not of the shape the rule reads: both paths count
     off_blocks = set(general)
+    lane_path = frozenset()
+    if is_dropout_instance(kernel):
+        lane_path, recognised = dropout_lane_path(loop, quads)
+        if not recognised:
+            profiled = False  # not the shape the dropout rule reads: both paths count
+        off_blocks |= lane_path
     per_span = frozenset()
     if family in PER_SPAN_REGIONS and trips is not None:
         per_span = per_span_blocks(loop, trips)
@@ -607,6 +706,14 @@ def model_kernel(kernel, D, dtype, tile, family):
             "instructions": sum(w[b] * len(cfg.blocks[b]) for b in general),
             "usual_path_block": "0x%x" % cfg.blocks[usual][0].addr if usual is not None else None,
             "usual_path_instructions": len(cfg.blocks[usual]) if usual is not None else None}
+    if is_dropout_instance(kernel):
+        w = weights(loop, trips)
+        out["dropout"] = {
+            "quad_loops": ["0x%x" % l.header_addr for l in quads],
+            "quad_trips": bc // 16,
+            "quad_instructions": sum(w[b] * len(cfg.blocks[b]) for l in quads for b in l.blocks),
+            "lane_path_blocks": len(lane_path),
+            "lane_path_instructions": sum(len(cfg.blocks[b]) for b in lane_path)}
     if family in PER_SPAN_REGIONS:
         out["per_span_blocks"] = {
             "blocks": len(per_span),
@@ -1228,11 +1335,13 @@ def is_option_instance(kernel):
 
 
 def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
-              dtypes=("f16", "bf16")):
+              dtypes=("f16", "bf16"), dropout=False):
+    """Rows of the plain instances; with dropout, of the dropout instances too (their rows'
+    "dropout" entry says so)."""
     rows = []
     wanted = re.compile(kernel_re)
     for k in sass_parse.parse(sass_text, keep=lambda name: wanted.search(name) is not None):
-        if is_option_instance(k):
+        if is_option_instance(k) and not (dropout and is_dropout_instance(k)):
             continue
         family, dtype, ds = kernel_variants(k, head_dims)
         if dtype not in dtypes and family not in FAMILY_DTYPE:
@@ -1250,8 +1359,53 @@ def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
                 rows.append(model_ws_kernel(k, D, dtype, tile_of(tile, D), family))
             else:
                 rows.append(model_kernel(k, D, dtype, tile_of(tile, D), family))
-    rows.sort(key=lambda r: (r["family"], r["arch"], r["dtype"], r["D"]))
+    rows.sort(key=lambda r: (r["family"], r["arch"], r["dtype"], r["D"], "dropout" in r))
     return rows
+
+
+def dropout_summary(rows):
+    """Per (family, arch, dtype, D) with both instances modelled: the dropout instance's
+    instructions a chunk over the plain one's, and its modelled time over the plain one's on
+    chip (the issue and shared-memory bounds: a dropout instance reads the same bytes, so the
+    HBM bound, which both share, would hide what the draws cost) and with every bound."""
+    plain, drop = {}, {}
+    for r in rows:
+        if r.get("estimate") is None:
+            continue
+        key = (r["family"], r["arch"], r["dtype"], r["D"])
+        (drop if "dropout" in r else plain)[key] = r
+    out = []
+    for key in sorted(set(plain) & set(drop)):
+        p, d = plain[key], drop[key]
+
+        def on_chip(r):
+            f = r["fraction_of_dense_f16_peak"]
+            return min(f["issue"], f["smem"])
+        out.append({"family": key[0], "arch": key[1], "dtype": key[2], "D": key[3],
+                    "plain_instructions": sum(p["per_warp_per_chunk"].values()),
+                    "dropout_instructions": sum(d["per_warp_per_chunk"].values()),
+                    "quad_instructions": d["dropout"]["quad_instructions"],
+                    "profiled": p["chunk_loop"]["profiled"] and d["chunk_loop"]["profiled"],
+                    "on_chip_time_ratio": on_chip(p) / on_chip(d),
+                    "time_ratio": p["estimate"] / d["estimate"]})
+    return out
+
+
+def dropout_table(summary):
+    lines = ["Dropout instances (SPEC 11), modelled, not measured: a dense chunk (its keys take "
+             "QuadSlots), per warp; time over the plain instance's.",
+             "%-24s %-5s %-4s %4s %7s %7s %8s %8s" % (
+                 "kernel", "arch", "type", "D", "plain", "dropout", "on chip", "all")]
+    for r in summary:
+        lines.append("%-24s %-5s %-4s %4s %7s %7s %7.2fx %7.2fx%s" % (
+            r["family"][:24], r["arch"], r["dtype"], r["D"], _n(r["plain_instructions"]),
+            _n(r["dropout_instructions"]), r["on_chip_time_ratio"], r["time_ratio"],
+            "" if r["profiled"] else " (unprofiled: an upper bound)"))
+    lines += ["plain, dropout: instructions a warp issues a chunk (the per-lane draws off the "
+              "dense chunk's path count 0);",
+              "on chip: time with dropout over time without from the issue and shared-memory "
+              "bounds; all: from every bound (HBM too, which the draws do not change)."]
+    return lines
 
 
 def backward_summary(rows):
@@ -1262,7 +1416,7 @@ def backward_summary(rows):
     fraction it would report is 10/14 of that."""
     passes = {}
     for r in rows:
-        if r.get("estimate") is None or r["family"] not in GEMMS:
+        if r.get("estimate") is None or r["family"] not in GEMMS or "dropout" in r:
             continue
         which = "dq" if "_dq_" in r["family"] else "dkdv"
         tf32 = "tf32" in r["family"]
@@ -1304,6 +1458,8 @@ def plain_table(rows):
         c, f = r["per_warp_per_chunk"], r["fraction_of_dense_f16_peak"]
         ways = [x["ways"] for x in r["bank_conflicts"] if x["per_warp"] > 0]
         bound = r["bound_by"] + ("" if r["chunk_loop"]["profiled"] else " (unprofiled)")
+        if "dropout" in r:
+            bound += " (dropout instance)"
         lines.append(_ROW % (
             r["family"][:20], r["arch"], r["dtype"], r["D"], r["flop_per_chunk"],
             _n(sum(c.values())), _n(c["HMMA"]), _n(c["LDG"]), _n(c["LDS"]), _n(c["FP32"]),
@@ -1435,6 +1591,8 @@ def main(argv=None):
     ap.add_argument("--json", help="write the results as JSON here")
     ap.add_argument("--txt", help="write the table here too")
     ap.add_argument("--label", default="", help="what the binary is (commit, compiler), printed")
+    ap.add_argument("--dropout", action="store_true",
+                    help="model the dropout instances too, beside the plain ones")
     args = ap.parse_args(argv)
     if args.sass:
         with open(args.sass) as f:
@@ -1457,11 +1615,13 @@ def main(argv=None):
         fam, _, nums = t.partition("=")
         br, bc, th = (int(x) for x in nums.split(","))
         tiles[fam] = (br, bc, th)
-    rows = run_model(text, args.kernel, tiles)
+    rows = run_model(text, args.kernel, tiles, dropout=args.dropout)
     if not rows:
         sys.stderr.write("sass_model.py: no kernel matches %r\n" % args.kernel)
         return 1
     out = ("Binary: %s\n" % args.label if args.label else "") + table(rows)
+    if args.dropout:
+        out += "\n".join(dropout_table(dropout_summary(rows))) + "\n"
     sys.stdout.write(out)
     if args.txt:
         with open(args.txt, "w") as f:
@@ -1472,6 +1632,8 @@ def main(argv=None):
                    "binary": " ".join(os.path.basename(b) for b in args.binary),
                    "label": args.label, "devices": DEVICES,
                    "results": rows, "backward": backward_summary(rows)}
+            if args.dropout:
+                doc["dropout"] = dropout_summary(rows)
             if any(r.get("model") == "warp-specialised" for r in rows):
                 doc["warp_specialised_assumptions"] = {
                     "sfu_per_clk_sm": SFU_PER_CLK_SM,

@@ -573,3 +573,82 @@ def test_warp_specialised_rows_through_main(ws_family, tmp_path):
     txt = (tmp_path / "ws.txt").read_text()
     assert txt.startswith("Warp-specialised kernels") and "kernel               arch" in txt
     assert "toy_wgmma_kernel     sm_90a f16    64" in txt
+
+
+# ---------------------------------------------------------------- dropout instances
+TOY_DROP = "toy_drop_kernel"
+
+
+def toy_drop_listing(dropout):
+    """A chunk loop (0x20 .. 0x180) with two HMMAs and two barriers; the dropout instance
+    (template arguments false, true) adds a branch between a quad loop (0x80 .. 0xc0: a Philox
+    multiply and a butterfly shuffle, then a factor multiply) and the per-lane draws (0x100 ..
+    0x130: two Philox multiplies, two factor multiplies) that join at 0x140."""
+    body = ["S2R R0, SR_TID.X", "MOV R1, RZ",
+            "LDG.E.128 R4, [R2.64]", "STS.128 [R0], R4", "BAR.SYNC.DEFER_BLOCKING 0x0",
+            "HMMA.16816.F32 R12, R4, R6, R12"]
+    if dropout:
+        body += ["ISETP.NE.AND P1, PT, R20, RZ, PT", "@!P1 BRA 0x100",
+                 "IMAD.WIDE.U32 R30, R31, -0x2daee0ad, RZ",
+                 "SHFL.BFLY PT, R32, R30, 0x1, 0x1f", "IADD3 R33, R33, 0x1, RZ",
+                 "ISETP.GE.AND P0, PT, R33, 0x4, PT", "@!P0 BRA 0x80",
+                 "FMUL R12, R12, R34", "BRA 0x140", "NOP",
+                 "IMAD.WIDE.U32 R40, R41, -0x326172a9, RZ",
+                 "IMAD.WIDE.U32 R42, R43, -0x2daee0ad, RZ",
+                 "FMUL R12, R12, R44", "FMUL R13, R13, R44"]
+    body += ["HMMA.16816.F32 R14, R4, R6, R14", "BAR.SYNC.DEFER_BLOCKING 0x0",
+             "IADD3 R21, R21, 0x1, RZ", "ISETP.GE.AND P2, PT, R21, R22, PT", "@!P2 BRA 0x20",
+             "EXIT", "BRA 0x%x" % (0x10 * (len(body) + 6))]
+    name = "_ZN7dilattn4cuda15toy_drop_kernelI6__halfLi64ELb0ELb%dEEEvv" % int(dropout)
+    lines = ["arch = sm_80", "\t\tFunction : " + name]
+    lines += ["        /*%04x*/                   %s ;" % (0x10 * n, t) for n, t in enumerate(body)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def toy_drop(monkeypatch):
+    """toy_drop_kernel with the forward's tile (64 rows, chunks of 64 keys, 128 threads) and no
+    inner loop but the dropout instance's quad loop."""
+    monkeypatch.setitem(sass_model.TILES, TOY_DROP, (64, 64, 128))
+    monkeypatch.setitem(sass_model.PROFILES, TOY_DROP, lambda D, br, bc, t: [])
+    return [k for d in (False, True) for k in sass_parse.parse(toy_drop_listing(d))]
+
+
+def test_dropout_instance_counts_the_quad_loop_and_leaves_the_lane_path_out(toy_drop):
+    plain, drop = toy_drop
+    assert not sass_model.is_dropout_instance(plain) and sass_model.is_dropout_instance(drop)
+    assert sass_model.is_option_instance(drop)
+    loop = sass_model.chunk_loop(sass_parse.Cfg(drop.instrs))
+    quads = sass_model.quad_draw_loops(loop)
+    assert [l.header_addr for l in quads] == [0x80]
+    lane, recognised = sass_model.dropout_lane_path(loop, quads)
+    assert recognised and block_addrs_in_order(loop.cfg, sorted(lane)) == [0x100]
+    p = sass_model.model_kernel(plain, 64, "f16", (64, 64, 128), TOY_DROP)
+    d = sass_model.model_kernel(drop, 64, "f16", (64, 64, 128), TOY_DROP)
+    assert sum(p["per_warp_per_chunk"].values()) == 9
+    # 0x20 .. 0x70 (6), the quad loop's 5 at BC / 16 = 4 trips, 0xd0 .. 0xe0 (2), 0x140 .. 0x180
+    # (5); the per-lane draws (0x100 .. 0x130) and the NOP count nothing.
+    assert sum(d["per_warp_per_chunk"].values()) == 6 + 5 * 4 + 2 + 5
+    assert d["chunk_loop"]["profiled"]
+    assert d["dropout"]["quad_instructions"] == 20 and d["dropout"]["lane_path_instructions"] == 4
+    # run_model models the dropout instance only when asked; the summary pairs the two.
+    text = toy_drop_listing(False) + toy_drop_listing(True)
+    assert len(sass_model.run_model(text, TOY_DROP, sass_model.TILES, head_dims=(64,))) == 1
+    rows = sass_model.run_model(text, TOY_DROP, sass_model.TILES, head_dims=(64,), dropout=True)
+    (s,) = sass_model.dropout_summary(rows)
+    assert (s["plain_instructions"], s["dropout_instructions"], s["profiled"]) == (9, 33, True)
+    on_chip = [min(r["fraction_of_dense_f16_peak"]["issue"], r["fraction_of_dense_f16_peak"]["smem"])
+               for r in rows]
+    assert s["on_chip_time_ratio"] == pytest.approx(on_chip[0] / on_chip[1])
+    assert s["on_chip_time_ratio"] > 1
+
+
+def test_dropout_instance_without_the_two_ways_counts_everything(toy_drop):
+    # Per-lane draws on both sides of the branch: not the shape the rule reads, so nothing is
+    # left out and the row says it is unprofiled (an upper bound).
+    text = toy_drop_listing(True).replace("SHFL.BFLY PT, R32, R30, 0x1, 0x1f",
+                                          "IMAD.WIDE.U32 R44, R45, -0x326172a9, RZ")
+    (drop,) = sass_parse.parse(text)
+    d = sass_model.model_kernel(drop, 64, "f16", (64, 64, 128), TOY_DROP)
+    assert not d["chunk_loop"]["profiled"]
+    assert d["dropout"]["lane_path_blocks"] == 0
