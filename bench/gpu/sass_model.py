@@ -4,7 +4,7 @@ their SASS. Modelled, not measured: no GPU runs anything here.
 
 Usage:
   bench/gpu/sass_model.py BINARY... [--kernel REGEX] [--json FILE] [--txt FILE]
-                          [--tile FAMILY=BR,BC,THREADS]
+                          [--tile FAMILY=BR,BC,THREADS] [--dropout]
   e.g. bench/gpu/sass_model.py build-cuda/lib/libdilattn.so --json bench/results/x.json
        bench/gpu/sass_model.py backward_mma.o backward_mma_tf32.o --kernel 'backward_\w*mma'
 
@@ -53,6 +53,9 @@ What it does, per kernel whose name matches --kernel (default: forward_\w*kernel
      MUFU pipe, the chain of one warpgroup (a timeline of one warp from the SASS's stall
      counts and product waits), a ping-pong's turns, shared memory, the TMA's bytes at HBM
      bandwidth; sm_90a takes sm_90's device constants. Its own table follows the others.
+  7. With --dropout, the dropout instances (SPEC 11) beside the plain ones, on a dense chunk:
+     their quad draw loops at BC / 16 trips, their per-lane draws counted 0 (dropout_lane_path),
+     and each one's modelled time over its plain instance's (dropout_summary).
   Table on stdout, JSON with --json, the same table with --txt.
 
 Device constants (DEVICES) and their sources are below. Checked by bench/gpu/test_sass_model.py.
@@ -605,7 +608,7 @@ def dropout_lane_path(loop, quads):
     if not heads:
         # Quad draws unrolled (the dK/dV pass: dropout_key_rows_mask a key block, and a draw a
         # pair beside it, element by element): each per-pair draw is its own guarded region,
-        # one without a butterfly shuffle (a quad's draw shares its bits by three).
+        # one without a butterfly shuffle (a quad's draw shares its bits by three of them).
         # Where no draw shares its bits (kQuadDraws false: the 3xTF32 dK/dV pass at D = 128),
         # the per-pair draws are the dense chunk's path: none is off it.
         dom = cfg.dominators()
