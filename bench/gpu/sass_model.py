@@ -621,21 +621,11 @@ def dropout_lane_path(loop, quads):
         if lane <= out:
             return frozenset(), True
         return frozenset(out), bool(out)
-
-    def reach(start, g):
-        seen, stack = set(), [start]
-        while stack:
-            b = stack.pop()
-            if b in seen or b in pdom[g] or b not in loop.blocks or b == loop.header:
-                continue
-            seen.add(b)
-            stack.extend(cfg.succ[b])
-        return seen
     best, best_key = None, None
     for g in sorted(loop.blocks):
         if len(cfg.succ[g]) != 2:
             continue
-        sides = [reach(x, g) for x in cfg.succ[g]]
+        sides = [loop.reach_before(x, pdom[g]) for x in cfg.succ[g]]
         for a, b in ((sides[0], sides[1]), (sides[1], sides[0])):
             if lane <= a | b and a & lane and not (a & heads) and heads <= b:
                 key = (len(a & lane), -len(a))

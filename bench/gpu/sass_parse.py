@@ -287,22 +287,24 @@ class Loop:
         if not guards:
             return None, frozenset()
         g = max(guards, key=lambda x: len(dom[x]))
-
-        def reach(start):
-            seen, stack = set(), [start]
-            while stack:
-                b = stack.pop()
-                if b in seen or b in pdom[g] or b not in self.blocks or b == self.header:
-                    continue
-                seen.add(b)
-                stack.extend(cfg.succ[b])
-            return seen
         region = set()
         for s in cfg.succ[g]:
-            r = reach(s)
+            r = self.reach_before(s, pdom[g])
             if block in r:
                 region |= r
         return g, frozenset(region)
+
+    def reach_before(self, start, stop):
+        """The loop's blocks reachable from `start` within one iteration (not through the header)
+        before any block of `stop` (a branch's side up to its join: stop = pdom[branch])."""
+        seen, stack = set(), [start]
+        while stack:
+            b = stack.pop()
+            if b in seen or b in stop or b not in self.blocks or b == self.header:
+                continue
+            seen.add(b)
+            stack.extend(self.cfg.succ[b])
+        return seen
 
     def descendants(self):
         """Inner loops, pre-order by header address (the order a profile lists them in)."""
