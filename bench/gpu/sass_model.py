@@ -286,6 +286,27 @@ def general_softmax_path(loop):
     return frozenset(seen), usual
 
 
+def voted_general_path(loop, off=frozenset()):
+    """general_softmax_path for a dropout instance, whose draws split the usual path's 2^x over
+    many blocks: the branch on the warp's vote (VOTE.ALL: every row of the chunk sees all the
+    warp's keys, mma_backward_loop.cuh), both sides holding MUFU.EX2 up to their join, the
+    general path the side with more instructions outside `off` (the per-lane draws), the usual
+    one the other. On the plain instances this gives general_softmax_path's blocks; the usual
+    side is the branch's target there and here (nvcc 13). (blocks, the usual side's entry)."""
+    cfg = loop.cfg
+    votes = [b for b in loop.blocks if len(cfg.succ[b]) == 2 and
+             any(i.op.startswith("VOTE.ALL") for i in cfg.blocks[b])]
+    if len(votes) != 1:
+        return frozenset(), None
+    pdom = loop.post_dominators()
+    sides = [(loop.reach_before(s, pdom[votes[0]]), s) for s in cfg.succ[votes[0]]]
+    if not all(any(i.op == "MUFU.EX2" for b in side for i in cfg.blocks[b]) for side, _ in sides):
+        return frozenset(), None
+    (_, usual), (general, _) = sorted(
+        sides, key=lambda x: sum(len(cfg.blocks[b]) for b in x[0] if b not in off))
+    return frozenset(general), usual
+
+
 GENERAL_PATH = {f: general_softmax_path for f in (
     "backward_dq_mma_kernel", "backward_dkdv_mma_kernel", "backward_dq_mma_tf32_kernel",
     "backward_dkdv_mma_tf32_kernel")}
@@ -665,18 +686,19 @@ def model_kernel(kernel, D, dtype, tile, family):
     if nan_rule is not None:
         off_path = (lambda block, first=off_path:
                     nan_rule(block) or (first is not None and first(block)))
-    general, usual = frozenset(), None
-    if family in GENERAL_PATH:
-        general, usual = GENERAL_PATH[family](loop)
-        if not general:
-            profiled = False  # the SASS is not of the shape the rule reads: both paths count
-    off_blocks = set(general)
     lane_path = frozenset()
     if is_dropout_instance(kernel):
         lane_path, recognised = dropout_lane_path(loop, quads)
         if not recognised:
             profiled = False  # not the shape the dropout rule reads: both paths count
-        off_blocks |= lane_path
+    general, usual = frozenset(), None
+    if family in GENERAL_PATH:
+        general, usual = GENERAL_PATH[family](loop)
+        if not general and is_dropout_instance(kernel):
+            general, usual = voted_general_path(loop, lane_path)
+        if not general:
+            profiled = False  # the SASS is not of the shape the rule reads: both paths count
+    off_blocks = set(general) | lane_path
     per_span = frozenset()
     if family in PER_SPAN_REGIONS and trips is not None:
         per_span = per_span_blocks(loop, trips)
@@ -1381,6 +1403,25 @@ def dropout_summary(rows):
                     "profiled": p["chunk_loop"]["profiled"] and d["chunk_loop"]["profiled"],
                     "on_chip_time_ratio": on_chip(p) / on_chip(d),
                     "time_ratio": p["estimate"] / d["estimate"]})
+    # The whole backward: both passes, weighted as backward_summary weights them (6 D FLOP a
+    # pair in the dQ pass, 8 D in the dK/dV pass, each at its estimate).
+    passes = {}
+    for r in out:
+        if r["family"] in GEMMS:
+            which = "dq" if "_dq_" in r["family"] else "dkdv"
+            passes.setdefault((r["arch"], r["dtype"], r["D"]), {})[which] = r
+    for (arch, dtype, D), two in sorted(passes.items()):
+        if len(two) != 2:
+            continue
+        plain_time = sum(w / plain[(two[k]["family"], arch, dtype, D)]["estimate"]
+                         for k, w in (("dq", 6), ("dkdv", 8)))
+        drop_time = sum(w / drop[(two[k]["family"], arch, dtype, D)]["estimate"]
+                        for k, w in (("dq", 6), ("dkdv", 8)))
+        out.append({"family": "backward (both passes)", "arch": arch, "dtype": dtype, "D": D,
+                    "plain_instructions": None, "dropout_instructions": None,
+                    "quad_instructions": None,
+                    "profiled": two["dq"]["profiled"] and two["dkdv"]["profiled"],
+                    "on_chip_time_ratio": None, "time_ratio": drop_time / plain_time})
     return out
 
 
@@ -1390,6 +1431,11 @@ def dropout_table(summary):
              "%-24s %-5s %-4s %4s %7s %7s %8s %8s" % (
                  "kernel", "arch", "type", "D", "plain", "dropout", "on chip", "all")]
     for r in summary:
+        if r["plain_instructions"] is None:  # a whole backward: time alone
+            lines.append("%-24s %-5s %-4s %4s %7s %7s %8s %7.2fx%s" % (
+                r["family"][:24], r["arch"], r["dtype"], r["D"], "-", "-", "-", r["time_ratio"],
+                "" if r["profiled"] else " (unprofiled: an upper bound)"))
+            continue
         lines.append("%-24s %-5s %-4s %4s %7s %7s %7.2fx %7.2fx%s" % (
             r["family"][:24], r["arch"], r["dtype"], r["D"], _n(r["plain_instructions"]),
             _n(r["dropout_instructions"]), r["on_chip_time_ratio"], r["time_ratio"],
@@ -1397,7 +1443,9 @@ def dropout_table(summary):
     lines += ["plain, dropout: instructions a warp issues a chunk (the per-lane draws off the "
               "dense chunk's path count 0);",
               "on chip: time with dropout over time without from the issue and shared-memory "
-              "bounds; all: from every bound (HBM too, which the draws do not change)."]
+              "bounds; all: from every bound (HBM too, which the draws do not change);",
+              "backward (both passes): the two passes' times weighted as the whole backward "
+              "above weights them."]
     return lines
 
 

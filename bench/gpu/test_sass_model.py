@@ -233,6 +233,26 @@ def test_general_softmax_path_needs_one_branch_into_the_usual_block():
     assert sass_model.general_softmax_path(loop) == (frozenset(), None)
 
 
+def test_voted_general_path_is_the_longer_side_of_the_vote():
+    # The rule a dropout instance falls back on: the branch on VOTE.ALL (0x170 .. 0x180), its
+    # sides up to the join at 0x220; the longer one (0x190 .. 0x1e0, 6 instructions against 3)
+    # is the general path. On the toy it agrees with general_softmax_path, and it still finds
+    # the path where a second way into the usual block hides it from that rule.
+    cfg = sass_parse.Cfg(toy_backward().instrs)
+    general, usual = sass_model.voted_general_path(sass_model.chunk_loop(cfg))
+    assert (general, usual) == sass_model.general_softmax_path(sass_model.chunk_loop(cfg))
+    k = toy_backward()
+    k.instrs[3] = sass_parse.Instr(0x30, "@P0 BRA 0x1f0")
+    cfg = sass_parse.Cfg(k.instrs)
+    general, usual = sass_model.voted_general_path(sass_model.chunk_loop(cfg))
+    assert cfg.blocks[usual][0].addr == 0x1f0
+    assert block_addrs(cfg, general) == [0x190, 0x1c0, 0x1d0]
+    # Blocks left out of the count (a dropout instance's per-lane draws) do not count toward a
+    # side's length: with the general side's blocks all left out, the sides swap.
+    general, usual = sass_model.voted_general_path(sass_model.chunk_loop(cfg), off=general)
+    assert cfg.blocks[usual][0].addr == 0x190 and block_addrs(cfg, general) == [0x1f0]
+
+
 def test_guarded_region_of_the_per_span_loop():
     cfg = sass_parse.Cfg(toy_backward().instrs)
     loop = sass_model.chunk_loop(cfg)
