@@ -16,10 +16,19 @@
 //     window, ALiBi and dropout make the ring's sub-problems placed (cuda/placed_positions.cuh);
 //     the f32 cases run the SIMT kernels, the D = 64 cases the tensor-core kernels' variant and
 //     dropout instances (f32: 3xTF32; f16: mma) where the option is alone.
+//   ring_emu_hopper_within_spec8 (argument "hopper", a process of its own: the launcher reads
+//     the device once): the emulated device an sm_90, so the ring's f16 and bf16 dense and
+//     dilated sub-problems at D = 64 run the Hopper forward (cuda/forward_wgmma.cu, docs/spec.md
+//     14.5); forward and backward against the reference on rings of P = 2 (contiguous) and 3
+//     (zigzag), and the Hopper kernel's launches counted.
 #include "ring_checks.h"
 #include "simt.h"
 
 using namespace harness;
+
+namespace dilattn::emu {
+uint64_t wgmma_launch_count();  // cuda/launch.cu's count of Hopper forwards (cuda/kernels.h)
+}
 
 namespace {
 
@@ -147,9 +156,30 @@ void each_option() {
   ringtest::check_option_cases(rings, spec8_bounds(DILATTN_F16), tensor_core_cases(DILATTN_F16));
 }
 
+void hopper_cases() {
+  CaseScope scope("ring_emu_hopper_within_spec8");
+  const uint64_t before = dilattn::emu::wgmma_launch_count();
+  for (dilattn_dtype dtype : {DILATTN_F16, DILATTN_BF16})
+    for (const AttentionCase& c : tensor_core_cases(dtype)) {
+      CaseScope named(c.name + (dtype == DILATTN_F16 ? "/f16" : "/bf16"));
+      const Inputs in = make_inputs(c, 17, 2.0);
+      check_forward(c, in, 2, DILATTN_RING_CONTIGUOUS);
+      check_forward(c, in, 3, DILATTN_RING_ZIGZAG);
+      check_backward(c, in, 3, DILATTN_RING_ZIGZAG);
+    }
+  const uint64_t launched = dilattn::emu::wgmma_launch_count() - before;
+  CHECK_MSG(launched > 0, "the ring's sub-problems launched forward_wgmma.cu %llu times",
+            static_cast<unsigned long long>(launched));
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "hopper") {
+    simt::set_emulated_device(9, 0);  // before the first call (the launcher reads it once)
+    hopper_cases();
+    return finish("ring_emu_hopper_within_spec8");
+  }
   each_option();
   every_case(false);
   every_case(true);
