@@ -439,11 +439,11 @@ inline void serve_row(const DrawRow& r, int64_t kcount, RowCalls* calls) {
   if (r.step == 4) grouped_calls<1>(r.draws, r.j_lo, kcount, calls);
 }
 
-// The keep bits of a row whose keys are `step` apart (bit c for key c) from its calls' kept
-// words (grouped_keep_bits).
-inline uint64_t grouped_row_bits(int64_t step, const uint32_t (*kept)[4], const RowCalls& calls) {
-  if (step == 1) return grouped_keep_bits<4>(kept, calls);
-  if (step == 2) return grouped_keep_bits<2>(kept, calls);
+// The keep bits of a row that `calls` serve (bit c for key c) from the calls' kept words
+// (grouped_keep_bits; the keys are calls.step apart).
+inline uint64_t grouped_row_bits(const uint32_t (*kept)[4], const RowCalls& calls) {
+  if (calls.step == 1) return grouped_keep_bits<4>(kept, calls);
+  if (calls.step == 2) return grouped_keep_bits<2>(kept, calls);
   return grouped_keep_bits<1>(kept, calls);
 }
 
@@ -459,7 +459,7 @@ inline uint64_t row_keep_bits(const TileDropout& d, const Problem& p, int64_t b,
     serve_row(r, kcount, calls);
     uint32_t kept[kMaxCallVectors][4];
     for (int x = 0; x < calls->count; ++x) kept_words(calls->v[x], r.draws, d, kept[x]);
-    return grouped_row_bits(r.step, kept, *calls);
+    return grouped_row_bits(kept, *calls);
   }
   if (r.step < (int64_t{1} << 26)) return keep_bits_strided(d, r.draws, r.j_lo, r.step, kcount);
   return keep_bits_scalar(d, p, r.frame, h, r.i, k, k0, kcount);
@@ -538,7 +538,7 @@ class TileDraws {
         half(calls_.v[v].odd, rows[t], odd);
         for (int m = 0; m < 4; ++m) kept[t][v][m] = kept_lanes(merged_halves(even[m], odd[m]), d_);
       }
-    for (int t = 0; t < n; ++t) keep_[r + t] = grouped_row_bits(calls_.step, kept[t], calls_);
+    for (int t = 0; t < n; ++t) keep_[r + t] = grouped_row_bits(kept[t], calls_);
   }
 
  private:
