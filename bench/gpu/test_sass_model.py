@@ -664,11 +664,17 @@ def test_dropout_instance_counts_the_quad_loop_and_leaves_the_lane_path_out(toy_
 
 
 def test_dropout_instance_without_the_two_ways_counts_everything(toy_drop):
-    # Per-lane draws on both sides of the branch: not the shape the rule reads, so nothing is
-    # left out and the row says it is unprofiled (an upper bound).
+    # Without its butterfly shuffle the loop at 0x80 is no quad loop: every draw is a pair's (as
+    # in the 3xTF32 dK/dV pass at D = 128), so no draw is left out, and the loop, which the
+    # profile does not know, makes the row unprofiled: every instruction of the chunk loop but
+    # the NOP counts once.
     text = toy_drop_listing(True).replace("SHFL.BFLY PT, R32, R30, 0x1, 0x1f",
                                           "IMAD.WIDE.U32 R44, R45, -0x326172a9, RZ")
     (drop,) = sass_parse.parse(text)
+    loop = sass_model.chunk_loop(sass_parse.Cfg(drop.instrs))
+    assert sass_model.quad_draw_loops(loop) == []
+    assert sass_model.dropout_lane_path(loop, []) == (frozenset(), True)
     d = sass_model.model_kernel(drop, 64, "f16", (64, 64, 128), TOY_DROP)
     assert not d["chunk_loop"]["profiled"]
-    assert d["dropout"]["lane_path_blocks"] == 0
+    assert sum(d["per_warp_per_chunk"].values()) == sum(1 for i in loop.instrs()
+                                                        if i.base != "NOP")
