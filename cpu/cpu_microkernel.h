@@ -465,7 +465,7 @@ inline void accumulate_block(T* O, int64_t ldo, const T* A, int64_t lda, int64_t
                              int64_t count, const T* Bm, int64_t ldb) {
   // Nothing to add without keys. Returning first also keeps the accumulators in registers
   // alone: with the zero-trip path joining the loop's exit, GCC 12 kept a second copy of them
-  // on the stack, copied in and out on every call (README "Performance").
+  // on the stack, copied in and out on every call (docs/decisions.md, "Work items").
   if (count <= 0) return;
   vec<T> acc[kMR_][kNV_];
   for (int r = 0; r < kMR_; ++r)

@@ -42,7 +42,7 @@ struct Piece {
 // B x H x query blocks, dK/dV's B x Hkv x key blocks) keep kMinBlockItems items: a key tile's
 // gathers (K transposed, V; strided rows, mostly cache and TLB misses) then serve 4x the query
 // rows. In the forward at N = 4096, H = 8 they took about 9% of the time with 256-row blocks,
-// 4% with 1024 (perf, one thread; README "Performance" has the 4%). From the shape alone, so
+// 4% with 1024 (perf, one thread; docs/performance.md has the 4%). From the shape alone, so
 // the thread count never changes a result.
 constexpr int64_t kBaseBlockRows = 256;
 constexpr int64_t kMaxBlockRows = 4 * kBaseBlockRows;
