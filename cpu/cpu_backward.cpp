@@ -128,6 +128,7 @@ void probabilities_and_ds(T* S, T* dP, int64_t rows, T post, const T* lse_s, con
 template <class T, bool kPairs>
 void query_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
                  int64_t h, int64_t i0, int64_t i1, const Problem& options) {
+  [[maybe_unused]] const TileScope tile_scope{};  // the amx target's tiles, freed at the end
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   const VariantTiles vx(options, b, h);
@@ -314,6 +315,7 @@ void kv_head_one_pass(const Problem& p, const BackwardArgs& a, const Workspace<T
 template <class T, bool kPairs>
 void dkdv_block(const Problem& p, const BackwardArgs& a, const Workspace<T>& w, int64_t b,
                 int64_t g, int64_t j0, int64_t j1, const Problem& options) {
+  [[maybe_unused]] const TileScope tile_scope{};  // the amx target's tiles, freed at the end
   const int64_t D = p.D, Dp = padded(D), group = p.H / p.Hkv;
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   int64_t allowed[kBR], first[kBR];

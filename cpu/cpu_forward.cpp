@@ -142,6 +142,7 @@ constexpr int64_t kDecodeRows = kMR;
 template <class T, bool kPairs>
 void forward_block(const Problem& p, const ForwardArgs& a, const Workspace<T>& w, int64_t b,
                    int64_t h, int64_t i0, int64_t i1, const Problem& options) {
+  [[maybe_unused]] const TileScope tile_scope{};  // the amx target's tiles, freed at the end
   const int64_t D = p.D, Dp = padded(D), kvh = kv_head_of(h, p.H, p.Hkv);
   const ScoreScaleOf<T> scaling = score_scale_in<T>(p.scale);
   const VariantTiles vx(options, b, h);

@@ -3,17 +3,19 @@
 // The per-ISA code is compiled once per target (cpu_isa_target.h, cpu/meson.build); each
 // compilation publishes one IsaKernels table (cpu_isa_kernels.cpp). chosen_isa() picks one table
 // for the whole process, once, at first use (thread-safe: a function-local static):
-//   - DILATTN_CPU_ISA unset or empty: avx512bf16 on a CPU whose vdpbf16ps doubles the bf16
+//   - DILATTN_CPU_ISA unset or empty: amx on a CPU with AMX-BF16 tiles the OS lets this
+//     process use (kFeatureAmxBf16), else avx512bf16 on a CPU whose vdpbf16ps doubles the bf16
 //     product rate (kFeatureFastPairDot), else the first built table, widest first, whose
-//     required features this CPU has (cpuid, __builtin_cpu_supports), avx512bf16 left out
-//     (cpu_isa_dispatch.cpp says why);
-//   - DILATTN_CPU_ISA=sse|avx2|avx512|avx512bf16 (neon, generic elsewhere): that table, if it is
+//     required features this CPU has (cpuid, __builtin_cpu_supports), amx and avx512bf16 left
+//     out (cpu_isa_dispatch.cpp says why);
+//   - DILATTN_CPU_ISA=sse|avx2|avx512|avx512bf16|amx (neon, generic elsewhere): that table, if it is
 //     built and this CPU runs it; otherwise no table, and the cpu backend refuses every plan
 //     with a message naming the value (never an illegal instruction);
 //   - DILATTN_CPU_ISA=bf16emu: the test table (avx512bf16's bf16 code on AVX2 vectors with
 //     vdpbf16ps emulated, cpu_pair_dot.h), never chosen by default.
 // avx512bf16 differs from avx512 for bf16 inputs only: their products are bf16 pair dot
-// products (SPEC 12); f16, f32 and f64 inputs run the same code as avx512.
+// products (SPEC 12); f16, f32 and f64 inputs run the same code as avx512. amx differs from
+// avx512bf16 in where those products run: the full 16-row blocks on AMX tiles.
 // Results are bitwise identical across thread counts for each ISA; different ISAs differ in
 // the last bits (vector width changes the order of sums), all within SPEC 8 (SPEC 12 for f64).
 // Checked by tests/cpu/test_cpu_isa.cpp (every ISA this CPU runs, and the refusals).
@@ -39,6 +41,9 @@ enum CpuFeature : uint32_t {
   // product rate: AMD's AVX512_BF16 CPUs (measured on a Zen 4 EPYC). On an Intel Xeon with
   // AVX512_BF16 it measured slower than f32 products of widened bf16 (cpu_isa_dispatch.cpp).
   kFeatureFastPairDot = 1u << 5,
+  // AMX-TILE and AMX-BF16 (Sapphire Rapids and newer Xeons), and the kernel lets this process
+  // use the tile registers (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)).
+  kFeatureAmxBf16 = 1u << 6,
 };
 
 // The features the compiler may use in the file that evaluates this (its -m/-march flags).
@@ -110,6 +115,7 @@ struct IsaKernels {
 
 // The tables a build may hold, one per target namespace (cpu_isa_target.h); which exist is
 // cpu/meson.build's choice (DILATTN_CPU_BUILT_<NAME> in cpu_isa_dispatch.cpp).
+namespace amx { extern const IsaKernels kKernels; }
 namespace avx512bf16 { extern const IsaKernels kKernels; }
 namespace avx512 { extern const IsaKernels kKernels; }
 namespace bf16emu { extern const IsaKernels kKernels; }

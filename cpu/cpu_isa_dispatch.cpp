@@ -4,6 +4,10 @@
 // Checked by tests/cpu/test_cpu_isa.cpp.
 #include <cstdlib>
 #include <iterator>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <string>
 #include <vector>
 
@@ -29,13 +33,18 @@ const IsaKernels* const kBuilt[] = {
 #endif
 };
 
-// Tables the default passes over (DILATTN_CPU_ISA names them): avx512bf16, the default only
+// Tables the default passes over (DILATTN_CPU_ISA names them): amx, the default where the CPU
+// has AMX-BF16 and the OS grants its tiles (kFeatureAmxBf16; docs/performance.md has its
+// speed on a Xeon); avx512bf16, the default only
 // where vdpbf16ps doubles the bf16 product rate (kFeatureFastPairDot: on a 2-core AMD EPYC
 // with AVX512_BF16 its bf16 calls ran at about 1.6x avx512's f32 products of widened bf16,
 // docs/performance.md), while on an Intel Xeon with AVX512_BF16 they ran at 0.48-0.77x
 // (bench/results/cpu_bench_bf16.xeon-emr-2threads.txt); and bf16emu, which emulates
 // vdpbf16ps (cpu_pair_dot.h) so the avx512bf16 code runs in tests on CPUs without it.
 const IsaKernels* const kOutsideWidestOrder[] = {
+#if defined(DILATTN_CPU_BUILT_AMX)
+    &amx::kKernels,
+#endif
 #if defined(DILATTN_CPU_BUILT_AVX512BF16)
     &avx512bf16::kKernels,
 #endif
@@ -44,6 +53,19 @@ const IsaKernels* const kOutsideWidestOrder[] = {
 #endif
     nullptr,
 };
+
+// Linux hands a process the AMX tile registers only when it asks (they enlarge the state the
+// kernel saves on each switch): arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). Asked once,
+// here, before the amx table can be chosen; a refusal (an older kernel, a sandbox) leaves the
+// CPU without kFeatureAmxBf16, so the choice falls to the tables below it.
+bool os_grants_amx_tiles() {
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 }  // namespace
 
@@ -60,6 +82,9 @@ uint32_t this_cpu_features() {
   if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw"))
     f |= kFeatureAvx512bf16;
   if ((f & kFeatureAvx512bf16) && __builtin_cpu_is("amd")) f |= kFeatureFastPairDot;
+  if ((f & kFeatureAvx512bf16) && __builtin_cpu_supports("amx-tile") &&
+      __builtin_cpu_supports("amx-bf16") && os_grants_amx_tiles())
+    f |= kFeatureAmxBf16;
 #endif
   return f;
 }
@@ -73,6 +98,12 @@ bool runs_here(const IsaKernels& k, uint32_t have) { return (k.required & ~have)
 IsaChoice choose_isa(const char* requested, uint32_t have) {
   IsaChoice c;
   if (requested == nullptr || requested[0] == '\0') {
+#if defined(DILATTN_CPU_BUILT_AMX)
+    if (runs_here(amx::kKernels, have)) {
+      c.kernels = &amx::kKernels;
+      return c;
+    }
+#endif
 #if defined(DILATTN_CPU_BUILT_AVX512BF16)
     if ((have & kFeatureFastPairDot) && runs_here(avx512bf16::kKernels, have)) {
       c.kernels = &avx512bf16::kKernels;

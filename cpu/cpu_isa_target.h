@@ -30,8 +30,11 @@
 //                             AVX-512 only with it) and a baseline compiled with -mbmi2
 //   DILATTN_CPU_PAIR_DOT      how bf16 inputs are multiplied (cpu_pair_dot.h): 0 widened to f32
 //                             (f32 products), 1 by vdpbf16ps, 2 by an exact emulation of it
-// Targets: avx512bf16 (AVX-512F + AVX512BW + AVX512_BF16 + AVX2 + FMA: bf16 products by
-// vdpbf16ps),
+//   DILATTN_CPU_AMX           1 when the bf16 pair products' full 16-row blocks run on AMX
+//                             tiles (cpu_amx_tiles.h)
+// Targets: amx (avx512bf16 with AMX-TILE + AMX-BF16: bf16 products on AMX tiles where whole
+// 16-row blocks allow), avx512bf16 (AVX-512F + AVX512BW + AVX512_BF16 + AVX2 + FMA: bf16
+// products by vdpbf16ps),
 // avx512 (AVX-512F + AVX2 + FMA), avx2 (AVX2 + FMA), baseline (the compiler's default: SSE2 on
 // x86-64, NEON on aarch64), native (-Dnative=true: -march=native for everything), and bf16emu,
 // a test path never chosen on its own (cpu_isa.h): avx512bf16's code, vector width included, on
@@ -62,7 +65,22 @@
 #include "softmax_rules.h"
 
 // ---------------------------------------------------------------- the target
-#if defined(DILATTN_CPU_TARGET_AVX512BF16)
+#if defined(DILATTN_CPU_TARGET_AMX)
+// avx512bf16's code with the full 16-row blocks of the bf16 products on AMX tiles
+// (cpu_amx_tiles.h); every other product, and every other dtype, as avx512bf16.
+#define DILATTN_CPU_ISA_NS amx
+#define DILATTN_CPU_ISA_NAME "amx"
+#define DILATTN_CPU_VEC_BYTES 64
+#define DILATTN_CPU_AVX512 1
+#define DILATTN_CPU_FMA 1
+#define DILATTN_CPU_PAIR_DOT 1
+#define DILATTN_CPU_AMX 1
+#define DILATTN_CPU_REQUIRED                                                           \
+  (kFeatureAvx | kFeatureAvx2 | kFeatureFma | kFeatureAvx512f | kFeatureAvx512bf16 | \
+   kFeatureAmxBf16)
+#define DILATTN_CPU_PDEP 1
+#pragma GCC target("avx512f,avx512bw,avx512bf16,avx2,fma,bmi2,amx-tile,amx-bf16")
+#elif defined(DILATTN_CPU_TARGET_AVX512BF16)
 #define DILATTN_CPU_ISA_NS avx512bf16
 #define DILATTN_CPU_ISA_NAME "avx512bf16"
 #define DILATTN_CPU_VEC_BYTES 64
@@ -151,6 +169,9 @@
 #endif
 #if !defined(DILATTN_CPU_AVX512)
 #define DILATTN_CPU_AVX512 0
+#endif
+#if !defined(DILATTN_CPU_AMX)
+#define DILATTN_CPU_AMX 0
 #endif
 
 #endif  // DILATTN_CPU_ISA_TARGET_H

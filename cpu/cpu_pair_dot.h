@@ -78,7 +78,8 @@ inline __m512i interleave_halves_index(std::integer_sequence<int, I...>) {
 
 // Words (bf16(low[i]), bf16(high[i])): two rows paired along the rows.
 inline wvec round_word_pairs(vfloat low, vfloat high) {
-#if defined(DILATTN_CPU_TARGET_AVX512BF16) || defined(__AVX512BW__)  // (its pragma names BW)
+#if defined(DILATTN_CPU_TARGET_AVX512BF16) || defined(DILATTN_CPU_TARGET_AMX) || \
+    defined(__AVX512BW__)  // (their pragmas name BW)
   const __m512i both = (__m512i)_mm512_cvtne2ps_pbh((__m512)high, (__m512)low);
   return (wvec)_mm512_permutexvar_epi16(
       interleave_halves_index(std::make_integer_sequence<int, 32>{}), both);
@@ -165,6 +166,13 @@ inline void round_columns_to_words(const float* X, int64_t rows, word_t* out,
   }
 }
 
+}  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS
+
+// The amx target's tile products (and TileScope, a no-op elsewhere), on the word types above.
+#include "cpu_amx_tiles.h"
+
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
+
 // ---------------------------------------------------------------- S = pre * Q K^T
 // kMR_ rows of S (all kBC columns), rows r0.. of the tile; `pairs` = ceil(D / 2) words per row
 // (zero past D). The first column block's steps run through work.block (cpu_microkernel.h).
@@ -200,6 +208,13 @@ inline void scores_pairs_tile(const word_t* Q, int64_t ldq, int64_t rows, const 
                               int64_t D, float pre, float* S, Work& work) {
   const int64_t pairs = (D + 1) / 2;
   int64_t r = 0;
+#if DILATTN_CPU_AMX
+  // Whole 16-row blocks on tiles; work's share (the dropout draws) after each block's product.
+  for (; r + kTileRows <= rows; r += kTileRows) {
+    amx_scores_rows16(Q + r * ldq, ldq, Kp, pairs, pre, S + r * kBC);
+    for (int g = 0; g < kTileRows; g += kMR) work.block(r + g, kMR, pairs, [](int64_t) {});
+  }
+#endif
   for (; r + kMR <= rows; r += kMR)
     scores_pairs_rows<kMR>(Q + r * ldq, ldq, Kp, pairs, pre, S + r * kBC, work, r);
   const word_t* q = Q + r * ldq;
@@ -301,12 +316,10 @@ inline void accumulate_pairs_rows(float* O, int64_t ldo, const word_t* A, int64_
     accumulate_pairs_block<kMR_, 1>(O + d, ldo, A, lda, a_step, c0, c1, Bp + d, ldb);
 }
 
-// O[r][0:width) += sum_{c0 <= c < c1} A(r, c) B(c)[0:width) for r < rows (accumulate_tile's
-// contract over a range of the shared index): A(r, c) is half (c & 1) of word
-// A[r * lda + (c / 2) * a_step], B(c)[d] half (c & 1) of word Bp[(c / 2) * ldb + d].
-inline void accumulate_pairs_tile(float* O, int64_t ldo, int64_t rows, const word_t* A,
-                                  int64_t lda, int64_t a_step, int64_t c0, int64_t c1,
-                                  const word_t* Bp, int64_t ldb, int64_t width) {
+// accumulate_pairs_tile's contract (below) on vectors.
+inline void accumulate_pairs_vectors(float* O, int64_t ldo, int64_t rows, const word_t* A,
+                                     int64_t lda, int64_t a_step, int64_t c0, int64_t c1,
+                                     const word_t* Bp, int64_t ldb, int64_t width) {
   int64_t r = 0;
   for (; r + kMR <= rows; r += kMR)
     accumulate_pairs_rows<kMR>(O + r * ldo, ldo, A + r * lda, lda, a_step, c0, c1, Bp, ldb, width);
@@ -317,6 +330,31 @@ inline void accumulate_pairs_tile(float* O, int64_t ldo, int64_t rows, const wor
     case 1: accumulate_pairs_rows<1>(O + r * ldo, ldo, a, lda, a_step, c0, c1, Bp, ldb, width); break;
     default: break;
   }
+}
+
+// O[r][0:width) += sum_{c0 <= c < c1} A(r, c) B(c)[0:width) for r < rows (accumulate_tile's
+// contract over a range of the shared index): A(r, c) is half (c & 1) of word
+// A[r * lda + (c / 2) * a_step], B(c)[d] half (c & 1) of word Bp[(c / 2) * ldb + d].
+inline void accumulate_pairs_tile(float* O, int64_t ldo, int64_t rows, const word_t* A,
+                                  int64_t lda, int64_t a_step, int64_t c0, int64_t c1,
+                                  const word_t* Bp, int64_t ldb, int64_t width) {
+  int64_t r = 0;
+#if DILATTN_CPU_AMX
+  // Whole 16-row blocks of whole pairs on tiles, 64 result columns at a time; their columns
+  // past the last 64, and the rows after them, by the vector code.
+  const int64_t tile_width = width / kTileCols * kTileCols;
+  if (c1 > c0 && c0 % 2 == 0 && c1 % 2 == 0 && tile_width > 0) {
+    for (; r + kTileRows <= rows; r += kTileRows)
+      if (!amx_accumulate_rows16(O + r * ldo, ldo, A + r * lda, lda, a_step, c0 / 2, c1 / 2, Bp,
+                                 ldb, tile_width))
+        break;
+    if (r > 0 && tile_width < width)
+      accumulate_pairs_vectors(O + tile_width, ldo, r, A, lda, a_step, c0, c1, Bp + tile_width,
+                               ldb, width - tile_width);
+  }
+#endif
+  accumulate_pairs_vectors(O + r * ldo, ldo, rows - r, A + r * lda, lda, a_step, c0, c1, Bp, ldb,
+                           width);
 }
 
 }  // namespace dilattn::cpu::DILATTN_CPU_ISA_NS

@@ -155,7 +155,8 @@ void check_special_values_f64(const IsaKernels& k) {
 int main() {
   const uint32_t have = this_cpu_features();
   int ran = 0;
-  for (const char* name : {"avx512bf16", "avx512", "bf16emu", "avx2", "sse", "neon", "generic"}) {
+  for (const char* name :
+       {"amx", "avx512bf16", "avx512", "bf16emu", "avx2", "sse", "neon", "generic"}) {
     const IsaChoice c = choose_isa(name, have);
     if (c.kernels == nullptr) continue;  // not built, or this CPU lacks it
     harness::CaseScope scope(name);

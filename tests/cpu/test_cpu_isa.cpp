@@ -8,7 +8,8 @@
 //   <isa> this CPU lacks, or an unknown name: the cpu backend refuses plans with
 //         DILATTN_ERROR_INVALID_VALUE and a message naming the value (AUTO too), dilattn_cpu_isa() is
 //         "none", and nothing runs (no illegal instruction);
-//   unset: avx512bf16 on an AMD CPU with AVX512_BF16 and AVX512BW where the build holds it,
+//   unset: amx on a CPU with AMX-BF16 whose kernel grants the tiles, where the build holds it;
+//         else avx512bf16 on an AMD CPU with AVX512_BF16 and AVX512BW where the build holds it,
 //         else the widest instruction set this CPU runs (x86-64: avx512, avx2, sse); never the
 //         test path bf16emu, which is chosen by name only.
 // Public ABI only (dilattn.h) and SPEC 8's and 12's tolerances.
@@ -20,6 +21,10 @@
 #include <random>
 #include <string>
 #include <vector>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "dilattn.h"
 #include "../common/spec_tolerance.h"
@@ -34,6 +39,16 @@ void fail(const std::string& what) {
 }
 
 // ---------------------------------------------------------------- what this CPU runs
+// Linux's permission for the AMX tile data (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)),
+// asked here as the library asks it.
+bool amx_tiles_granted() {
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+  return syscall(SYS_arch_prctl, 0x1023L, 18L) == 0;
+#else
+  return false;
+#endif
+}
+
 // The instruction set names of dilattn_cpu_isa(), checked here with cpuid independently of
 // the library. Empty: not an x86-64 GCC/Clang build, where only the baseline exists.
 bool cpu_runs(const std::string& isa) {
@@ -47,6 +62,9 @@ bool cpu_runs(const std::string& isa) {
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
            __builtin_cpu_supports("avx512bw");
   if (isa == "bf16emu") return avx2;  // vdpbf16ps emulated on AVX2
+  if (isa == "amx")  // and the kernel hands this process the tile registers
+    return cpu_runs("avx512bf16") && __builtin_cpu_supports("amx-tile") &&
+           __builtin_cpu_supports("amx-bf16") && amx_tiles_granted();
   return false;
 #else
   (void)isa;
@@ -58,6 +76,8 @@ std::string default_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
   // avx512bf16 where vdpbf16ps doubles the bf16 product rate (AMD), else avx512bf16 and bf16emu
   // only by name (cpu/cpu_isa_dispatch.cpp).
+  // amx wherever the CPU has AMX-BF16 and the kernel grants the tiles.
+  if (DILATTN_TEST_AMX_BUILT && cpu_runs("amx")) return "amx";
   if (DILATTN_TEST_AVX512BF16_BUILT && cpu_runs("avx512bf16") && __builtin_cpu_is("amd"))
     return "avx512bf16";
   for (const char* isa : {"avx512", "avx2", "sse"})

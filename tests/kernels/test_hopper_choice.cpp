@@ -58,7 +58,8 @@ void run_case(const Case& c, const std::string& mode, dilattn_backend backend) {
   const harness::Forward ref =
       harness::run_forward(c, harness::widened_to_f64(in), DILATTN_BACKEND_REF);
   const uint64_t before = hopper_launches(backend);
-  const harness::Forward got = harness::run_forward(c, in, backend);
+  // On cuda the inputs are copied to the GPU first (gpu_run.h), as any caller's would be.
+  const harness::Forward got = kcase::run_forward_on(c, in, backend, 0);
   const uint64_t launched = hopper_launches(backend) - before;
   const bool expected = expects_hopper(c, mode);
   CHECK_MSG((launched > 0) == expected, "forward_wgmma.cu launched %llu times, expected %s",
