@@ -3,14 +3,13 @@
 // The per-ISA code is compiled once per target (cpu_isa_target.h, cpu/meson.build); each
 // compilation publishes one IsaKernels table (cpu_isa_kernels.cpp). chosen_isa() picks one table
 // for the whole process, once, at first use (thread-safe: a function-local static):
-//   - DILATTN_CPU_ISA unset or empty: amx on a CPU with AMX-BF16 tiles the OS lets this
-//     process use (kFeatureAmxBf16), else avx512bf16 on a CPU whose vdpbf16ps doubles the bf16
+//   - DILATTN_CPU_ISA unset or empty: avx512bf16 on a CPU whose vdpbf16ps doubles the bf16
 //     product rate (kFeatureFastPairDot), else the first built table, widest first, whose
 //     required features this CPU has (cpuid, __builtin_cpu_supports), amx and avx512bf16 left
 //     out (cpu_isa_dispatch.cpp says why);
-//   - DILATTN_CPU_ISA=sse|avx2|avx512|avx512bf16|amx (neon, generic elsewhere): that table, if it is
-//     built and this CPU runs it; otherwise no table, and the cpu backend refuses every plan
-//     with a message naming the value (never an illegal instruction);
+//   - DILATTN_CPU_ISA=sse|avx2|avx512|avx512bf16|amx (neon, generic elsewhere): that table, if
+//     it is built and this CPU runs it; otherwise no table, and the cpu backend refuses every
+//     plan with a message naming the value (never an illegal instruction);
 //   - DILATTN_CPU_ISA=bf16emu: the test table (avx512bf16's bf16 code on AVX2 vectors with
 //     vdpbf16ps emulated, cpu_pair_dot.h), never chosen by default.
 // avx512bf16 differs from avx512 for bf16 inputs only: their products are bf16 pair dot

@@ -33,9 +33,10 @@ const IsaKernels* const kBuilt[] = {
 #endif
 };
 
-// Tables the default passes over (DILATTN_CPU_ISA names them): amx, the default where the CPU
-// has AMX-BF16 and the OS grants its tiles (kFeatureAmxBf16; docs/performance.md has its
-// speed on a Xeon); avx512bf16, the default only
+// Tables the default passes over (DILATTN_CPU_ISA names them): amx, which has run only with its
+// tile instructions emulated (tests/cpu/test_cpu_amx_tiles.cpp), never on a CPU with AMX, so it
+// is chosen by name until it has (bench/gpu/first_light.sh runs it where the GPU machine's host
+// has AMX); avx512bf16, the default only
 // where vdpbf16ps doubles the bf16 product rate (kFeatureFastPairDot: on a 2-core AMD EPYC
 // with AVX512_BF16 its bf16 calls ran at about 1.6x avx512's f32 products of widened bf16,
 // docs/performance.md), while on an Intel Xeon with AVX512_BF16 they ran at 0.48-0.77x
@@ -98,12 +99,6 @@ bool runs_here(const IsaKernels& k, uint32_t have) { return (k.required & ~have)
 IsaChoice choose_isa(const char* requested, uint32_t have) {
   IsaChoice c;
   if (requested == nullptr || requested[0] == '\0') {
-#if defined(DILATTN_CPU_BUILT_AMX)
-    if (runs_here(amx::kKernels, have)) {
-      c.kernels = &amx::kKernels;
-      return c;
-    }
-#endif
 #if defined(DILATTN_CPU_BUILT_AVX512BF16)
     if ((have & kFeatureFastPairDot) && runs_here(avx512bf16::kKernels, have)) {
       c.kernels = &avx512bf16::kKernels;

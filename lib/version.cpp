@@ -70,6 +70,8 @@ std::string cpu_features() {
   if (__builtin_cpu_supports("avx2")) f += " avx2";
   if (__builtin_cpu_supports("fma")) f += " fma";
   if (__builtin_cpu_supports("avx512f")) f += " avx512f";
+  if (__builtin_cpu_supports("avx512bf16")) f += " avx512bf16";
+  if (__builtin_cpu_supports("amx-bf16")) f += " amx-bf16";
 #elif defined(__aarch64__)
   f += " neon";
 #endif

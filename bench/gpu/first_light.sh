@@ -8,7 +8,7 @@
 #                                         script and tool they need exists; runs nothing
 #
 # Steps (each with its own budget in seconds and a `timeout`, so a hung step cannot eat the
-# lease; a step after a failed one still runs where it can; the budgets add up to 465 s):
+# lease; a step after a failed one still runs where it can; the budgets add up to 480 s):
 #   1 build      release build for this GPU's arch alone (-Dsm_archs from nvidia-smi's
 #                compute_cap), emulator off, tests on, all cores, only the targets used here
 #   2 kernels    every kernel test case on the cuda backend against the f64 reference (SPEC 8),
@@ -30,8 +30,14 @@
 #                backends (torch_compare_gpu.py, the rest of the step's budget)
 #   6 ncu        Nsight Compute on the tensor-core forward (f16, D = 64 and 128) beside
 #                sass_model.py's prediction
-#   7 summary    summary.txt: pass/fail and seconds per step, the speed table
-# Steps 2, 3 and 4 check correctness only and run at the same time; 5 and 6 run alone.
+#   7 host_cpu   where the machine's host CPU has AMX-BF16 (a Sapphire or Emerald Rapids Xeon:
+#                the only AMX CPU the project's machines see), the cpu backend's amx target
+#                (cpu/cpu_amx_tiles.h) by name: test_cpu_isa, test_cpu_nonfinite_backward and
+#                test_cpu_dropout with DILATTN_CPU_ISA=amx (reference, bitwise across threads,
+#                the NaN rule, dropout), then cpu_bench's bf16 over f32 on it (8 threads on 8
+#                cores; table in timing.log); a host without AMX-BF16: skip
+#   8 summary    summary.txt: pass/fail and seconds per step, the speed table
+# Steps 2, 3 and 4 check correctness only and run at the same time; 5, 6 and 7 run alone.
 # OUT_DIR gets at most 8 files: summary.txt, steps.json, build.log, checks.log, timing.log,
 # torch_compare.json, bench_gpu.json, ncu.json.
 # Without a GPU it prints "no GPU: nothing run" and exits 0. Exit status: 0 when every step
@@ -44,10 +50,10 @@ build="${DILATTN_FIRST_LIGHT_BUILD:-$repo/build-first-light}"
 # name:budget_s, in run order.
 # Measured on an H100 (bench/results/gpu_first_light_steps.h100-sxm.json): build 15 s, kernels 7,
 # ring_py 17, sanitizer 11, timing 114 (torch_compare_gpu.py 77 of it), ncu 11; on an H200
-# timing took 54 s. Each budget is several times its step's time; ring_py also compiles a
-# transformer block with torch.compile (inductor, 10-20 s) and timing gets the most (bench_gpu
-# 90 s, the rest PyTorch).
-STEPS="build:90 kernels:60 ring_py:120 sanitizer:60 timing:160 ncu:90 summary:5"
+# timing took 54 s (44 s at f489ca3). Each budget is several times its step's time; ring_py also
+# compiles a transformer block with torch.compile (inductor, 10-20 s) and timing gets the most
+# (bench_gpu 90 s, the rest PyTorch).
+STEPS="build:90 kernels:60 ring_py:120 sanitizer:60 timing:130 ncu:90 host_cpu:45 summary:5"
 
 # The kernel test runs of step 2: binary (tests/kernels/) and argument.
 KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
@@ -68,7 +74,11 @@ TARGETS="lib/libdilattn.so.0.2.0 tests/kernels/test_forward_kernels tests/kernel
 tests/kernels/test_nonfinite_kernels tests/kernels/test_backward_kernels
 tests/kernels/test_backward_nonfinite_kernels tests/kernels/test_variant_kernels
 tests/kernels/test_dropout_kernels tests/kernels/test_launch_device_arch
-tests/ring/test_ring_cuda_matches_reference bench/gpu/bench_gpu tools/dilattn"
+tests/ring/test_ring_cuda_matches_reference bench/gpu/bench_gpu tools/dilattn
+tests/cpu/test_cpu_isa tests/cpu/test_cpu_nonfinite_backward tests/cpu/test_cpu_dropout
+bench/cpu/cpu_bench"
+# Step 7's tests (tests/cpu/), each run with DILATTN_CPU_ISA=amx.
+HOST_CPU_TESTS="test_cpu_isa test_cpu_nonfinite_backward test_cpu_dropout"
 SCRIPTS="bench/gpu/torch_compare_gpu.py bench/gpu/first_light_report.py bench/gpu/sass_model.py
 tests/packages/python/test_torch_cuda.py tests/packages/python/test_torch_compile.py
 tests/packages/python/test_variants_against_torch.py tests/kernels/kernel_cases.h"
@@ -86,7 +96,8 @@ wall_budget() {
   local k r s w
   k=$(budget_of kernels); r=$(budget_of ring_py); s=$(budget_of sanitizer)
   w=$k; ((r > w)) && w=$r; ((s > w)) && w=$s
-  echo $(($(budget_of build) + w + $(budget_of timing) + $(budget_of ncu) + $(budget_of summary)))
+  echo $(($(budget_of build) + w + $(budget_of timing) + $(budget_of ncu) + $(budget_of host_cpu) +
+           $(budget_of summary)))
 }
 # The built shared library (its versioned name).
 lib_path() { local f; for f in "$build"/lib/libdilattn.so*; do [[ -f $f ]] && { echo "$f"; return; }; done; }
@@ -359,6 +370,46 @@ step_ncu() {
   record ncu "$status" $((SECONDS - t0)) "${detail:-metrics in ncu.json}"
 }
 
+# ---------------------------------------------------------------- 7 host_cpu
+step_host_cpu() {
+  local t0=$SECONDS log="$work/host_cpu.log" t fails=0 ran=0 status=pass detail
+  if ! grep -q -w amx_bf16 /proc/cpuinfo 2>/dev/null; then
+    record host_cpu skip 0 "the host CPU has no AMX-BF16"; return
+  fi
+  local deadline=$((SECONDS + $(budget_of host_cpu) - 5))
+  {
+    echo "== host CPU:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+    DILATTN_CPU_ISA=amx "$build/tools/dilattn" info | grep -E "CPU features|cpu backend ISA"
+  } >"$log" 2>&1
+  # Refused (no kernel grant for the tiles, or no amx target in this build): nothing ran.
+  if ! grep -q "cpu backend ISA: amx" "$log"; then
+    cat "$log" >>"$out/checks.log"
+    record host_cpu fail $((SECONDS - t0)) "DILATTN_CPU_ISA=amx refused here (see checks.log)"
+    return
+  fi
+  for t in $HOST_CPU_TESTS; do
+    (DILATTN_CPU_ISA=amx timeout -k 5 25 "$build/tests/cpu/$t" >"$work/host_$t.log" 2>&1
+     echo $? >"$work/host_$t.rc") &
+  done
+  wait
+  for t in $HOST_CPU_TESTS; do
+    ran=$((ran + 1))
+    { echo "-- DILATTN_CPU_ISA=amx $t (exit $(cat "$work/host_$t.rc"))"; tail -n 30 "$work/host_$t.log"; } >>"$log"
+    [[ $(cat "$work/host_$t.rc") == 0 ]] || fails=$((fails + 1))
+  done
+  cat "$log" >>"$out/checks.log"
+  echo "== cpu_bench on the amx target (DILATTN_CPU_ISA=amx), 8 threads on cores 0-7" >>"$out/timing.log"
+  DILATTN_CPU_ISA=amx DILATTN_NUM_THREADS=8 DILATTN_COMMIT="$(commit_of_tree)" \
+    timeout -k 5 $((deadline - SECONDS > 5 ? deadline - SECONDS : 5)) taskset -c 0-7 \
+    "$build/bench/cpu/cpu_bench" --repeats 3 --dtype both --only main_dilated_N8192,dense_N4096 \
+    >>"$out/timing.log" 2>&1
+  local bench_rc=$?
+  detail="$((ran - fails))/$ran amx cpu tests passed; cpu_bench"
+  [[ $bench_rc -eq 0 ]] && detail="$detail done (timing.log)" || detail="$detail exit $bench_rc"
+  [[ $fails -eq 0 && $bench_rc -eq 0 ]] || status=fail
+  record host_cpu "$status" $((SECONDS - t0)) "$detail"
+}
+
 echo "first_light: sm_$cap, build in $build, results in $out"
 step_build
 step_kernels & p2=$!
@@ -370,6 +421,7 @@ for f in kernels ring_py sanitizer; do
 done
 step_timing
 step_ncu
+step_host_cpu
 
 t0=$SECONDS
 # The device, driver and commit the results were made with (bench/results files name them).

@@ -159,7 +159,7 @@ def summary(steps, torch_compare, ncu, total_s, summary_s, made_with=None, bench
     lines = [f"dilattn GPU first light: {m.get('device', torch_compare.get('device', '?'))}, "
              f"driver {m.get('driver', '?')}, commit {m.get('commit', '?')}, "
              f"torch {torch_compare.get('torch', '?')}, {total_s} s in all"]
-    order = ["build", "kernels", "ring_py", "sanitizer", "timing", "ncu"]
+    order = ["build", "kernels", "ring_py", "sanitizer", "timing", "ncu", "host_cpu"]
     for s in sorted(steps, key=lambda s: order.index(s["step"]) if s["step"] in order else 99):
         lines.append(f"  {s['step']:<10} {s['status'].upper():<4} {s['seconds']:>4} s "
                      f"(budget {s['budget_s']}) {s['detail'][:110]}")

@@ -8,10 +8,10 @@
 //   <isa> this CPU lacks, or an unknown name: the cpu backend refuses plans with
 //         DILATTN_ERROR_INVALID_VALUE and a message naming the value (AUTO too), dilattn_cpu_isa() is
 //         "none", and nothing runs (no illegal instruction);
-//   unset: amx on a CPU with AMX-BF16 whose kernel grants the tiles, where the build holds it;
-//         else avx512bf16 on an AMD CPU with AVX512_BF16 and AVX512BW where the build holds it,
+//   unset: avx512bf16 on an AMD CPU with AVX512_BF16 and AVX512BW where the build holds it,
 //         else the widest instruction set this CPU runs (x86-64: avx512, avx2, sse); never the
-//         test path bf16emu, which is chosen by name only.
+//         test path bf16emu, nor amx (not yet run on a CPU with AMX), which are chosen by name
+//         only.
 // Public ABI only (dilattn.h) and SPEC 8's and 12's tolerances.
 #include <cmath>
 #include <cstdint>
@@ -76,8 +76,6 @@ std::string default_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
   // avx512bf16 where vdpbf16ps doubles the bf16 product rate (AMD), else avx512bf16 and bf16emu
   // only by name (cpu/cpu_isa_dispatch.cpp).
-  // amx wherever the CPU has AMX-BF16 and the kernel grants the tiles.
-  if (DILATTN_TEST_AMX_BUILT && cpu_runs("amx")) return "amx";
   if (DILATTN_TEST_AVX512BF16_BUILT && cpu_runs("avx512bf16") && __builtin_cpu_is("amd"))
     return "avx512bf16";
   for (const char* isa : {"avx512", "avx2", "sse"})
