@@ -21,6 +21,9 @@
 // with zero words past its end, in A and in B alike, so nothing outside the range is multiplied,
 // not even as 0 x inf (SPEC 13).
 //
+// amxemu, a test path (cpu_isa_target.h), runs all of this with the tile instructions emulated
+// below, so every cpu test runs it on any AVX2 CPU.
+//
 // The tile configuration is per thread: configure_tiles() loads it on a thread's first product
 // and TileScope (one per work item of the forward and backward, cpu_forward.cpp and
 // cpu_backward.cpp) releases it at the item's end, so other code on the thread (another
@@ -30,9 +33,68 @@
 
 #if DILATTN_CPU_AMX
 
-// The instructions, by their intrinsics (a tile register is named by a literal number), unless
-// a test supplies emulations first (tests/cpu/test_cpu_amx_tiles.cpp).
-#if !defined(DILATTN_TILE_LOAD)
+namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
+
+#if DILATTN_CPU_AMX == 2 && !defined(DILATTN_TILE_LOAD)
+// amxemu (cpu_isa_target.h): the tile instructions emulated, so the amx code runs in tests on
+// any AVX2 CPU. A thread's eight tiles are 16 rows of 16 words (or f32); tdpbf16ps adds to each
+// f32 of row m of C, for each word k of row m of A, the word's low product with the low halves
+// of B's row k, then its high product, each one fused step (cpu_pair_dot.h's flush_denormal and
+// madd: DAZ and FTZ). That is the instruction's pseudo-code in Intel's reference; the hardware's
+// order of sums may differ in the last bits, within SPEC 8 either way.
+struct EmulatedTiles {
+  alignas(64) word_t tile[8][16][16];
+  bool configured;
+};
+inline thread_local EmulatedTiles emulated_tiles;
+
+// A tile instruction before ldtilecfg faults on the hardware (#UD); here it stops the test.
+inline void emulated_use() {
+  if (emulated_tiles.configured) return;
+  std::fprintf(stderr, "amxemu: a tile instruction before the tile configuration was loaded\n");
+  std::abort();
+}
+inline void emulated_zero(int t) {
+  emulated_use();
+  std::memset(emulated_tiles.tile[t], 0, sizeof emulated_tiles.tile[t]);
+}
+inline void emulated_load(int t, const void* base, int64_t stride) {
+  emulated_use();
+  for (int r = 0; r < 16; ++r)
+    std::memcpy(emulated_tiles.tile[t][r], static_cast<const char*>(base) + r * stride, 64);
+}
+inline void emulated_store(int t, void* base, int64_t stride) {
+  emulated_use();
+  for (int r = 0; r < 16; ++r)
+    std::memcpy(static_cast<char*>(base) + r * stride, emulated_tiles.tile[t][r], 64);
+}
+inline void emulated_dpbf16ps(int c, int a, int b) {
+  static_assert(kWords == 16, "a tile row is one vector of the 64-byte targets");
+  emulated_use();
+  for (int m = 0; m < 16; ++m) {
+    vfloat acc = flush_denormal(vload(reinterpret_cast<const float*>(emulated_tiles.tile[c][m])));
+    for (int k = 0; k < 16; ++k) {
+      const wvec w = splat_word(emulated_tiles.tile[a][m][k]);
+      const wvec row = load_words(emulated_tiles.tile[b][k]);
+      const vfloat a_low = flush_denormal((vfloat)(w << 16));
+      const vfloat b_low = flush_denormal((vfloat)(row << 16));
+      const vfloat a_high = flush_denormal((vfloat)(w & 0xFFFF0000u));
+      const vfloat b_high = flush_denormal((vfloat)(row & 0xFFFF0000u));
+      acc = flush_denormal(madd(a_low, b_low, acc));
+      acc = flush_denormal(madd(a_high, b_high, acc));
+    }
+    vstore(reinterpret_cast<float*>(emulated_tiles.tile[c][m]), acc);
+  }
+}
+#define DILATTN_TILE_CONFIGURE(config) (void)(config), emulated_tiles.configured = true
+#define DILATTN_TILE_RELEASE() emulated_tiles.configured = false
+#define DILATTN_TILE_ZERO(t) emulated_zero(t)
+#define DILATTN_TILE_LOAD(t, base, stride) emulated_load(t, base, stride)
+#define DILATTN_TILE_STORE(t, base, stride) emulated_store(t, base, stride)
+#define DILATTN_TILE_DPBF16PS(c, a, b) emulated_dpbf16ps(c, a, b)
+#elif !defined(DILATTN_TILE_LOAD)
+// amx: the instructions, by their intrinsics (a tile register is named by a literal number),
+// unless a test supplies emulations first (tests/cpu/test_cpu_amx_tiles.cpp).
 #define DILATTN_TILE_CONFIGURE(config) _tile_loadconfig(config)
 #define DILATTN_TILE_RELEASE() _tile_release()
 #define DILATTN_TILE_ZERO(tile) _tile_zero(tile)
@@ -40,8 +102,6 @@
 #define DILATTN_TILE_STORE(tile, base, stride) _tile_stored(tile, base, stride)
 #define DILATTN_TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #endif
-
-namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 constexpr int kTileRows = 16;              // rows of every tile used here
 constexpr int kTileWords = 16;             // 64-byte rows: 16 words or 16 f32
@@ -86,12 +146,11 @@ class TileScope {
   }
 };
 
-// 16 rows of n <= 16 words (row r at src + r ld) into a tile image, zeros past n. The masked
-// load reads nothing past n.
+// 16 rows of n <= 16 words (row r at src + r ld) into a tile image, zeros past n; nothing past
+// n is read.
 inline void pack_row_words(const word_t* src, int64_t ld, int64_t n, word_t* tile) {
-  const __mmask16 keep = static_cast<__mmask16>((1u << n) - 1u);
   for (int r = 0; r < kTileRows; ++r)
-    _mm512_store_si512(tile + r * kTileWords, _mm512_maskz_loadu_epi32(keep, src + r * ld));
+    for (int p = 0; p < kTileWords; ++p) tile[r * kTileWords + p] = p < n ? src[r * ld + p] : 0u;
 }
 
 // Word rows p < n (16 words each, row p at src + p ld) into a tile image, rows past n zero.

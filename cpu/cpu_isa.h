@@ -11,7 +11,8 @@
 //     it is built and this CPU runs it; otherwise no table, and the cpu backend refuses every
 //     plan with a message naming the value (never an illegal instruction);
 //   - DILATTN_CPU_ISA=bf16emu: the test table (avx512bf16's bf16 code on AVX2 vectors with
-//     vdpbf16ps emulated, cpu_pair_dot.h), never chosen by default.
+//     vdpbf16ps emulated, cpu_pair_dot.h), never chosen by default; amxemu the same with amx's
+//     tile products on emulated tiles (cpu_amx_tiles.h).
 // avx512bf16 differs from avx512 for bf16 inputs only: their products are bf16 pair dot
 // products (SPEC 12); f16, f32 and f64 inputs run the same code as avx512. amx differs from
 // avx512bf16 in where those products run: the full 16-row blocks on AMX tiles.
@@ -118,6 +119,7 @@ namespace amx { extern const IsaKernels kKernels; }
 namespace avx512bf16 { extern const IsaKernels kKernels; }
 namespace avx512 { extern const IsaKernels kKernels; }
 namespace bf16emu { extern const IsaKernels kKernels; }
+namespace amxemu { extern const IsaKernels kKernels; }
 namespace avx2 { extern const IsaKernels kKernels; }
 namespace baseline { extern const IsaKernels kKernels; }
 namespace native { extern const IsaKernels kKernels; }

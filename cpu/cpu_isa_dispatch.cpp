@@ -41,7 +41,8 @@ const IsaKernels* const kBuilt[] = {
 // with AVX512_BF16 its bf16 calls ran at about 1.6x avx512's f32 products of widened bf16,
 // docs/performance.md), while on an Intel Xeon with AVX512_BF16 they ran at 0.48-0.77x
 // (bench/results/cpu_bench_bf16.xeon-emr-2threads.txt); and bf16emu, which emulates
-// vdpbf16ps (cpu_pair_dot.h) so the avx512bf16 code runs in tests on CPUs without it.
+// vdpbf16ps (cpu_pair_dot.h) so the avx512bf16 code runs in tests on CPUs without it, and
+// amxemu, which emulates the tiles too (cpu_amx_tiles.h) so the amx code does.
 const IsaKernels* const kOutsideWidestOrder[] = {
 #if defined(DILATTN_CPU_BUILT_AMX)
     &amx::kKernels,
@@ -51,6 +52,9 @@ const IsaKernels* const kOutsideWidestOrder[] = {
 #endif
 #if defined(DILATTN_CPU_BUILT_BF16EMU)
     &bf16emu::kKernels,
+#endif
+#if defined(DILATTN_CPU_BUILT_AMXEMU)
+    &amxemu::kKernels,
 #endif
     nullptr,
 };

@@ -30,8 +30,9 @@
 //                             AVX-512 only with it) and a baseline compiled with -mbmi2
 //   DILATTN_CPU_PAIR_DOT      how bf16 inputs are multiplied (cpu_pair_dot.h): 0 widened to f32
 //                             (f32 products), 1 by vdpbf16ps, 2 by an exact emulation of it
-//   DILATTN_CPU_AMX           1 when the bf16 pair products' full 16-row blocks run on AMX
-//                             tiles (cpu_amx_tiles.h)
+//   DILATTN_CPU_AMX           where the bf16 pair products' full 16-row blocks run
+//                             (cpu_amx_tiles.h): 0 on vectors, 1 on AMX tiles, 2 on emulated
+//                             tiles
 // Targets: amx (avx512bf16 with AMX-TILE + AMX-BF16: bf16 products on AMX tiles where whole
 // 16-row blocks allow), avx512bf16 (AVX-512F + AVX512BW + AVX512_BF16 + AVX2 + FMA: bf16
 // products by vdpbf16ps),
@@ -39,7 +40,8 @@
 // x86-64, NEON on aarch64), native (-Dnative=true: -march=native for everything), and bf16emu,
 // a test path never chosen on its own (cpu_isa.h): avx512bf16's code, vector width included, on
 // AVX2 instructions, with vdpbf16ps emulated exactly, so machines without AVX512_BF16 run the
-// same arithmetic bit for bit (and machines without AVX-512 that of avx512 for other dtypes).
+// same arithmetic bit for bit (and machines without AVX-512 that of avx512 for other dtypes);
+// amxemu, bf16emu with amx's tile products on emulated tiles (another test path).
 #ifndef DILATTN_CPU_ISA_TARGET_H
 #define DILATTN_CPU_ISA_TARGET_H
 
@@ -47,6 +49,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -91,6 +95,18 @@
   (kFeatureAvx | kFeatureAvx2 | kFeatureFma | kFeatureAvx512f | kFeatureAvx512bf16)
 #define DILATTN_CPU_PDEP 1
 #pragma GCC target("avx512f,avx512bw,avx512bf16,avx2,fma,bmi2")
+#elif defined(DILATTN_CPU_TARGET_AMXEMU)
+// amx's code on bf16emu's footing: the tile instructions emulated (cpu_amx_tiles.h), vdpbf16ps
+// too, 64-byte vectors on AVX2; a test path, chosen by name only.
+#define DILATTN_CPU_ISA_NS amxemu
+#define DILATTN_CPU_ISA_NAME "amxemu"
+#define DILATTN_CPU_VEC_BYTES 64
+#define DILATTN_CPU_AVX512 0
+#define DILATTN_CPU_FMA 1
+#define DILATTN_CPU_PAIR_DOT 2
+#define DILATTN_CPU_AMX 2
+#define DILATTN_CPU_REQUIRED (kFeatureAvx | kFeatureAvx2 | kFeatureFma)
+#pragma GCC target("avx2,fma")
 #elif defined(DILATTN_CPU_TARGET_BF16EMU)
 #define DILATTN_CPU_ISA_NS bf16emu
 #define DILATTN_CPU_ISA_NAME "bf16emu"

@@ -125,7 +125,7 @@ int main() {
   const uint32_t have = this_cpu_features();
   int ran = 0;
   for (const char* name :
-       {"amx", "avx512bf16", "avx512", "bf16emu", "avx2", "sse", "neon", "generic"}) {
+       {"amx", "avx512bf16", "avx512", "bf16emu", "amxemu", "avx2", "sse", "neon", "generic"}) {
     const IsaChoice c = choose_isa(name, have);
     if (c.kernels == nullptr) continue;  // not built, or this CPU lacks it
     harness::CaseScope scope(name);

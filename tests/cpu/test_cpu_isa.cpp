@@ -10,8 +10,8 @@
 //         "none", and nothing runs (no illegal instruction);
 //   unset: avx512bf16 on an AMD CPU with AVX512_BF16 and AVX512BW where the build holds it,
 //         else the widest instruction set this CPU runs (x86-64: avx512, avx2, sse); never the
-//         test path bf16emu, nor amx (not yet run on a CPU with AMX), which are chosen by name
-//         only.
+//         test paths bf16emu and amxemu, nor amx (not yet run on a CPU with AMX), which are
+//         chosen by name only.
 // Public ABI only (dilattn.h) and SPEC 8's and 12's tolerances.
 #include <cmath>
 #include <cstdint>
@@ -61,7 +61,7 @@ bool cpu_runs(const std::string& isa) {
   if (isa == "avx512bf16")
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
            __builtin_cpu_supports("avx512bw");
-  if (isa == "bf16emu") return avx2;  // vdpbf16ps emulated on AVX2
+  if (isa == "bf16emu" || isa == "amxemu") return avx2;  // vdpbf16ps (and tiles) emulated
   if (isa == "amx")  // and the kernel hands this process the tile registers
     return cpu_runs("avx512bf16") && __builtin_cpu_supports("amx-tile") &&
            __builtin_cpu_supports("amx-bf16") && amx_tiles_granted();

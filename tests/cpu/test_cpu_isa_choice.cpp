@@ -94,6 +94,11 @@ int main() {
   expect_choice("amx", bf16_cpu, "(refused)");
   expect_choice("amx", fast_bf16_cpu, "(refused)");
   expect_choice("amx", avx512_cpu | kFeatureAmxBf16, "(refused)");  // tiles but no AVX512_BF16
+  // amxemu, the emulation for tests, by name only, on any AVX2 CPU.
+  expect_choice(nullptr, avx2_cpu, "avx2");
+  expect_choice("amxemu", avx2_cpu, "amxemu");
+  expect_choice("amxemu", amx_cpu, "amxemu");
+  expect_choice("amxemu", sse2_cpu, "(refused)");
   std::printf("%s\n", failures ? "FAILED" : "ok");
   return failures != 0;
 #endif
