@@ -135,15 +135,19 @@ mod bundled {
             .unwrap_or(false)
     }
 
-    /// cpu/meson.build's targets but its test copy bf16emu: avx512bf16 (where the compiler
-    /// takes -mavx512bf16), avx512, avx2 and the baseline on x86-64 with GCC (they are switched
-    /// on by `#pragma GCC target`), else the baseline only.
+    /// cpu/meson.build's targets but its test copies bf16emu and amxemu: amx (where the
+    /// compiler takes -mamx-tile and -mamx-bf16 too), avx512bf16 (where it takes
+    /// -mavx512bf16), avx512, avx2 and the baseline on x86-64 with GCC (they are switched on
+    /// by `#pragma GCC target`), else the baseline only.
     fn isa_targets(cxx: &str) -> Vec<&'static str> {
         let x86_64 = env::var("CARGO_CFG_TARGET_ARCH").map(|a| a == "x86_64").unwrap_or(false);
         if x86_64 && is_gcc(cxx) {
             let mut targets = vec!["avx512", "avx2", "baseline"];
             if takes_flag(cxx, "-mavx512bf16") {
                 targets.insert(0, "avx512bf16");
+                if takes_flag(cxx, "-mamx-tile") && takes_flag(cxx, "-mamx-bf16") {
+                    targets.insert(0, "amx");
+                }
             }
             targets
         } else {
