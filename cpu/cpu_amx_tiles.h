@@ -37,11 +37,13 @@ namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 #if DILATTN_CPU_AMX == 2 && !defined(DILATTN_TILE_LOAD)
 // amxemu (cpu_isa_target.h): the tile instructions emulated, so the amx code runs in tests on
-// any AVX2 CPU. A thread's eight tiles are 16 rows of 16 words (or f32); tdpbf16ps adds to each
-// f32 of row m of C, for each word k of row m of A, the word's low product with the low halves
-// of B's row k, then its high product, each one fused step (cpu_pair_dot.h's flush_denormal and
-// madd: DAZ and FTZ). That is the instruction's pseudo-code in Intel's reference; the hardware's
-// order of sums may differ in the last bits, within SPEC 8 either way.
+// any AVX2 CPU. A thread's eight tiles are 16 rows of 16 words (or f32). tdpbf16ps as the
+// Software Developer's Manual's pseudo-code orders it, as we read it: for each f32 of row m of
+// C, two sums from zero over the 16 words k of A's row m, one of the low products (A's low
+// half by the low half of B's row k word) and one of the high products, each step one fused
+// multiply-add; then C + (low sum + high sum). Denormals are zero on the way in and out
+// (cpu_pair_dot.h's flush_denormal). The intrinsics guide writes another order; the hardware's
+// may differ from both in the last bits, within SPEC 8 either way.
 struct EmulatedTiles {
   alignas(64) word_t tile[8][16][16];
   bool configured;
@@ -72,7 +74,7 @@ inline void emulated_dpbf16ps(int c, int a, int b) {
   static_assert(kWords == 16, "a tile row is one vector of the 64-byte targets");
   emulated_use();
   for (int m = 0; m < 16; ++m) {
-    vfloat acc = flush_denormal(vload(reinterpret_cast<const float*>(emulated_tiles.tile[c][m])));
+    vfloat low_sum = vfloat{}, high_sum = vfloat{};
     for (int k = 0; k < 16; ++k) {
       const wvec w = splat_word(emulated_tiles.tile[a][m][k]);
       const wvec row = load_words(emulated_tiles.tile[b][k]);
@@ -80,10 +82,12 @@ inline void emulated_dpbf16ps(int c, int a, int b) {
       const vfloat b_low = flush_denormal((vfloat)(row << 16));
       const vfloat a_high = flush_denormal((vfloat)(w & 0xFFFF0000u));
       const vfloat b_high = flush_denormal((vfloat)(row & 0xFFFF0000u));
-      acc = flush_denormal(madd(a_low, b_low, acc));
-      acc = flush_denormal(madd(a_high, b_high, acc));
+      low_sum = flush_denormal(madd(a_low, b_low, low_sum));
+      high_sum = flush_denormal(madd(a_high, b_high, high_sum));
     }
-    vstore(reinterpret_cast<float*>(emulated_tiles.tile[c][m]), acc);
+    float* const c_row = reinterpret_cast<float*>(emulated_tiles.tile[c][m]);
+    const vfloat pair_sum = flush_denormal(low_sum + high_sum);
+    vstore(c_row, flush_denormal(flush_denormal(vload(c_row)) + pair_sum));
   }
 }
 #define DILATTN_TILE_CONFIGURE(config) (void)(config), emulated_tiles.configured = true
