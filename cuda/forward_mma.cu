@@ -212,13 +212,7 @@ __global__ void forward_mma_kernel(ForwardParams p) {
 
   // 1. Rows, dilated gaps, Q.
   for (int r = tid; r < BR; r += Tile::kThreads) tl.rows[r] = tile_row(p, h, tile, r, BR);
-  if (p.o != nullptr && p.kind == kKindDilated) {
-    if constexpr (Variants)  // with sinks, a row no branch selects has LSE = the sink
-      write_dilated_gaps<T>(p, b, h, tile, BR,
-                            p.sinks != nullptr ? p.sinks[h] : -static_cast<double>(INFINITY));
-    else
-      write_dilated_gaps<T>(p, b, h, tile, BR);
-  }
+  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
   __syncthreads();
   bool any_row = false;
   for (int r = 0; r < BR; ++r) any_row = any_row || tl.rows[r] >= 0;
@@ -262,8 +256,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
       });
 
   // 4. Finish the lane's two rows.
-  mma_rows::finish_row<T, D, Variants>(p, b, h, tl.rows[r0], 0, st);
-  mma_rows::finish_row<T, D, Variants>(p, b, h, tl.rows[r1], 1, st);
+  mma_rows::finish_row<T, D>(p, b, h, tl.rows[r0], 0, st);
+  mma_rows::finish_row<T, D>(p, b, h, tl.rows[r1], 1, st);
 }
 
 #define DILATTN_FORWARD_MMA_INSTANCES(V, DROP)                                        \

@@ -54,13 +54,13 @@ __device__ __forceinline__ void tile_gap_range(const ForwardParams& p, int64_t h
   *end = sel + br < count ? selected_position(s0, p.r, o, sel + br) : s1;
 }
 
-// Every thread of the block takes a share: O = 0, LSE = empty_lse (-inf; the head's sink with
-// sinks, SPEC 10.3) for each unselected position of the tile's gap range (SPEC 3: rows no
-// branch selects).
+// Every thread of the block takes a share: O = 0, LSE = -inf (the head's sink with sinks, SPEC
+// 10.3, in every instance of every kernel) for each unselected position of the tile's gap range
+// (SPEC 3: rows no branch selects).
 template <class T>
-__device__ __forceinline__ void write_dilated_gaps(
-    const ForwardParams& p, int64_t b, int64_t h, int64_t tile, int64_t br,
-    double empty_lse = -static_cast<double>(INFINITY)) {
+__device__ __forceinline__ void write_dilated_gaps(const ForwardParams& p, int64_t b, int64_t h,
+                                                   int64_t tile, int64_t br) {
+  const double empty_lse = p.sinks != nullptr ? p.sinks[h] : -static_cast<double>(INFINITY);
   int64_t start = 0, end = 0;
   tile_gap_range(p, h, tile, br, &start, &end);
   const int64_t wc = clipped_segment(p.w, p.Nq);

@@ -228,13 +228,7 @@ __device__ __forceinline__ void forward_tile(const ForwardParams& p, const int64
     s.m[t] = -INFINITY;
     s.l[t] = 0.0f;
   }
-  if (p.o != nullptr && p.kind == kKindDilated) {
-    if constexpr (kVariants)  // with sinks, a row no branch selects has LSE = the sink
-      write_dilated_gaps<T>(p, b, h, tile, BR,
-                            p.sinks != nullptr ? p.sinks[h] : -static_cast<double>(INFINITY));
-    else
-      write_dilated_gaps<T>(p, b, h, tile, BR);
-  }
+  if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
   __syncthreads();
   bool any_row = false;
   for (int t = 0; t < BR; ++t) any_row = any_row || s.rows[t] >= 0;

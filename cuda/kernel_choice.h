@@ -4,7 +4,8 @@
 // it for every case).
 //
 //   forward_kernel_for: WGMMA (forward_wgmma.cu, wgmma + TMA + warp specialisation): f16 or
-//       bf16, D in {64, 128}, sm_90, no SPEC 10 option and no dropout, when the launcher says
+//       bf16, D in {64, 128}, sm_90, no window, softcap, ALiBi or dropout (sinks are
+//       joined as rows finish, as below), when the launcher says
 //       the Hopper path is open (`hopper`: hopper_wanted's rule for the kind and
 //       DILATTN_CUDA_WGMMA, the build holds sm_90a code, K and V are views TMA can read, every
 //       dilation fits kWgmmaMaxStep: docs/spec.md 14.5); MMA (forward_mma.cu, mma.sync +
@@ -15,9 +16,13 @@
 //   backward_kernel_for: MMA (backward_mma.cu, mma.sync + cp.async) for the same f16/bf16
 //       cases, MMA_TF32 (backward_mma_tf32.cu, 3xTF32) for the same f32 ones, SIMT
 //       (backward_simt.cu) otherwise. Forward and backward choose alike.
-//   variants: a problem with a window, softcap, ALiBi or sinks (SPEC 10.1, 10.3) runs the
-//       chosen kernel's variant instance (the tensor-core kernels' with mma_variants.cuh, the
-//       SIMT kernels' with variant_tile.cuh): the options do not change which kernel runs.
+//   variants: a problem with a window, softcap or ALiBi (SPEC 10.1) runs the chosen kernel's
+//       variant instance (the tensor-core kernels' with mma_variants.cuh, the SIMT kernels'
+//       with variant_tile.cuh): the options do not change which kernel runs. Sinks (SPEC
+//       10.3) join each finished row once: the tensor-core forwards do that in every instance
+//       and no backward kernel reads them, so sinks alone need the variant instance of the
+//       SIMT forward only (launch_shared.h's uses_score_variants and uses_variant_kernels),
+//       and the Hopper kernel, which has no variant instance, runs them too.
 //   dropout (SPEC 11): a problem with p > 0 runs the chosen kernel's dropout instance; with SPEC
 //       10 options as well it runs SIMT, whose dropout instance computes both (the tensor-core
 //       kernels have a variant instance and a dropout instance, not one with both).

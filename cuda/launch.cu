@@ -21,8 +21,9 @@
 //                       memory asked once per device and process (device_info, launch_shared.h:
 //                       no cudaGetDeviceProperties per call);
 //     choose_kernel     MMA for f16/bf16 and MMA_TF32 (3xTF32) for f32, with D in {64, 128}
-//                       on sm_80+, else SIMT (forward_kernel_for); a window, softcap, ALiBi or
-//                       sinks: the chosen kernel's variant instance; dropout (SPEC 11): its
+//                       on sm_80+, else SIMT (forward_kernel_for); a window, softcap or ALiBi
+//                       (sinks too, on SIMT): the chosen kernel's variant instance (sinks
+//                       alone: the tensor-core kernels' own, pick_kernel); dropout (SPEC 11): its
 //                       dropout instance (with SPEC 10 options too: SIMT's, which runs both);
 //                       its shared memory within the device's limit; on sm_90 the Hopper
 //                       kernel instead for dense and dilated problems it takes
@@ -139,20 +140,23 @@ dilattn_status check_views(const ForwardArgs& a) {
 
 // ---------------------------------------------------------------- choose_kernel
 // forward_kernel_for's choice, from the kernel files (kernels.h).
+// Sinks alone keep the tensor-core kernels' plain (or dropout) instance, which joins them as each
+// row finishes; the SIMT forward joins them in its variant instance only (launch_shared.h).
 ForwardKernel pick_kernel(const Problem& p, int cc_major) {
-  const bool variants = uses_variant_kernels(p), dropout = p.dropout_p > 0;
-  const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major, variants, dropout);
+  const bool scores = uses_score_variants(p), dropout = p.dropout_p > 0;
+  const bool simt_variants = uses_variant_kernels(p);
+  const KernelChoice choice = forward_kernel_for(p.dtype, p.D, cc_major, scores, dropout);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {
     case DILATTN_F16:
-      return mma ? mma_forward<__half>(p.D, variants, dropout)
-                 : simt_forward<__half>(p.D, variants, dropout);
+      return mma ? mma_forward<__half>(p.D, scores, dropout)
+                 : simt_forward<__half>(p.D, simt_variants, dropout);
     case DILATTN_BF16:
-      return mma ? mma_forward<__nv_bfloat16>(p.D, variants, dropout)
-                 : simt_forward<__nv_bfloat16>(p.D, variants, dropout);
+      return mma ? mma_forward<__nv_bfloat16>(p.D, scores, dropout)
+                 : simt_forward<__nv_bfloat16>(p.D, simt_variants, dropout);
     default:  // f32: 3xTF32 on tensor cores for D = 64 and 128 (forward_mma_tf32.cu)
-      return choice == KernelChoice::mma_tf32 ? tf32_forward(p.D, variants, dropout)
-                                              : simt_forward<float>(p.D, variants, dropout);
+      return choice == KernelChoice::mma_tf32 ? tf32_forward(p.D, scores, dropout)
+                                              : simt_forward<float>(p.D, simt_variants, dropout);
   }
 }
 
@@ -342,7 +346,7 @@ WgmmaForwardKernel pick_wgmma_kernel(const Problem& p) {
 bool wgmma_maps_for(const Problem& p, const DeviceInfo& device, ForwardParams fp,
                     std::vector<WgmmaTensorMaps>* maps) {
   const bool open = hopper_wanted(hopper_mode(), p.kind) && kBuildHasSm90a;
-  if (forward_kernel_for(p.dtype, p.D, device.major, uses_variant_kernels(p), p.dropout_p > 0,
+  if (forward_kernel_for(p.dtype, p.D, device.major, uses_score_variants(p), p.dropout_p > 0,
                          open) != KernelChoice::wgmma)
     return false;
   const WgmmaForwardKernel kernel = pick_wgmma_kernel(p);

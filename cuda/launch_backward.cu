@@ -199,8 +199,10 @@ dilattn_status check_backward_views(const BackwardArgs& a) {
 
 // ---------------------------------------------------------------- choose_backward_kernels
 // backward_kernel_for's choice, from the kernel files (kernels.h).
+// Sinks do not choose the instance: no backward kernel reads them (the forward's LSE holds them;
+// d_sinks is the pre-pass's, below).
 BackwardKernels pick_backward_kernels(const Problem& p, int cc_major) {
-  const bool variants = uses_variant_kernels(p), dropout = p.dropout_p > 0;
+  const bool variants = uses_score_variants(p), dropout = p.dropout_p > 0;
   const KernelChoice choice = backward_kernel_for(p.dtype, p.D, cc_major, variants, dropout);
   const bool mma = choice == KernelChoice::mma;
   switch (p.dtype) {

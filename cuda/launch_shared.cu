@@ -267,8 +267,12 @@ dilattn_status check_placement(const Problem& p) {
 
 // ---------------------------------------------------------------- launch parameters
 // What every launch of a forward shares (launch_shared.h).
+bool uses_score_variants(const Problem& p) {
+  return (p.options_used() & (kOptionWindow | kOptionSoftcap | kOptionAlibi)) != 0;
+}
+
 bool uses_variant_kernels(const Problem& p) {
-  return (p.options_used() & (kOptionWindow | kOptionSoftcap | kOptionAlibi | kOptionSinks)) != 0;
+  return uses_score_variants(p) || (p.options_used() & kOptionSinks) != 0;
 }
 
 ScoreScale kernel_score_scale(const Problem& p) {

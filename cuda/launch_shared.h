@@ -232,9 +232,13 @@ struct Workspace {
 // contiguous, every row 16-byte aligned.
 bool rows_of_16_bytes(const dilattn_tensor* t);
 
-// SPEC 10.1 and 10.3: a problem with a window, softcap, ALiBi or sinks runs the variant instance
-// of its kernel (kernel_choice.h).
-bool uses_variant_kernels(const Problem& p);
+// SPEC 10.1 and 10.3, which instance of its kernel a problem runs (kernel_choice.h): a window,
+// softcap or ALiBi, options of each score, need the variant instance of every kernel; sinks,
+// which join each finished row once, need it only for the SIMT forward (the tensor-core
+// forwards join them in every instance, mma_rows.cuh's finish_row; no backward kernel reads
+// them: their LSE holds them).
+bool uses_score_variants(const Problem& p);
+bool uses_variant_kernels(const Problem& p);  // uses_score_variants, or sinks
 
 // The score scale (lib/softmax_rules.h) of every kernel and pre-pass of a call: score_scale,
 // except that a softcapped problem keeps post = 1 (its scores are bounded by the softcap, so

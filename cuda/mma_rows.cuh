@@ -151,10 +151,10 @@ __device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)
 // Row r (0 or 1) of the lane, query row i (-1: none): one branch writes O / l and LSE to the
 // caller's tensors; several branches merge (O / l, LSE) into the workspace with SPEC 5's
 // update. All 4 lanes of the row read the old LSE before the first of them writes it.
-// kSinks (the variant instances): one branch joins the head's sink once (SPEC 10.3,
-// variant_tile.cuh's sink_merge); several merge into a workspace the launcher started at the
-// sinks (launch.cu).
-template <class T, int D, bool kSinks = false>
+// With sinks (SPEC 10.3), in every instance of every kernel that finishes here: one branch joins
+// the head's sink once (variant_tile.cuh's sink_merge); several merge into a workspace the
+// launcher started at the sinks (launch.cu). So sinks alone need no variant instance.
+template <class T, int D>
 __device__ __forceinline__ void finish_row(const ForwardParams& p, int64_t b, int64_t h,
                                            int64_t i, int r, const RowState<D>& st) {
   const int t = static_cast<int>(threadIdx.x) & 3;
@@ -163,8 +163,7 @@ __device__ __forceinline__ void finish_row(const ForwardParams& p, int64_t b, in
   float factor = finalize_o_factor(m, l);
   if (p.o != nullptr) {
     if (i < 0) return;
-    if constexpr (kSinks)
-      if (p.sinks != nullptr) sink_merge(p.sinks[h], &lse_b, &factor);
+    if (p.sinks != nullptr) sink_merge(p.sinks[h], &lse_b, &factor);
     for (int nd = 0; nd < D / 8; ++nd)
       for (int e = 0; e < 2; ++e)
         store_o<T>(p, b, i, h, nd * 8 + 2 * t + e, st.o[nd][2 * r + e] * factor);

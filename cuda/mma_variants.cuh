@@ -27,7 +27,8 @@
 // walks only the chunks the rows' windows reach, and a warp none of whose rows sees a key of a
 // chunk skips it; the backward's dK/dV pass walks only the query rows whose window reaches its
 // key tile (window_query_cut, placed_positions.cuh). Sinks join each finished row of the forward
-// once (mma_rows::finish_row<..., true>); d_sinks is the launcher's (launch_backward.cu).
+// once, in every instance (mma_rows::finish_row), so sinks alone run the plain instances;
+// d_sinks is the launcher's (launch_backward.cu).
 // Checked by tests/kernels/test_variant_kernels.cpp against the reference.
 #ifndef DILATTN_MMA_VARIANTS_CUH
 #define DILATTN_MMA_VARIANTS_CUH

@@ -62,8 +62,9 @@ test_hopper_choice:measured test_hopper_choice:never
 test_nonfinite_kernels:simt test_nonfinite_kernels:mma test_nonfinite_kernels:mma_tf32
 test_backward_kernels:simt test_backward_kernels:mma test_backward_kernels:mma_tf32
 test_backward_nonfinite_kernels:simt test_backward_nonfinite_kernels:mma
-test_backward_nonfinite_kernels:mma_tf32 test_variant_kernels: test_dropout_kernels:simt
-test_dropout_kernels:mma test_dropout_kernels:mma_tf32 test_launch_device_arch:"
+test_backward_nonfinite_kernels:mma_tf32 test_variant_kernels: test_variant_kernels:wgmma
+test_dropout_kernels:simt test_dropout_kernels:mma test_dropout_kernels:mma_tf32
+test_launch_device_arch:"
 # Kernel tests only the emulator can run: listed in the summary as not run on cuda.
 EMU_ONLY="test_launch_stream test_smem_banks test_tf32_split test_launch_checks"
 # Step 4's reduced list: each kernel x dtype once, the "dense" case (small shapes).

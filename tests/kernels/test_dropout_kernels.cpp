@@ -98,10 +98,12 @@ void check_same_pairs(const DropoutCase& dc, const Outputs& got, const Outputs& 
   }
 }
 
-// The case runs the kernel named (dropout with SPEC 10 options runs SIMT, kernel_choice.h).
+// The case runs the kernel named (dropout with a window, softcap or ALiBi runs SIMT,
+// kernel_choice.h; sinks do not change the kernel: the tensor-core kernels' dropout instances
+// join them too).
 void check_kernel(const Case& c, const std::string& kernel) {
   const bool variants = c.window_left >= 0 || c.window_right >= 0 || c.softcap != 0 ||
-                        !c.alibi_slopes.empty() || c.sinks;
+                        !c.alibi_slopes.empty();
   const bool dropout = c.dropout_p > 0;
   for (int cc : {8, 9}) {
     CHECK(dilattn::kernel_name(dilattn::forward_kernel_for(c.dtype, c.D, cc, variants, dropout)) ==
@@ -243,6 +245,11 @@ std::vector<DropoutCase> dropout_cases(const std::string& kernel) {
       if (tensor_core) {  // several chunks of keys and of query rows, a partial last one
         dc = base("dense_causal_several_chunks", 0);
         dc.c.Nq = 70; dc.c.Nk = 150; dc.c.H = 2; dc.c.Hkv = 1; dc.c.causal = true;
+        out.push_back(dc);
+        // With sinks, on the dropout instance: each row joins its head's sink as it finishes.
+        dc.c.name += "_sinks";
+        dc.c.sinks = true;
+        dc.sinks = {0.5, -1.0};
         out.push_back(dc);
       } else {  // SPEC 10's options the kernels run, all at once, with dropout; at D = 64
         dc = base("window_softcap_alibi_sinks_d64", 64);

@@ -19,13 +19,20 @@
 // runs in the emulator's three thread orders (kernel_case.h) and every output, d_sinks
 // included, must be the same bits in each (SPEC 6: deterministic).
 //
+// Argument wgmma: the f16 and bf16 cases with sinks alone on the Hopper forward
+// (cuda/forward_wgmma.cu: the emulated device set to 9.0 and DILATTN_CUDA_WGMMA=1), which joins
+// each row's sink as it finishes (dense, causal with empty rows, dilated with one branch and
+// its gaps, two branches); the calls must have launched it (hopper_launches.h).
+//
 // DILATTN_TEST_CASES=NAME[,NAME...] keeps only the cases of those names (the part after the
 // last '/').
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "hopper_launches.h"
 #include "kernel_cases.h"
 #include "kernel_choice.h"
 
@@ -239,6 +246,18 @@ std::vector<VariantCase> variant_cases() {
       vc.c.Nq = 90; vc.c.Nk = 70; vc.c.causal = true;
       with_sinks(vc, {0.5});
       out.push_back(vc);
+      // Sinks alone run the plain instances (launch.cu's pick_kernel): the sink joins each row
+      // as it finishes (one branch, its gaps' LSE the sink) or starts the workspace (two).
+      vc = base("sinks_dilated_one_branch_gaps");
+      vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 100; vc.c.H = 3; vc.c.Hkv = 1;
+      vc.c.segments = {48}; vc.c.dilations = {3}; vc.c.head_mode = DILATTN_HEADS_MOD;
+      with_sinks(vc, {0.25, -INFINITY, -1.0});
+      out.push_back(vc);
+      vc = base("sinks_dilated_two_branches");
+      vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 150; vc.c.H = 2; vc.c.Hkv = 1;
+      vc.c.segments = {64, 150}; vc.c.dilations = {1, 2}; vc.c.head_mode = DILATTN_HEADS_MOD;
+      with_sinks(vc, {0.3, -1.0});
+      out.push_back(vc);
       vc = base("all_dilated_two_branches");  // the sink joins each row once (workspace)
       vc.c.kind = DILATTN_KIND_DILATED; vc.c.Nq = vc.c.Nk = 150; vc.c.H = 2; vc.c.Hkv = 1;
       vc.c.segments = {64, 150}; vc.c.dilations = {1, 2}; vc.c.head_mode = DILATTN_HEADS_MOD;
@@ -295,9 +314,38 @@ std::vector<VariantCase> variant_cases() {
 
 }  // namespace
 
-int main() {
+// The cases with sinks and no other option, f16 and bf16 (the Hopper forward's dtypes).
+bool sinks_alone_on_hopper(const VariantCase& vc) {
+  const Case& c = vc.c;
+  return c.sinks && c.window_left < 0 && c.window_right < 0 && c.softcap == 0 &&
+         c.alibi_slopes.empty() && vc.forward == KernelChoice::mma &&
+         c.kind != DILATTN_KIND_BLOCK_SPARSE;
+}
+
+int main(int argc, char** argv) {
+  const bool hopper = argc == 2 && std::string(argv[1]) == "wgmma";
+  if (argc > 2 || (argc == 2 && !hopper)) {
+    std::fprintf(stderr, "usage: %s [wgmma]\n", argv[0]);
+    return 2;
+  }
   dilattn_backend backend = DILATTN_BACKEND_EMU;
   if (!harness::test_backend_from_env(&backend)) return 1;
+  if (hopper) {  // before the first call: device facts are cached
+    setenv("DILATTN_CUDA_WGMMA", "1", 1);
+    if (backend == DILATTN_BACKEND_EMU) simt::set_emulated_device(9, 0);
+    int ran = 0;
+    for (const VariantCase& vc : variant_cases()) {
+      if (!sinks_alone_on_hopper(vc)) continue;
+      const uint64_t before = hopper_launches(backend);
+      run_case(vc, backend);
+      CHECK_MSG(hopper_launches(backend) > before, "%s: forward_wgmma.cu never launched",
+                vc.c.name.c_str());
+      ++ran;
+    }
+    CHECK_MSG(ran >= 4, "%d cases with sinks alone for the Hopper forward", ran);
+    return harness::finish(
+        (std::string("kernels_variants_wgmma on ") + dilattn_backend_name(backend)).c_str());
+  }
   // The choice itself: options do not change it (every kernel has a variant instance).
   CHECK(dilattn::forward_kernel_for(DILATTN_F16, 64, 8, true) == KernelChoice::mma);
   CHECK(dilattn::forward_kernel_for(DILATTN_F32, 128, 9, true) == KernelChoice::mma_tf32);
