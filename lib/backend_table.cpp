@@ -15,8 +15,8 @@ bool any_stream(void*) { return true; }
 
 // The SPEC 10 and 11 options each backend computes (Backend::runs_options): every one, and the
 // ring's placed sub-problems (kOptionPlaced, SPEC 5.5), in every backend. cuda and emu run the
-// same kernels: the window, softcap, ALiBi and sinks in every kernel's variant instance
-// (cuda/kernel_choice.h), dropout in their dropout instances, packed batches one sequence at a
+// same kernels: the window, softcap and ALiBi in every kernel's variant instance, sinks as each
+// row finishes (cuda/kernel_choice.h), dropout in their dropout instances, packed batches one sequence at a
 // time (cuda/launch.cu; not with a block-sparse mask, which their can_run refuses) and placed
 // sub-problems at their places (cuda/placed_positions.cuh).
 constexpr uint32_t kEveryOption = kOptionsAll | kOptionPlaced;
