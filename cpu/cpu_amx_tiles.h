@@ -35,7 +35,7 @@
 
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
-#if DILATTN_CPU_AMX == 2 && !defined(DILATTN_TILE_LOAD)
+#if DILATTN_CPU_AMX == 2
 // amxemu (cpu_isa_target.h): the tile instructions emulated, so the amx code runs in tests on
 // any AVX2 CPU. A thread's eight tiles are 16 rows of 16 words (or f32). tdpbf16ps as the
 // Software Developer's Manual's pseudo-code orders it, as we read it: for each f32 of row m of
@@ -44,17 +44,35 @@ namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 // multiply-add; then C + (low sum + high sum). Denormals are zero on the way in and out
 // (cpu_pair_dot.h's flush_denormal). The intrinsics guide writes another order; the hardware's
 // may differ from both in the last bits, within SPEC 8 either way.
+// products counts the tdpbf16ps executed (tests/cpu/test_cpu_amx_tiles.cpp reads it).
 struct EmulatedTiles {
   alignas(64) word_t tile[8][16][16];
   bool configured;
+  uint64_t products;
 };
 inline thread_local EmulatedTiles emulated_tiles;
 
-// A tile instruction before ldtilecfg faults on the hardware (#UD); here it stops the test.
-inline void emulated_use() {
-  if (emulated_tiles.configured) return;
-  std::fprintf(stderr, "amxemu: a tile instruction before the tile configuration was loaded\n");
+// What the hardware faults on (#UD, #GP) stops the test here.
+[[noreturn]] inline void emulated_fault(const char* what) {
+  std::fprintf(stderr, "amxemu: %s\n", what);
   std::abort();
+}
+inline void emulated_use() {
+  if (!emulated_tiles.configured)
+    emulated_fault("a tile instruction before the tile configuration was loaded");
+}
+// ldtilecfg: the only configuration used here (TileConfig below): palette 1, tiles 0-7 of 16
+// rows of 64 bytes.
+inline void emulated_configure(const void* config) {
+  const unsigned char* c = static_cast<const unsigned char*>(config);
+  bool ok = c[0] == 1;
+  for (int t = 0; t < 8; ++t) {
+    uint16_t row_bytes;
+    std::memcpy(&row_bytes, c + 16 + 2 * t, sizeof row_bytes);
+    ok = ok && row_bytes == 64 && c[48 + t] == 16;
+  }
+  if (!ok) emulated_fault("ldtilecfg: not palette 1 with tiles 0-7 of 16 rows of 64 bytes");
+  emulated_tiles.configured = true;
 }
 inline void emulated_zero(int t) {
   emulated_use();
@@ -73,6 +91,7 @@ inline void emulated_store(int t, void* base, int64_t stride) {
 inline void emulated_dpbf16ps(int c, int a, int b) {
   static_assert(kWords == 16, "a tile row is one vector of the 64-byte targets");
   emulated_use();
+  ++emulated_tiles.products;
   for (int m = 0; m < 16; ++m) {
     vfloat low_sum = vfloat{}, high_sum = vfloat{};
     for (int k = 0; k < 16; ++k) {
@@ -90,15 +109,14 @@ inline void emulated_dpbf16ps(int c, int a, int b) {
     vstore(c_row, flush_denormal(flush_denormal(vload(c_row)) + pair_sum));
   }
 }
-#define DILATTN_TILE_CONFIGURE(config) (void)(config), emulated_tiles.configured = true
+#define DILATTN_TILE_CONFIGURE(config) emulated_configure(config)
 #define DILATTN_TILE_RELEASE() emulated_tiles.configured = false
 #define DILATTN_TILE_ZERO(t) emulated_zero(t)
 #define DILATTN_TILE_LOAD(t, base, stride) emulated_load(t, base, stride)
 #define DILATTN_TILE_STORE(t, base, stride) emulated_store(t, base, stride)
 #define DILATTN_TILE_DPBF16PS(c, a, b) emulated_dpbf16ps(c, a, b)
-#elif !defined(DILATTN_TILE_LOAD)
-// amx: the instructions, by their intrinsics (a tile register is named by a literal number),
-// unless a test supplies emulations first (tests/cpu/test_cpu_amx_tiles.cpp).
+#else
+// amx: the instructions, by their intrinsics (a tile register is named by a literal number).
 #define DILATTN_TILE_CONFIGURE(config) _tile_loadconfig(config)
 #define DILATTN_TILE_RELEASE() _tile_release()
 #define DILATTN_TILE_ZERO(tile) _tile_zero(tile)

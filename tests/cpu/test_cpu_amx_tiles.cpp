@@ -1,9 +1,10 @@
-// test_cpu_amx_tiles.cpp - the amx target's bf16 products (cpu/cpu_amx_tiles.h) on any CPU with
-// AVX-512: the tile instructions are emulated here (16 x 64-byte tiles, tdpbf16ps's products of
-// bf16 pairs summed in f32), so what is checked is everything around them: which blocks go to
-// tiles, the in-place and packed operands (short chunks zero-padded, P's and dS's column words
-// transposed), the four C tiles, the vector code left for tail rows, odd range ends and columns
-// past the last 64, and the per-thread configuration (loaded before the first tile
+// test_cpu_amx_tiles.cpp - the amx target's bf16 products (cpu/cpu_amx_tiles.h) on any AVX2 CPU,
+// through amxemu, the same code with the tile instructions emulated (cpu_amx_tiles.h: 16 x
+// 64-byte tiles, tdpbf16ps's bf16 pair products summed in f32, the configuration checked,
+// a tile instruction before it a fault), so what is checked is everything around them: which
+// blocks go to tiles, the in-place and packed operands (short chunks zero-padded, P's and dS's
+// column words transposed), the four C tiles, the vector code left for tail rows, odd range ends
+// and columns past the last 64, and the per-thread configuration (loaded before the first tile
 // instruction, released by TileScope). Properties, for every shape:
 //   scores_pairs_tile and accumulate_pairs_tile equal the f64 sums of their bf16 operands to
 //   f32 rounding (1e-5 of the sum of |terms|), tiles or not;
@@ -11,8 +12,8 @@
 //   A and B) is never multiplied: each holds a bf16 NaN and every result stays finite (SPEC 13);
 //   whole 16-row blocks run tile products and nothing else does.
 // The real instructions run in the cpu tests with DILATTN_CPU_ISA=amx on a CPU that has them
-// (tests/cpu/meson.build); elsewhere those are skipped. Without AVX-512 this prints "not run"
-// and exits 77 (a skip).
+// (tests/cpu/meson.build); elsewhere those are skipped. Without AVX2 and FMA this prints
+// "not run" and exits 77 (a skip).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,110 +23,40 @@
 
 #include "../common/check.h"
 
-// Compiled before cpu_isa_target.h switches on the amx target's instructions for the rest of
+// Compiled before cpu_isa_target.h switches on the amxemu target's instructions for the rest of
 // the file, so a CPU without them gets the skip, not an illegal instruction.
 int run_checks();
 int main() {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-      !__builtin_cpu_supports("bmi2")) {
-    std::printf("not run: the amx target's vector code needs AVX-512F, AVX512BW, AVX2, FMA and "
-                "BMI2\n");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::printf("not run: the amxemu target's vector code needs AVX2 and FMA\n");
     return 77;
   }
   return run_checks();
 }
 
-#define DILATTN_CPU_TARGET_AMX 1
+#define DILATTN_CPU_TARGET_AMXEMU 1
 #include "cpu_isa_target.h"  // first: see there
+#include "cpu_microkernel.h"
+#include "cpu_pair_dot.h"
 
-// ---------------------------------------------------------------- the emulated tile unit
-namespace tile_emulation {
+using namespace dilattn::cpu::amxemu;
 
-struct Unit {
-  unsigned char tile[8][16][64];
-  bool configured = false;
-  int64_t products = 0;         // tdpbf16ps executed
-  int64_t unconfigured_use = 0;  // tile instructions before ldtilecfg
-};
-Unit unit;
+namespace {
 
-void configure(const void* config) {
-  const unsigned char* c = static_cast<const unsigned char*>(config);
-  // palette 1, tiles 0-7 of 16 rows x 64 bytes (cpu_amx_tiles.h's TileConfig)
-  bool ok = c[0] == 1;
-  for (int t = 0; t < 8; ++t) {
-    uint16_t bytes;
-    std::memcpy(&bytes, c + 16 + 2 * t, 2);
-    ok = ok && bytes == 64 && c[48 + t] == 16;
-  }
-  CHECK_MSG(ok, "ldtilecfg: not the configuration of 8 tiles of 16 x 64 bytes");
-  unit.configured = true;
-}
-void release() { unit.configured = false; }
-void used() {
-  if (!unit.configured) ++unit.unconfigured_use;
-}
-void zero(int t) {
-  used();
-  std::memset(unit.tile[t], 0, sizeof unit.tile[t]);
-}
-void load(int t, const void* base, int64_t stride) {
-  used();
-  for (int r = 0; r < 16; ++r)
-    std::memcpy(unit.tile[t][r], static_cast<const unsigned char*>(base) + r * stride, 64);
-}
-void store(int t, void* base, int64_t stride) {
-  used();
-  for (int r = 0; r < 16; ++r)
-    std::memcpy(static_cast<unsigned char*>(base) + r * stride, unit.tile[t][r], 64);
-}
+constexpr uint32_t kNaNWord = 0x7FC07FC0u;  // two bf16 quiet NaNs
+
+// tdpbf16ps executed on this thread so far.
+int64_t tile_products() { return static_cast<int64_t>(emulated_tiles.products); }
+
+// A bf16 value as the tiles read it (a denormal as zero).
 float bf16_value(uint16_t h) {
-  if ((h & 0x7F80u) == 0) h &= 0x8000u;  // a denormal reads as zero
+  if ((h & 0x7F80u) == 0) h &= 0x8000u;
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
 }
-// C[m][n] += sum over k of A word (m, k) . B word (k, n), each word's low then high product.
-void dpbf16ps(int c, int a, int b) {
-  used();
-  ++unit.products;
-  for (int m = 0; m < 16; ++m)
-    for (int n = 0; n < 16; ++n) {
-      float acc;
-      std::memcpy(&acc, unit.tile[c][m] + 4 * n, 4);
-      for (int k = 0; k < 16; ++k) {
-        uint32_t wa, wb;
-        std::memcpy(&wa, unit.tile[a][m] + 4 * k, 4);
-        std::memcpy(&wb, unit.tile[b][k] + 4 * n, 4);
-        acc = std::fma(bf16_value(wa & 0xFFFFu), bf16_value(wb & 0xFFFFu), acc);
-        acc = std::fma(bf16_value(wa >> 16), bf16_value(wb >> 16), acc);
-      }
-      std::memcpy(unit.tile[c][m] + 4 * n, &acc, 4);
-    }
-}
-
-}  // namespace tile_emulation
-
-#define DILATTN_TILE_CONFIGURE(config) tile_emulation::configure(config)
-#define DILATTN_TILE_RELEASE() tile_emulation::release()
-#define DILATTN_TILE_ZERO(tile) tile_emulation::zero(tile)
-#define DILATTN_TILE_LOAD(tile, base, stride) tile_emulation::load(tile, base, stride)
-#define DILATTN_TILE_STORE(tile, base, stride) tile_emulation::store(tile, base, stride)
-#define DILATTN_TILE_DPBF16PS(c, a, b) tile_emulation::dpbf16ps(c, a, b)
-
-#include "cpu_microkernel.h"
-#include "cpu_pair_dot.h"
-
-using namespace dilattn::cpu::amx;
-using tile_emulation::unit;
-
-namespace {
-
-constexpr uint16_t kNaN = 0x7FC0;  // a bf16 quiet NaN
-constexpr uint32_t kNaNWord = 0x7FC07FC0u;
 
 std::mt19937 rng(20261127);
 
@@ -137,8 +68,8 @@ uint16_t random_bf16() {
   return static_cast<uint16_t>(bits >> 16);  // truncation: any bf16 will do
 }
 uint32_t random_word() { return random_bf16() | static_cast<uint32_t>(random_bf16()) << 16; }
-double low_of(uint32_t w) { return tile_emulation::bf16_value(w & 0xFFFFu); }
-double high_of(uint32_t w) { return tile_emulation::bf16_value(w >> 16); }
+double low_of(uint32_t w) { return bf16_value(w & 0xFFFFu); }
+double high_of(uint32_t w) { return bf16_value(w >> 16); }
 double half_of(uint32_t w, int64_t c) { return (c & 1) ? high_of(w) : low_of(w); }
 
 void check_close(const char* what, double got, double want, double magnitude) {
@@ -165,11 +96,11 @@ void check_scores(int64_t rows, int64_t D) {
     }
   std::vector<float> s(rows * kBC, -1.0f);
   const float pre = 0.125f;
-  const int64_t before = unit.products;
+  const int64_t before = tile_products();
   scores_pairs_tile(reinterpret_cast<const word_t*>(q.data()), ldq, rows,
                     reinterpret_cast<const word_t*>(k.data()), D, pre, s.data());
   const int64_t whole_blocks = rows / 16, chunks = (pairs + 15) / 16;
-  CHECK_EQ(unit.products - before, whole_blocks * chunks * 4);
+  CHECK_EQ(tile_products() - before, whole_blocks * chunks * 4);
   for (int64_t r = 0; r < rows; ++r)
     for (int c = 0; c < kBC; ++c) {
       double want = 0, magnitude = 0;
@@ -201,14 +132,14 @@ void check_accumulate(int64_t rows, int64_t c0, int64_t c1, int64_t width, bool 
   for (int64_t p = p_lo; p < p_hi; ++p)
     for (int64_t d = 0; d < width; ++d) b[p * ldb + d] = random_word();
   std::vector<float> o(rows * ldo);
-  for (float& x : o) x = tile_emulation::bf16_value(random_bf16());
+  for (float& x : o) x = bf16_value(random_bf16());
   const std::vector<float> o0 = o;
-  const int64_t before = unit.products;
+  const int64_t before = tile_products();
   accumulate_pairs_tile(o.data(), ldo, rows, reinterpret_cast<const word_t*>(a.data()), lda,
                         a_step, c0, c1, reinterpret_cast<const word_t*>(b.data()), ldb, width);
   const bool tiles = c0 % 2 == 0 && c1 % 2 == 0 && c1 > c0 && width >= 64;
   const int64_t chunks = (c1 / 2 - c0 / 2 + 15) / 16;
-  CHECK_EQ(unit.products - before, tiles ? (rows / 16) * chunks * (width / 64) * 4 : 0);
+  CHECK_EQ(tile_products() - before, tiles ? (rows / 16) * chunks * (width / 64) * 4 : 0);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t d = 0; d < width; ++d) {
       double want = o0[r * ldo + d], magnitude = std::fabs(want);
@@ -239,16 +170,15 @@ int run_checks() {
       check_accumulate(rows, 3, 61, 64, columns);
       check_accumulate(rows, 0, 64, 48, columns);
     }
-  // The configuration: loaded before every tile instruction above, released by TileScope,
-  // loaded again by the next product.
-  CHECK_EQ(unit.unconfigured_use, int64_t{0});
+  // The configuration: loaded before every tile instruction above (the emulation faults
+  // otherwise), released by TileScope, loaded again by the next product.
   {
     const TileScope scope;
     check_scores(16, 64);
-    CHECK(unit.configured);
+    CHECK(emulated_tiles.configured);
   }
-  CHECK(!unit.configured && !tiles_configured);
+  CHECK(!emulated_tiles.configured && !tiles_configured);
   check_scores(16, 64);
-  CHECK(unit.configured && unit.unconfigured_use == 0);
+  CHECK(emulated_tiles.configured);
   return harness::finish("cpu_amx_tiles");
 }
