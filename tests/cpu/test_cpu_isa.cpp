@@ -28,6 +28,7 @@
 
 #include "dilattn.h"
 #include "../common/spec_tolerance.h"
+#include "cpu_isas_built.h"
 
 namespace {
 
@@ -76,10 +77,10 @@ std::string default_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
   // avx512bf16 where vdpbf16ps doubles the bf16 product rate (AMD), else avx512bf16 and bf16emu
   // only by name (cpu/cpu_isa_dispatch.cpp).
-  if (DILATTN_TEST_AVX512BF16_BUILT && cpu_runs("avx512bf16") && __builtin_cpu_is("amd"))
+  if (cpu_isa_built("avx512bf16") && cpu_runs("avx512bf16") && __builtin_cpu_is("amd"))
     return "avx512bf16";
   for (const char* isa : {"avx512", "avx2", "sse"})
-    if (cpu_runs(isa)) return isa;
+    if (cpu_isa_built(isa) && cpu_runs(isa)) return isa;
 #endif
   return "";
 }
@@ -295,7 +296,7 @@ int main() {
   if (asked.empty()) {
     const std::string widest = default_isa();
     if (widest.empty()) {
-      std::printf("skipped: the instruction sets are built on x86-64 only\n");
+      std::printf("skipped: this build holds none of the x86-64 tables (-Dnative=true, or not x86-64 GCC)\n");
       return 77;
     }
     if (in_use != widest) fail("default ISA '" + in_use + "', this CPU runs '" + widest + "'");

@@ -31,8 +31,12 @@ fi
 "$venv_python" -c "import numpy" 2>/dev/null || "$venv_python" -m pip install -q numpy
 "$venv_python" -c "import pytest" 2>/dev/null || "$venv_python" -m pip install -q pytest
 
-echo "== pip install $repo"
-"$venv_python" -m pip install -q --no-cache-dir "$repo"
+# DILATTN_PIP_SETUP_ARGS (meson -D options, spaces between) reach the package's meson setup
+# (CI leaves out the cpu tables that only the C tests run: .ci/run).
+setup_args=()
+for a in ${DILATTN_PIP_SETUP_ARGS:-}; do setup_args+=("--config-settings=setup-args=$a"); done
+echo "== pip install $repo ${setup_args[*]}"
+"$venv_python" -m pip install -q --no-cache-dir "${setup_args[@]}" "$repo"
 
 # Run from an empty directory so `import dilattn` can only find the installed package.
 cd "$work"
