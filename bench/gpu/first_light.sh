@@ -29,7 +29,8 @@
 #                forward and backward against PyTorch's SDPA
 #                backends (torch_compare_gpu.py, the rest of the step's budget)
 #   6 ncu        Nsight Compute on the tensor-core forward (f16, D = 64 and 128) beside
-#                sass_model.py's prediction
+#                sass_model.py's prediction, and on the tensor-core backward's two passes with
+#                the warp-stall, shared-memory and pipe sections
 #   7 host_cpu   where the machine's host CPU has AMX-BF16 (a Sapphire or Emerald Rapids Xeon:
 #                the only AMX CPU the project's machines see), the cpu backend's amx target
 #                (cpu/cpu_amx_tiles.h) by name: test_cpu_isa, test_cpu_nonfinite_backward and
@@ -53,7 +54,7 @@ build="${DILATTN_FIRST_LIGHT_BUILD:-$repo/build-first-light}"
 # timing took 54 s (44 s at f489ca3). Each budget is several times its step's time; ring_py also
 # compiles a transformer block with torch.compile (inductor, 10-20 s) and timing gets the most
 # (bench_gpu 90 s, the rest PyTorch).
-STEPS="build:90 kernels:60 ring_py:120 sanitizer:60 timing:130 ncu:90 host_cpu:45 summary:5"
+STEPS="build:90 kernels:60 ring_py:100 sanitizer:60 timing:130 ncu:110 host_cpu:45 summary:5"
 
 # The kernel test runs of step 2: binary (tests/kernels/) and argument.
 KERNEL_RUNS="test_forward_kernels:simt test_forward_kernels:mma test_forward_kernels:mma_tf32
@@ -343,6 +344,21 @@ ncu_run() {
     --json "$work/ncu_bench.json" >"$2"
 }
 
+# The tensor-core backward's two passes at the same rows (3 calls a head dim, 2 kernels a call:
+# 12 launches), with METRICS and the sections that say where a pass waits: warp stall reasons,
+# the shared-memory and pipe tables, occupancy. The backward measured 0.11-0.27x of cuDNN's
+# while sass_model.py models its passes near the forward's, so this is what the next change to
+# it needs. A run of its own, so a section this ncu lacks costs the backward's figures alone.
+ncu_backward_run() {
+  timeout -k 5 40 ncu --csv --page raw --print-kernel-base demangled \
+    --kernel-name "regex:backward_(dq|dkdv)_mma_kernel" --launch-count 12 \
+    --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
+    --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
+    "$build/bench/gpu/bench_gpu" --quick --only dense --dtype f16 --iters 1 \
+    --json "$work/ncu_bench_backward.json" >"$1"
+}
+
 step_ncu() {
   local t0=$SECONDS status=pass detail="" lib
   lib="$(lib_path)"
@@ -362,10 +378,14 @@ step_ncu() {
       DILATTN_CUDA_WGMMA=1 ncu_run forward_wgmma_kernel "$work/ncu_wgmma.csv"
     fi
   } >>"$out/timing.log" 2>&1 || { status=fail; detail="ncu exit $?"; }
+  {
+    echo "== ncu on backward_dq_mma_kernel and backward_dkdv_mma_kernel, f16 dense, D = 64 and 128"
+    ncu_backward_run "$work/ncu_backward.csv"
+  } >>"$out/timing.log" 2>&1 || { status=fail; detail="$detail; ncu backward exit $?"; }
   local hopper=()
   [[ $cap == 90 ]] && hopper=("$work/ncu_wgmma.csv")
   python3 "$repo/bench/gpu/first_light_report.py" ncu "$work/ncu.csv" "$work/sass_model.json" \
-    "$out/ncu.json" "${hopper[@]}" >>"$out/timing.log" 2>&1 ||
+    "$out/ncu.json" "${hopper[@]}" --backward "$work/ncu_backward.csv" >>"$out/timing.log" 2>&1 ||
     { status=fail; detail="$detail; no ncu metrics"; }
   if [[ -e "$work/no_model" ]]; then status=fail; detail="$detail; sass_model.py gave no model"; fi
   record ncu "$status" $((SECONDS - t0)) "${detail:-metrics in ncu.json}"

@@ -1,12 +1,16 @@
 """first_light_report.py - the reports of bench/gpu/first_light.sh.
 
   first_light_report.py ncu NCU_CSV SASS_MODEL_JSON OUT_JSON [HOPPER_NCU_CSV]
+                        [--backward BACKWARD_NCU_CSV]
       Nsight Compute's raw CSV (ncu --csv --page raw) of the tensor-core forward
       (forward_mma_kernel), one row per launch, reduced to the last launch per head dim, beside
       sass_model.py's prediction for the same kernel (f16, the device's arch): tensor-pipe
       utilisation, achieved occupancy, DRAM throughput, L2 hit rate, duration, and the TFLOP/s
       the duration gives. HOPPER_NCU_CSV: the same for the Hopper forward
       (forward_wgmma_kernel, beside its warp-specialised model), under "hopper".
+      --backward BACKWARD_NCU_CSV: the tensor-core backward's two passes (backward_dq_mma_kernel,
+      backward_dkdv_mma_kernel) per head dim, under "backward": METRICS, every other metric of
+      the sections the step asked for (warp stalls, shared memory, pipes) and the pair's TFLOP/s.
   first_light_report.py summary OUT_DIR TOTAL_S SUMMARY_S
       summary.txt on stdout, one screen: pass/fail and seconds per step (steps.json), the speed
       table with ratios to PyTorch's best backend per row (torch_compare.json), one line on
@@ -75,6 +79,57 @@ def parse_ncu_csv(text, family="forward_mma_kernel"):
     return by_d
 
 
+# The tensor-core backward's two kernels (cuda/backward_mma.cu), which the ncu step profiles
+# with Nsight Compute's sections besides METRICS: the warp stall reasons and the shared-memory
+# and pipe tables say where the passes lose time against the model.
+BACKWARD_FAMILIES = ("backward_dq_mma_kernel", "backward_dkdv_mma_kernel")
+
+
+def parse_ncu_raw(text, family):
+    """{D: {metric: number}}: every numeric column of `family`'s last launch per head dim in
+    ncu's raw CSV (the sections' metrics and METRICS), with its kernel name; D as
+    parse_ncu_csv finds it."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return {}
+    rows = list(csv.DictReader(io.StringIO("\n".join(
+        line for line in lines[start:] if line.startswith('"')))))
+    by_d = {}
+    for r in rows:
+        if not str(r.get("ID", "")).isdigit():
+            continue
+        m = re.search(family + r"<[^,>]*,\s*(\d+)", r.get("Kernel Name", ""))
+        if not m:
+            continue
+        raw = {k: _number(v) for k, v in r.items()
+               if k not in ("ID", "Process ID") and _number(v) is not None}
+        raw["kernel"] = r.get("Kernel Name", "")
+        by_d[int(m.group(1))] = raw  # the last launch wins
+    return by_d
+
+
+def backward_report(text):
+    """The tensor-core backward at bench_gpu --quick's f16 dense shape, per head dim: each pass's
+    METRICS and raw section metrics, and the pair's TFLOP/s (2.5 times the forward's FLOP over
+    the two passes' durations, bench_gpu's backward formula)."""
+    per_family = {f: parse_ncu_raw(text, f) for f in BACKWARD_FAMILIES}
+    report = {}
+    for d in (64, 128):
+        passes = {}
+        for f in BACKWARD_FAMILIES:
+            raw = per_family[f].get(d)
+            if raw is not None:
+                passes[f] = {"metrics": {k: raw.get(v) for k, v in METRICS.items()}, "raw": raw}
+        durations = [p["metrics"]["duration_ns"] for p in passes.values()]
+        tflops = None
+        if len(passes) == 2 and all(durations):
+            forward = quick_dense_tflops(d, sum(durations))
+            tflops = round(2.5 * forward, 1) if forward is not None else None
+        report[str(d)] = {"passes": passes, "tflops": tflops}
+    return report
+
+
 def model_for(sass_json, D, arch, family="forward_mma_kernel"):
     """sass_model.py's row for `family`, f16, head dim D, on arch (e.g. "sm_90"; the Hopper
     kernel's rows name the arch-specific "sm_90a")."""
@@ -99,7 +154,7 @@ def _by_head_dim(csv_text, sass_json, arch, family):
             for d in (64, 128)}
 
 
-def ncu_report(csv_text, sass_json, arch, hopper_csv_text=None):
+def ncu_report(csv_text, sass_json, arch, hopper_csv_text=None, backward_csv_text=None):
     shape = "dense (bench_gpu --quick: B=1, N=2048, H=16)"
     report = {"kernel": "forward_mma_kernel, f16, " + shape, "metrics": METRICS, "arch": arch,
               "by_head_dim": _by_head_dim(csv_text, sass_json, arch, "forward_mma_kernel")}
@@ -107,11 +162,18 @@ def ncu_report(csv_text, sass_json, arch, hopper_csv_text=None):
         report["hopper"] = {"kernel": "forward_wgmma_kernel, f16, " + shape,
                             "by_head_dim": _by_head_dim(hopper_csv_text, sass_json, arch,
                                                         "forward_wgmma_kernel")}
+    if backward_csv_text is not None:
+        report["backward"] = {"kernel": " and ".join(BACKWARD_FAMILIES) + ", f16, " + shape,
+                              "by_head_dim": backward_report(backward_csv_text)}
     return report
 
 
 def _measured_dims(by_head_dim):
     return [d for d, r in by_head_dim.items() if r["measured"]]
+
+
+def _backward_dims(by_head_dim):
+    return [d for d, r in by_head_dim.items() if len(r["passes"]) == len(BACKWARD_FAMILIES)]
 
 
 def ncu_lines(ncu):
@@ -134,6 +196,17 @@ def ncu_lines(ncu):
                        f"{p.get('estimate_pct_of_f16_peak', 'n/a')}% ({p.get('bound_by', '?')}"
                        f"{on_chip}), occupancy {f('achieved_occupancy_pct')}, "
                        f"DRAM {f('dram_throughput_pct')}, L2 hit {f('l2_hit_rate_pct')}")
+    if ncu.get("backward"):
+        out.append("ncu, tensor-core backward f16 (measured; dQ pass | dK/dV pass)")
+        for d, r in sorted(ncu["backward"]["by_head_dim"].items(), key=lambda kv: int(kv[0])):
+            passes = [(r["passes"].get(f) or {}).get("metrics", {}) for f in BACKWARD_FAMILIES]
+
+            def both(key, unit="%", scale=1.0):
+                return " | ".join("n/a" if p.get(key) is None else f"{p[key] * scale:.0f}{unit}"
+                                  for p in passes)
+            out.append(f"  D={d}: {r.get('tflops') or 'n/a'} TFLOP/s, "
+                       f"{both('duration_ns', ' us', 1e-3)}, tensor pipe "
+                       f"{both('tensor_pipe_pct')}, occupancy {both('achieved_occupancy_pct')}")
     return out
 
 
@@ -187,6 +260,11 @@ def _load(path, default):
 
 
 def main(argv):
+    backward_path = None
+    if argv[:1] == ["ncu"] and "--backward" in argv[:-1]:
+        at = argv.index("--backward")
+        backward_path = argv[at + 1]
+        argv = argv[:at] + argv[at + 2:]
     if len(argv) in (4, 5) and argv[0] == "ncu":
         csv_path, sass_path, out_path = argv[1:4]
 
@@ -200,7 +278,8 @@ def main(argv):
         arch = next((r.get("arch") for r in sass.get("results", [])
                      if "forward_mma_kernel<" in r.get("kernel", "")), "?")
         report = ncu_report(text_of(csv_path), sass, arch,
-                            text_of(argv[4]) if len(argv) == 5 else None)
+                            text_of(argv[4]) if len(argv) == 5 else None,
+                            text_of(backward_path) if backward_path is not None else None)
         with open(out_path, "w") as f:
             json.dump(report, f, indent=1)
         got = _measured_dims(report["by_head_dim"])
@@ -210,6 +289,11 @@ def main(argv):
             hopper = _measured_dims(report["hopper"]["by_head_dim"])
             print(f"ncu: forward_wgmma_kernel metrics for D = {', '.join(hopper) or 'none'}")
             ok = ok and len(hopper) == 2
+        if "backward" in report:
+            backward = _backward_dims(report["backward"]["by_head_dim"])
+            print(f"ncu: tensor-core backward metrics (both passes) for D = "
+                  f"{', '.join(backward) or 'none'}")
+            ok = ok and len(backward) == 2
         return 0 if ok else 1
     if len(argv) == 4 and argv[0] == "summary":
         out_dir, total_s, summary_s = argv[1], int(argv[2]), int(argv[3])

@@ -145,3 +145,58 @@ def test_summary_main_reads_a_partial_bench_gpu_json(tmp_path, capsys):
     assert "bench_gpu (C API, every dtype): 2 rows, 0 failed, 2-5 timed calls per median; " \
            "PARTIAL" in out
     assert "no speed table" in out
+
+
+# The backward's raw page: METRICS and a section metric, the two passes per head dim; the first
+# D = 64 launches are warm-up calls the last launch replaces.
+BACKWARD_HEADER = ('"ID","Process ID","Kernel Name","' + '","'.join(fl.METRICS.values()) +
+                   '","smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"')
+BACKWARD_UNITS = '"","","","%","%","%","%","nsecond","ratio"'
+
+
+def backward_launch(i, family, d, tensor, ns, stall):
+    return (f'"{i}","7","void dilattn::cuda::{family}<__half, {d}, false, false>(BackwardParams)",'
+            f'"{tensor}","12.5","3","90","{ns:,}","{stall}"')
+
+
+BACKWARD_CSV = "\n".join(["==PROF== Connected to process 7", BACKWARD_HEADER, BACKWARD_UNITS,
+                          backward_launch(0, "backward_dq_mma_kernel", 64, 1, 999999, 9),
+                          backward_launch(1, "backward_dkdv_mma_kernel", 64, 2, 999999, 9),
+                          backward_launch(2, "backward_dq_mma_kernel", 64, 20, 100000, 1.5),
+                          backward_launch(3, "backward_dkdv_mma_kernel", 64, 30, 150000, 2.5),
+                          backward_launch(4, "backward_dq_mma_kernel", 128, 25, 200000, 0.5)])
+
+
+def test_backward_passes_per_head_dim_with_their_section_metrics():
+    got = fl.backward_report(BACKWARD_CSV)
+    d64 = got["64"]
+    dq, dkdv = (d64["passes"][f] for f in fl.BACKWARD_FAMILIES)
+    assert dq["metrics"]["tensor_pipe_pct"] == 20 and dkdv["metrics"]["duration_ns"] == 150000
+    stall = "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"
+    assert dq["raw"][stall] == 1.5 and dkdv["raw"][stall] == 2.5
+    assert "backward_dkdv_mma_kernel<__half, 64" in dkdv["raw"]["kernel"]
+    # 2.5 times the forward's 4 D N^2 B H FLOP (N = 2048, B = 1, H = 16) over both passes.
+    assert d64["tflops"] == round(2.5 * round(4 * 64 * 2048 ** 2 * 16 / 250000 / 1e3, 1), 1)
+    # D = 128 has its dQ pass only: no TFLOP/s, and it is not a measured head dim.
+    assert list(got["128"]["passes"]) == ["backward_dq_mma_kernel"]
+    assert got["128"]["tflops"] is None
+    assert fl._backward_dims(got) == ["64"]
+
+
+def test_ncu_main_with_the_backward_needs_both_passes_at_both_head_dims(tmp_path):
+    csv_path, sass_path = tmp_path / "mma.csv", tmp_path / "sass.json"
+    csv_path.write_text(CSV)
+    sass_path.write_text(json.dumps(SASS))
+    backward_path, out = tmp_path / "backward.csv", tmp_path / "ncu.json"
+    backward_path.write_text(BACKWARD_CSV)
+    args = ["ncu", str(csv_path), str(sass_path), str(out), "--backward", str(backward_path)]
+    assert fl.main(args) == 1  # D = 128's dK/dV pass is missing
+    assert sorted(json.loads(out.read_text())["backward"]["by_head_dim"]) == ["128", "64"]
+    backward_path.write_text(BACKWARD_CSV + "\n" + backward_launch(
+        5, "backward_dkdv_mma_kernel", 128, 35, 300000, 3))
+    assert fl.main(args) == 0
+    report = json.loads(out.read_text())
+    lines = fl.ncu_lines(report)
+    at = lines.index("ncu, tensor-core backward f16 (measured; dQ pass | dK/dV pass)")
+    assert lines[at + 1].startswith("  D=64: ")
+    assert "100 us | 150 us, tensor pipe 20% | 30%" in lines[at + 1]
