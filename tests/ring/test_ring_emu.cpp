@@ -21,6 +21,7 @@
 //     dilated sub-problems at D = 64 run the Hopper forward (cuda/forward_wgmma.cu, docs/spec.md
 //     14.5); forward and backward against the reference on rings of P = 2 (contiguous) and 3
 //     (zigzag), and the Hopper kernel's launches counted.
+#include "../common/thread_orders.h"
 #include "ring_checks.h"
 #include "simt.h"
 
@@ -101,6 +102,7 @@ void schedule_independent() {
     } schedules[] = {{simt::ThreadOrder::descending, 0, "descending threads, rank 0 late"},
                      {simt::ThreadOrder::shuffled, 3, "shuffled threads, rank 3 late"}};
     for (const auto& s : schedules) {
+      if (!harness::every_thread_order()) break;  // ../common/thread_orders.h
       simt::ScopedThreadOrder order(s.order, 99);
       const Gradients again = ringtest::ring_backward(c, in, fwd, ring, s.late);
       CHECK_MSG(first.dq.bytes() == again.dq.bytes(), "dQ differs in bits with %s", s.name);
