@@ -13,7 +13,8 @@
 // backward schedules agree on who computes each pair:
 //   W(i, j) = 0                                    if a branch before b holds (i, j),
 //             1 + (branches after b holding it)    otherwise,
-// for the tile of branch b. Per S tile (query rows q0.. of progression q, keys k0.. of k, all
+// for the tile of branch b: lib/pair_sharing.h's rule (SPEC 3.4), which the CUDA forwards apply
+// too. Per S tile (query rows q0.. of progression q, keys k0.. of k, all
 // inside one segment of b) each other branch c the head uses holds none, all or some of the
 // tile's pairs:
 //   an earlier c holding all of them: the tile is skipped (c's tiles compute its pairs);

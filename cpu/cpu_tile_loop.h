@@ -29,8 +29,8 @@
 namespace dilattn::cpu::DILATTN_CPU_ISA_NS {
 
 struct Piece {
-  KeyProgression own;
-  KeyProgression other;     // dense, dilated: the one progression on the other side
+  KeyProgression own{};
+  KeyProgression other{};   // dense, dilated: the one progression on the other side
   int64_t mask_block = -1;  // sparse: row block ib (forward) or key block jb (dK/dV)
   int64_t branch = -1;      // dilated: the branch (its pairs' weights: cpu_pair_weights.h)
 };

@@ -24,6 +24,7 @@
 
 #include "cuda_compat.cuh"
 #include "index_rules.h"
+#include "pair_sharing.h"
 
 namespace dilattn {
 namespace DILATTN_BACKEND_NS {
@@ -92,6 +93,14 @@ struct ForwardParams {
   int32_t placed;
   int64_t place_q_first, place_q_step, place_k_first, place_k_step;
   int64_t place_Nq, place_Nk, place_h0, place_H;
+  // SPEC 3.4's pairs that several branches hold, computed once (lib/pair_sharing.h): share_pairs
+  // != 0 on a dilated call whose branches nest (branches_share_pairs) and whose kernel applies
+  // the weights (the tensor-core forwards' plain instances, launch.cu); branch_w and branch_r
+  // then hold every branch's segment length and dilation. The tile's keys an earlier branch
+  // holds whole are cut out of its span (two spans: before and after them) and each lane's
+  // probabilities take its pairs' weights (lane_weights).
+  int32_t share_pairs;
+  int64_t branch_w[kMaxSharingBranches], branch_r[kMaxSharingBranches];
 };
 
 // ---------------------------------------------------------------- element conversions
@@ -149,9 +158,78 @@ __device__ __forceinline__ const int64_t* tile_key_blocks(const ForwardParams& p
   return p.col_idx + p.head_ptr[hm] + rp[ib];
 }
 
-// Number of key spans the tile walks: one (dense, dilated) or the row's listed blocks.
+// ---------------------------------------------------------------- shared pairs (SPEC 3.4)
+// Head h's view of the call's branches for lib/pair_sharing.h's forms (branches.at(c),
+// branches.used(c)), read from the launch parameters as needed.
+struct HeadBranches {
+  const ForwardParams& p;
+  int64_t h;
+  __device__ __forceinline__ SharedBranch at(int64_t c) const {
+    return SharedBranch{clipped_segment(p.branch_w[c], p.Nq), p.branch_r[c],
+                        head_offset(p.head_mode, h, c, p.branch_r[c], p.H)};
+  }
+  __device__ __forceinline__ bool used(int64_t c) const {
+    return head_uses_branch(p.head_mode, h, c, p.H, p.num_branches);
+  }
+};
+
+// The keys a dilated tile with shared pairs leaves out, [lo, hi) of its rows' key progression
+// (lo == hi: none): those an earlier branch holds whole, the same range for every row of the
+// tile (lib/pair_sharing.h, shared_skip_range_as), read at the tile's first row row0. Its key
+// spans are the keys before (span 0) and after (span 1) the range. 32-bit arithmetic: the
+// launcher shares pairs only below kNarrowPositions.
+struct SpanCut {
+  int32_t lo = 0, hi = 0;
+};
+__device__ __forceinline__ SpanCut tile_span_cut(const ForwardParams& p, int64_t h,
+                                                 int64_t row0) {
+  SpanCut cut;
+  if (p.kind != kKindDilated || !p.share_pairs || row0 < 0) return cut;
+  int64_t lo = 0, hi = 0;
+  shared_skip_range_as<int32_t>(HeadBranches{p, h}, p.branch, p.Nq, row0, &lo, &hi);
+  cut.lo = static_cast<int32_t>(lo);
+  cut.hi = static_cast<int32_t>(hi);
+  return cut;
+}
+
+// A lane's shared-pair weights for the tile's two spans, 4 bits each, bits 4 (4 span + 2 row +
+// column parity): the lane's columns 2t and 2t + 1 of a span's start stand for all its keys of
+// that span (lib/pair_sharing.h, shared_span_weights_as). Computed once a tile, before its
+// chunks; one register across them. 0 without shared pairs (chunk_log_weights then gives 0).
+__device__ __forceinline__ uint32_t lane_weights(const ForwardParams& p, int64_t h, int64_t i0,
+                                                 int64_t i1, int64_t row0, const SpanCut& cut) {
+  if (p.kind != kKindDilated || !p.share_pairs || row0 < 0) return 0;
+  const int64_t o = head_offset(p.head_mode, h, p.branch, p.r, p.H);
+  const int64_t first = dilated_keys(row0, p.Nq, p.w, p.r, o, false).first;
+  const int64_t col = 2 * (static_cast<int64_t>(threadIdx.x) & 3);
+  uint32_t packed = 0;
+  for (int span = 0; span < 2; ++span) {
+    const int64_t start = first + p.r * (span == 0 ? 0 : cut.hi);
+    int32_t weight[2][2];
+    shared_span_weights_as<int32_t>(HeadBranches{p, h}, p.num_branches, p.branch, i0, i1,
+                                    start + p.r * col, start + p.r * (col + 1), weight);
+    for (int x = 0; x < 4; ++x)
+      packed |= static_cast<uint32_t>(weight[x / 2][x % 2]) << (4 * (4 * span + x));
+  }
+  return packed;
+}
+
+// The lane's weights for span `span` of its chunk as log2 (mma_rows.cuh's lw), from
+// lane_weights' bits; 0 everywhere without shared pairs.
+__device__ __forceinline__ void chunk_log_weights(const ForwardParams& p, uint32_t packed,
+                                                  int64_t span, float (&lw)[2][2]) {
+  for (int x = 0; x < 4; ++x)
+    lw[x / 2][x % 2] =
+        p.share_pairs ? log2_of_weight(static_cast<int32_t>(
+                            (packed >> (4 * (4 * static_cast<int>(span) + x))) & 15u))
+                      : 0.0f;
+}
+
+// Number of key spans the tile walks: one (dense, dilated) or the row's listed blocks; two for a
+// dilated tile with shared pairs (before and after the keys an earlier branch holds whole).
 __device__ __forceinline__ int64_t tile_span_count(const ForwardParams& p, int64_t h,
                                                    int64_t tile) {
+  if (p.kind == kKindDilated && p.share_pairs) return 2;
   if (p.kind != kKindSparse) return 1;
   int64_t count = 0;
   tile_key_blocks(p, h, tile, &count);
@@ -179,16 +257,30 @@ __device__ __forceinline__ KeyProgression row_keys(const ForwardParams& p, int64
 // the last row with a key (0 and 1 when none has one), so the result does not depend on which
 // lane read which row. A lane reads rows lane, lane + 32, ...: with one thread the rows of a
 // 128-row tile took longer than the block's products on a block-sparse span of two chunks.
+// cut_range: a dilated tile's with shared pairs (tile_span_cut); null in the kernel instances
+// that never share pairs, whose code then holds no cut at all.
 __device__ __forceinline__ void read_span(const ForwardParams& p, int64_t h, int64_t tile,
                                           int64_t span, const int64_t* rows, int br,
-                                          int64_t* cnt, int64_t* span_out) {
+                                          int64_t* cnt, int64_t* span_out,
+                                          const SpanCut* cut_range = nullptr) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   int64_t first = 0, step = 1, most = 0;
   int last_row = -1;  // the lane's last row with a key
+  // Shared pairs (SPEC 3.4): span 0 holds the row's keys before those an earlier branch holds
+  // whole, span 1 those after (cut_range, the tile's).
+  const bool cut = cut_range != nullptr && p.kind == kKindDilated && p.share_pairs;
+  const int64_t cut_lo = cut ? cut_range->lo : 0, cut_hi = cut ? cut_range->hi : 0;
   for (int t = lane; t < br; t += 32) {
     int64_t count = 0;
     if (rows[t] >= 0) {
-      const KeyProgression kp = row_keys(p, h, tile, span, rows[t]);
+      KeyProgression kp = row_keys(p, h, tile, span, rows[t]);
+      if (cut) {
+        const int64_t lo = cut_lo == cut_hi ? kp.count : cut_lo;  // none skipped: all in span 0
+        const int64_t hi = cut_lo == cut_hi ? kp.count : cut_hi;
+        kp = span == 0 ? KeyProgression{kp.first, kp.step, min_i64(kp.count, lo)}
+                       : KeyProgression{kp.first + hi * kp.step, kp.step,
+                                        max_i64(int64_t{0}, kp.count - hi)};
+      }
       count = kp.count;
       if (count > 0) {
         first = kp.first;

@@ -129,11 +129,13 @@ __device__ __forceinline__ int frag_cols_first(int lane) {
 // frag_rows_first). Variants: w and vr give each score's window range, key and row
 // (mma_variants.cuh). after_softmax(s): what the kernel does to P before P V (dropout instances:
 // SPEC 11's factors; the others nothing).
-template <class T, int D, bool Variants, class AfterSoftmax>
+// lw: the lane's shared-pair weights (attention_tile.cuh lane_weights), taken where Weighted
+// (the plain instance); the others run the unweighted softmax, which holds no register for them.
+template <class T, int D, bool Variants, bool Weighted, class AfterSoftmax>
 __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_t (&qf)[D / 16][4],
                                            const T* k, const T* v, int frag_k, int frag_v,
                                            int keys0, int keys1,
-                                           mma_rows::RowState<D>& st,
+                                           mma_rows::RowState<D>& st, const float (&lw)[2][2],
                                            const VariantRows& vr, AfterSoftmax after_softmax,
                                            const ChunkWindow& w = ChunkWindow{}) {
   using Tile = MmaTile<T, D>;
@@ -162,7 +164,10 @@ __device__ __forceinline__ void warp_chunk(const ForwardParams& p, const uint32_
       return;
     }
   } else {
-    mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+    if constexpr (Weighted)
+      mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st, lw);
+    else
+      mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
     after_softmax(s);
     if (unseen_values_not_finite<T, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
       exact_rows_product<T, D, Tile::kStride, Tile::kBc>(
@@ -224,7 +229,18 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   }
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0);
+  // Shared pairs (SPEC 3.4; the plain instance only, attention_tile.cuh): the tile's cut and
+  // the lane's weights for its two spans, once, before the chunks.
+  SpanCut cut;
+  const SpanCut* tile_cut = nullptr;
+  uint32_t lane_w = 0;
+  if constexpr (!Variants && !Dropout)
+    if (p.share_pairs) {
+      cut = tile_span_cut(p, h, tl.rows[0]);
+      tile_cut = &cut;
+      lane_w = lane_weights(p, h, tl.rows[r0], tl.rows[r1], tl.rows[0], cut);
+    }
+  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, tile_cut);
   __syncthreads();
   const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
   uint32_t qf[D / 16][4];
@@ -235,18 +251,20 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   VariantRows vr;
   if constexpr (Variants) vr = variant_rows(p, b, h, tl.rows[r0], tl.rows[r1]);
 
-  // 2-3. The chunks (mma_chunk_loop.cuh).
+  // 2-3. The chunks (mma_chunk_loop.cuh), each with its span's weights (lw).
   const T* kb = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
   mma_chunk_loop(
-      p, tl, h, tile, num_spans, r0, r1,
+      p, tl, h, tile, num_spans, r0, r1, tile_cut,
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         issue_chunk<T, D>(p, kb, vb, first, step, c0, cn, k, v);
       },
       [&](const T* k, const T* v, int keys0, int keys1, const ChunkKeys& at,
           const auto&... window) {
-        warp_chunk<T, D, Variants>(
-            p, qf, k, v, frag_k, frag_a, keys0, keys1, st, vr,
+        float lw[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        if constexpr (!Variants && !Dropout) chunk_log_weights(p, lane_w, at.span, lw);
+        warp_chunk<T, D, Variants, !Variants && !Dropout>(
+            p, qf, k, v, frag_k, frag_a, keys0, keys1, st, lw, vr,
             [&](auto& s) {
               if constexpr (Dropout)
                 dropout_row_fragments(p, b, h, {tl.rows[r0], tl.rows[r1]}, {keys0, keys1},

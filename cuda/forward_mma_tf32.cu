@@ -110,10 +110,13 @@ __device__ __forceinline__ void issue_tf32_chunk(const ForwardParams& p, const f
 // dim t, a2, a3 the same at dim t + 4). Variants: w and vr give each score's window range, key
 // and row (mma_variants.cuh). after_softmax(s): what the kernel does to P before P V (dropout:
 // SPEC 11's factors).
-template <int D, int kProducts, bool Variants, class AfterSoftmax>
+// lw: the lane's shared-pair weights (attention_tile.cuh lane_weights), taken where Weighted
+// (the plain instance), as forward_mma.cu.
+template <int D, int kProducts, bool Variants, bool Weighted, class AfterSoftmax>
 __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const float (&qf)[D / 8][4],
                                                 const float* k, const float* v, int keys0,
                                                 int keys1, mma_rows::RowState<D>& st,
+                                                const float (&lw)[2][2],
                                                 const VariantRows& vr, AfterSoftmax after_softmax,
                                                 const ChunkWindow& w = ChunkWindow{}) {
   using Tile = Tf32Tile<D>;
@@ -145,7 +148,10 @@ __device__ __forceinline__ void tf32_warp_chunk(const ForwardParams& p, const fl
       return;
     }
   } else {
-    mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
+    if constexpr (Weighted)
+      mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st, lw);
+    else
+      mma_rows::softmax_chunk<kTiles, D>(p, s, keys0, keys1, st);
     after_softmax(s);
     if (unseen_values_not_finite<float, D, Tile::kStride, Tile::kBc>(v, keys0, keys1)) {
       exact_rows_product<float, D, Tile::kStride, Tile::kBc>(
@@ -202,7 +208,17 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   }
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (tid < 32 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0);
+  // Shared pairs (SPEC 3.4; the plain instance only): as forward_mma.cu.
+  SpanCut cut;
+  const SpanCut* tile_cut = nullptr;
+  uint32_t lane_w = 0;
+  if constexpr (!Variants && !Dropout)
+    if (p.share_pairs) {
+      cut = tile_span_cut(p, h, tl.rows[0]);
+      tile_cut = &cut;
+      lane_w = lane_weights(p, h, tl.rows[r0], tl.rows[r1], tl.rows[0], cut);
+    }
+  if (tid < 32 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, tile_cut);
   __syncthreads();
   float qf[D / 8][4];
   for (int kk = 0; kk < D / 8; ++kk) {
@@ -218,18 +234,20 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   VariantRows vr;
   if constexpr (Variants) vr = variant_rows(p, b, h, tl.rows[r0], tl.rows[r1]);
 
-  // 2-3. The chunks (mma_chunk_loop.cuh).
+  // 2-3. The chunks (mma_chunk_loop.cuh), each with its span's weights (lw).
   const float* kb = static_cast<const float*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
   const float* vb = static_cast<const float*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
   mma_chunk_loop(
-      p, tl, h, tile, num_spans, r0, r1,
+      p, tl, h, tile, num_spans, r0, r1, tile_cut,
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, float* k, float* v) {
         issue_tf32_chunk<D>(p, kb, vb, first, step, c0, cn, k, v);
       },
       [&](const float* k, const float* v, int keys0, int keys1, const ChunkKeys& at,
           const auto&... window) {
-        tf32_warp_chunk<D, kProducts, Variants>(
-            p, qf, k, v, keys0, keys1, st, vr,
+        float lw[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        if constexpr (!Variants && !Dropout) chunk_log_weights(p, lane_w, at.span, lw);
+        tf32_warp_chunk<D, kProducts, Variants, !Variants && !Dropout>(
+            p, qf, k, v, keys0, keys1, st, lw, vr,
             [&](auto& s) {
               if constexpr (Dropout)
                 dropout_row_fragments(p, b, h, {tl.rows[r0], tl.rows[r1]}, {keys0, keys1},

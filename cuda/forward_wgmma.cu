@@ -78,8 +78,8 @@ struct WgmmaTile {
   static constexpr int kBarriers = kV + kStages * kTileBytes;  // full[kStages], empty[kStages]
   static constexpr int kRows = kBarriers + 2 * kStages * 8;    // int64 rows[kBr]
   // Each warpgroup's span slot: int64 cnt[kBr], then first, step, most, its rows' most and
-  // fewest count, and 4 bytes of per-warp flags.
-  static constexpr int kSlotBytes = kBr * 8 + 6 * 8;
+  // fewest count, 4 bytes of per-warp flags, and the tile's cut (shared pairs: lo and hi, int32).
+  static constexpr int kSlotBytes = kBr * 8 + 7 * 8;
   static constexpr int kSlots = kRows + kBr * 8;
   static constexpr int kBytes = kSlots + (1 + kConsumers) * kSlotBytes;
   static constexpr size_t kSmem = kBytes + 1024;  // the base is aligned up from dynamic memory
@@ -148,10 +148,20 @@ __device__ __forceinline__ void load_chunk(const WgmmaTensorMaps& maps, unsigned
 // Warp 0 of warpgroup `group` reads span `span` of the tile into the group's slot (read_span:
 // every row's count, first, step and the largest count) and, for a consumer, the largest and
 // fewest count of its own 64 rows (rows < 0 left out of the fewest). The caller synchronises.
+// With shared pairs the tile's cut (attention_tile.cuh tile_span_cut) comes from the slot
+// (slot_cut), where the kernel put it once, so no register holds it across the chunks.
+__device__ __forceinline__ SpanCut slot_cut(const int64_t* slot, int br) {
+  const int32_t* cut = reinterpret_cast<const int32_t*>(slot + br + 6);
+  SpanCut c;
+  c.lo = cut[0];
+  c.hi = cut[1];
+  return c;
+}
 __device__ __forceinline__ void read_group_span(const ForwardParams& p, int64_t h, int64_t tile,
                                                 int64_t span, const int64_t* rows, int br,
                                                 int64_t* slot, int group) {
-  read_span(p, h, tile, span, rows, br, slot, slot + br);
+  const SpanCut cut = slot_cut(slot, br);
+  read_span(p, h, tile, span, rows, br, slot, slot + br, &cut);
   if (group == 0) return;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   int64_t most = 0, fewest = INT64_MAX;
@@ -280,6 +290,17 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   for (int r = 0; r < BR; ++r) any_row = any_row || rows[r] >= 0;
   if (!any_row) return;  // the same answer in every thread: no barrier is skipped by some only
   const int64_t num_spans = tile_span_count(p, h, tile);
+  // Shared pairs (SPEC 3.4): the tile's cut into every group's slot, once (read_group_span).
+  if (p.share_pairs) {
+    if (tid < 1 + Tile::kConsumers) {
+      const SpanCut cut = tile_span_cut(p, h, rows[0]);
+      int32_t* at = reinterpret_cast<int32_t*>(
+          reinterpret_cast<int64_t*>(base + Tile::kSlots + tid * Tile::kSlotBytes) + BR + 6);
+      at[0] = cut.lo;
+      at[1] = cut.hi;
+    }
+    __syncthreads();  // the same branch in every thread: p.share_pairs is the launch's
+  }
 
   if (group == 0) {  // the producer
     warpgroup_registers_dec<56>();
@@ -302,6 +323,8 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   const unsigned my_turn = 2 + barrier, other_turn = 5 - barrier;  // 3, 4: the groups' turns
   const int row0 = 64 * (group - 1);
   const int r0 = row0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+  // The lane's shared-pair weights for the tile's two spans, once (attention_tile.cuh).
+  const uint32_t lane_w = lane_weights(p, h, rows[r0], rows[r1], rows[0], slot_cut(slot, BR));
   unsigned char* q = base + Tile::kQ;
   for (int idx = tid & 127; idx < 64 * D; idx += 128) {
     const int r = row0 + idx / D, d = idx % D;
@@ -331,6 +354,8 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
     const int64_t group_most = __shfl_sync(0xffffffffu, slot[BR + 3], 0);
     const int64_t group_fewest = __shfl_sync(0xffffffffu, slot[BR + 4], 0);
     const int64_t cnt0 = slot[r0], cnt1 = slot[r1];
+    float lw[2][2];  // the span's shared-pair weights
+    chunk_log_weights(p, lane_w, span, lw);
     for (int64_t c0 = 0; c0 < most; c0 += BC, ++chunk) {
       const int stage = chunk % Tile::kStages, use = chunk / Tile::kStages;
       mbarrier_wait_parity(&full[stage], use & 1);
@@ -364,7 +389,7 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
         const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);
         const int keys1 = mma_rows::row_keys_in_chunk(cn, cnt1, c0);
         mma_rows::softmax_scaled_scores<BC / 8, D>(p.score_pre, p.score_post, s, keys0, keys1,
-                                                   st, alpha);
+                                                   st, alpha, lw);
         if (pending) {  // the previous chunk's P V, then its stage back to the producer
           wgmma_wait_group<0>();
           wgmma_fence_operand<D / 2>(&st.o[0][0]);

@@ -481,6 +481,30 @@ dilattn_status prepare(Problem& p) {
 
 namespace {
 
+// SPEC 3.4's pairs that several dilated branches hold, computed once (lib/pair_sharing.h), where
+// the branches nest and the call runs a tensor-core forward's plain instance (forward_mma.cu,
+// forward_mma_tf32.cu, forward_wgmma.cu apply the weights; the SIMT, variant and dropout
+// instances and a ring's placed sub-problems compute every branch's pairs).
+ForwardParams with_shared_pairs(const Problem& p, int cc_major, ForwardParams fp) {
+  const int64_t m = p.num_branches();
+  if (p.kind != DILATTN_KIND_DILATED || fp.placed || uses_score_variants(p) || p.dropout_p > 0 ||
+      m > kMaxSharingBranches ||
+      forward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::simt)
+    return fp;
+  int64_t w[kMaxSharingBranches], r[kMaxSharingBranches];
+  for (int64_t c = 0; c < m; ++c) {
+    w[c] = p.branches[static_cast<size_t>(c)].w;
+    r[c] = p.branches[static_cast<size_t>(c)].r;
+  }
+  if (!branches_share_pairs(w, r, m, p.Nq)) return fp;
+  fp.share_pairs = 1;
+  for (int64_t c = 0; c < m; ++c) {
+    fp.branch_w[c] = w[c];
+    fp.branch_r[c] = r[c];
+  }
+  return fp;
+}
+
 // One problem (a plan's, or one sequence of a packed batch) on the call's stream.
 dilattn_status forward_one(const Problem& p, const ForwardArgs& a) {
   CallDevice call;
@@ -490,7 +514,8 @@ dilattn_status forward_one(const Problem& p, const ForwardArgs& a) {
   if (st != DILATTN_SUCCESS) return st;
   if ((st = choose_kernel(p, *call.info, &kernel)) != DILATTN_SUCCESS) return st;
   if ((st = prepare_workspace(p, a, call.device, call.stream, &ws)) != DILATTN_SUCCESS) return st;
-  const ForwardParams fp = with_direct_outputs(p, a, shared_params(p, a, ws));
+  const ForwardParams fp =
+      with_shared_pairs(p, call.info->major, with_direct_outputs(p, a, shared_params(p, a, ws)));
   std::vector<WgmmaTensorMaps> maps;
   if (wgmma_maps_for(p, *call.info, fp, &maps))
     st = launch_wgmma_branches(p, *call.info, call.stream, fp, maps);

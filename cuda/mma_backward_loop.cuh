@@ -211,7 +211,8 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
     tl.di[r] = i >= 0 ? bp.di[row] : 0.0f;
   }
   const int64_t num_spans = tile_span_count(p, h, tile);
-  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0);
+  // The backward computes every branch's pairs (share_pairs is 0 in its parameters): no cut.
+  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, nullptr);
   __syncthreads();
 
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
@@ -229,7 +230,7 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
   const T* vb = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
   const int32_t* key_flags = bp.key_bad == nullptr ? nullptr : bp.key_bad + (b * p.Hkv + hk) * p.Nk;
   mma_chunk_loop(
-      p, tl, h, tile, num_spans, r0, r1,
+      p, tl, h, tile, num_spans, r0, r1, nullptr,
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         copy_rows<T, D, S, BC, kThreads>(k, kb, p.k_stride, p.kv_vec16 != 0, first, step, c0, cn);
         copy_rows<T, D, S, BC, kThreads>(v, vb, p.v_stride, p.kv_vec16 != 0, first, step, c0, cn);

@@ -36,25 +36,28 @@ namespace DILATTN_BACKEND_NS {
 // the window read_window_span (variant instances).
 template <class Tile>
 __device__ __forceinline__ void read_tile_span(const ForwardParams& p, const Tile& tl, int64_t h,
-                                               int64_t tile, int64_t span, int slot) {
+                                               int64_t tile, int64_t span, int slot,
+                                               const SpanCut* cut) {
   constexpr int BR = Tile::kBr;
   if constexpr (Tile::kVariants)
     read_window_span(p, h, tile, span, tl.rows, BR, tl.from + slot * BR, tl.cnt + slot * BR,
                      tl.span + 3 * slot);
   else
-    read_span(p, h, tile, span, tl.rows, BR, tl.cnt + slot * BR, tl.span + 3 * slot);
+    read_span(p, h, tile, span, tl.rows, BR, tl.cnt + slot * BR, tl.span + 3 * slot, cut);
 }
-// Where a chunk's keys lie: key c of the chunk is first + step * (c0 + c).
+// Where a chunk's keys lie: key c of the chunk is first + step * (c0 + c), in span `span`.
 struct ChunkKeys {
-  int64_t first, step, c0;
+  int64_t first, step, c0, span;
 };
 
 // The tile's rows and the first span's descriptor are in tl (read_span of span 0 done, visible
-// to all); r0, r1: the lane's two tile rows.
+// to all); r0, r1: the lane's two tile rows; cut: the tile's (tile_span_cut: shared pairs), or
+// null in the instances that never share pairs.
 template <class Tile, class Issue, class Compute>
 __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Tile& tl, int64_t h,
                                                int64_t tile, int64_t num_spans, int r0, int r1,
-                                               Issue issue, Compute compute) {
+                                               const SpanCut* cut, Issue issue,
+                                               Compute compute) {
   constexpr int BR = Tile::kBr, BC = Tile::kBc;
   const int tid = static_cast<int>(threadIdx.x);
   int64_t span = 0, c0 = 0;
@@ -75,7 +78,7 @@ __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Til
       next_slot = slot + 1 == Tile::kSpanSlots ? 0 : slot + 1;
     }
     if (tid < 32 && next_span != span && next_span < num_spans)
-      read_tile_span(p, tl, h, tile, next_span, next_slot);
+      read_tile_span(p, tl, h, tile, next_span, next_slot, cut);
     async_copy_wait<0>();
     __syncthreads();  // this chunk's K, V and the next span's descriptor visible to all
     // buf holds this chunk (if the span has one); the next goes to the other buffer, whose
@@ -93,7 +96,7 @@ __device__ __forceinline__ void mma_chunk_loop(const ForwardParams& p, const Til
       const int64_t cn = min_i64(BC, most - c0);
       const int keys0 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r0], c0);
       const int keys1 = mma_rows::row_keys_in_chunk(cn, tl.cnt[slot * BR + r1], c0);
-      const ChunkKeys at{info[0], info[1], c0};
+      const ChunkKeys at{info[0], info[1], c0, span};
       if constexpr (Tile::kVariants) {  // the rows' keys in it: [from, keys) (the window)
         const ChunkWindow w =
             chunk_window<BC>(info, c0, tl.from[slot * BR + r0], tl.from[slot * BR + r1]);

@@ -78,11 +78,18 @@ __device__ __forceinline__ int row_keys_in_chunk(int64_t cn, int64_t count, int6
 // softmax_scaled_scores (m, l, P and the rows' alpha) then rescale_rows (O *= alpha): a kernel
 // whose O is still being written by an asynchronous product (forward_wgmma.cu) calls the two
 // apart.
-template <int kTiles, int D>
-__device__ __forceinline__ void softmax_scaled_scores(const float pre, const float post,
-                                                      float (&s)[kTiles][4], int keys0,
-                                                      int keys1, RowState<D>& st,
-                                                      float (&alpha)[2]) {
+//
+// lw (shared pairs, lib/pair_sharing.h): log2 of the weight of the lane's pairs, per row and
+// column parity (lw[e >> 1][e & 1] for s[n][e]); each probability is 2^(... + lw), the weight
+// times it, by one more term in the shift the exponent takes already: no work per score. 0
+// everywhere leaves every bit as without it; -inf makes the pair's probability 0.
+// kWeighted false: the unweighted form, which holds no register for lw (the instances that
+// never share pairs take it).
+template <int kTiles, int D, bool kWeighted>
+__device__ __forceinline__ void softmax_scores_as(const float pre, const float post,
+                                                  float (&s)[kTiles][4], int keys0, int keys1,
+                                                  RowState<D>& st, float (&alpha)[2],
+                                                  const float (&lw)[2][2]) {
   constexpr int kKeys = kTiles * 8;
   const int t = static_cast<int>(threadIdx.x) & 3;
   const bool pre_positive = pre > 0.0f;
@@ -108,20 +115,44 @@ __device__ __forceinline__ void softmax_scaled_scores(const float pre, const flo
     st.m[r] = m_new;
   }
   if (pre_positive && post == 1.0f && shift[0] != INFINITY && shift[1] != INFINITY) {
+    float weighted[2][2];
+    for (int x = 0; x < 4; ++x)
+      weighted[x / 2][x % 2] = kWeighted ? shift[x / 2] - lw[x / 2][x % 2] : shift[x / 2];
     for (int n = 0; n < kTiles; ++n)
       for (int e = 0; e < 4; ++e) {
-        s[n][e] = online_prob_fused(s[n][e], pre, shift[e >> 1]);
+        s[n][e] = online_prob_fused(s[n][e], pre, weighted[e >> 1][e & 1]);
         sum[e >> 1] += s[n][e];
       }
   } else {
     const float factor = pre_positive ? pre : 1.0f;  // a negative pre is in s already
+    float weighted[2][2];
+    for (int x = 0; x < 4; ++x)
+      weighted[x / 2][x % 2] = kWeighted ? shift[x / 2] - lw[x / 2][x % 2] / post : shift[x / 2];
     for (int n = 0; n < kTiles; ++n)
       for (int e = 0; e < 4; ++e) {
-        s[n][e] = online_prob(s[n][e] * factor, shift[e >> 1], post);
+        s[n][e] = online_prob(s[n][e] * factor, weighted[e >> 1][e & 1], post);
         sum[e >> 1] += s[n][e];
       }
   }
   for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * alpha[r] + row_sum(sum[r]);
+}
+
+template <int kTiles, int D>
+__device__ __forceinline__ void softmax_scaled_scores(const float pre, const float post,
+                                                      float (&s)[kTiles][4], int keys0,
+                                                      int keys1, RowState<D>& st,
+                                                      float (&alpha)[2],
+                                                      const float (&lw)[2][2]) {
+  softmax_scores_as<kTiles, D, true>(pre, post, s, keys0, keys1, st, alpha, lw);
+}
+// Unweighted: every pair once.
+template <int kTiles, int D>
+__device__ __forceinline__ void softmax_scaled_scores(const float pre, const float post,
+                                                      float (&s)[kTiles][4], int keys0,
+                                                      int keys1, RowState<D>& st,
+                                                      float (&alpha)[2]) {
+  const float unweighted[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+  softmax_scores_as<kTiles, D, false>(pre, post, s, keys0, keys1, st, alpha, unweighted);
 }
 
 // O rescaled by the rows' alpha, unless no row of the warp moved its maximum (alpha = 1
@@ -148,6 +179,16 @@ __device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)
   softmax_scaled<kTiles, D>(p.score_pre, p.score_post, s, keys0, keys1, st);
 }
 
+// softmax_chunk with the lane's shared-pair weights (attention_tile.cuh lane_weights).
+template <int kTiles, int D>
+__device__ __forceinline__ void softmax_chunk(const ForwardParams& p, float (&s)[kTiles][4],
+                                              int keys0, int keys1, RowState<D>& st,
+                                              const float (&lw)[2][2]) {
+  float alpha[2];
+  softmax_scaled_scores<kTiles, D>(p.score_pre, p.score_post, s, keys0, keys1, st, alpha, lw);
+  rescale_rows<D>(st, alpha);
+}
+
 // Row r (0 or 1) of the lane, query row i (-1: none): one branch writes O / l and LSE to the
 // caller's tensors; several branches merge (O / l, LSE) into the workspace with SPEC 5's
 // update. All 4 lanes of the row read the old LSE before the first of them writes it.
@@ -170,7 +211,10 @@ __device__ __forceinline__ void finish_row(const ForwardParams& p, int64_t b, in
     if (t == 0) store_lse(p, b, h, i, lse_b);
     return;
   }
-  const bool merge = i >= 0 && !row_is_empty(m);
+  // A row all of whose pairs in this branch an earlier branch computes (shared pairs,
+  // lib/pair_sharing.h) has l = 0 here: it adds nothing (and 0 * (1 / 0) would be a NaN). A NaN
+  // l is not 0 and merges, so the NaN reaches the row (SPEC 13).
+  const bool merge = i >= 0 && !row_is_empty(m) && l != 0.0f;
   const int64_t row = (b * p.H + h) * p.Nq + i;
   const double lse_old = merge ? p.lse_acc[row] : 0.0;
   __syncwarp();

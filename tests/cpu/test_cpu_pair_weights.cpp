@@ -23,6 +23,7 @@
 #include "cpu_isa_target.h"  // first: see there
 #include "cpu_pair_weights.h"
 #include "cpu_tile_loop.h"
+#include "pair_sharing.h"
 #include "reference_key_sets.h"
 
 using namespace dilattn;
@@ -57,11 +58,24 @@ std::vector<int> multiplicity(const Problem& p, int64_t h) {
 // Sum of the weights of every pair over every tile, tiles cut as the forward cuts them (work
 // items of `block` rows, row tiles of up to `tile_rows`, key tiles of up to `tile_keys`), with
 // weights in the compute type T.
+// Each computed pair's weight is also checked against lib/pair_sharing.h's rule, pair by pair
+// (shared_pair_weight, which the CUDA forwards apply too): the cpu backend's tiles apply exactly
+// that rule (*rule_violations counts the pairs that differ).
 template <class T>
 std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int64_t tile_rows,
                                 int64_t tile_keys, int* skip_violations, int* bad_values,
-                                int64_t* computed) {
+                                int64_t* rule_violations, int64_t* computed) {
   const int64_t N = p.Nq;
+  const int64_t m = p.num_branches();
+  std::vector<SharedBranch> shared(static_cast<size_t>(m));
+  std::vector<char> used(static_cast<size_t>(m));
+  for (int64_t c = 0; c < m; ++c) {
+    const BranchView v = branch_view(p, h, c);
+    shared[static_cast<size_t>(c)] = SharedBranch{v.wc, v.r, v.o};
+    used[static_cast<size_t>(c)] = head_uses_branch(p.head_mode, h, c, p.H, m);
+  }
+  bool used_flags[kMaxSharingBranches] = {};
+  for (int64_t c = 0; c < m && c < kMaxSharingBranches; ++c) used_flags[c] = used[c] != 0;
   std::vector<double> sum(static_cast<size_t>(N * N), 0.0);
   alignas(64) static T weights[kBR * kBC];
   alignas(64) static int32_t key[kMemoInts];
@@ -88,6 +102,10 @@ std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int6
                 if (w < 0 || w != static_cast<T>(static_cast<int>(w))) ++*bad_values;
                 const int64_t i = progression_at(own, t0 + t), j = progression_at(keys, k0 + c);
                 sum[static_cast<size_t>(i * N + j)] += w;
+                if (m <= kMaxSharingBranches &&
+                    static_cast<int64_t>(w) != shared_pair_weight(shared.data(), used_flags, m,
+                                                                  piece.branch, i, j))
+                  ++*rule_violations;
               }
           }
         }
@@ -113,9 +131,14 @@ void check_config(const Config& c) {
     for (int n = 0; n < 3; ++n) {
       const int64_t* cut = cuts[n];
       int skip_violations = 0, bad_values = 0;
-      int64_t computed = 0;
-      const std::vector<double> got =
-          weight_sums<T>(p, h, cut[0], cut[1], cut[2], &skip_violations, &bad_values, &computed);
+      int64_t computed = 0, rule_violations = 0;
+      const std::vector<double> got = weight_sums<T>(p, h, cut[0], cut[1], cut[2],
+                                                     &skip_violations, &bad_values,
+                                                     &rule_violations, &computed);
+      CHECK_MSG(rule_violations == 0,
+                "[%s h=%lld cut %lld/%lld/%lld] %lld pairs weighted other than "
+                "lib/pair_sharing.h's rule", c.name, (long long)h, (long long)cut[0],
+                (long long)cut[1], (long long)cut[2], (long long)rule_violations);
       if (c.computes_distinct_pairs_only && n == 0) {
         int64_t distinct = 0;
         for (int x : want) distinct += x > 0;
