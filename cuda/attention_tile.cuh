@@ -214,6 +214,26 @@ __device__ __forceinline__ uint32_t lane_weights(const ForwardParams& p, int64_t
   return packed;
 }
 
+// A tile's shared pairs as a tensor-core kernel keeps them across its chunks: the cut (on: the
+// tile has one, cut_or_null() for read_span) and the lane's weights (lane_weights). Read once
+// a tile, before the chunks, by tile_shares; the instances that never share pairs keep the
+// default (none).
+struct TileShares {
+  SpanCut cut;
+  bool on = false;
+  uint32_t lane_w = 0;
+  __device__ __forceinline__ const SpanCut* cut_or_null() const { return on ? &cut : nullptr; }
+};
+__device__ __forceinline__ TileShares tile_shares(const ForwardParams& p, int64_t h,
+                                                  const int64_t* rows, int r0, int r1) {
+  TileShares s;
+  if (!p.share_pairs) return s;
+  s.on = true;
+  s.cut = tile_span_cut(p, h, rows[0]);
+  s.lane_w = lane_weights(p, h, rows[r0], rows[r1], rows[0], s.cut);
+  return s;
+}
+
 // The lane's weights for span `span` of its chunk as log2 (mma_rows.cuh's lw), from
 // lane_weights' bits; 0 everywhere without shared pairs.
 __device__ __forceinline__ void chunk_log_weights(const ForwardParams& p, uint32_t packed,

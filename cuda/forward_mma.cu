@@ -231,16 +231,9 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   const int64_t num_spans = tile_span_count(p, h, tile);
   // Shared pairs (SPEC 3.4; the plain instance only, attention_tile.cuh): the tile's cut and
   // the lane's weights for its two spans, once, before the chunks.
-  SpanCut cut;
-  const SpanCut* tile_cut = nullptr;
-  uint32_t lane_w = 0;
-  if constexpr (!Variants && !Dropout)
-    if (p.share_pairs) {
-      cut = tile_span_cut(p, h, tl.rows[0]);
-      tile_cut = &cut;
-      lane_w = lane_weights(p, h, tl.rows[r0], tl.rows[r1], tl.rows[0], cut);
-    }
-  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, tile_cut);
+  TileShares shares;
+  if constexpr (!Variants && !Dropout) shares = tile_shares(p, h, tl.rows, r0, r1);
+  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, shares.cut_or_null());
   __syncthreads();
   const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
   uint32_t qf[D / 16][4];
@@ -255,14 +248,14 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   const T* kb = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
   const T* vb = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
   mma_chunk_loop(
-      p, tl, h, tile, num_spans, r0, r1, tile_cut,
+      p, tl, h, tile, num_spans, r0, r1, shares.cut_or_null(),
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         issue_chunk<T, D>(p, kb, vb, first, step, c0, cn, k, v);
       },
       [&](const T* k, const T* v, int keys0, int keys1, const ChunkKeys& at,
           const auto&... window) {
         float lw[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-        if constexpr (!Variants && !Dropout) chunk_log_weights(p, lane_w, at.span, lw);
+        if constexpr (!Variants && !Dropout) chunk_log_weights(p, shares.lane_w, at.span, lw);
         warp_chunk<T, D, Variants, !Variants && !Dropout>(
             p, qf, k, v, frag_k, frag_a, keys0, keys1, st, lw, vr,
             [&](auto& s) {

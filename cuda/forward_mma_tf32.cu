@@ -209,16 +209,9 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
   // Shared pairs (SPEC 3.4; the plain instance only): as forward_mma.cu.
-  SpanCut cut;
-  const SpanCut* tile_cut = nullptr;
-  uint32_t lane_w = 0;
-  if constexpr (!Variants && !Dropout)
-    if (p.share_pairs) {
-      cut = tile_span_cut(p, h, tl.rows[0]);
-      tile_cut = &cut;
-      lane_w = lane_weights(p, h, tl.rows[r0], tl.rows[r1], tl.rows[0], cut);
-    }
-  if (tid < 32 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, tile_cut);
+  TileShares shares;
+  if constexpr (!Variants && !Dropout) shares = tile_shares(p, h, tl.rows, r0, r1);
+  if (tid < 32 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, shares.cut_or_null());
   __syncthreads();
   float qf[D / 8][4];
   for (int kk = 0; kk < D / 8; ++kk) {
@@ -238,14 +231,14 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   const float* kb = static_cast<const float*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
   const float* vb = static_cast<const float*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
   mma_chunk_loop(
-      p, tl, h, tile, num_spans, r0, r1, tile_cut,
+      p, tl, h, tile, num_spans, r0, r1, shares.cut_or_null(),
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, float* k, float* v) {
         issue_tf32_chunk<D>(p, kb, vb, first, step, c0, cn, k, v);
       },
       [&](const float* k, const float* v, int keys0, int keys1, const ChunkKeys& at,
           const auto&... window) {
         float lw[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-        if constexpr (!Variants && !Dropout) chunk_log_weights(p, lane_w, at.span, lw);
+        if constexpr (!Variants && !Dropout) chunk_log_weights(p, shares.lane_w, at.span, lw);
         tf32_warp_chunk<D, kProducts, Variants, !Variants && !Dropout>(
             p, qf, k, v, keys0, keys1, st, lw, vr,
             [&](auto& s) {

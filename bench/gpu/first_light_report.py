@@ -57,18 +57,24 @@ def quick_dense_tflops(D, duration_ns):
     return round(flop / duration_ns / 1e3, 1)
 
 
-def parse_ncu_csv(text, family="forward_mma_kernel"):
-    """{D: {metric: value}} from ncu's raw CSV: the header row starts with "ID", a units row
-    follows; the program's own output and ==PROF== lines around it are skipped. D comes from
-    the demangled name (forward_mma_kernel<__half, 64>, or `family`'s), else from the launch
-    order (the benchmark runs D = 64 first)."""
+def ncu_launches(text):
+    """The launches' rows of ncu's raw CSV, as dicts by column name: the header row starts with
+    "ID", a units row follows (left out, as the program's own output and ==PROF== lines
+    around the table are)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
-        return {}
-    rows = list(csv.DictReader(io.StringIO("\n".join(
-        line for line in lines[start:] if line.startswith('"')))))
-    launches = [r for r in rows if str(r.get("ID", "")).isdigit()]
+        return []
+    rows = csv.DictReader(io.StringIO("\n".join(
+        line for line in lines[start:] if line.startswith('"'))))
+    return [r for r in rows if str(r.get("ID", "")).isdigit()]
+
+
+def parse_ncu_csv(text, family="forward_mma_kernel"):
+    """{D: {metric: value}} from ncu's raw CSV (ncu_launches). D comes from the demangled name
+    (forward_mma_kernel<__half, 64>, or `family`'s), else from the launch order (the
+    benchmark runs D = 64 first)."""
+    launches = ncu_launches(text)
     by_d = {}
     for n, r in enumerate(launches):
         m = re.search(family + r"<[^,>]*,\s*(\d+)", r.get("Kernel Name", ""))
@@ -89,16 +95,8 @@ def parse_ncu_raw(text, family):
     """{D: {metric: number}}: every numeric column of `family`'s last launch per head dim in
     ncu's raw CSV (the sections' metrics and METRICS), with its kernel name; D as
     parse_ncu_csv finds it."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if start is None:
-        return {}
-    rows = list(csv.DictReader(io.StringIO("\n".join(
-        line for line in lines[start:] if line.startswith('"')))))
     by_d = {}
-    for r in rows:
-        if not str(r.get("ID", "")).isdigit():
-            continue
+    for r in ncu_launches(text):
         m = re.search(family + r"<[^,>]*,\s*(\d+)", r.get("Kernel Name", ""))
         if not m:
             continue
