@@ -160,7 +160,7 @@ __device__ __forceinline__ SpanCut slot_cut(const int64_t* slot, int br) {
 __device__ __forceinline__ void read_group_span(const ForwardParams& p, int64_t h, int64_t tile,
                                                 int64_t span, const int64_t* rows, int br,
                                                 int64_t* slot, int group) {
-  const SpanCut cut = slot_cut(slot, br);
+  const SpanCut cut = p.share_pairs ? slot_cut(slot, br) : SpanCut{};  // written only then
   read_span(p, h, tile, span, rows, br, slot, slot + br, &cut);
   if (group == 0) return;
   const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -324,7 +324,8 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   const int row0 = 64 * (group - 1);
   const int r0 = row0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
   // The lane's shared-pair weights for the tile's two spans, once (attention_tile.cuh).
-  const uint32_t lane_w = lane_weights(p, h, rows[r0], rows[r1], rows[0], slot_cut(slot, BR));
+  const uint32_t lane_w =
+      p.share_pairs ? lane_weights(p, h, rows[r0], rows[r1], rows[0], slot_cut(slot, BR)) : 0;
   unsigned char* q = base + Tile::kQ;
   for (int idx = tid & 127; idx < 64 * D; idx += 128) {
     const int r = row0 + idx / D, d = idx % D;

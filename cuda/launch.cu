@@ -502,17 +502,11 @@ ForwardParams with_shared_pairs(const Problem& p, int cc_major, ForwardParams fp
       m > kMaxSharingBranches ||
       forward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::simt)
     return fp;
-  int64_t w[kMaxSharingBranches], r[kMaxSharingBranches];
   for (int64_t c = 0; c < m; ++c) {
-    w[c] = p.branches[static_cast<size_t>(c)].w;
-    r[c] = p.branches[static_cast<size_t>(c)].r;
+    fp.branch_w[c] = p.branches[static_cast<size_t>(c)].w;
+    fp.branch_r[c] = p.branches[static_cast<size_t>(c)].r;
   }
-  if (!branches_share_pairs(w, r, m, p.Nq)) return fp;
-  fp.share_pairs = 1;
-  for (int64_t c = 0; c < m; ++c) {
-    fp.branch_w[c] = w[c];
-    fp.branch_r[c] = r[c];
-  }
+  fp.share_pairs = branches_share_pairs(fp.branch_w, fp.branch_r, m, p.Nq) ? 1 : 0;
   return fp;
 }
 
