@@ -95,7 +95,8 @@ struct ForwardParams {
   int64_t place_Nq, place_Nk, place_h0, place_H;
   // SPEC 3.4's pairs that several branches hold, computed once (lib/pair_sharing.h): share_pairs
   // != 0 on a dilated call whose branches nest (branches_share_pairs) and whose kernel applies
-  // the weights (the tensor-core forwards' plain instances, launch.cu); branch_w and branch_r
+  // the weights (the tensor-core kernels' plain instances, forward and backward:
+  // launch_shared.cu with_shared_pairs); branch_w and branch_r
   // then hold every branch's segment length and dilation. The tile's keys an earlier branch
   // holds whole are cut out of its span (two spans: before and after them) and each lane's
   // probabilities take its pairs' weights (lane_weights).

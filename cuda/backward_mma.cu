@@ -103,8 +103,12 @@ struct MmaBackwardProducts {
 // Variants: the instances with SPEC 10.1's window, softcap and ALiBi (mma_backward_loop.cuh,
 // cuda/mma_variants.cuh); Dropout: the ones that draw SPEC 11.3's factors. kernel_choice.h picks
 // one or the other (a problem with both runs SIMT).
+// The plain dQ kernel at D = 64 asks for three blocks an SM (at most 168 registers): it fits
+// them (tests/kernels/check_ptxas_spills.py), and left to itself ptxas took 174 on sm_90 once
+// the shared pairs' shift table came in, which would leave two.
 template <class T, int D, bool Variants, bool Dropout>
-__global__ void __launch_bounds__(128, 1) backward_dq_mma_kernel(BackwardParams bp) {
+__global__ void __launch_bounds__(128, D == 64 && !Variants && !Dropout ? 3 : 1)
+    backward_dq_mma_kernel(BackwardParams bp) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   mma_backward_dq<MmaBackwardProducts<T, D>, Variants, Dropout>(bp, smem);
 }

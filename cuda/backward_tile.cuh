@@ -124,14 +124,34 @@ __device__ __forceinline__ bool block_listed(const ForwardParams& p, int64_t h, 
 }
 
 // Number of query spans a key tile walks: one (dense, dilated) or one per query block that
-// meets the problem's rows.
+// meets the problem's rows; two on a dilated launch with shared pairs (key_tile_row_cut).
 __device__ __forceinline__ int64_t query_span_count(const BackwardParams& bp) {
   const ForwardParams& p = bp.ix;
+  if (p.kind == kKindDilated) return p.share_pairs ? 2 : 1;
   return p.kind == kKindSparse ? blocks_meeting(p.mask_q0, p.Nq, p.bq) : 1;
 }
 
+// SPEC 3.4's shared pairs in the dK/dV pass (the tensor-core plain instances; the launcher sets
+// share_pairs for no other): the rows of the key tile's segment whose pairs with the tile's
+// keys an earlier branch holds whole, as the positions [*from, *to) (from = to: none), which the
+// tile's query spans leave out (query_span: span 0 the rows before them, span 1 those after).
+// The rule is symmetric, so they are the forward's cut (lib/pair_sharing.h
+// shared_skip_range_as) read at the tile's first key: under branches_share_pairs the same for
+// every key of a 64-key tile. 32-bit arithmetic, as the forward's (kNarrowPositions).
+__device__ __forceinline__ void key_tile_row_cut(const ForwardParams& p, int64_t h,
+                                                 int64_t first_key, int64_t* from, int64_t* to) {
+  int64_t lo = 0, hi = 0;
+  shared_skip_range_as<int32_t>(HeadBranches{p, h}, p.branch, p.Nq, first_key, &lo, &hi);
+  const int64_t wc = clipped_segment(p.w, p.Nq);
+  const int64_t first = segment_start(first_key, wc) + head_offset(p.head_mode, h, p.branch,
+                                                                   p.r, p.H);
+  *from = first + lo * p.r;
+  *to = first + hi * p.r;
+}
+
 // The query rows of span `span` that may meet the key tile whose first key is `first_key`
-// (>= 0): a progression, cut before the first row the causal rule lets see first_key.
+// (>= 0): a progression, cut before the first row the causal rule lets see first_key (and,
+// with shared pairs, around key_tile_row_cut's rows).
 __device__ __forceinline__ KeyProgression query_span(const BackwardParams& bp, int64_t h,
                                                      int64_t tile, int64_t span,
                                                      int64_t first_key) {
@@ -140,9 +160,14 @@ __device__ __forceinline__ KeyProgression query_span(const BackwardParams& bp, i
   if (p.kind == kKindDense) return KeyProgression{lo, 1, max_i64(0, p.Nq - lo)};
   if (p.kind == kKindDilated) {
     const int64_t wc = clipped_segment(p.w, p.Nq);
-    const int64_t s0 = segment_start(first_key, wc);
+    const int64_t s0 = segment_start(first_key, wc), s1 = segment_end(s0, wc, p.Nq);
     const int64_t o = head_offset(p.head_mode, h, p.branch, p.r, p.H);
-    return selected_in_range(s0, segment_end(s0, wc, p.Nq), p.r, o, lo, p.Nq);
+    if (!p.share_pairs) return selected_in_range(s0, s1, p.r, o, lo, p.Nq);
+    int64_t from = 0, to = 0;  // shared pairs: the rows around the cut
+    key_tile_row_cut(p, h, first_key, &from, &to);
+    if (from == to) from = to = s1;  // none cut: every row in span 0
+    return span == 0 ? selected_in_range(s0, s1, p.r, o, lo, from)
+                     : selected_in_range(s0, s1, p.r, o, max_i64(lo, to), p.Nq);
   }
   const int64_t ib = first_block_at(p.mask_q0, p.bq) + span;
   if (!block_listed(p, h, ib, key_tile_block(bp, tile))) return KeyProgression{0, 1, 0};

@@ -481,35 +481,6 @@ dilattn_status prepare(Problem& p) {
 
 namespace {
 
-// SPEC 3.4's pairs that several dilated branches hold, computed once (lib/pair_sharing.h), where
-// the branches nest and the call runs a tensor-core forward's plain instance (forward_mma.cu,
-// forward_mma_tf32.cu, forward_wgmma.cu apply the weights; the SIMT, variant and dropout
-// instances and a ring's placed sub-problems compute every branch's pairs).
-// DILATTN_CUDA_SHARE_PAIRS=0 (read once, docs/spec.md 14.5) computes every branch's pairs in
-// full, so bench/gpu/first_light.sh can time both ways in one run.
-bool shared_pairs_allowed() {
-  static const bool allowed = [] {
-    const char* value = std::getenv("DILATTN_CUDA_SHARE_PAIRS");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return allowed;
-}
-
-ForwardParams with_shared_pairs(const Problem& p, int cc_major, ForwardParams fp) {
-  const int64_t m = p.num_branches();
-  if (p.kind != DILATTN_KIND_DILATED || !shared_pairs_allowed() || fp.placed ||
-      uses_score_variants(p) || p.dropout_p > 0 ||
-      m > kMaxSharingBranches ||
-      forward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::simt)
-    return fp;
-  for (int64_t c = 0; c < m; ++c) {
-    fp.branch_w[c] = p.branches[static_cast<size_t>(c)].w;
-    fp.branch_r[c] = p.branches[static_cast<size_t>(c)].r;
-  }
-  fp.share_pairs = branches_share_pairs(fp.branch_w, fp.branch_r, m, p.Nq) ? 1 : 0;
-  return fp;
-}
-
 // One problem (a plan's, or one sequence of a packed batch) on the call's stream.
 dilattn_status forward_one(const Problem& p, const ForwardArgs& a) {
   CallDevice call;

@@ -381,9 +381,10 @@ dilattn_status run_pre_pass(const Problem& p, const BackwardArgs& a, const Backw
 
 // ---------------------------------------------------------------- the two passes
 // What every launch of this backward shares: the forward's index part (shared_params, with no
-// forward workspace) and the backward's pointers.
+// forward workspace; shared pairs where the forward would share them, with_shared_pairs) and
+// the backward's pointers.
 BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
-                               const BackwardWorkspace& ws) {
+                               const BackwardWorkspace& ws, int cc_major) {
   BackwardParams bp;
   std::memset(&bp, 0, sizeof(bp));
   ForwardArgs fa{a.q, a.k, a.v, nullptr, nullptr, nullptr, a.run};
@@ -391,7 +392,7 @@ BackwardParams backward_params(const Problem& p, const BackwardArgs& a,
   Workspace fws{};
   fws.plan = ws.plan;
   fws.sinks = ws.sinks;
-  bp.ix = shared_params(p, fa, fws);
+  bp.ix = with_shared_pairs(p, cc_major, shared_params(p, fa, fws));
   bp.d_o = a.d_o->data;
   for (int dim = 0; dim < 4; ++dim) bp.d_o_stride[dim] = a.d_o->strides[dim];
   bp.di = ws.di;
@@ -572,7 +573,7 @@ dilattn_status backward_one(const Problem& p, const BackwardArgs& a) {
   if ((st = prepare_backward_workspace(p, a, call.device, stream, &ws)) != DILATTN_SUCCESS)
     return st;
   if ((st = run_pre_pass(p, a, ws, stream)) != DILATTN_SUCCESS) return st;
-  const BackwardParams bp = backward_params(p, a, ws);
+  const BackwardParams bp = backward_params(p, a, ws, call.info->major);
   if ((st = run_dq_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;
   if ((st = run_dkdv_pass(p, kernels, bp, stream)) != DILATTN_SUCCESS) return st;
   return store_gradients(p, a, ws, stream);

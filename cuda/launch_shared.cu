@@ -10,12 +10,14 @@
 #include "launch_shared.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 
 #include "dropout_rng.h"
 #include "dtype_convert.h"
+#include "kernel_choice.h"
 #include "kernels.h"
 #include "softmax_rules.h"
 
@@ -279,6 +281,32 @@ ScoreScale kernel_score_scale(const Problem& p) {
   if (p.softcap > 0)
     return ScoreScale{static_cast<float>(p.scale) * static_cast<float>(kLog2e), 1.0f};
   return score_scale(p.scale);
+}
+
+// SPEC 3.4's shared pairs (launch_shared.h). The environment is read once, so a process times
+// one way; bench/gpu/first_light.sh runs both in two processes.
+namespace {
+bool shared_pairs_allowed() {
+  static const bool allowed = [] {
+    const char* value = std::getenv("DILATTN_CUDA_SHARE_PAIRS");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return allowed;
+}
+}  // namespace
+
+ForwardParams with_shared_pairs(const Problem& p, int cc_major, ForwardParams fp) {
+  const int64_t m = p.num_branches();
+  if (p.kind != DILATTN_KIND_DILATED || !shared_pairs_allowed() || fp.placed ||
+      uses_score_variants(p) || p.dropout_p > 0 || m > kMaxSharingBranches ||
+      forward_kernel_for(p.dtype, p.D, cc_major) == KernelChoice::simt)
+    return fp;
+  for (int64_t c = 0; c < m; ++c) {
+    fp.branch_w[c] = p.branches[static_cast<size_t>(c)].w;
+    fp.branch_r[c] = p.branches[static_cast<size_t>(c)].r;
+  }
+  fp.share_pairs = branches_share_pairs(fp.branch_w, fp.branch_r, m, p.Nq) ? 1 : 0;
+  return fp;
 }
 
 bool rows_of_16_bytes(const dilattn_tensor* t) {

@@ -22,6 +22,7 @@
 //   kernel_score_scale                 (SPEC 10.1, 10.3), and the score scale
 //                                      every kernel and pre-pass of a call uses;
 //   shared_params, prepare_launch      the index part of every forward and backward launch;
+//   with_shared_pairs                  SPEC 3.4's shared pairs switched on where they apply;
 //   rows_of_16_bytes                   whether a view's rows may be copied by cp.async.
 #ifndef DILATTN_LAUNCH_SHARED_H
 #define DILATTN_LAUNCH_SHARED_H
@@ -249,6 +250,16 @@ ScoreScale kernel_score_scale(const Problem& p);
 // workspace): the views, the problem's sizes, the scale, the kind's parameters, the variants',
 // and with p > 0 the call's dropout seed and offset, the threshold and 1 / (1 - p) (SPEC 11).
 ForwardParams shared_params(const Problem& p, const ForwardArgs& a, const Workspace& ws);
+
+// SPEC 3.4's pairs that several dilated branches hold, computed once (lib/pair_sharing.h): fp
+// with share_pairs set and every branch's shape, where the branches nest
+// (branches_share_pairs) and the call runs a tensor-core kernel's plain instance, forward or
+// backward (forward_mma.cu, forward_mma_tf32.cu, forward_wgmma.cu, backward_mma.cu and
+// backward_mma_tf32.cu apply the weights; the SIMT, variant and dropout instances and a
+// ring's placed sub-problems compute every branch's pairs). DILATTN_CUDA_SHARE_PAIRS=0 (read
+// once, docs/spec.md 14.5) computes every branch's pairs in full, so bench/gpu/first_light.sh
+// can time both ways.
+ForwardParams with_shared_pairs(const Problem& p, int cc_major, ForwardParams fp);
 
 // Sets launch `launch`'s kind and branch in fp; returns its number of tiles (grid.x) of
 // tile_rows rows (the forward's and the dQ pass's query tiles) or keys (the dK/dV pass: the

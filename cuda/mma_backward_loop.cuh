@@ -48,6 +48,15 @@
 // cuda/mma_unseen_pairs.cuh): a NaN reaches exactly the rows whose keys hold it. Finite inputs
 // never take that path.
 //
+// Shared pairs (SPEC 3.4, lib/pair_sharing.h; the plain instances, where the launcher sets
+// share_pairs): a pair several dilated branches hold is computed once, its P taken as W P (W
+// its weight, 0 where an earlier branch computes it) in dV and dS. The dQ pass takes the
+// forward's cut of a tile's keys and its lane weights (attention_tile.cuh tile_shares): log2 W
+// is subtracted from each row's lse_s once a tile (weighted_shifts), into a shared-memory table
+// that every chunk reads in place of lse_s. The dK/dV pass cuts the rows an earlier branch
+// holds whole from a key tile's query spans (backward_tile.cuh key_tile_row_cut), takes each
+// lane's weights once a span (key_lane_weights, in the walk) and subtracts log2 W per score.
+//
 // Variants (the variant instances, SPEC 10.1): each pair's score softcapped and biased by ALiBi
 // and dS times the softcap's slope (mma_variants.cuh's variant_prob_and_ds); the dQ pass walks
 // read_window_span's spans (only the key chunks the rows' windows reach) and takes the keys
@@ -134,7 +143,55 @@ __device__ __forceinline__ void prob_and_ds_seen(const ForwardParams& p, float l
   s = prob;
 }
 
+// ---------------------------------------------------------------- shared pairs (SPEC 3.4)
+// The shift each of a lane's pairs takes in prob_and_ds(_seen) on a launch with shared pairs
+// (shift[row][column parity]): the row's lse_s less the log2 of the pair's weight
+// (lib/pair_sharing.h), so P becomes W P and dS = W P (dP - D_i): a pair several branches
+// hold, computed once, adds what its W occurrences would (SPEC 6's sums are linear in them),
+// and one an earlier branch computes (W = 0, shift +inf) adds exact zeros. The weights of
+// span `span` come from lane_w (attention_tile.cuh lane_weights' packing), divided by post as
+// the forward divides them (mma_rows.cuh), so that 2^(post (s - shift)) = W 2^(post (s -
+// lse_s)). The dQ pass calls it once a tile per span; the dK/dV pass, whose shift is per query
+// row, subtracts the weights per score instead.
+__device__ __forceinline__ void weighted_shifts(const ForwardParams& p, uint32_t lane_w,
+                                                int64_t span, float lse0, float lse1,
+                                                float (&shift)[2][2]) {
+  float lw[2][2];
+  chunk_log_weights(p, lane_w, span, lw);
+  for (int x = 0; x < 4; ++x)
+    shift[x / 2][x % 2] = (x < 2 ? lse0 : lse1) - __fdividef(lw[x / 2][x % 2], p.score_post);
+}
+
+// The dK/dV pass's weights for one span of query rows `rows` (head h; the lane's keys key0,
+// key1, -1 for none), packed as lane_weights packs a span (4 bits: 2 key row + column parity).
+// SPEC 3.4's rule is symmetric (branch c holds (i, j) iff it holds (j, i)), so these are
+// shared_span_weights_as with the lane's keys in the rows' place and the span's rows at the
+// lane's columns 2 t4 and 2 t4 + 1 of its start in the keys': its other rows of the span lie a
+// multiple of 8 terms further on and take the same weights, and the rows whose pairs an
+// earlier branch holds whole are cut out of the spans (backward_tile.cuh, query_span).
+// Checked, transposed, by tests/reference/test_pair_sharing.cpp.
+__device__ __forceinline__ uint32_t key_lane_weights(const ForwardParams& p, int64_t h,
+                                                     int64_t key0, int64_t key1,
+                                                     const KeyProgression& rows) {
+  const int64_t col = 2 * (static_cast<int64_t>(threadIdx.x) & 3);
+  int32_t weight[2][2];
+  shared_span_weights_as<int32_t>(HeadBranches{p, h}, p.num_branches, p.branch, key0, key1,
+                                  rows.first + rows.step * col,
+                                  rows.first + rows.step * (col + 1), weight);
+  uint32_t packed = 0;
+  for (int x = 0; x < 4; ++x) packed |= static_cast<uint32_t>(weight[x / 2][x % 2]) << (4 * x);
+  return packed;
+}
+
 // ================================================================ the dQ pass
+// The word of the dQ pass's shift table (DqSmem::shift) for span slot `slot` (0, or 1 for every
+// later span), tile row `row` and column class `col` (0 .. 7): row-major, so that a warp's read
+// of its lanes' two words (rows 16 w + g, columns 2 t4 and 2 t4 + 1) takes 64 consecutive words,
+// no bank twice in a half-warp's 8-byte reads (tests/kernels/test_smem_banks.cpp).
+__host__ __device__ constexpr int dq_shift_word(int slot, int row, int col) {
+  return (slot * kMmaBackwardRows + row) * 8 + col;
+}
+
 template <class Products, bool Variants = false>
 struct DqSmem {
   using T = typename Products::Input;
@@ -150,6 +207,9 @@ struct DqSmem {
   int64_t* cnt;           // [kSpanSlots][kBr] each row's key count in a span
   int64_t* span;          // [kSpanSlots][3] {first, step, largest count}
   int64_t* from = nullptr;  // Variants: [kSpanSlots][kBr] each row's first key in a span
+  // Not Variants: [2][kBr][8] the shift P takes for row r, span 0 or the others (1), and a key
+  // whose column in a chunk is c mod 8 (weighted_shifts: lse_s, less SPEC 3.4's log2 weight).
+  float* shift = nullptr;
 
   __host__ __device__ void carve(SmemCarver& c) {
     kv = c.take<T>(static_cast<size_t>(4 * kBc) * kStride);
@@ -162,6 +222,7 @@ struct DqSmem {
     cnt = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
     span = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * 3);
     if constexpr (Variants) from = c.take<int64_t>(static_cast<size_t>(kSpanSlots) * kBr);
+    if constexpr (!Variants) shift = c.take<float>(static_cast<size_t>(dq_shift_word(2, 0, 0)));
   }
   __device__ __forceinline__ T* k(int buf) const { return kv + (2 * buf) * kBc * kStride; }
   __device__ __forceinline__ T* v(int buf) const { return kv + (2 * buf + 1) * kBc * kStride; }
@@ -210,15 +271,33 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
     tl.lse_s[r] = i >= 0 ? bp.lse_s[row] : 0.0f;
     tl.di[r] = i >= 0 ? bp.di[row] : 0.0f;
   }
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   const int64_t num_spans = tile_span_count(p, h, tile);
-  // The backward computes every branch's pairs (share_pairs is 0 in its parameters): no cut.
-  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, nullptr);
+  // Shared pairs (SPEC 3.4; the plain instance only): the forward's cut of the tile's keys and
+  // the lane's weights for its two spans (attention_tile.cuh tile_shares), once.
+  TileShares shares;
+  if constexpr (!Variants && !Dropout) shares = tile_shares(p, h, tl.rows, r0, r1);
+  if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, shares.cut_or_null());
   __syncthreads();
 
-  const int r0 = warp * 16 + g, r1 = r0 + 8;  // the lane's two tile rows
   VariantRows vr;
   if constexpr (Variants) vr = variant_rows(p, b, h, tl.rows[r0], tl.rows[r1]);
   const float lse0 = tl.lse_s[r0], lse1 = tl.lse_s[r1], di0 = tl.di[r0], di1 = tl.di[r1];
+  // The shifts of the lane's pairs, per span: lse_s less the shared pairs' log2 weights on a
+  // launch that shares them (SPEC 3.4: weighted_shifts, the plain instance), else lse_s. Kept
+  // in shared memory, where the lane writes and reads its own (no barrier): its rows r0, r1 and
+  // columns 2 t4, 2 t4 + 1 of span 0 and of span 1, which stands for every later span (only a
+  // launch with shared pairs, two spans, has weights). Read once a chunk, in place of lse_s.
+  constexpr int kRow1 = dq_shift_word(0, 8, 0);  // row r1 = r0 + 8
+  if constexpr (!Variants) {
+    for (int span = 0; span < 2; ++span) {
+      float shift[2][2] = {{lse0, lse0}, {lse1, lse1}};
+      if constexpr (!Dropout)
+        if (p.share_pairs) weighted_shifts(p, shares.lane_w, span, lse0, lse1, shift);
+      for (int x = 0; x < 4; ++x)
+        tl.shift[dq_shift_word(span, r0, 2 * t4 + x % 2) + (x / 2) * kRow1] = shift[x / 2][x % 2];
+    }
+  }
   const T* qw = tl.q + warp * 16 * S;
   const typename Products::Frags frags = Products::frags();
   const T* dow = tl.d_o + warp * 16 * S;
@@ -230,7 +309,7 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
   const T* vb = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
   const int32_t* key_flags = bp.key_bad == nullptr ? nullptr : bp.key_bad + (b * p.Hkv + hk) * p.Nk;
   mma_chunk_loop(
-      p, tl, h, tile, num_spans, r0, r1, nullptr,
+      p, tl, h, tile, num_spans, r0, r1, shares.cut_or_null(),
       [&](int64_t first, int64_t step, int64_t c0, int64_t cn, T* k, T* v) {
         copy_rows<T, D, S, BC, kThreads>(k, kb, p.k_stride, p.kv_vec16 != 0, first, step, c0, cn);
         copy_rows<T, D, S, BC, kThreads>(v, vb, p.v_stride, p.kv_vec16 != 0, first, step, c0, cn);
@@ -271,25 +350,32 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
                                   row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
               unseen_bad = unseen_bad || (!seen && flags[c] != 0);
             }
-        } else if (p.score_post == 1.0f && keys0 >= BC && keys1 >= BC && lse0 != INFINITY &&
-                   lse1 != INFINITY) {
-          // Both rows see every key of the chunk: no selection, no flag (prob_and_ds_seen).
-          DILATTN_UNROLL
-          for (int n = 0; n < kTiles; ++n)
-            for (int e = 0; e < 4; ++e) {
-              const bool row1 = (e >> 1) != 0;
-              prob_and_ds_seen(p, row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
-            }
         } else {
-          DILATTN_UNROLL
-          for (int n = 0; n < kTiles; ++n)
-            for (int e = 0; e < 4; ++e) {
-              const int c = 8 * n + 2 * t4 + (e & 1);
-              const bool row1 = (e >> 1) != 0;
-              const bool seen = c < (row1 ? keys1 : keys0);
-              prob_and_ds(p, seen, row1 ? lse1 : lse0, row1 ? di1 : di0, s[n][e], dp[n][e]);
-              unseen_bad = unseen_bad || (!seen && flags[c] != 0);
-            }
+          // The shifts P takes in this span (the table above), rows r0 then r1.
+          const float* at_span = tl.shift + dq_shift_word(at.span != 0 ? 1 : 0, r0, 2 * t4);
+          const float shift[2][2] = {{at_span[0], at_span[1]},
+                                     {at_span[kRow1], at_span[kRow1 + 1]}};
+          // A shift of +inf (no key, or weight 0) takes the general path (prob_and_ds): P = 0.
+          if (p.score_post == 1.0f && keys0 >= BC && keys1 >= BC && shift[0][0] != INFINITY &&
+              shift[0][1] != INFINITY && shift[1][0] != INFINITY && shift[1][1] != INFINITY) {
+            // Both rows see every key of the chunk: no selection, no flag (prob_and_ds_seen).
+            DILATTN_UNROLL
+            for (int n = 0; n < kTiles; ++n)
+              for (int e = 0; e < 4; ++e) {
+                const bool row1 = (e >> 1) != 0;
+                prob_and_ds_seen(p, shift[e >> 1][e & 1], row1 ? di1 : di0, s[n][e], dp[n][e]);
+              }
+          } else {
+            DILATTN_UNROLL
+            for (int n = 0; n < kTiles; ++n)
+              for (int e = 0; e < 4; ++e) {
+                const int c = 8 * n + 2 * t4 + (e & 1);
+                const bool row1 = (e >> 1) != 0;
+                const bool seen = c < (row1 ? keys1 : keys0);
+                prob_and_ds(p, seen, shift[e >> 1][e & 1], row1 ? di1 : di0, s[n][e], dp[n][e]);
+                unseen_bad = unseen_bad || (!seen && flags[c] != 0);
+              }
+          }
         }
         if (__any_sync(0xffffffffu, unseen_bad)) {
           // The lane's rows are g (keys0 of the chunk's keys) and g + 8 (keys1).
@@ -358,11 +444,13 @@ struct DkdvSmem {
 // With several query heads of the kv head in one launch (head_in_group < 0), the heads follow
 // one another in head order: head `head` (of the group), its spans, their chunks. On a dilated
 // launch only the heads whose key rows are the leader's (same_key_rows) are walked; leader < 0
-// walks every head.
+// walks every head. lane_w: on a launch with shared pairs (SPEC 3.4), the lane's weights for
+// the span's pairs (key_lane_weights), set where the walk finds the span.
 struct QueryChunkCursor {
   int64_t head, head_end, span, num_spans, t0;
   KeyProgression rows;
   int64_t leader;
+  uint32_t lane_w = 0;
   __device__ __forceinline__ bool done() const { return head >= head_end; }
 };
 
@@ -370,12 +458,16 @@ struct QueryChunkCursor {
 // with any row, else the next head's first. done() when there is none. kWindow (variant
 // instances): a span's rows cut to those whose window reaches the tile's keys first_key ..
 // last_key (window_query_cut). kLeader: the cursor may have a leader (dilated heads walked
-// together; the variant instances never do, which keeps their registers).
-template <bool kWindow = false, bool kLeader = false>
+// together; the variant instances never do, which keeps their registers). kWeighted (the plain
+// instances): on a launch with shared pairs, each span found sets lane_w for the lane's keys
+// lane_keys[0] and lane_keys[8] (the tile's, -1: none), so the weights are computed once a
+// span, in the walk.
+template <bool kWindow = false, bool kLeader = false, bool kWeighted = false>
 __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64_t hk,
                                                  int64_t tile, int64_t first_key,
                                                  int64_t last_key, int chunk_rows,
-                                                 QueryChunkCursor& cur, bool first_call) {
+                                                 QueryChunkCursor& cur, bool first_call,
+                                                 const int64_t* lane_keys = nullptr) {
   if (!first_call) {
     cur.t0 += chunk_rows;
     if (cur.t0 < cur.rows.count) return;
@@ -389,7 +481,12 @@ __device__ __forceinline__ void next_query_chunk(const BackwardParams& bp, int64
     for (; cur.span < cur.num_spans; ++cur.span) {
       cur.rows = query_span(bp, h, tile, cur.span, first_key);
       if constexpr (kWindow) cur.rows = window_query_cut(bp.ix, cur.rows, first_key, last_key);
-      if (cur.rows.count > 0) return;
+      if (cur.rows.count > 0) {
+        if constexpr (kWeighted)
+          if (bp.ix.share_pairs)
+            cur.lane_w = key_lane_weights(bp.ix, h, lane_keys[0], lane_keys[8], cur.rows);
+        return;
+      }
     }
   }
 }
@@ -507,17 +604,24 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   for (int nd = 0; nd < D / 8; ++nd)
     for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
 
+  // Shared pairs (SPEC 3.4; the plain instance only): the walk sets the lane's weights for each
+  // span (QueryChunkCursor::lane_w), from its two keys.
+  constexpr bool kWeighted = !Variants && !Dropout;
+  const int64_t* lane_keys = tl.keys + kw + g;
+
   // The cursor names the chunk being prepared: one ahead of the chunk computed.
   QueryChunkCursor cur{head_first, head_end, 0, query_span_count(bp), 0,
                        KeyProgression{0, 1, 0}, dilated_heads ? h : -1};
-  next_query_chunk<Variants, kDilatedHeads>(bp, hk, tile, first_key, last_key, R, cur, true);
+  next_query_chunk<Variants, kDilatedHeads, kWeighted>(bp, hk, tile, first_key, last_key, R, cur,
+                                                       true, lane_keys);
   bool has_chunk = !cur.done();
   if (has_chunk) prepare(cur, 0);
   async_copy_commit();
   int buf = 0;
   while (has_chunk) {
     const QueryChunkCursor chunk = cur;  // the chunk computed below (dropout's rows and head)
-    next_query_chunk<Variants, kDilatedHeads>(bp, hk, tile, first_key, last_key, R, cur, false);
+    next_query_chunk<Variants, kDilatedHeads, kWeighted>(bp, hk, tile, first_key, last_key, R,
+                                                         cur, false, lane_keys);
     const bool has_next = !cur.done();
     async_copy_wait<0>();
     __syncthreads();  // this chunk visible to all; every thread is done with the other buffer
@@ -589,6 +693,26 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
               variant_prob_and_ds(p, seen_pair, slope, i, lane_keys[r], lse_t, di_t, st[n][e],
                                   dpt[n][e]);
               unseen_bad = unseen_bad || (!seen_pair && bad_t);
+            }
+          }
+      } else if (kWeighted && p.share_pairs) {
+        // Shared pairs (SPEC 3.4): each pair's shift less its log2 weight (weighted_shifts),
+        // the weights of the lane's keys and columns of this span (chunk.lane_w).
+        float lw[2][2];
+        chunk_log_weights(p, chunk.lane_w, 0, lw);
+        for (int x = 0; x < 4; ++x) lw[x / 2][x % 2] = __fdividef(lw[x / 2][x % 2], p.score_post);
+        const bool whole = __all_sync(0xffffffffu, row_whole) && p.score_post == 1.0f;
+        DILATTN_UNROLL
+        for (int n = 0; n < kTiles; ++n)
+          for (int e = 0; e < 4; ++e) {
+            const int t = 8 * n + 2 * t4 + (e & 1);
+            const float shift = lse[t] - lw[e >> 1][e & 1];
+            if (whole) {
+              prob_and_ds_seen(p, shift, di[t], st[n][e], dpt[n][e]);
+            } else {
+              const bool seen_pair = kw + g + 8 * (e >> 1) < seen[t];
+              prob_and_ds(p, seen_pair, shift, di[t], st[n][e], dpt[n][e]);
+              unseen_bad = unseen_bad || (!seen_pair && bad[t] != 0);
             }
           }
       } else if (__all_sync(0xffffffffu, row_whole) && p.score_post == 1.0f) {

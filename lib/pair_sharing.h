@@ -1,18 +1,21 @@
 // pair_sharing.h - SPEC 3.4's pairs that several dilated branches hold, computed once: the
-// weight rule, and its tile-sized form for the tensor-core forward kernels.
+// weight rule, and its tile-sized form for the tensor-core kernels, forward and backward.
 //
 // SPEC 3.4 sums a row over the multiset union of its branches' keys, so a pair (i, j) that k
 // branches hold counts k times. Computed once with weight k it is the same sum (the forward's
-// sums are linear in a pair's occurrences). The rule, for the pairs of branch b:
+// sums are linear in a pair's occurrences, and so are the backward's P and dS). The rule, for
+// the pairs of branch b:
 //   W_b(i, j) = 0                                  if a branch before b holds (i, j),
 //               1 + (branches after b holding it)  otherwise.
 // Branch c holds (i, j) when it selects both in the same segment of c (index_rules.h
 // selected_segment). The cpu backend applies it tile by tile (cpu/cpu_pair_weights.h); the
-// tensor-core forwards (cuda/forward_mma.cu, forward_mma_tf32.cu, forward_wgmma.cu) apply it where
-// every pair of branches nests (branches_share_pairs): then W is constant over the keys a lane
-// holds in a span, so it costs one added term in each row's exponent, and the keys an earlier
-// branch holds whole are cut out of the tile's span (shared_skip_range). Other configurations
-// compute each branch's pairs in full, as SPEC 3.4 writes it.
+// tensor-core forwards (cuda/forward_mma.cu, forward_mma_tf32.cu, forward_wgmma.cu) and
+// backwards (cuda/mma_backward_loop.cuh) apply it where every pair of branches nests
+// (branches_share_pairs): then W is constant over the keys a lane holds in a span, so it costs
+// one added term in each row's exponent, and the keys an earlier branch holds whole are cut out
+// of the tile's span (shared_skip_range). The rule is symmetric in i and j, so the backward's
+// dK/dV pass, which walks key tiles, reads the same functions with keys and rows swapped. Other
+// configurations compute each branch's pairs in full, as SPEC 3.4 writes it.
 //
 // Checked by tests/reference/test_pair_sharing.cpp: the span weights and skip ranges against the
 // rule pair by pair, over nested and mixed configurations.
@@ -179,10 +182,20 @@ DILATTN_HD void shared_span_weights_as(const Branches& branches, int64_t m, int6
   }
 }
 
-// A weight as the kernels add it to the exponent: log2 of 1 .. kMaxSharingBranches (exact for
-// powers of two), -inf for 0.
+// A weight as the kernels add it to the exponent: log2 of 1 .. kMaxSharingBranches, -inf for 0.
+// On the GPU (sm_80+) the MUFU.LG2 instruction alone (lg2.approx.ftz: within 2^-22 of log2 on
+// these integers), not log2f's software sequence of some twenty instructions: the kernels take
+// it for four weights a chunk, and the weight only scales a probability, which SPEC 8's
+// tolerances hold to far less. Host: log2f.
 DILATTN_HD float log2_of_weight(int32_t weight) {
-  return weight == 0 ? -static_cast<float>(INFINITY) : log2f(static_cast<float>(weight));
+  if (weight == 0) return -static_cast<float>(INFINITY);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(static_cast<float>(weight)));
+  return y;
+#else
+  return log2f(static_cast<float>(weight));
+#endif
 }
 
 // shared_span_weights_as from arrays, as log2_of_weight.

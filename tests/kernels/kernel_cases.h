@@ -13,9 +13,9 @@
 // The tensor-core kernels' own edges, in both directions: a second, partial query tile and a
 // partial last key chunk, causal GQA over several chunks, two causal dilated branches,
 // block-sparse with key blocks of two chunks and causally empty spans, K and V rows that are
-// not 16-byte aligned (element loads instead of cp.async); forward only, one dilated branch with
-// r > 1 (rows the offset does not select are written by the kernel as empty, no workspace) and
-// branches whose shared pairs the kernel computes once (SPEC 3.4, lib/pair_sharing.h);
+// not 16-byte aligned (element loads instead of cp.async), branches whose shared pairs the
+// kernel computes once (SPEC 3.4, lib/pair_sharing.h); forward only, one dilated branch with
+// r > 1 (rows the offset does not select are written by the kernel as empty, no workspace);
 // backward only, more query rows than keys over several chunks. SIMT's largest head dims (shared
 // memory above the 48 KiB default) end each SIMT list; the backward adds an odd head dim.
 // DILATTN_TEST_CASES=KIND[,KIND...] keeps only the cases of those kinds (the name after the
@@ -130,22 +130,25 @@ inline std::vector<harness::AttentionCase> kernel_cases(Direction direction,
       c.segments = {40}; c.dilations = {3}; c.head_mode = DILATTN_HEADS_MOD;
     }
     out.push_back(c);
-    if (!bwd) {
-      // SPEC 3.4's shared pairs (lib/pair_sharing.h), which the tensor-core forwards compute
-      // once where the branches nest: branch 1's keys in its rows' 256-segment of branch 0 are
-      // cut from its span, and branch 0 weighs the pairs of its even rows and keys twice
-      // (branch 1 holds them); a partial last segment.
-      c = base("dilated_shared_pairs");
-      c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 640; c.H = 2; c.Hkv = 1;
-      c.segments = {256, 512}; c.dilations = {1, 2}; c.head_mode = DILATTN_HEADS_MOD;
-      out.push_back(c);
-      // The earlier branch with the larger dilation: no cut, branch 1 weighs the pairs branch 0
-      // holds 0, and a causal row whose only key is one of them sums nothing there (l = 0).
-      c = base("dilated_shared_pairs_causal");
-      c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 512; c.H = 4; c.Hkv = 2; c.causal = true;
-      c.segments = {256, 256}; c.dilations = {4, 1}; c.head_mode = DILATTN_HEADS_MOD;
-      out.push_back(c);
-    }
+    // SPEC 3.4's shared pairs (lib/pair_sharing.h), which the tensor-core kernels' plain
+    // instances compute once where the branches nest: branches 1 and 2 cut their keys in their
+    // rows' 256-segment of branch 0 from their span (the dK/dV pass: their rows in their keys'
+    // segment), so their keys after it are a second span; branch 0 weighs its pairs by 1 + the
+    // later branches holding them (3 for even rows and keys), branch 1 all its pairs by 2
+    // (branch 2 holds them), branch 2 its even-even pairs by 0 (branch 1 computes them), in
+    // both spans; a partial last segment.
+    c = base("dilated_shared_pairs");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 640; c.H = 2; c.Hkv = 1;
+    c.segments = {256, 512, 512}; c.dilations = {1, 2, 1}; c.head_mode = DILATTN_HEADS_MOD;
+    out.push_back(c);
+    // The earlier branch with the larger dilation: no cut, branch 1 weighs the pairs branch 0
+    // holds 0, and a causal row whose only key is one of them sums nothing there (l = 0). Two
+    // query heads a kv head, of different offsets in branch 0 and the same in branch 1: the
+    // dK/dV pass walks them in one block with weights of their own.
+    c = base("dilated_shared_pairs_causal");
+    c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 512; c.H = 4; c.Hkv = 2; c.causal = true;
+    c.segments = {256, 256}; c.dilations = {4, 1}; c.head_mode = DILATTN_HEADS_MOD;
+    out.push_back(c);
     c = base("dilated_two_branches_causal");
     c.kind = DILATTN_KIND_DILATED; c.Nq = c.Nk = 150; c.H = 2; c.Hkv = 2; c.causal = true;
     c.segments = {100, 150}; c.dilations = {1, 2}; c.head_mode = DILATTN_HEADS_BLOCK;

@@ -11,8 +11,9 @@
 // Cases: dense causal with the NaN key in a later key chunk than the first (rows before it
 // must stay finite: the dQ pass leaves out pairs a row does not see, never 0 * NaN), dense
 // causal with a NaN query row, a NaN dO row and a NaN V row (keys after it must keep finite dK
-// and dV: the dK/dV pass leaves the pairs out too), dilated with three branches, block-sparse
-// with a local band. For simt the shapes are small (f32, D = 8, chunks of 16); for mma (f16,
+// and dV: the dK/dV pass leaves the pairs out too), dilated with three branches, dilated
+// branches whose shared pairs the tensor-core kernels compute once (a NaN key and a NaN query
+// row among the pairs one branch cuts and the other weighs), block-sparse with a local band. For simt the shapes are small (f32, D = 8, chunks of 16); for mma (f16,
 // bf16) and mma_tf32 (f32), D = 64 and 128, they put the NaN row inside a chunk of 64 that rows
 // or keys which do not meet it share, which the tensor-core kernels must compute without tensor
 // cores (cuda/mma_backward_loop.cuh, the NaN rule). Every case is repeated (kernel_case.h: emu
@@ -76,6 +77,18 @@ std::vector<NanCase> cases(const std::string& kernel) {
     n.c.head_mode = DILATTN_HEADS_MOD; n.c.causal = mma;  // causal: pairs unseen inside a chunk
     n.nan_key = 21 * x;
     out.push_back(n);
+    // Dilated branches whose shared pairs the tensor-core kernels compute once (SPEC 3.4): the
+    // NaN key lies in branch 0's first segment, so branch 1 cuts it from the query tiles there
+    // (and cuts those rows from its key tile) and meets it, weighted 1, from the second on;
+    // a NaN query row of head 0 in the same place, whose pairs branch 1 cuts or weighs.
+    for (const bool query : {false, true}) {
+      n = base(query ? "nan_query_dilated_shared_pairs" : "nan_dilated_shared_pairs");
+      n.c.kind = DILATTN_KIND_DILATED; n.c.Nq = n.c.Nk = 128 * x; n.c.H = 2; n.c.Hkv = 1;
+      n.c.segments = {64 * x, 128 * x}; n.c.dilations = {1, 2};
+      n.c.head_mode = DILATTN_HEADS_MOD; n.c.causal = true;
+      (query ? n.nan_query : n.nan_key) = 32 * x + 2;
+      out.push_back(n);
+    }
     n = base("nan_sparse_local_band");
     n.c.kind = DILATTN_KIND_BLOCK_SPARSE; n.c.Nq = n.c.Nk = 64 * x;
     n.c.mask.bq = n.c.mask.bk = 16 * x; n.c.causal = mma;

@@ -16,6 +16,10 @@
 //     word at row g, column t (then t + 4) and V's at row 2t (then 2t + 1), column g: each of
 //     the four warp-wide loads must hit 32 distinct banks. Unpadded (kStride = D) K is 8-way,
 //     V 4-way.
+//   Backward dQ pass (mma_backward_loop.cuh): lane (g, t) of warp w reads two adjacent floats of
+//     the shift table, dq_shift_word(slot, 16 w + g, 2 t) (and the row 8 further): an 8-byte
+//     read, which the hardware serves a half-warp at a time; each half-warp's 32 words must
+//     fill the 32 banks.
 //
 // The tile bases are 128-byte aligned (SmemCarver), so they add the same bank to every lane.
 #define DILATTN_BACKEND_NS banks_test
@@ -29,6 +33,7 @@
 #include "forward_mma.cu"
 #include "forward_mma_tf32.cu"
 #include "forward_simt.cu"
+#include "mma_backward_loop.cuh"
 
 namespace {
 
@@ -113,6 +118,25 @@ void check_tf32_fragments() {
   }
 }
 
+void check_dq_shift_table() {
+  using dilattn::banks_test::dq_shift_word;
+  for (int slot = 0; slot < 2; ++slot)
+    for (int warp = 0; warp < 4; ++warp)
+      for (int row_half = 0; row_half < 2; ++row_half)
+        for (int half = 0; half < 2; ++half) {
+          std::vector<int64_t> words;  // lanes 16 half .. 16 half + 15, two floats each
+          for (int lane = 16 * half; lane < 16 * half + 16; ++lane) {
+            const int g = lane / 4, t = lane % 4;
+            const int64_t word = dq_shift_word(slot, 16 * warp + g + 8 * row_half, 2 * t);
+            words.push_back(word * kBankBytes);
+            words.push_back((word + 1) * kBankBytes);
+          }
+          const int ways = conflict_ways(words);
+          CHECK_MSG(ways == 1, "dQ shift table slot %d warp %d rows +%d half-warp %d: %d-way "
+                    "conflict", slot, warp, 8 * row_half, half, ways);
+        }
+}
+
 }  // namespace
 
 int main() {
@@ -128,5 +152,6 @@ int main() {
   check_mma_fragments<__nv_bfloat16, 128>("bf16");
   check_tf32_fragments<64>();
   check_tf32_fragments<128>();
+  check_dq_shift_table();
   return harness::finish("kernels_smem_banks");
 }
