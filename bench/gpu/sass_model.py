@@ -170,11 +170,13 @@ def _mma_tf32_trips(D, br, bc, t):
 #        see below) | MMA_TF32 only: the k loop of each of the two scores<BC> (D/8 each; the
 #        f16 products and the rest of the chunk are unrolled).
 #   dK/dV pass: next_query_chunk's walk to the next span or head (its loop over heads, over
-#        spans, and query_span's inside: 0 per chunk, they run when a span ends) | prepare's
-#        per-row loop `for t = tid; t < R; t += T` (R = BC <= 32 rows: warp 0 alone, so
-#        ceil(BC/32) of the T/32 warps, a fraction) | copy_rows of Q, then dO (BC*D/piece/T
-#        each) | MMA_TF32 only: the two scores<BC> k loops (D/8 each). The chunk's seen-any
-#        test, `for t = lane; t < R; t += 32`, is one iteration (R <= 32): no loop in the SASS.
+#        spans, and query_span's inside, then SPEC 3.4's shared pairs: key_tile_row_cut's loop
+#        over the earlier branches and key_lane_weights' over the branches: 0 per chunk, they
+#        run when a span ends) | prepare's per-row loop `for t = tid; t < R; t += T` (R = BC <=
+#        32 rows: warp 0 alone, so ceil(BC/32) of the T/32 warps, a fraction) | copy_rows of Q,
+#        then dO (BC*D/piece/T each) | MMA_TF32 only: the two scores<BC> k loops (D/8 each).
+#        The chunk's seen-any test, `for t = lane; t < R; t += 32`, is one iteration (R <= 32):
+#        no loop in the SASS.
 #   MMA_TF32's copy_rows loops are unrolled by 2 (two LDGSTS.128 a trip, a first iteration
 #   peeled off for an odd count: 8 a thread at both head dims, so 4 trips and the peeled
 #   iteration's blocks, which count once, never run).
@@ -192,7 +194,7 @@ def _bwd_dq_trips(piece):
 def _bwd_dkdv_trips(piece):
     def trips(D, br, bc, t):
         prepare = -(-bc // 32) / (t // 32)
-        return ([0, 0, 0, prepare] + _bwd_copy_trips(bc, D, piece, t) +
+        return ([0, 0, 0, 0, 0, prepare] + _bwd_copy_trips(bc, D, piece, t) +
                 ([D // 8] * 2 if piece == 4 else []))
     return trips
 
@@ -260,13 +262,13 @@ NAN_RULE_PATH = {"forward_mma_kernel": _nan_rule_path, "forward_mma_tf32_kernel"
 # unguarded MUFU.EX2 (all the chunk's 2^x in one block, its only predecessor ending in the
 # branch), the general path being every block reachable from the branch's other side before
 # the join (the usual block's successor). An empty set if the SASS is not of that shape.
-def general_softmax_path(loop):
+def general_softmax_path(loop, off=frozenset()):
     cfg = loop.cfg
 
     def ex2(b):
         return sum(1 for i in cfg.blocks[b] if i.op == "MUFU.EX2" and not i.pred)
 
-    usual = max(loop.blocks, key=lambda b: (ex2(b), -b))
+    usual = max(loop.blocks - off, key=lambda b: (ex2(b), -b))
     preds = [p for p in cfg.pred[usual] if p in loop.blocks]
     if ex2(usual) == 0 or len(preds) != 1 or len(cfg.succ[usual]) != 1:
         return frozenset(), None
@@ -305,6 +307,31 @@ def voted_general_path(loop, off=frozenset()):
     (_, usual), (general, _) = sorted(
         sides, key=lambda x: sum(len(cfg.blocks[b]) for b in x[0] if b not in off))
     return frozenset(general), usual
+
+
+# SPEC 3.4's shared pairs in the dK/dV pass (cuda/mma_backward_loop.cuh, its weighted loop):
+# what a launch that shares dilated pairs runs in place of the usual and general paths, behind
+# a branch on share_pairs, recognised by the log2 of the pairs' weights (MUFU.LG2, the only
+# ones in the chunk loop): every block the nearest branch above one sends its way
+# (Loop.guarded_region). The model's cells are dense problems, which never take it: its blocks
+# count 0, and the JSON gives their instructions. An empty set where a MUFU.LG2 is not behind
+# such a branch. (The dQ pass reads its weighted shifts from a table it fills once a tile: no
+# path of its own.)
+def shared_pairs_path(loop):
+    cfg = loop.cfg
+    dom, pdom = cfg.dominators(), loop.post_dominators()
+    out = set()
+    for b in loop.blocks:
+        if any(i.op == "MUFU.LG2" for i in cfg.blocks[b]):
+            _, region = loop.guarded_region(b, dom, pdom)
+            if not region:
+                return frozenset()
+            out |= region
+    return frozenset(out)
+
+
+SHARED_PAIRS_PATH = {f: shared_pairs_path for f in (
+    "backward_dkdv_mma_kernel", "backward_dkdv_mma_tf32_kernel")}
 
 
 GENERAL_PATH = {f: general_softmax_path for f in (
@@ -691,14 +718,17 @@ def model_kernel(kernel, D, dtype, tile, family):
         lane_path, recognised = dropout_lane_path(loop, quads)
         if not recognised:
             profiled = False  # not the shape the dropout rule reads: both paths count
+    shared = frozenset()
+    if family in SHARED_PAIRS_PATH:
+        shared = SHARED_PAIRS_PATH[family](loop)
     general, usual = frozenset(), None
     if family in GENERAL_PATH:
-        general, usual = GENERAL_PATH[family](loop)
+        general, usual = GENERAL_PATH[family](loop, shared)
         if not general and is_dropout_instance(kernel):
             general, usual = voted_general_path(loop, lane_path)
         if not general:
             profiled = False  # the SASS is not of the shape the rule reads: both paths count
-    off_blocks = set(general) | lane_path
+    off_blocks = set(general) | lane_path | shared
     per_span = frozenset()
     if family in PER_SPAN_REGIONS and trips is not None:
         per_span = per_span_blocks(loop, trips)
@@ -721,6 +751,11 @@ def model_kernel(kernel, D, dtype, tile, family):
             "instructions": sum(w[b] * len(cfg.blocks[b]) for b in general),
             "usual_path_block": "0x%x" % cfg.blocks[usual][0].addr if usual is not None else None,
             "usual_path_instructions": len(cfg.blocks[usual]) if usual is not None else None}
+    if family in SHARED_PAIRS_PATH:
+        w = weights(loop, trips)
+        out["shared_pairs_path"] = {
+            "blocks": len(shared),
+            "instructions": sum(w[b] * len(cfg.blocks[b]) for b in shared)}
     if is_dropout_instance(kernel):
         w = weights(loop, trips)
         out["dropout"] = {

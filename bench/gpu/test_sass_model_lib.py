@@ -101,6 +101,10 @@ def test_every_backward_kernel_is_profiled_and_its_hmma_are_the_gemms(backward_r
         assert "error" not in r, r
         assert r["chunk_loop"]["profiled"], (r["kernel"], r["arch"], r["chunk_loop"])
         assert r["general_softmax_path"]["blocks"], r["kernel"]
+        # SPEC 3.4's shared pairs: the dK/dV pass's path found (and left out of the dense
+        # chunk).
+        if "_dkdv_" in r["family"]:
+            assert r["shared_pairs_path"]["blocks"], r["kernel"]
         br, bc, D = r["tile"]["BR"], r["tile"]["BC"], r["D"]
         gemms = 3 if "_dq_" in r["family"] else 4
         assert r["flop_per_chunk"] == gemms * 2 * br * bc * D
