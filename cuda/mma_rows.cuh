@@ -127,7 +127,8 @@ __device__ __forceinline__ void softmax_scores_as(const float pre, const float p
     const float factor = pre_positive ? pre : 1.0f;  // a negative pre is in s already
     float weighted[2][2];
     for (int x = 0; x < 4; ++x)
-      weighted[x / 2][x % 2] = kWeighted ? shift[x / 2] - lw[x / 2][x % 2] / post : shift[x / 2];
+      weighted[x / 2][x % 2] =
+          kWeighted ? shift[x / 2] - __fdividef(lw[x / 2][x % 2], post) : shift[x / 2];
     for (int n = 0; n < kTiles; ++n)
       for (int e = 0; e < 4; ++e) {
         s[n][e] = online_prob(s[n][e] * factor, weighted[e >> 1][e & 1], post);
