@@ -67,15 +67,14 @@ std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int6
                                 int64_t* rule_violations, int64_t* computed) {
   const int64_t N = p.Nq;
   const int64_t m = p.num_branches();
-  std::vector<SharedBranch> shared(static_cast<size_t>(m));
-  std::vector<char> used(static_cast<size_t>(m));
-  for (int64_t c = 0; c < m; ++c) {
-    const BranchView v = branch_view(p, h, c);
-    shared[static_cast<size_t>(c)] = SharedBranch{v.wc, v.r, v.o};
-    used[static_cast<size_t>(c)] = head_uses_branch(p.head_mode, h, c, p.H, m);
-  }
+  // The head's branches as the rule reads them (it takes up to kMaxSharingBranches).
+  SharedBranch shared[kMaxSharingBranches];
   bool used_flags[kMaxSharingBranches] = {};
-  for (int64_t c = 0; c < m && c < kMaxSharingBranches; ++c) used_flags[c] = used[c] != 0;
+  for (int64_t c = 0; c < m && c < kMaxSharingBranches; ++c) {
+    const BranchView v = branch_view(p, h, c);
+    shared[c] = SharedBranch{v.wc, v.r, v.o};
+    used_flags[c] = head_uses_branch(p.head_mode, h, c, p.H, m);
+  }
   std::vector<double> sum(static_cast<size_t>(N * N), 0.0);
   alignas(64) static T weights[kBR * kBC];
   alignas(64) static int32_t key[kMemoInts];
@@ -103,7 +102,7 @@ std::vector<double> weight_sums(const Problem& p, int64_t h, int64_t block, int6
                 const int64_t i = progression_at(own, t0 + t), j = progression_at(keys, k0 + c);
                 sum[static_cast<size_t>(i * N + j)] += w;
                 if (m <= kMaxSharingBranches &&
-                    static_cast<int64_t>(w) != shared_pair_weight(shared.data(), used_flags, m,
+                    static_cast<int64_t>(w) != shared_pair_weight(shared, used_flags, m,
                                                                   piece.branch, i, j))
                   ++*rule_violations;
               }
