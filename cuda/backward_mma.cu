@@ -13,10 +13,14 @@
 //                and repacked as the A fragment of k block kk, as FlashAttention rounds P and
 //                dS; y's rows k-major, read with ldmatrix.trans.
 // Chunks, as large as ptxas keeps in registers without spilling (tests/kernels/
-// check_ptxas_spills.py): 32 keys (D = 64) or 64 (D = 128) in the dQ pass; 32 query rows (D = 64)
-// or 16 (D = 128) in the dK/dV pass, where dK and dV take 2 x D / 2 registers a lane. The
-// kernels say __launch_bounds__(128, 1): with the block size alone ptxas aimed at three blocks an
-// SM (168 registers) and spilled.
+// check_ptxas_spills.py): 32 keys (D = 64) or 64 (D = 128) in the dQ pass; 32 query rows in the
+// dK/dV pass, where dK and dV take 2 x D / 2 registers a lane (the variant and dropout instances:
+// 16 at D = 128, kKvRowsOptions). The dK/dV pass's K and V tiles are read as A fragments once a
+// chunk for each of its two score products; at D = 64 the plain instances keep them in registers
+// instead (kResidentKeys, 32 a lane): 8 of its 40 ldmatrix a warp and chunk fewer, 15% of the
+// shared-memory wavefronts that bound it in the SASS model (bench/gpu/sass_model.py). The kernels say
+// __launch_bounds__(128, 1): with the block size alone ptxas aimed at three blocks an SM (168
+// registers) and spilled.
 // Shared memory rows are padded by 8 elements (16 bytes) so each ldmatrix reads 8 rows in 32
 // distinct banks, as in forward_mma.cu.
 //
@@ -24,6 +28,8 @@
 // and test_backward_nonfinite_kernels.cpp (emulator, three thread orders, against the reference;
 // on a GPU by bench/gpu/first_light.sh) and tests/kernels/check_ptxas_spills.py (nvcc, no
 // spills). Timed on an H200: bench/results/gpu_bench.h200.json.
+#include <type_traits>
+
 #include "kernels.h"
 #include "ldmatrix.cuh"
 #include "mma_backward_loop.cuh"
@@ -37,8 +43,16 @@ struct MmaBackwardProducts {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
   using Input = T;
   static constexpr int kHeadDim = D, kStride = D + 8;
-  static constexpr int kDqKeys = D == 64 ? 32 : 64, kKvRows = D == 64 ? 32 : 16;
+  // kKvRows: the plain dK/dV instances; kKvRowsOptions: the variant and dropout ones, whose
+  // extra state leaves registers for 16 rows only at D = 128.
+  static constexpr int kDqKeys = D == 64 ? 32 : 64, kKvRows = 32;
+  static constexpr int kKvRowsOptions = D == 64 ? 32 : 16;
   static constexpr bool kQuadDraws = true;  // the dK/dV pass's dropout draws by lane groups
+  // The plain dK/dV pass keeps its warp's K and V rows as A fragments in registers at D = 64
+  // (2 x 16 a lane), read from shared memory once a block instead of once a chunk. At D = 128
+  // they would take 64, more than the 32-row chunks leave.
+  static constexpr bool kResidentKeys = D == 64;
+  using KeyFrags = uint32_t[D / 16][4];
 
   // A lane's ldmatrix row address within a 16x16 block of a padded tile (as forward_mma.cu):
   // rows_first for an A operand stored row-major and for B operands read with .trans;
@@ -52,14 +66,25 @@ struct MmaBackwardProducts {
                  ((lane & 7) + 8 * (lane >> 4)) * kStride + 8 * ((lane >> 3) & 1)};
   }
 
-  template <int kN>
-  static __device__ __forceinline__ void scores(const Frags& f, float (&s)[kN / 8][4], const T* a,
+  // a's 16 rows as A fragments, one a k step of 16 (the dK/dV pass's resident K and V).
+  static __device__ __forceinline__ void a_frags(const Frags& f, KeyFrags& af, const T* a) {
+    DILATTN_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) ldmatrix<4>(af[kk], a + f.rows_first + kk * 16);
+  }
+
+  // s += a b^T, a's 16 rows read from a padded tile (A a pointer) or resident (A KeyFrags).
+  template <int kN, class A>
+  static __device__ __forceinline__ void scores(const Frags& f, float (&s)[kN / 8][4], const A& a,
                                                 const T* b) {
     const int frag_a = f.rows_first, frag_b = f.cols_first;
     DILATTN_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t af[4];
-      ldmatrix<4>(af, a + frag_a + kk * 16);
+      if constexpr (std::is_pointer_v<A>) {
+        ldmatrix<4>(af, a + frag_a + kk * 16);
+      } else {
+        for (int e = 0; e < 4; ++e) af[e] = a[kk][e];
+      }
       DILATTN_UNROLL
       for (int n = 0; n < kN / 8; n += 2) {
         uint32_t bf[4];
@@ -140,7 +165,7 @@ BackwardKernels mma_backward_of() {
   return BackwardKernels{backward_dq_mma_kernel<T, D, Variants, Dropout>,
                          backward_dkdv_mma_kernel<T, D, Variants, Dropout>,
                          smem_bytes_of<DqSmem<Products, Variants>>(),
-                         smem_bytes_of<DkdvSmem<Products, Variants>>(),
+                         smem_bytes_of<DkdvSmem<Products, Variants, Dropout>>(),
                          kMmaBackwardRows,
                          kMmaBackwardKeys,
                          kMmaBackwardThreads,

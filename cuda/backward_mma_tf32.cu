@@ -36,6 +36,8 @@ struct Tf32BackwardProducts {
   using Input = float;
   static constexpr int kHeadDim = D, kStride = D + 4;
   static constexpr int kDqKeys = D == 64 ? 64 : 32, kKvRows = D == 64 ? 32 : 16;
+  static constexpr int kKvRowsOptions = kKvRows;  // the variant and dropout instances too
+  static constexpr bool kResidentKeys = false;    // K and V fragments read once a chunk
   // At D = 128 the dK/dV pass's dropout instance uses 255 registers with both ways of drawing
   // and spills (sm_80): it draws a call a pair there.
   static constexpr bool kQuadDraws = D == 64;
@@ -121,7 +123,7 @@ BackwardKernels tf32_backward_of() {
   return BackwardKernels{backward_dq_mma_tf32_kernel<D, Variants, Dropout>,
                          backward_dkdv_mma_tf32_kernel<D, Variants, Dropout>,
                          smem_bytes_of<DqSmem<Products, Variants>>(),
-                         smem_bytes_of<DkdvSmem<Products, Variants>>(),
+                         smem_bytes_of<DkdvSmem<Products, Variants, Dropout>>(),
                          kMmaBackwardRows,
                          kMmaBackwardKeys,
                          kMmaBackwardThreads,

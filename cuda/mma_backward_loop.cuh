@@ -25,8 +25,10 @@
 // dQ (16 x D per warp) lives in registers and is added to the workspace's dq_acc at the end.
 //
 // mma_backward_dkdv: one block per key tile of 64 keys (4 warps, 16 keys each), K and V resident
-// in shared memory; the query rows that meet the tile (query_span: one span, or one per BSR query
-// block) stream in chunks of kKvRows rows through two cp.async buffers. Per warp and chunk:
+// in shared memory (and, where Products::kResidentKeys says so, in the plain instances, in
+// registers as the warp's A fragments); the query rows that meet the tile (query_span: one span,
+// or one per BSR query block) stream in chunks of kKvRows rows (the variant and dropout
+// instances: kKvRowsOptions) through two cp.async buffers. Per warp and chunk:
 //     S^T = K Q^T, dP^T = V dO^T        (Products::scores)
 //     P^T, dS^T for the pairs seen      (key c of the tile is seen by row t iff c < seen[t])
 //     dV += P^T dO, dK += dS^T Q        (Products::accumulate)
@@ -66,13 +68,17 @@
 //
 // Products, the kernel file's part:
 //   using Input;                          the input dtype, also the shared-memory element
-//   kHeadDim, kStride (padded row), kDqKeys (dQ pass chunk), kKvRows (dK/dV pass chunk)
+//   kHeadDim, kStride (padded row), kDqKeys (dQ pass chunk), kKvRows (dK/dV pass chunk),
+//   kKvRowsOptions                        (the same for the variant and dropout instances)
+//   kResidentKeys                         whether the plain dK/dV pass keeps its warp's K and V
+//                                         rows in registers (a_frags, KeyFrags)
 //   kQuadDraws                            whether the dK/dV pass's dropout instance draws by
 //                                         lane groups where it can (false where its registers
 //                                         are too few for both ways of drawing)
 //   Frags, frags()                        the lane's fragment offsets, computed once
 //   scores<kN>(frags, s[kN / 8][4], a, b) s += a b^T for the warp: a its 16 rows of a padded
-//                                         tile, b kN rows of another, over kHeadDim
+//                                         tile (or, with kResidentKeys, their KeyFrags), b kN
+//                                         rows of another, over kHeadDim
 //   accumulate<kCols>(frags, acc[D / 8][4], x[kCols / 8][4], y)
 //                                         acc += x y: x (16 x kCols, C fragments, rounded as
 //                                         the product takes them), y kCols rows of a tile
@@ -402,10 +408,11 @@ __device__ __forceinline__ void mma_backward_dq(const BackwardParams& bp, unsign
 }
 
 // ================================================================ the dK/dV pass
-template <class Products, bool Variants = false>
+template <class Products, bool Variants = false, bool Dropout = false>
 struct DkdvSmem {
   using T = typename Products::Input;
-  static constexpr int kBc = kMmaBackwardKeys, kRows = Products::kKvRows;
+  static constexpr int kBc = kMmaBackwardKeys;
+  static constexpr int kRows = Variants || Dropout ? Products::kKvRowsOptions : Products::kKvRows;
   static constexpr int kStride = Products::kStride;
   T *k, *v;                 // [kBc][kStride], resident
   T* qdo;                   // [2][Q, dO] each [kRows][kStride]: two chunk buffers
@@ -496,7 +503,7 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   // A problem with SPEC 10 options and dropout runs the SIMT kernels (kernel_choice.h).
   static_assert(!(Variants && Dropout), "variant and dropout instances are separate");
   using T = typename Products::Input;
-  using Tile = DkdvSmem<Products, Variants>;
+  using Tile = DkdvSmem<Products, Variants, Dropout>;
   constexpr int D = Products::kHeadDim;
   constexpr int BC = Tile::kBc, R = Tile::kRows, S = Tile::kStride;
   constexpr int kThreads = kMmaBackwardThreads;
@@ -537,6 +544,19 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
     tl.v[c * S + d] = j >= 0 ? load_bnhd<T>(p.v, p.v_stride, b, j, hk, d) : from_float<T>(0.0f);
   }
   const int64_t first_key = tl.keys[0], last_key = tl.keys[num_keys - 1];
+  const int kw = warp * 16;  // the warp's first key of the tile; the lane's are kw + g, + 8
+  const typename Products::Frags frags = Products::frags();
+  // The warp's K and V rows as resident A fragments where the products keep them (the plain
+  // instances): read once, after the stores above are visible. (The emulator would not miss this
+  // barrier: each thread's stores come before its first warp collective, and a round runs every
+  // thread that far before any collective resolves. The GPU would.)
+  constexpr bool kResident = Products::kResidentKeys && !Variants && !Dropout;
+  uint32_t k_frags[kResident ? D / 16 : 1][4], v_frags[kResident ? D / 16 : 1][4];
+  if constexpr (kResident) {
+    __syncthreads();
+    Products::a_frags(frags, k_frags, tl.k + kw * S);
+    Products::a_frags(frags, v_frags, tl.v + kw * S);
+  }
 
   // One chunk's rows into buffer buf: seen counts, lse_s, D_i, flags by plain stores; Q and
   // dO by copy_rows (cp.async where it can). Read after the next barrier.
@@ -582,7 +602,6 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
                                  cur.rows.first, cur.rows.step, cur.t0, cn);
   };
 
-  const int kw = warp * 16;  // the warp's first key of the tile; the lane's are kw + g, + 8
   // Dropout: quad_P != 0 when the warp's 16 keys take QuadSlots (dropout_tile.cuh), positions
   // j0 + quad_P k with j0 the first key's (keys past the tile's last are -1 and never seen);
   // their draws then go by lane groups.
@@ -599,7 +618,6 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
       quad_P = quad ? static_cast<int>(P) : 0;
     }
   }
-  const typename Products::Frags frags = Products::frags();
   float dk[D / 8][4], dv[D / 8][4];
   for (int nd = 0; nd < D / 8; ++nd)
     for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
@@ -646,8 +664,13 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
       for (int n = 0; n < kTiles; ++n)
         for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.0f;
       // S^T = K Q^T and dP^T = V dO^T: the warp's 16 K and V rows against the chunk's rows.
-      Products::template scores<R>(frags, st, tl.k + kw * S, qc);
-      Products::template scores<R>(frags, dpt, tl.v + kw * S, doc);
+      if constexpr (kResident) {
+        Products::template scores<R>(frags, st, k_frags, qc);
+        Products::template scores<R>(frags, dpt, v_frags, doc);
+      } else {
+        Products::template scores<R>(frags, st, tl.k + kw * S, qc);
+        Products::template scores<R>(frags, dpt, tl.v + kw * S, doc);
+      }
       // P^T and dS^T: the lane's keys are kw + g (e < 2) and kw + g + 8, its query rows
       // t = 8n + 2 t4 + (e & 1). A row of the chunk that skips one of the warp's keys and
       // whose Q or dO is not finite sends the chunk the exact way.

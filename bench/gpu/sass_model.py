@@ -106,13 +106,18 @@ TILES = {
     "forward_mma_tf32_kernel": lambda D: (128, 64, 256) if D == 64 else (64, 32, 128),
     # The backward passes (cuda/mma_backward_loop.cuh: kMmaBackwardRows = kMmaBackwardKeys = 64,
     # kMmaBackwardThreads = 128). dQ: BR = 64 query rows a block, BC = the K/V chunk (kDqKeys);
-    # dK/dV: BR = 64 keys a block, BC = the Q/dO chunk of query rows (kKvRows). f16/bf16:
-    # backward_mma.cu's MmaBackwardProducts, f32: backward_mma_tf32.cu's Tf32BackwardProducts.
+    # dK/dV: BR = 64 keys a block, BC = the Q/dO chunk of query rows (kKvRows; the variant and
+    # dropout instances: OPTION_TILES). f16/bf16: backward_mma.cu's MmaBackwardProducts, f32:
+    # backward_mma_tf32.cu's Tf32BackwardProducts.
     "backward_dq_mma_kernel": lambda D: (64, 32 if D == 64 else 64, 128),
-    "backward_dkdv_mma_kernel": lambda D: (64, 32 if D == 64 else 16, 128),
+    "backward_dkdv_mma_kernel": lambda D: (64, 32, 128),
     "backward_dq_mma_tf32_kernel": lambda D: (64, 64 if D == 64 else 32, 128),
     "backward_dkdv_mma_tf32_kernel": lambda D: (64, 32 if D == 64 else 16, 128),
 }
+
+# The tiles of the option instances (is_option_instance) where they differ from TILES':
+# backward_mma.cu's kKvRowsOptions, 16 query rows a dK/dV chunk at D = 128.
+OPTION_TILES = {"backward_dkdv_mma_kernel": lambda D: (64, 32 if D == 64 else 16, 128)}
 
 # The input dtype of a family whose template arguments do not name one (f32, as 3xTF32).
 FAMILY_DTYPE = {"forward_mma_tf32_kernel": "f32", "backward_dq_mma_tf32_kernel": "f32",
@@ -1397,6 +1402,8 @@ def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
         if dtype not in dtypes and family not in FAMILY_DTYPE:
             continue
         tile = tiles.get(family)
+        if is_option_instance(k) and tile is TILES.get(family):  # not a --tile of the caller's
+            tile = OPTION_TILES.get(family, tile)
         for D in ds:
             if D not in head_dims:
                 continue

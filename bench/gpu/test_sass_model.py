@@ -327,17 +327,20 @@ def test_backward_summary_weights_the_passes_by_time():
 
 def test_backward_tiles_and_flop_per_chunk():
     # mma_backward_loop.cuh's 64-row / 64-key blocks of 128 threads; backward_mma.cu's kDqKeys
-    # 32 / 64 and kKvRows 32 / 16, backward_mma_tf32.cu's kDqKeys 64 / 32 and kKvRows 32 / 16.
+    # 32 / 64 and kKvRows 32 (kKvRowsOptions 32 / 16), backward_mma_tf32.cu's kDqKeys 64 / 32
+    # and kKvRows 32 / 16.
     want = {("backward_dq_mma_kernel", 64): (64, 32, 128),
             ("backward_dq_mma_kernel", 128): (64, 64, 128),
             ("backward_dkdv_mma_kernel", 64): (64, 32, 128),
-            ("backward_dkdv_mma_kernel", 128): (64, 16, 128),
+            ("backward_dkdv_mma_kernel", 128): (64, 32, 128),
             ("backward_dq_mma_tf32_kernel", 64): (64, 64, 128),
             ("backward_dq_mma_tf32_kernel", 128): (64, 32, 128),
             ("backward_dkdv_mma_tf32_kernel", 64): (64, 32, 128),
             ("backward_dkdv_mma_tf32_kernel", 128): (64, 16, 128)}
     for (family, D), tile in want.items():
         assert sass_model.tile_of(sass_model.TILES[family], D) == tile
+    options = sass_model.OPTION_TILES["backward_dkdv_mma_kernel"]
+    assert [sass_model.tile_of(options, D) for D in (64, 128)] == [(64, 32, 128), (64, 16, 128)]
     assert [sass_model.gemms_of(f) for f in ("forward_mma_kernel", "backward_dq_mma_kernel",
                                              "backward_dkdv_mma_tf32_kernel")] == [2, 3, 4]
     # The dK/dV pass's prepare loop: warp 0 of 4 (R = 32 or 16 rows, one a thread); the walk's
@@ -662,6 +665,18 @@ def test_dropout_instance_counts_the_quad_loop_and_leaves_the_lane_path_out(toy_
                for r in rows]
     assert s["on_chip_time_ratio"] == pytest.approx(on_chip[0] / on_chip[1])
     assert s["on_chip_time_ratio"] > 1
+
+
+def test_option_instances_take_their_own_tile(toy_drop, monkeypatch):
+    # An option instance with an OPTION_TILES entry is modelled at that tile (backward_mma.cu's
+    # kKvRowsOptions), the plain one at TILES'; a tile the caller passes (--tile) holds for both.
+    monkeypatch.setitem(sass_model.OPTION_TILES, TOY_DROP, (64, 32, 128))
+    text = toy_drop_listing(False) + toy_drop_listing(True)
+    rows = sass_model.run_model(text, TOY_DROP, sass_model.TILES, head_dims=(64,), dropout=True)
+    assert [(r["tile"]["BC"], "dropout" in r) for r in rows] == [(64, False), (32, True)]
+    given = dict(sass_model.TILES, **{TOY_DROP: (64, 16, 128)})
+    rows = sass_model.run_model(text, TOY_DROP, given, head_dims=(64,), dropout=True)
+    assert [r["tile"]["BC"] for r in rows] == [16, 16]
 
 
 def test_dropout_instance_without_the_two_ways_counts_everything(toy_drop):
