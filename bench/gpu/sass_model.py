@@ -1422,7 +1422,9 @@ def run_model(sass_text, kernel_re, tiles, head_dims=(64, 128),
 
 def dropout_summary(rows):
     """Per (family, arch, dtype, D) with both instances modelled: the dropout instance's
-    instructions a chunk over the plain one's, and its modelled time over the plain one's on
+    instructions a chunk beside the plain one's (scaled to the dropout instance's chunk where
+    OPTION_TILES gives the two chunks of different sizes: instructions a FLOP alike), and its
+    modelled time over the plain one's on
     chip (the issue and shared-memory bounds: a dropout instance reads the same bytes, so the
     HBM bound, which both share, would hide what the draws cost) and with every bound."""
     plain, drop = {}, {}
@@ -1439,7 +1441,8 @@ def dropout_summary(rows):
             f = r["fraction_of_dense_f16_peak"]
             return min(f["issue"], f["smem"])
         out.append({"family": key[0], "arch": key[1], "dtype": key[2], "D": key[3],
-                    "plain_instructions": sum(p["per_warp_per_chunk"].values()),
+                    "plain_instructions": sum(p["per_warp_per_chunk"].values())
+                    * d["flop_per_chunk"] / p["flop_per_chunk"],
                     "dropout_instructions": sum(d["per_warp_per_chunk"].values()),
                     "quad_instructions": d["dropout"]["quad_instructions"],
                     "profiled": p["chunk_loop"]["profiled"] and d["chunk_loop"]["profiled"],

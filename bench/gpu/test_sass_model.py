@@ -674,6 +674,10 @@ def test_option_instances_take_their_own_tile(toy_drop, monkeypatch):
     text = toy_drop_listing(False) + toy_drop_listing(True)
     rows = sass_model.run_model(text, TOY_DROP, sass_model.TILES, head_dims=(64,), dropout=True)
     assert [(r["tile"]["BC"], "dropout" in r) for r in rows] == [(64, False), (32, True)]
+    # The summary sets the plain instance's 9 instructions a chunk of 64 keys beside the
+    # dropout instance's chunk of 32: 4.5.
+    (s,) = sass_model.dropout_summary(rows)
+    assert s["plain_instructions"] == pytest.approx(4.5)
     given = dict(sass_model.TILES, **{TOY_DROP: (64, 16, 128)})
     rows = sass_model.run_model(text, TOY_DROP, given, head_dims=(64,), dropout=True)
     assert [r["tile"]["BC"] for r in rows] == [16, 16]
