@@ -204,12 +204,26 @@ def _bwd_dkdv_trips(piece):
     return trips
 
 
+# The dK/dV pass's option instances (is_option_instance: its dropout instance) walk without
+# key_lane_weights, which only the plain instances compute (SPEC 3.4's shared pairs): one loop
+# of the walk fewer.
+def _bwd_dkdv_option_trips(piece):
+    def trips(D, br, bc, t):
+        return _bwd_dkdv_trips(piece)(D, br, bc, t)[1:]
+    return trips
+
+
 PROFILES = {"forward_simt_kernel": _simt_trips, "forward_mma_kernel": _mma_trips,
             "forward_mma_tf32_kernel": _mma_tf32_trips,
             "backward_dq_mma_kernel": _bwd_dq_trips(8),
             "backward_dq_mma_tf32_kernel": _bwd_dq_trips(4),
             "backward_dkdv_mma_kernel": _bwd_dkdv_trips(8),
             "backward_dkdv_mma_tf32_kernel": _bwd_dkdv_trips(4)}
+
+
+# Where an option instance's loops differ from its plain instance's (model_kernel).
+OPTION_PROFILES = {"backward_dkdv_mma_kernel": _bwd_dkdv_option_trips(8),
+                   "backward_dkdv_mma_tf32_kernel": _bwd_dkdv_option_trips(4)}
 
 
 # Blocks of the chunk loop a full chunk of a 16-byte-aligned K and V view never runs, counted 0.
@@ -706,8 +720,11 @@ def model_kernel(kernel, D, dtype, tile, family):
     quad_heads = {l.header_addr for l in quads}
     hot = [l for l in inner if l.header_addr not in cold | quad_heads]
     trips, profiled = None, False
-    if family in PROFILES:
-        want = PROFILES[family](D, br, bc, threads)
+    profile = PROFILES.get(family)
+    if is_option_instance(kernel):
+        profile = OPTION_PROFILES.get(family, profile)
+    if profile is not None:
+        want = profile(D, br, bc, threads)
         if len(want) == len(hot):
             by_loop = {l.header_addr: n for l, n in zip(hot, want)}
             by_loop.update({h: bc // 16 for h in quad_heads})

@@ -349,6 +349,11 @@ def test_backward_tiles_and_flop_per_chunk():
                                                                                  0.25, 2, 2]
     assert sass_model.PROFILES["backward_dq_mma_tf32_kernel"](128, 64, 32, 128) == [0, 4, 4, 0,
                                                                                     16, 16]
+    # Its dropout instance walks without key_lane_weights' loop (the plain instances' alone).
+    assert sass_model.OPTION_PROFILES["backward_dkdv_mma_kernel"](64, 64, 32, 128) == [
+        0, 0, 0, 0, 0.25, 2, 2]
+    assert sass_model.OPTION_PROFILES["backward_dkdv_mma_tf32_kernel"](128, 64, 16, 128) == [
+        0, 0, 0, 0, 0.25, 2, 2, 16, 16]
 
 
 # ---------------------------------------------------------------- warp-specialised kernels
@@ -678,6 +683,14 @@ def test_option_instances_take_their_own_tile(toy_drop, monkeypatch):
     # dropout instance's chunk of 32: 4.5.
     (s,) = sass_model.dropout_summary(rows)
     assert s["plain_instructions"] == pytest.approx(4.5)
+    # An option instance's loops are matched against its own profile (OPTION_PROFILES), the
+    # plain instance's against PROFILES'.
+    asked = []
+    monkeypatch.setitem(sass_model.PROFILES, TOY_DROP, lambda D, br, bc, t: asked.append(bc) or [])
+    monkeypatch.setitem(sass_model.OPTION_PROFILES, TOY_DROP,
+                        lambda D, br, bc, t: asked.append(-bc) or [])
+    sass_model.run_model(text, TOY_DROP, sass_model.TILES, head_dims=(64,), dropout=True)
+    assert asked == [64, -32]
     given = dict(sass_model.TILES, **{TOY_DROP: (64, 16, 128)})
     rows = sass_model.run_model(text, TOY_DROP, given, head_dims=(64,), dropout=True)
     assert [r["tile"]["BC"] for r in rows] == [16, 16]
