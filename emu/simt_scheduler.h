@@ -8,7 +8,11 @@
 //     (__syncthreads), a warp collective (shuffle, ballot, __syncwarp, WMMA) or returns.
 //   - A round resumes every runnable fiber once, in the thread order of the launch (ascending,
 //     descending or a seeded shuffle, reshuffled every round), so a missing barrier changes
-//     which thread sees which value and the results differ between orders.
+//     which thread sees which value and the results differ between orders. In the descending
+//     order a round resumes one warp's fibers only (the first warp in that order with one to
+//     run): each warp runs as far as it can before the next starts, so a warp's collective
+//     resolves before later warps have stored anything, and a read of their stores with a
+//     collective but no barrier between sees them missing.
 //   - After a round, a warp collective whose mask lanes have all arrived is resolved by the
 //     scheduler (it computes every lane's result from the lanes' posted values) and those lanes
 //     run again. When no warp can progress, a lane still waiting at a collective is an error;
@@ -732,10 +736,23 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
   for (Fiber& f : b.fibers) start_fiber(f);
   uint64_t rng = s.seed ^ (block_linear * 0xD1B54A32D192ED03ull);
   make_order(b, s, rng);
+  // The descending order runs one warp a round (warp_serial): the first in the order with a
+  // thread to run, until every thread of it waits. So a warp's collective resolves, and the warp
+  // goes on, before the warps after it have run at all: a read of another warp's shared-memory
+  // stores that no block barrier orders sees them missing, even where a warp collective (an
+  // ldmatrix, a shuffle) stands between the stores and the read in every thread.
+  const bool warp_serial = s.order == ThreadOrder::descending;
   for (;;) {
+    unsigned chosen_warp = 0;
+    for (unsigned idx : b.order) {
+      if (b.fibers[idx].state != FiberState::runnable) continue;
+      chosen_warp = b.fibers[idx].warp;
+      break;
+    }
     for (unsigned idx : b.order) {
       Fiber& f = b.fibers[idx];
       if (f.state != FiberState::runnable) continue;
+      if (warp_serial && f.warp != chosen_warp) continue;
       switch_to(b, f);
       if (!b.error.empty()) {
         abandon_block(b);
@@ -759,6 +776,11 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
     if (progress) {
       if (s.order == ThreadOrder::shuffled) make_order(b, s, rng);
       continue;
+    }
+    if (warp_serial) {  // the other warps' turns
+      bool runnable = false;
+      for (const Fiber& f : b.fibers) runnable = runnable || f.state == FiberState::runnable;
+      if (runnable) continue;
     }
     unsigned at_block = 0, done = 0;
     for (const WarpState& w : b.warps) {

@@ -4,7 +4,10 @@
 // gives different bytes under ascending and descending thread order (the emulator poisons
 // dynamic shared memory with 0xFF per block, so an early read sees NaN in one order), which is
 // how every kernel test detects the defect; the same kernel WITH the barrier agrees in all
-// orders and equals the host result.
+// orders and equals the host result. The same holds where a warp collective (__syncwarp here;
+// an ldmatrix in the kernels) stands between every thread's store and its read of another
+// warp's slot: the descending order runs one warp at a time (emu/simt_scheduler.h), so the
+// collective resolves before the other warps have stored.
 #include <cmath>
 #include <vector>
 
@@ -26,6 +29,24 @@ __global__ void rotate_with_barrier(const float* in, float* out) {
   tile[t] = in[base + t];
   __syncthreads();
   out[base + t] = tile[(t + 1) % n];
+}
+
+// The read is another warp's slot (t + 32), after a warp collective but no block barrier.
+__global__ void next_warp_missing_barrier(const float* in, float* out) {
+  DILATTN_DYNAMIC_SHARED(float, tile);
+  const unsigned t = threadIdx.x, n = blockDim.x, base = blockIdx.x * n;
+  tile[t] = in[base + t];
+  __syncwarp();  // defect: a warp's collective orders nothing across warps
+  out[base + t] = tile[(t + 32) % n];
+}
+
+__global__ void next_warp_with_barrier(const float* in, float* out) {
+  DILATTN_DYNAMIC_SHARED(float, tile);
+  const unsigned t = threadIdx.x, n = blockDim.x, base = blockIdx.x * n;
+  tile[t] = in[base + t];
+  __syncwarp();
+  __syncthreads();
+  out[base + t] = tile[(t + 32) % n];
 }
 
 template <class Kernel>
@@ -56,5 +77,17 @@ int main() {
   for (size_t b = 0; b < 3; ++b)
     for (size_t t = 0; t < 96; ++t)
       CHECK_MSG(good[b * 96 + t] == in[b * 96 + (t + 1) % 96], "out[%zu]", b * 96 + t);
+
+  // Across warps, behind a collective: every order but the warp-serial descending one runs all
+  // the stores before the collective resolves; that one reads poison.
+  bad = emu_test::from_bytes<float>(
+      emu_test::run_in_orders([&] { return run(next_warp_missing_barrier, in); }, &agree));
+  CHECK_MSG(!agree, "the missing barrier behind __syncwarp was NOT detected: all orders agreed");
+  good = emu_test::from_bytes<float>(
+      emu_test::run_in_orders([&] { return run(next_warp_with_barrier, in); }, &agree));
+  CHECK_MSG(agree, "the correct cross-warp kernel differs between thread orders");
+  for (size_t b = 0; b < 3; ++b)
+    for (size_t t = 0; t < 96; ++t)
+      CHECK_MSG(good[b * 96 + t] == in[b * 96 + (t + 32) % 96], "out[%zu]", b * 96 + t);
   return harness::finish("emu_negative_missing_barrier");
 }
