@@ -246,6 +246,42 @@ __device__ __forceinline__ void chunk_log_weights(const ForwardParams& p, uint32
                       : 0.0f;
 }
 
+// The word of a tile's per-lane table for span slot `slot` (0, or 1 for every later span: only
+// a launch with shared pairs has two spans with weights), tile row `row` (kRows rows a tile) and
+// key column class `col` (0 .. 7: a key's column in its chunk mod 8): row-major, so that a
+// warp's read of its lanes' two words (rows 16 w + g, columns 2 t4 and 2 t4 + 1) takes 64
+// consecutive words, no bank twice in a half-warp's 8-byte reads
+// (tests/kernels/test_smem_banks.cpp). The forward's log weights (tile_log_weights) and the
+// backward dQ pass's shifts (mma_backward_loop.cuh) are such tables.
+template <int kRows>
+__host__ __device__ constexpr int lane_table_word(int slot, int row, int col) {
+  return (slot * kRows + row) * 8 + col;
+}
+
+// The lane's log2 weights for the tile's two spans (chunk_log_weights of lane_weights' bits)
+// into `table` ([2][kRows][8], lane_table_word), once a tile, so that a chunk reads its span's
+// four (chunk_log_weights_of) instead of decoding them: the lane writes and reads its own
+// words, rows r0 and r0 + 8, columns 2 t4 and 2 t4 + 1, so no barrier stands between.
+template <int kRows>
+__device__ __forceinline__ void tile_log_weights(const ForwardParams& p, uint32_t packed, int r0,
+                                                 float* table) {
+  const int col = 2 * (static_cast<int>(threadIdx.x) & 3);
+  for (int span = 0; span < 2; ++span) {
+    float lw[2][2];
+    chunk_log_weights(p, packed, span, lw);
+    for (int x = 0; x < 4; ++x)
+      table[lane_table_word<kRows>(span, r0 + 8 * (x / 2), col + x % 2)] = lw[x / 2][x % 2];
+  }
+}
+template <int kRows>
+__device__ __forceinline__ void chunk_log_weights_of(const float* table, int64_t span, int r0,
+                                                     float (&lw)[2][2]) {
+  const int col = 2 * (static_cast<int>(threadIdx.x) & 3);
+  for (int x = 0; x < 4; ++x)
+    lw[x / 2][x % 2] = table[lane_table_word<kRows>(span != 0 ? 1 : 0, r0 + 8 * (x / 2),
+                                                    col + x % 2)];
+}
+
 // Number of key spans the tile walks: one (dense, dilated) or the row's listed blocks; two for a
 // dilated tile with shared pairs (before and after the keys an earlier branch holds whole).
 __device__ __forceinline__ int64_t tile_span_count(const ForwardParams& p, int64_t h,

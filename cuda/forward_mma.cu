@@ -232,7 +232,14 @@ __global__ void forward_mma_kernel(ForwardParams p) {
   // Shared pairs (SPEC 3.4; the plain instance only, attention_tile.cuh): the tile's cut and
   // the lane's weights for its two spans, once, before the chunks.
   TileShares shares;
-  if constexpr (!Variants && !Dropout) shares = tile_shares(p, h, tl.rows, r0, r1);
+  if constexpr (!Variants && !Dropout) {
+    shares = tile_shares(p, h, tl.rows, r0, r1);
+    tile_log_weights<Tile::kBr>(p, shares.lane_w, r0, tl.log_weights);  // read by the chunks
+  }
+  // The chunks read the table through this copy of its pointer: a chunk function that reads the
+  // tile's own fields keeps the whole tile in memory, and ptxas then loses every pointer's
+  // address space (generic loads and stores in place of shared ones).
+  const float* log_weights = tl.log_weights;
   if (warp == 0 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, shares.cut_or_null());
   __syncthreads();
   const int frag_a = frag_rows_first<T, D>(lane), frag_k = frag_cols_first<T, D>(lane);
@@ -255,7 +262,8 @@ __global__ void forward_mma_kernel(ForwardParams p) {
       [&](const T* k, const T* v, int keys0, int keys1, const ChunkKeys& at,
           const auto&... window) {
         float lw[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-        if constexpr (!Variants && !Dropout) chunk_log_weights(p, shares.lane_w, at.span, lw);
+        if constexpr (!Variants && !Dropout)
+          chunk_log_weights_of<Tile::kBr>(log_weights, at.span, r0, lw);
         warp_chunk<T, D, Variants, !Variants && !Dropout>(
             p, qf, k, v, frag_k, frag_a, keys0, keys1, st, lw, vr,
             [&](auto& s) {

@@ -210,7 +210,14 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
   const int64_t num_spans = tile_span_count(p, h, tile);
   // Shared pairs (SPEC 3.4; the plain instance only): as forward_mma.cu.
   TileShares shares;
-  if constexpr (!Variants && !Dropout) shares = tile_shares(p, h, tl.rows, r0, r1);
+  if constexpr (!Variants && !Dropout) {
+    shares = tile_shares(p, h, tl.rows, r0, r1);
+    tile_log_weights<Tile::kBr>(p, shares.lane_w, r0, tl.log_weights);  // read by the chunks
+  }
+  // The chunks read the table through this copy of its pointer: a chunk function that reads the
+  // tile's own fields keeps the whole tile in memory, and ptxas then loses every pointer's
+  // address space (generic loads and stores in place of shared ones).
+  const float* log_weights = tl.log_weights;
   if (tid < 32 && num_spans > 0) read_tile_span(p, tl, h, tile, 0, 0, shares.cut_or_null());
   __syncthreads();
   float qf[D / 8][4];
@@ -238,7 +245,8 @@ __global__ void forward_mma_tf32_kernel(ForwardParams p) {
       [&](const float* k, const float* v, int keys0, int keys1, const ChunkKeys& at,
           const auto&... window) {
         float lw[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-        if constexpr (!Variants && !Dropout) chunk_log_weights(p, shares.lane_w, at.span, lw);
+        if constexpr (!Variants && !Dropout)
+          chunk_log_weights_of<Tile::kBr>(log_weights, at.span, r0, lw);
         tf32_warp_chunk<D, kProducts, Variants, !Variants && !Dropout>(
             p, qf, k, v, keys0, keys1, st, lw, vr,
             [&](auto& s) {

@@ -190,12 +190,10 @@ __device__ __forceinline__ uint32_t key_lane_weights(const ForwardParams& p, int
 }
 
 // ================================================================ the dQ pass
-// The word of the dQ pass's shift table (DqSmem::shift) for span slot `slot` (0, or 1 for every
-// later span), tile row `row` and column class `col` (0 .. 7): row-major, so that a warp's read
-// of its lanes' two words (rows 16 w + g, columns 2 t4 and 2 t4 + 1) takes 64 consecutive words,
-// no bank twice in a half-warp's 8-byte reads (tests/kernels/test_smem_banks.cpp).
+// The word of the dQ pass's shift table (DqSmem::shift) for span slot `slot`, tile row `row`
+// and column class `col`: attention_tile.cuh's lane_table_word, as the forward's log weights.
 __host__ __device__ constexpr int dq_shift_word(int slot, int row, int col) {
-  return (slot * kMmaBackwardRows + row) * 8 + col;
+  return lane_table_word<kMmaBackwardRows>(slot, row, col);
 }
 
 template <class Products, bool Variants = false>

@@ -16,10 +16,12 @@
 //     word at row g, column t (then t + 4) and V's at row 2t (then 2t + 1), column g: each of
 //     the four warp-wide loads must hit 32 distinct banks. Unpadded (kStride = D) K is 8-way,
 //     V 4-way.
-//   Backward dQ pass (mma_backward_loop.cuh): lane (g, t) of warp w reads two adjacent floats of
-//     the shift table, dq_shift_word(slot, 16 w + g, 2 t) (and the row 8 further): an 8-byte
-//     read, which the hardware serves a half-warp at a time; each half-warp's 32 words must
-//     fill the 32 banks.
+//   Per-lane tables (attention_tile.cuh lane_table_word: the forward's log weights, the dQ
+//     pass's shifts, dq_shift_word): lane (g, t) of warp w reads two adjacent floats,
+//     lane_table_word<kRows>(slot, 16 w + g, 2 t) (and the row 8 further): an 8-byte read, which
+//     the hardware serves a half-warp at a time; each half-warp's 32 words must fill the 32
+//     banks, at the tiles' 64 rows (forward_mma, the dQ pass, forward_mma_tf32 at D = 128) and
+//     128 (forward_mma_tf32 at D = 64).
 //
 // The tile bases are 128-byte aligned (SmemCarver), so they add the same bank to every lane.
 #define DILATTN_BACKEND_NS banks_test
@@ -118,22 +120,24 @@ void check_tf32_fragments() {
   }
 }
 
-void check_dq_shift_table() {
-  using dilattn::banks_test::dq_shift_word;
+template <int kRows>
+void check_lane_table(const char* what) {
+  using dilattn::banks_test::lane_table_word;
   for (int slot = 0; slot < 2; ++slot)
-    for (int warp = 0; warp < 4; ++warp)
+    for (int warp = 0; warp < kRows / 16; ++warp)
       for (int row_half = 0; row_half < 2; ++row_half)
         for (int half = 0; half < 2; ++half) {
           std::vector<int64_t> words;  // lanes 16 half .. 16 half + 15, two floats each
           for (int lane = 16 * half; lane < 16 * half + 16; ++lane) {
             const int g = lane / 4, t = lane % 4;
-            const int64_t word = dq_shift_word(slot, 16 * warp + g + 8 * row_half, 2 * t);
+            const int64_t word =
+                lane_table_word<kRows>(slot, 16 * warp + g + 8 * row_half, 2 * t);
             words.push_back(word * kBankBytes);
             words.push_back((word + 1) * kBankBytes);
           }
           const int ways = conflict_ways(words);
-          CHECK_MSG(ways == 1, "dQ shift table slot %d warp %d rows +%d half-warp %d: %d-way "
-                    "conflict", slot, warp, 8 * row_half, half, ways);
+          CHECK_MSG(ways == 1, "%s slot %d warp %d rows +%d half-warp %d: %d-way conflict", what,
+                    slot, warp, 8 * row_half, half, ways);
         }
 }
 
@@ -152,6 +156,11 @@ int main() {
   check_mma_fragments<__nv_bfloat16, 128>("bf16");
   check_tf32_fragments<64>();
   check_tf32_fragments<128>();
-  check_dq_shift_table();
+  // The dQ pass's shift table is this layout at its 64 rows.
+  static_assert(dilattn::banks_test::dq_shift_word(1, 9, 3) ==
+                    dilattn::banks_test::lane_table_word<64>(1, 9, 3),
+                "dq_shift_word is lane_table_word");
+  check_lane_table<MmaTile<__half, 64>::kBr>("forward_mma log weights and dQ shifts");
+  check_lane_table<Tf32Tile<64>::kBr>("forward_mma_tf32 (D = 64) log weights");
   return harness::finish("kernels_smem_banks");
 }
