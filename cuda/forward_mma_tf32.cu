@@ -19,8 +19,9 @@
 // the workspace. What differs (issue_tf32_chunk, tf32_warp_chunk):
 //   - Tiles. f32 rows are twice f16's bytes. D = 64: 8 warps, BR = 128 rows, BC = 64 keys;
 //     D = 128: 4 warps, BR = 64, BC = 32 keys a chunk. Shared memory (two chunks of K and V,
-//     Q staged through the second): 72 KiB (73,856 bytes) and 68 KiB (69,760 bytes) a block,
-//     within the 99 KB opt-in of sm_86/89, sm_80's 163 KB and sm_90's 227 KB. (BC = 64 at
+//     Q staged through the second, and the shared-pair weights' table, 32 bytes a row):
+//     82,688 and 74,496 bytes a block, within the 99 KB opt-in of sm_86/89, sm_80's 163 KB and
+//     sm_90's 227 KB. (BC = 64 at
 //     D = 128 would need 132 KiB; D = 128 keeps double buffering and halves the chunk.)
 //   - Rows are padded by 4 floats (stride = 4 banks mod 32): K's fragment words (row g,
 //     column t and t + 4) and V's (rows 2t and 2t + 1, column g) fall in 32 distinct banks.
