@@ -18,9 +18,9 @@
 // 16 at D = 128, kKvRowsOptions). The dK/dV pass's K and V tiles are read as A fragments once a
 // chunk for each of its two score products; at D = 64 the plain instances keep them in registers
 // instead (kResidentKeys, 32 a lane): 8 of its 40 ldmatrix a warp and chunk fewer, 15% of the
-// shared-memory wavefronts that bound it in the SASS model (bench/gpu/sass_model.py). The kernels say
-// __launch_bounds__(128, 1): with the block size alone ptxas aimed at three blocks an SM (168
-// registers) and spilled.
+// shared-memory wavefronts that bound it in the SASS model (bench/gpu/sass_model.py). The
+// kernels say __launch_bounds__(128, 1): with the block size alone ptxas aimed at three blocks
+// an SM (168 registers) and spilled.
 // Shared memory rows are padded by 8 elements (16 bytes) so each ldmatrix reads 8 rows in 32
 // distinct banks, as in forward_mma.cu.
 //

@@ -59,9 +59,10 @@ namespace DILATTN_BACKEND_NS {
 
 // ---------------------------------------------------------------- the tile's shape
 // 4 warps (64 query rows), 64-key chunks; rows padded by 8 elements (mma_tile_smem.cuh: 76,544
-// bytes at D = 128, 43,776 at D = 64, the shared-pair weights' table's 4 KiB included). Measured on an H200 (bench_gpu, N=8192, f16): at D = 64, 4
-// warps of 158 registers let three blocks share an SM (12 warps, against 8 for one 8-warp
-// block) and ran dense 25%, causal 28%, block-sparse 44% and dilated 21% faster than 8 warps;
+// bytes at D = 128, 43,776 at D = 64, the shared-pair weights' table's 4 KiB included).
+// Measured on an H200 (bench_gpu, N=8192, f16): at D = 64, 4 warps of 158 registers let three
+// blocks share an SM (12 warps, against 8 for one 8-warp block) and ran dense 25%, causal 28%,
+// block-sparse 44% and dilated 21% faster than 8 warps;
 // 128-key chunks with 8 warps gained less (21% dense) and lost on block-sparse spans.
 // Variants: the instance with SPEC 10.1's window, softcap and ALiBi and SPEC 10.3's sinks
 // (cuda/mma_variants.cuh), which kernel_choice.h picks for a problem with any of them.

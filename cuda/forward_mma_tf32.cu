@@ -21,8 +21,8 @@
 //     D = 128: 4 warps, BR = 64, BC = 32 keys a chunk. Shared memory (two chunks of K and V,
 //     Q staged through the second, and the shared-pair weights' table, 32 bytes a row):
 //     82,688 and 74,496 bytes a block, within the 99 KB opt-in of sm_86/89, sm_80's 163 KB and
-//     sm_90's 227 KB. (BC = 64 at
-//     D = 128 would need 132 KiB; D = 128 keeps double buffering and halves the chunk.)
+//     sm_90's 227 KB. (BC = 64 at D = 128 would need 132 KiB; D = 128 keeps double buffering
+//     and halves the chunk.)
 //   - Rows are padded by 4 floats (stride = 4 banks mod 32): K's fragment words (row g,
 //     column t and t + 4) and V's (rows 2t and 2t + 1, column g) fall in 32 distinct banks.
 //   - P as an A fragment. m16n8k8's A fragment holds columns t and t + 4, S's C fragment

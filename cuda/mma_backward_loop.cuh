@@ -545,9 +545,8 @@ __device__ __forceinline__ void mma_backward_dkdv(const BackwardParams& bp, unsi
   const int kw = warp * 16;  // the warp's first key of the tile; the lane's are kw + g, + 8
   const typename Products::Frags frags = Products::frags();
   // The warp's K and V rows as resident A fragments where the products keep them (the plain
-  // instances): read once, after the stores above are visible. (The emulator would not miss this
-  // barrier: each thread's stores come before its first warp collective, and a round runs every
-  // thread that far before any collective resolves. The GPU would.)
+  // instances): read once, after the stores above are visible (rows other warps stored; the
+  // emulator's descending order, one warp at a time, fails without the barrier).
   constexpr bool kResident = Products::kResidentKeys && !Variants && !Dropout;
   uint32_t k_frags[kResident ? D / 16 : 1][4], v_frags[kResident ? D / 16 : 1][4];
   if constexpr (kResident) {

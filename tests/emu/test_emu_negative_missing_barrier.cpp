@@ -1,4 +1,5 @@
-// test_emu_negative_missing_barrier.cpp - a missing __syncthreads is caught by comparing thread orders.
+// test_emu_negative_missing_barrier.cpp - a missing __syncthreads is caught by comparing
+// thread orders.
 //
 // Property: a kernel that writes shared memory and reads a neighbour's slot WITHOUT a barrier
 // gives different bytes under ascending and descending thread order (the emulator poisons
