@@ -191,6 +191,7 @@ inline void mbarrier_wait_parity(void* bar, unsigned parity) {
   post.describe = detail::mbarrier_wait_text;
   post.ptr = reinterpret_cast<const void*>(static_cast<uintptr_t>(m.address));
   post.value = parity & 1u;
+  post.mbarrier = m.address;
   detail::wait_until(post);
 }
 

@@ -22,7 +22,10 @@
 // ASan: every switch is wrapped in __sanitizer_start/finish_switch_fiber.
 //   - Threads waiting for a condition (an mbarrier phase, a named barrier, registers:
 //     wait_until) are tested after every round, after the asynchronous work due then
-//     (BlockRun::round_end: issued the round before) has landed; warpgroup collectives
+//     (BlockRun::round_end: issued the round before) has landed. In the descending order a
+//     copy that completes on an mbarrier lands late instead: only once a thread waits for that
+//     mbarrier, or when nothing else can move, so a read its own mbarrier's wait does not
+//     order sees poison even after other waits and barriers; warpgroup collectives
 //     (group_collective) resolve when their whole range of threads has posted. A wait or
 //     collective still open when nothing can move is reported as a deadlock, naming what it
 //     waits for.
@@ -202,6 +205,7 @@ struct WaitPost {
   WaitDescribeFn describe = nullptr;
   const void* ptr = nullptr;  // what is waited for (the mbarrier's address, ...)
   uint64_t value = 0;         // and which phase or generation
+  uint32_t mbarrier = 0;      // the shared address of the mbarrier waited for, if one
 };
 
 // A collective of a contiguous range of threads (a warpgroup's 128): every thread posts and
@@ -305,8 +309,15 @@ struct BlockRun {
   // round after the one it was issued in, so neither the issuing round nor a __syncthreads
   // right after the issue (which opens at that round's end) makes it visible; only what waits
   // for it (an mbarrier phase) does. round_end_due: how many of round_end are due this round.
-  std::vector<std::function<void(BlockRun&)>> round_end;
+  // mbarrier: the shared address of the mbarrier the work completes on (0: none). held_back:
+  // work due, kept back by the descending order's late landing (finish_round_work).
+  struct AsyncWork {
+    std::function<void(BlockRun&)> land;
+    uint32_t mbarrier = 0;
+  };
+  std::vector<AsyncWork> round_end;
   size_t round_end_due = 0;
+  std::vector<AsyncWork> held_back;
   // Emulated features' per-block state, keyed by a tag (block_extension<T>).
   std::vector<std::pair<const void*, std::unique_ptr<BlockExtension>>> extensions;
 };
@@ -681,23 +692,21 @@ inline bool resolve_groups(BlockRun& b) {
   return progress;
 }
 
-// Runs the asynchronous work due this round (issued in the round before), marks the work issued
-// in this one due next round, then releases the waits now ready.
-inline bool finish_round_work(BlockRun& b) {
+// Whether every thread of the block has returned.
+inline bool at_block_all_done(const BlockRun& b) {
+  for (const Fiber& f : b.fibers)
+    if (f.state != FiberState::done) return false;
+  return true;
+}
+
+inline bool mbarrier_waited_for(const BlockRun& b, uint32_t mbarrier) {
+  for (const Fiber& f : b.fibers)
+    if (f.state == FiberState::at_wait && f.wait.mbarrier == mbarrier) return true;
+  return false;
+}
+
+inline bool release_ready_waits(BlockRun& b) {
   bool progress = false;
-  if (b.round_end_due > 0) {
-    const auto end = b.round_end.begin() + static_cast<std::ptrdiff_t>(b.round_end_due);
-    std::vector<std::function<void(BlockRun&)>> due(std::make_move_iterator(b.round_end.begin()),
-                                                    std::make_move_iterator(end));
-    b.round_end.erase(b.round_end.begin(), end);
-    for (auto& w : due) {
-      w(b);
-      if (!b.error.empty()) return false;
-    }
-    progress = true;
-  }
-  b.round_end_due = b.round_end.size();
-  if (b.round_end_due > 0) progress = true;  // another round lands it
   for (Fiber& f : b.fibers) {
     if (f.state == FiberState::at_wait && f.wait.ready(b, f)) {
       f.state = FiberState::runnable;
@@ -705,6 +714,48 @@ inline bool finish_round_work(BlockRun& b) {
     }
   }
   return progress;
+}
+
+// Runs the asynchronous work due this round (issued in the round before), marks the work issued
+// in this one due next round, then releases the waits now ready. late (the descending order):
+// work that completes on an mbarrier no thread waits for yet is held back, and lands once one
+// does (or land_held_back, when nothing else can move).
+inline bool finish_round_work(BlockRun& b, bool late) {
+  bool progress = false;
+  std::vector<BlockRun::AsyncWork> due;
+  if (b.round_end_due > 0) {
+    const auto end = b.round_end.begin() + static_cast<std::ptrdiff_t>(b.round_end_due);
+    due.assign(std::make_move_iterator(b.round_end.begin()), std::make_move_iterator(end));
+    b.round_end.erase(b.round_end.begin(), end);
+  }
+  for (auto& w : b.held_back) due.push_back(std::move(w));
+  b.held_back.clear();
+  for (auto& w : due) {
+    if (late && w.mbarrier != 0 && !mbarrier_waited_for(b, w.mbarrier)) {
+      b.held_back.push_back(std::move(w));
+      continue;
+    }
+    w.land(b);
+    if (!b.error.empty()) return false;
+    progress = true;
+  }
+  b.round_end_due = b.round_end.size();
+  if (b.round_end_due > 0) progress = true;  // another round lands it
+  progress = release_ready_waits(b) || progress;
+  return progress;
+}
+
+// All the work finish_round_work held back, now: before a wait is called a deadlock, and when
+// the block's threads have returned. False on an error.
+inline bool land_held_back(BlockRun& b) {
+  std::vector<BlockRun::AsyncWork> rest = std::move(b.held_back);
+  b.held_back.clear();
+  for (auto& w : rest) {
+    w.land(b);
+    if (!b.error.empty()) return false;
+  }
+  release_ready_waits(b);
+  return true;
 }
 
 // After an error: the block's fibers are dropped mid-kernel. ASan's shadow of their stacks
@@ -732,6 +783,7 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
   b.guards.clear();
   b.round_end.clear();
   b.round_end_due = 0;
+  b.held_back.clear();
   b.extensions.clear();
   for (Fiber& f : b.fibers) start_fiber(f);
   uint64_t rng = s.seed ^ (block_linear * 0xD1B54A32D192ED03ull);
@@ -768,7 +820,8 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
       }
     }
     progress = resolve_groups(b) || progress;
-    if (b.error.empty()) progress = finish_round_work(b) || progress;
+    if (b.error.empty())
+      progress = finish_round_work(b, s.order == ThreadOrder::descending) || progress;
     if (!b.error.empty()) {
       abandon_block(b);
       return false;
@@ -800,6 +853,17 @@ inline bool run_block(BlockRun& b, const OrderSetting& s, uint64_t block_linear)
         abandon_block(b);
         return false;
       }
+    }
+    // Late landing (finish_round_work): threads that wait while copies are held back may be
+    // waiting for what those copies complete (or for threads that do), so they land first.
+    bool waiting = false;
+    for (const Fiber& f : b.fibers) waiting = waiting || f.state == FiberState::at_wait;
+    if ((waiting || at_block_all_done(b)) && !b.held_back.empty()) {
+      if (!land_held_back(b)) {
+        abandon_block(b);
+        return false;
+      }
+      continue;
     }
     for (const Fiber& f : b.fibers) {
       if (f.state == FiberState::at_wait) {

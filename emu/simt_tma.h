@@ -29,12 +29,14 @@
 //             dimension i it takes ceil(boxDim[i] / elementStrides[i]) elements, elementStrides[i]
 //             apart; elements outside the tensor are 0, or the OOB NaN), fills the destination
 //             with 0xFF (NaN as f32, f16 and bf16), and at the end of the round after this one
-//             (the scheduler's round_end) writes the box,
+//             (the scheduler's round_end; in the descending order only once a thread waits
+//             for the mbarrier, or nothing else can move) writes the box,
 //             dimension 0 fastest and densely packed, each 16-byte chunk at window address a
 //             moved to a ^ (((a >> 7) & m) << 4) (m = 1, 3, 7 for 32B, 64B, 128B: CuTe's
 //             Swizzle<1,4,3>, <2,4,3>, <3,4,3> on byte addresses), then completes the whole
 //             box's bytes (the fill included) on the mbarrier. A read before the wait sees
-//             poison in every thread order; expect_tx with other than the box's bytes leaves
+//             poison in every thread order (in the descending one, whatever other waits and
+//             barriers stand between); expect_tx with other than the box's bytes leaves
 //             the phase incomplete, reported as a deadlock where the GPU would hang or race.
 //   store     checks the source as a load checks its destination, and the coordinates are
 //             non-negative (the PTX ISA's restriction for .global.shared::cta); the shared bytes
@@ -515,7 +517,9 @@ inline void tma_load(void* dst_shared, const void* tensor_map, const int32_t* co
                    });
   std::memset(dst_shared, 0xFF, bytes);
   const int span = e.swizzle;
-  b.round_end.push_back([box = std::move(box), dst_address, bar_address, span](BlockRun& run) {
+  BlockRun::AsyncWork work;
+  work.mbarrier = bar_address;
+  work.land = [box = std::move(box), dst_address, bar_address, span](BlockRun& run) {
     for (size_t o = 0; o < box.size(); o += 16) {
       unsigned char* chunk =
           shared_window_pointer(run, swizzled_address(dst_address + o, span), 16);
@@ -527,7 +531,8 @@ inline void tma_load(void* dst_shared, const void* tensor_map, const int32_t* co
     }
     mbarrier_add_tx(run, bar_address, -static_cast<int64_t>(box.size()),
                     "cp.async.bulk.tensor (load) complete_tx");
-  });
+  };
+  b.round_end.push_back(std::move(work));
 }
 
 // cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [tensor_map, {coords}],

@@ -46,6 +46,7 @@ constexpr int kBlocks = 2;
 enum Mode : int {
   kLoad,
   kReadBeforeWait,
+  kReadAfterOtherWait,
   kTwoPhases,
   kDstGlobal,
   kNoBarrier,
@@ -99,8 +100,9 @@ __device__ void issue_store(const CUtensorMap* map, const int32_t* c, int rank,
   }
 }
 
-// out: per block, the tile's raw bytes after the wait (before it in kReadBeforeWait), then in
-// kTwoPhases the second tile's.
+// out: per block, the tile's raw bytes after the wait (before it in kReadBeforeWait; in
+// kReadAfterOtherWait after two block barriers and a second mbarrier's phase, before the copy's
+// own), then in kTwoPhases the second tile's.
 __global__ void load_kernel(const __grid_constant__ CUtensorMap map, CopyCase c,
                             unsigned char* out, unsigned char* global_scratch) {
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
@@ -116,7 +118,11 @@ __global__ void load_kernel(const __grid_constant__ CUtensorMap map, CopyCase c,
     coords2[i] = c.coords2[i] + step;
   }
   const int load_rank = c.load_rank != 0 ? c.load_rank : c.rank;
-  if (tid == 0 && c.mode != kNoBarrier) simt::mbarrier_init(bar, 1);
+  uint64_t* other = bar + 1;  // kReadAfterOtherWait's mbarrier, no copy on it
+  if (tid == 0 && c.mode != kNoBarrier) {
+    simt::mbarrier_init(bar, 1);
+    if (c.mode == kReadAfterOtherWait) simt::mbarrier_init(other, 1);
+  }
   __syncthreads();
   if (tid == 0) {
     if (c.mode != kNoBarrier) simt::mbarrier_arrive_expect_tx(bar, c.expect_bytes);
@@ -125,6 +131,14 @@ __global__ void load_kernel(const __grid_constant__ CUtensorMap map, CopyCase c,
   }
   if (c.mode == kReadBeforeWait)
     for (uint32_t i = tid; i < c.box_bytes; i += n) my_out[i] = tile[i];
+  if (c.mode == kReadAfterOtherWait) {
+    __syncthreads();
+    __syncthreads();
+    if (tid == 0) simt::mbarrier_arrive(other);
+    simt::mbarrier_wait_parity(other, 0);
+    for (uint32_t i = tid; i < c.box_bytes; i += n) my_out[i] = tile[i];
+    __syncthreads();  // every thread read before any waits for the copy
+  }
   simt::mbarrier_wait_parity(bar, 0);
   if (c.mode == kTwoPhases) {
     __syncthreads();  // every thread has seen phase 0 complete before phase 1 can
@@ -133,7 +147,7 @@ __global__ void load_kernel(const __grid_constant__ CUtensorMap map, CopyCase c,
       issue_load(tile2, &map, coords2, load_rank, bar);
     }
   }
-  if (c.mode != kReadBeforeWait)
+  if (c.mode != kReadBeforeWait && c.mode != kReadAfterOtherWait)
     for (uint32_t i = tid; i < c.box_bytes; i += n) my_out[i] = tile[i];
   if (c.mode == kTwoPhases) {
     simt::mbarrier_wait_parity(bar, 1);
@@ -580,6 +594,26 @@ void negative_loads() {
     }
     CHECK_MSG(nan == kBlocks * base.box_bytes / 4, "(8) order %d: %zu of %u elements NaN before "
               "the wait", static_cast<int>(order), nan, kBlocks * base.box_bytes / 4);
+  }
+  // (8b) reading it after two __syncthreads and another mbarrier's phase, not its own: poison in
+  // the descending order, where a copy lands only once its own mbarrier is waited for (the
+  // other orders land it a round after the issue, so they see the data there).
+  {
+    simt::ScopedThreadOrder scope(simt::ThreadOrder::descending);
+    l.c = base;
+    l.c.mode = kReadAfterOtherWait;
+    l.run();
+    CHECK_MSG(emu_test::launched_ok("(8b)"), "(8b) launch");
+    size_t nan = 0;
+    for (int b = 0; b < kBlocks; ++b) {
+      for (uint32_t i = 0; i < base.box_bytes; i += 4) {
+        float v = 0;
+        std::memcpy(&v, &l.out[2 * b * base.box_bytes + i], 4);
+        nan += std::isnan(v);
+      }
+    }
+    CHECK_MSG(nan == kBlocks * base.box_bytes / 4, "(8b) %zu of %u elements NaN after another "
+              "mbarrier's wait", nan, kBlocks * base.box_bytes / 4);
   }
 
   // (9) destination 16 bytes off 128, in global memory; swizzled, 128 bytes off 1024.
