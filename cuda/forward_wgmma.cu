@@ -8,27 +8,27 @@
 //     224 a thread each (setmaxnreg; 56 + 2 x 224 = 504 of the block's 65536 / 128; with 40 or
 //     48 the producer's index arithmetic spilled, nvcc 13). One of its threads walks the
 //     tile's key chunks (BC = 128 keys) in the order the consumers do,
-//     loading each chunk's K and V rows with TMA into a ring of two stages: wait until the
-//     consumers released the stage ("empty" mbarrier), announce the bytes ("full" mbarrier,
-//     expect_tx), issue the copies. The rows of a span are first + step * c (SPEC 3's dilation
+//     loading each chunk's K and V rows with TMA into a ring of two stages, K and V each on
+//     mbarriers of their own (StageBarriers): wait until the consumers released the stage's
+//     K ("empty"), announce the bytes ("full", expect_tx), issue the copies; then the same for
+//     V. The rows of a span are first + step * c (SPEC 3's dilation
 //     is the step): the tensor maps (WgmmaTensorMaps) view K and V as rows `step` apart from
 //     a residue, so a dilated gather is a plain box copy, no index arithmetic per row. Rows
 //     past the tensor's end arrive as zeros.
 //   Consumers (warpgroups 1 and 2), each 64 query rows (one warp per 16, as mma's fragments):
-//     Q into shared memory once, then for each chunk, after its "full" phase and its turn (the
-//     groups take turns to start their S products, FlashAttention-3's ping-pong, so one
+//     Q into shared memory once, then for each chunk, after its K's "full" phase and its turn
+//     (the groups take turns to start their products, FlashAttention-3's ping-pong, so one
 //     group's softmax overlaps the other's products):
-//       S = Q K^T      wgmma, A = Q and B = K from 128-byte-swizzled tiles (K-major);
+//       S = Q K^T      wgmma, A = Q and B = K from 128-byte-swizzled tiles (K-major); the
+//                      stage's K released ("empty") once it is done;
 //       softmax        mma_rows.cuh, the same online softmax as forward_mma.cu (wgmma's
 //                      accumulators hold each warp's rows as mma's C fragments do);
 //       O += P V       wgmma with P from registers (S's accumulators rounded to T: the same
-//                      repacking as forward_mma.cu) and V MN-major (its rows are keys); the
-//                      code can start it with the next chunk's S product, to run during that
-//                      chunk's softmax (FlashAttention-3's overlap inside a warpgroup), but
-//                      WgmmaTile::kOverlap keeps it off: why is there;
-//     and release the stage ("empty", one arrival per consumer thread) once its P V is done. A
-//     warpgroup none of whose rows takes a key of the chunk skips the products but still takes
-//     its turn, waits and releases.
+//                      repacking as forward_mma.cu) and V MN-major (its rows are keys),
+//                      started with the next chunk's S product, behind it, so that it runs
+//                      during that chunk's softmax (FlashAttention-3's overlap inside a
+//                      warpgroup);
+//     and release the stage's V once its P V is done. Every path through a chunk starts the same products (the loop's comment says why).
 //   Finish: mma_rows.cuh's finish_row, as forward_mma.cu.
 // The NaN rule (SPEC 13): a tensor-core product multiplies every pair, and a stage holds keys
 // some rows do not take (the causal cut, the span's end, rows of the next segment a box brings
@@ -38,7 +38,8 @@
 //
 // Shared memory (SwizzledTiles): every tile is 64-column pieces of 128-byte rows, swizzled as TMA
 // writes them (a 16-byte chunk c of row r at chunk c ^ (r % 8)), each piece aligned to 1024
-// bytes; Q 128 rows, K and V 128 rows a stage. 80 KB at D = 64, 160 KB at D = 128.
+// bytes; Q 128 rows, K and V 128 rows a stage, and a tile of zeros. 96 KB at D = 64, 192 KB at
+// D = 128.
 //
 // Launched by cuda/launch.cu through wgmma_forward (kernels.h) with the tensor maps it makes
 // (make_wgmma_tensor_maps). Checked by tests/kernels/test_forward_kernels.cpp on the emulated
@@ -71,29 +72,38 @@ struct WgmmaTile {
   static constexpr int kPieces = D / 64;       // 64-column pieces of a row (128 bytes each)
   static constexpr int kPieceBytes = kBc * 128;  // one piece of a 128-row tile
   static constexpr int kTileBytes = kPieces * kPieceBytes;
-  // Offsets from the 1024-aligned base: Q, K stages, V stages, then the barriers and the rows.
+  // Offsets from the 1024-aligned base: Q, K stages, V stages, the zero tile (the V of a P V
+  // that must add nothing), then the barriers and the rows.
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kTileBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
-  static constexpr int kBarriers = kV + kStages * kTileBytes;  // full[kStages], empty[kStages]
-  static constexpr int kRows = kBarriers + 2 * kStages * 8;    // int64 rows[kBr]
-  // Each warpgroup's span slot: int64 cnt[kBr], then first, step, most, its rows' most and
-  // fewest count, 4 bytes of per-warp flags, and the tile's cut (shared pairs: lo and hi, int32).
-  static constexpr int kSlotBytes = kBr * 8 + 7 * 8;
+  static constexpr int kZero = kV + kStages * kTileBytes;
+  static constexpr int kBarriers = kZero + kTileBytes;  // StageBarriers: 4 x kStages
+  static constexpr int kRows = kBarriers + 4 * kStages * 8;    // int64 rows[kBr]
+  // Each warpgroup's span slot: int64 cnt[kBr], then first, step, most, its rows' fewest
+  // count, 4 bytes of per-warp flags, and the tile's cut (shared pairs: lo and hi, int32).
+  static constexpr int kSlotBytes = kBr * 8 + 6 * 8;
   static constexpr int kSlots = kRows + kBr * 8;
   static constexpr int kBytes = kSlots + (1 + kConsumers) * kSlotBytes;
   static constexpr size_t kSmem = kBytes + 1024;  // the base is aligned up from dynamic memory
-  static constexpr unsigned kStageTxBytes = 2u * kTileBytes;  // K and V of one chunk
-  // Whether a chunk's P V runs during the next chunk's softmax (kernel comment). Off at both
-  // dims for now: at D = 128 the next S (64 registers) beside P (32) and O (64) spilled 16
-  // bytes (fewer producer registers spilled the producer), and at D = 64 ptxas serialises
-  // every product of the kernel with it (note C7520: the empty group a chunk with nothing
-  // pending commits becomes a placeholder product behind an arrive of its own; with a branch
-  // on the wait count instead, C7518), which sass_model.py models at 38.7% of the peak
-  // against 49-50% for the products grouped (nvcc 13, sm_90a; docs/performance.md). The
-  // code stays, for a form ptxas keeps in flight.
-  static constexpr bool kOverlap = false;
 };
+
+// The ring's mbarriers, K's and V's apart (as FlashAttention-3's two pipelines): a chunk's K is
+// done with once its S product is, early in the chunk, its V only once its P V is, during the
+// next chunk (the overlap). Were they one, the producer could refill a stage only then, after
+// the chunk after next should have started. full: the producer's arrival and the copies'
+// bytes; empty: one arrival per consumer thread.
+struct StageBarriers {
+  uint64_t* full_k;
+  uint64_t* full_v;
+  uint64_t* empty_k;
+  uint64_t* empty_v;
+};
+template <class Tile>
+__device__ __forceinline__ StageBarriers stage_barriers(unsigned char* base) {
+  uint64_t* at = reinterpret_cast<uint64_t*>(base + Tile::kBarriers);
+  return StageBarriers{at, at + Tile::kStages, at + 2 * Tile::kStages, at + 3 * Tile::kStages};
+}
 
 // Byte offset of element (row, col) in a swizzled tile of 128-row pieces (the swizzle as TMA's
 // 128B mode writes it: the base is 1024-aligned, so the pattern row is row % 8).
@@ -117,17 +127,15 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(uint32_t tile, int kk, i
 
 // ---------------------------------------------------------------- the producer
 // Chunk `chunk` of the walk (keys c0 .. c0 + BC - 1 of a span starting at `first`, `step` apart)
-// into its stage, once the consumers released the stage's previous chunk.
+// into its stage: its K once the consumers released the stage's previous K, then its V once
+// they released that V.
 template <class T, int D>
 __device__ __forceinline__ void load_chunk(const WgmmaTensorMaps& maps, unsigned char* base,
                                            int64_t first, int64_t step, int64_t c0, int64_t hk,
                                            int64_t b, int chunk) {
   using Tile = WgmmaTile<T, D>;
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + Tile::kBarriers);
-  uint64_t* empty = full + Tile::kStages;
+  const StageBarriers bar = stage_barriers<Tile>(base);
   const int stage = chunk % Tile::kStages, use = chunk / Tile::kStages;
-  if (use > 0) mbarrier_wait_parity(&empty[stage], (use - 1) & 1);
-  mbarrier_arrive_expect_tx(&full[stage], Tile::kStageTxBytes);
   // Key c0 + c is row `residue + step * (m0 + c)` of the tensor: map `residue` counts rows
   // `step` apart from there (one map when step is 1).
   const int64_t residue = step > 1 ? first % step : 0;
@@ -136,22 +144,26 @@ __device__ __forceinline__ void load_chunk(const WgmmaTensorMaps& maps, unsigned
   const CUtensorMap* v_map = &maps.v[residue];
   unsigned char* k = base + Tile::kK + stage * Tile::kTileBytes;
   unsigned char* v = base + Tile::kV + stage * Tile::kTileBytes;
-  for (int piece = 0; piece < Tile::kPieces; ++piece) {
+  if (use > 0) mbarrier_wait_parity(&bar.empty_k[stage], (use - 1) & 1);
+  mbarrier_arrive_expect_tx(&bar.full_k[stage], Tile::kTileBytes);
+  for (int piece = 0; piece < Tile::kPieces; ++piece)
     tma_load_4d(k + piece * Tile::kPieceBytes, k_map, 64 * piece, m0, static_cast<int32_t>(hk),
-                static_cast<int32_t>(b), &full[stage]);
+                static_cast<int32_t>(b), &bar.full_k[stage]);
+  if (use > 0) mbarrier_wait_parity(&bar.empty_v[stage], (use - 1) & 1);
+  mbarrier_arrive_expect_tx(&bar.full_v[stage], Tile::kTileBytes);
+  for (int piece = 0; piece < Tile::kPieces; ++piece)
     tma_load_4d(v + piece * Tile::kPieceBytes, v_map, 64 * piece, m0, static_cast<int32_t>(hk),
-                static_cast<int32_t>(b), &full[stage]);
-  }
+                static_cast<int32_t>(b), &bar.full_v[stage]);
 }
 
 // ---------------------------------------------------------------- a warpgroup's spans
 // Warp 0 of warpgroup `group` reads span `span` of the tile into the group's slot (read_span:
-// every row's count, first, step and the largest count) and, for a consumer, the largest and
-// fewest count of its own 64 rows (rows < 0 left out of the fewest). The caller synchronises.
+// every row's count, first, step and the largest count) and, for a consumer, the fewest count
+// of its own 64 rows (rows < 0 left out). The caller synchronises.
 // With shared pairs the tile's cut (attention_tile.cuh tile_span_cut) comes from the slot
 // (slot_cut), where the kernel put it once, so no register holds it across the chunks.
 __device__ __forceinline__ SpanCut slot_cut(const int64_t* slot, int br) {
-  const int32_t* cut = reinterpret_cast<const int32_t*>(slot + br + 6);
+  const int32_t* cut = reinterpret_cast<const int32_t*>(slot + br + 5);
   SpanCut c;
   c.lo = cut[0];
   c.hi = cut[1];
@@ -164,19 +176,12 @@ __device__ __forceinline__ void read_group_span(const ForwardParams& p, int64_t 
   read_span(p, h, tile, span, rows, br, slot, slot + br, &cut);
   if (group == 0) return;
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  int64_t most = 0, fewest = INT64_MAX;
-  for (int t = 64 * (group - 1) + lane; t < 64 * group; t += 32) {
-    most = max_i64(most, slot[t]);
+  int64_t fewest = INT64_MAX;
+  for (int t = 64 * (group - 1) + lane; t < 64 * group; t += 32)
     if (rows[t] >= 0) fewest = min_i64(fewest, slot[t]);
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    most = max_i64(most, __shfl_xor_sync(0xffffffffu, most, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
     fewest = min_i64(fewest, __shfl_xor_sync(0xffffffffu, fewest, offset));
-  }
-  if (lane == 0) {
-    slot[br + 3] = most;
-    slot[br + 4] = fewest;
-  }
+  if (lane == 0) slot[br + 3] = fewest;
 }
 
 // ---------------------------------------------------------------- a consumer's chunk
@@ -261,8 +266,7 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   constexpr int BR = Tile::kBr, BC = Tile::kBc;
   DILATTN_DYNAMIC_SHARED(unsigned char, smem);
   unsigned char* base = align_shared(smem, 1024);
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + Tile::kBarriers);
-  uint64_t* empty = full + Tile::kStages;
+  const StageBarriers bar = stage_barriers<Tile>(base);
   int64_t* rows = reinterpret_cast<int64_t*>(base + Tile::kRows);
   // The warpgroup, broadcast from lane 0: ptxas keeps wgmma products in flight only on paths
   // it can prove warp-uniform (else warning C7518: each product waited for at once), and a
@@ -280,11 +284,18 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   if (p.o != nullptr && p.kind == kKindDilated) write_dilated_gaps<T>(p, b, h, tile, BR);
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      mbarrier_init(&full[s], 1);  // the producer's arrival; the bytes complete the phase
-      mbarrier_init(&empty[s], 128 * Tile::kConsumers);
+      mbarrier_init(&bar.full_k[s], 1);  // the producer's arrival; the bytes complete the phase
+      mbarrier_init(&bar.full_v[s], 1);
+      mbarrier_init(&bar.empty_k[s], 128 * Tile::kConsumers);
+      mbarrier_init(&bar.empty_v[s], 128 * Tile::kConsumers);
     }
     mbarrier_init_fence();
   }
+  // The zero tile, written once by ordinary stores and read by wgmma (the async proxy).
+  uint4* zero = reinterpret_cast<uint4*>(base + Tile::kZero);
+  for (int x = tid; x < Tile::kTileBytes / 16; x += Tile::kThreads)
+    zero[x] = make_uint4(0, 0, 0, 0);
+  fence_proxy_async_shared();
   __syncthreads();
   bool any_row = false;
   for (int r = 0; r < BR; ++r) any_row = any_row || rows[r] >= 0;
@@ -295,7 +306,7 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
     if (tid < 1 + Tile::kConsumers) {
       const SpanCut cut = tile_span_cut(p, h, rows[0]);
       int32_t* at = reinterpret_cast<int32_t*>(
-          reinterpret_cast<int64_t*>(base + Tile::kSlots + tid * Tile::kSlotBytes) + BR + 6);
+          reinterpret_cast<int64_t*>(base + Tile::kSlots + tid * Tile::kSlotBytes) + BR + 5);
       at[0] = cut.lo;
       at[1] = cut.hi;
     }
@@ -337,14 +348,19 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
   const uint32_t q_group = shared_address(q) + static_cast<uint32_t>(row0) * 128;
   mma_rows::RowState<D> st;
   mma_rows::start(st);
-  unsigned char* flags = reinterpret_cast<unsigned char*>(slot + BR + 5);
-  // FlashAttention-3's overlap inside a group (Tile::kOverlap): chunk j's P V is started with
-  // chunk j + 1's S product and runs during chunk j + 1's softmax. `pending`: a chunk whose P V
-  // (its P in pa, its V in stage pending_stage) is still to start; its stage is released once
-  // that is done.
-  uint32_t pa[BC / 16][4];
-  bool pending = false;
-  int pending_stage = 0;
+  unsigned char* flags = reinterpret_cast<unsigned char*>(slot + BR + 4);
+  // FlashAttention-3's overlap inside a group: chunk j's P V is started right after chunk
+  // j + 1's S product, behind it on the tensor pipe, and runs during chunk j + 1's softmax.
+  // ptxas keeps products in flight only where every path starts and waits for them alike (a
+  // wait in a branch: its note C7518; an empty group committed: C7520), so every chunk starts
+  // one S product and one P V. Before the first chunk, and after a chunk whose P V was summed
+  // pair by pair (the NaN rule), that P V reads the zero tile: whatever pa holds (a P, finite,
+  // or NaN in a row that is NaN already), it adds zeros, never 0 x inf from a stage's V.
+  // pa, pv: the P and the V of the P V to start; held: the stage pv is in, released once that
+  // product is done, -1 for the zero tile.
+  uint32_t pa[BC / 16][4] = {};
+  uint32_t pv = shared_address(base + Tile::kZero);
+  int held = -1;
   int chunk = 0;
   for (int64_t span = 0; span < num_spans; ++span) {
     named_barrier_sync(barrier, 128);  // the group finished with the slot (and Q is written)
@@ -352,94 +368,63 @@ __global__ void __launch_bounds__(WgmmaTile<T, D>::kThreads, 1)
     named_barrier_sync(barrier, 128);
     // The span's counts the whole group branches on, made warp-uniform for ptxas (above).
     const int64_t most = __shfl_sync(0xffffffffu, slot[BR + 2], 0);
-    const int64_t group_most = __shfl_sync(0xffffffffu, slot[BR + 3], 0);
-    const int64_t group_fewest = __shfl_sync(0xffffffffu, slot[BR + 4], 0);
+    const int64_t group_fewest = __shfl_sync(0xffffffffu, slot[BR + 3], 0);
     const int64_t cnt0 = slot[r0], cnt1 = slot[r1];
     float lw[2][2];  // the span's shared-pair weights
     chunk_log_weights(p, lane_w, span, lw);
     for (int64_t c0 = 0; c0 < most; c0 += BC, ++chunk) {
       const int stage = chunk % Tile::kStages, use = chunk / Tile::kStages;
-      mbarrier_wait_parity(&full[stage], use & 1);
-      const bool has_keys = c0 < group_most;  // some row of the group takes a key of the chunk
+      mbarrier_wait_parity(&bar.full_k[stage], use & 1);
       float s[BC / 8][4];
       // Ping-pong: the groups take turns to start their products, so one group's softmax runs
       // while the other's products keep the tensor cores busy. Group 1 starts; each chunk, a
-      // group waits for its turn and hands it over once its products are issued (a group with
-      // no key in the chunk takes its turn all the same, so the turns match).
+      // group waits for its turn and hands it over once its products are issued. A group none
+      // of whose rows takes a key of the chunk (rare) runs its products all the same: its
+      // scores are all masked, so they change nothing, and the paths stay alike (above).
       if (group == 2 || chunk > 0) named_barrier_sync(my_turn, 256);
-      if (has_keys)
-        start_scores<T, D>(q_group, shared_address(base + Tile::kK + stage * Tile::kTileBytes),
-                           s);
-      // The previous chunk's P V, or an empty group (committing none is allowed): either way
-      // the newest group, so one wait<1> below finishes S alone, with no branch on the count
-      // (a wait ptxas must place in a branch serialises every product, warning C7518). Without
-      // the overlap nothing is pending here and S is the only group: ptxas issues an empty
-      // group as a placeholder HGMMA behind an arrive of its own, which serialises every
-      // product of the kernel (C7520), so none is committed then.
-      if (pending)
-        start_values<T, D>(pa, shared_address(base + Tile::kV + pending_stage * Tile::kTileBytes),
-                           st);
-      else if constexpr (Tile::kOverlap)
-        wgmma_commit_group();
+      start_scores<T, D>(q_group, shared_address(base + Tile::kK + stage * Tile::kTileBytes), s);
+      start_values<T, D>(pa, pv, st);  // the previous chunk's
       named_barrier_arrive(other_turn, 256);
+      wgmma_wait_group<1>();  // S (the older group) done; the P V may run on
+      wgmma_fence_operand<BC / 2>(&s[0][0]);
+      mbarrier_arrive(&bar.empty_k[stage]);  // this chunk's K read
+      const int64_t cn = min_i64(BC, most - c0);
+      const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);
+      const int keys1 = mma_rows::row_keys_in_chunk(cn, cnt1, c0);
       float alpha[2] = {1.0f, 1.0f};
-      if (has_keys) {  // S (the older group of products) done; P V may still run
-        wgmma_wait_group<Tile::kOverlap ? 1 : 0>();
-        wgmma_fence_operand<BC / 2>(&s[0][0]);
-        const int64_t cn = min_i64(BC, most - c0);
-        const int keys0 = mma_rows::row_keys_in_chunk(cn, cnt0, c0);
-        const int keys1 = mma_rows::row_keys_in_chunk(cn, cnt1, c0);
-        mma_rows::softmax_scaled_scores<BC / 8, D>(p.score_pre, p.score_post, s, keys0, keys1,
-                                                   st, alpha, lw);
-        if (pending) {  // the previous chunk's P V, then its stage back to the producer
-          wgmma_wait_group<0>();
-          wgmma_fence_operand<D / 2>(&st.o[0][0]);
-          mbarrier_arrive(&empty[pending_stage]);
-          pending = false;
-        }
-        mma_rows::rescale_rows<D>(st, alpha);
-        const int fewest = mma_rows::row_keys_in_chunk(cn, group_fewest, c0);
-        const unsigned char* v = base + Tile::kV + stage * Tile::kTileBytes;
-        if (fewest < BC && group_unseen_values_not_finite<T, D>(v, fewest, barrier, flags)) {
-          // The NaN rule: this chunk's P V pair by pair, now.
-          exact_rows_product_at<T, D, BC>(
-              st.o, s,
-              [&](int c, int d) {
-                T x;
-                memcpy(&x, v + swizzled_offset(c, d, Tile::kPieceBytes), sizeof(T));
-                return to_float(x);
-              },
-              [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
-          mbarrier_arrive(&empty[stage]);
-        } else {
-          pack_probabilities<T, D>(s, pa);
-          pending = true;
-          pending_stage = stage;
-          if constexpr (!Tile::kOverlap) {  // P V now, in this group's own time
-            start_values<T, D>(pa, shared_address(v), st);
-            wgmma_wait_group<0>();
-            wgmma_fence_operand<D / 2>(&st.o[0][0]);
-            mbarrier_arrive(&empty[stage]);
-            pending = false;
-          }
-        }
-      } else {
-        if (pending) {
-          wgmma_wait_group<0>();
-          wgmma_fence_operand<D / 2>(&st.o[0][0]);
-          mbarrier_arrive(&empty[pending_stage]);
-          pending = false;
-        }
-        mbarrier_arrive(&empty[stage]);
+      mma_rows::softmax_scaled_scores<BC / 8, D>(p.score_pre, p.score_post, s, keys0, keys1, st,
+                                                 alpha, lw);
+      wgmma_wait_group<0>();  // the previous chunk's P V, then its V back
+      wgmma_fence_operand<D / 2>(&st.o[0][0]);
+      if (held >= 0) mbarrier_arrive(&bar.empty_v[held]);
+      mma_rows::rescale_rows<D>(st, alpha);
+      const int fewest = mma_rows::row_keys_in_chunk(cn, group_fewest, c0);
+      const unsigned char* v = base + Tile::kV + stage * Tile::kTileBytes;
+      mbarrier_wait_parity(&bar.full_v[stage], use & 1);  // this chunk's V, for what follows
+      if (fewest < BC && group_unseen_values_not_finite<T, D>(v, fewest, barrier, flags)) {
+        // The NaN rule: this chunk's P V pair by pair, now.
+        exact_rows_product_at<T, D, BC>(
+            st.o, s,
+            [&](int c, int d) {
+              T x;
+              memcpy(&x, v + swizzled_offset(c, d, Tile::kPieceBytes), sizeof(T));
+              return to_float(x);
+            },
+            [&](int row, int c) { return c < (row < 8 ? keys0 : keys1); });
+        mbarrier_arrive(&bar.empty_v[stage]);
+        pv = shared_address(base + Tile::kZero);
+        held = -1;
+      } else {  // started with the next chunk's S
+        pack_probabilities<T, D>(s, pa);
+        pv = shared_address(v);
+        held = stage;
       }
     }
   }
-  if (pending) {  // the last chunk's P V
-    start_values<T, D>(pa, shared_address(base + Tile::kV + pending_stage * Tile::kTileBytes), st);
-    wgmma_wait_group<0>();
-    wgmma_fence_operand<D / 2>(&st.o[0][0]);
-    mbarrier_arrive(&empty[pending_stage]);
-  }
+  start_values<T, D>(pa, pv, st);  // the last chunk's P V (the zero tile's if none ran)
+  wgmma_wait_group<0>();
+  wgmma_fence_operand<D / 2>(&st.o[0][0]);
+  if (held >= 0) mbarrier_arrive(&bar.empty_v[held]);
   // Group 2 handed group 1 a turn after its last chunk too: group 1 takes it, so every arrival
   // at the turn barriers is matched.
   if (group == 1 && chunk > 0) named_barrier_sync(my_turn, 256);

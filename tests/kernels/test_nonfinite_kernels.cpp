@@ -14,9 +14,10 @@
 //           the first, so the running max goes from finite to NaN), dilated with three
 //           branches (the LSE merge meets a NaN branch) and block-sparse: O and LSE must be NaN
 //           exactly where the reference's are, and within SPEC 8 elsewhere;
-//   *_v_*   one NaN or +inf element in one V row inside the first chunk, causal: the rows
-//           before it share its chunk but do not see it, and must stay finite (on tensor cores
-//           that takes the NaN rule's exact path, cuda/mma_unseen_pairs.cuh);
+//   *_v_*   one NaN or +inf element in one V row inside the first chunk (and, later_chunk,
+//           in a later one), causal: the rows before it share its chunk but do not see it, and
+//           must stay finite (on tensor cores that takes the NaN rule's exact path,
+//           cuda/mma_unseen_pairs.cuh);
 //   inf_*   one +inf element in one K row (dense, causal): rows whose q has a negative element
 //           there score -inf for that key (probability 0, the row stays finite), the others
 //           +inf (NaN, as the reference); a 3xTF32 split that made inf - inf = NaN of the
@@ -90,6 +91,12 @@ std::vector<NonfiniteCase> cases_for(const std::string& kernel) {
   n = base("inf_v_causal_same_chunk");
   n.c.Nq = n.c.Nk = 80; n.c.causal = true;
   n.nan = {20, 0, INFINITY, true};
+  out.push_back(n);
+  // The same in a later chunk, after chunks every row takes whole: there the exact path
+  // follows the fast one (the Hopper kernel starts a chunk's P V with the next chunk's S).
+  n = base("inf_v_causal_later_chunk");
+  n.c.Nq = n.c.Nk = 200; n.c.causal = true;
+  n.nan = {150, 0, INFINITY, true};
   out.push_back(n);
   n = base("nan_dilated_three_branches");
   n.c.kind = DILATTN_KIND_DILATED; n.c.Nq = n.c.Nk = 50; n.c.H = 4; n.c.Hkv = 2;
