@@ -575,6 +575,19 @@ void negative_loads() {
             "(7) expect_tx of more bytes");
 
   // (8) reading the tile before the wait: poison (NaN) in every thread order.
+  // nan_read: how many f32 elements of every block's first tile the launch read as NaN.
+  const uint32_t elements = kBlocks * base.box_bytes / 4;
+  const auto nan_read = [&] {
+    size_t nan = 0;
+    for (int b = 0; b < kBlocks; ++b) {
+      for (uint32_t i = 0; i < base.box_bytes; i += 4) {
+        float v = 0;
+        std::memcpy(&v, &l.out[2 * b * base.box_bytes + i], 4);
+        nan += std::isnan(v);
+      }
+    }
+    return nan;
+  };
   const simt::ThreadOrder orders[] = {simt::ThreadOrder::ascending,
                                       simt::ThreadOrder::descending,
                                       simt::ThreadOrder::shuffled};
@@ -584,16 +597,9 @@ void negative_loads() {
     l.c.mode = kReadBeforeWait;
     l.run();
     CHECK_MSG(emu_test::launched_ok("(8)"), "(8) launch");
-    size_t nan = 0;
-    for (int b = 0; b < kBlocks; ++b) {
-      for (uint32_t i = 0; i < base.box_bytes; i += 4) {
-        float v = 0;
-        std::memcpy(&v, &l.out[2 * b * base.box_bytes + i], 4);
-        nan += std::isnan(v);
-      }
-    }
-    CHECK_MSG(nan == kBlocks * base.box_bytes / 4, "(8) order %d: %zu of %u elements NaN before "
-              "the wait", static_cast<int>(order), nan, kBlocks * base.box_bytes / 4);
+    const size_t nan = nan_read();
+    CHECK_MSG(nan == elements, "(8) order %d: %zu of %u elements NaN before the wait",
+              static_cast<int>(order), nan, elements);
   }
   // (8b) reading it after two __syncthreads and another mbarrier's phase, not its own: poison in
   // the descending order, where a copy lands only once its own mbarrier is waited for (the
@@ -604,16 +610,9 @@ void negative_loads() {
     l.c.mode = kReadAfterOtherWait;
     l.run();
     CHECK_MSG(emu_test::launched_ok("(8b)"), "(8b) launch");
-    size_t nan = 0;
-    for (int b = 0; b < kBlocks; ++b) {
-      for (uint32_t i = 0; i < base.box_bytes; i += 4) {
-        float v = 0;
-        std::memcpy(&v, &l.out[2 * b * base.box_bytes + i], 4);
-        nan += std::isnan(v);
-      }
-    }
-    CHECK_MSG(nan == kBlocks * base.box_bytes / 4, "(8b) %zu of %u elements NaN after another "
-              "mbarrier's wait", nan, kBlocks * base.box_bytes / 4);
+    const size_t nan = nan_read();
+    CHECK_MSG(nan == elements, "(8b) %zu of %u elements NaN after another mbarrier's wait", nan,
+              elements);
   }
 
   // (9) destination 16 bytes off 128, in global memory; swizzled, 128 bytes off 1024.
