@@ -309,7 +309,8 @@ struct BlockRun {
   // round after the one it was issued in, so neither the issuing round nor a __syncthreads
   // right after the issue (which opens at that round's end) makes it visible; only what waits
   // for it (an mbarrier phase) does. round_end_due: how many of round_end are due this round.
-  // mbarrier: the shared address of the mbarrier the work completes on (0: none). held_back:
+  // mbarrier: the shared address of the mbarrier the work completes on (0: none; the window
+  // starts at kSharedWindowBase). held_back:
   // work due, kept back by the descending order's late landing (finish_round_work).
   struct AsyncWork {
     std::function<void(BlockRun&)> land;
