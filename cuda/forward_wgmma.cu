@@ -28,7 +28,8 @@
 //                      started with the next chunk's S product, behind it, so that it runs
 //                      during that chunk's softmax (FlashAttention-3's overlap inside a
 //                      warpgroup);
-//     and release the stage's V once its P V is done. Every path through a chunk starts the same products (the loop's comment says why).
+//     and release the stage's V once its P V is done. Every path through a chunk starts the
+//     same products (the loop's comment says why).
 //   Finish: mma_rows.cuh's finish_row, as forward_mma.cu.
 // The NaN rule (SPEC 13): a tensor-core product multiplies every pair, and a stage holds keys
 // some rows do not take (the causal cut, the span's end, rows of the next segment a box brings
