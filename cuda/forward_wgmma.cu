@@ -8,7 +8,7 @@
 //     224 a thread each (setmaxnreg; 56 + 2 x 224 = 504 of the block's 65536 / 128; with 40 or
 //     48 the producer's index arithmetic spilled, nvcc 13). One of its threads walks the
 //     tile's key chunks (BC = 128 keys) in the order the consumers do,
-//     loading each chunk's K and V rows with TMA into a ring of two stages, K and V each on
+//     loading each chunk's K and V rows with TMA into a ring of stages, K and V each on
 //     mbarriers of their own (StageBarriers): wait until the consumers released the stage's
 //     K ("empty"), announce the bytes ("full", expect_tx), issue the copies; then the same for
 //     V. The rows of a span are first + step * c (SPEC 3's dilation
@@ -39,8 +39,8 @@
 //
 // Shared memory (SwizzledTiles): every tile is 64-column pieces of 128-byte rows, swizzled as TMA
 // writes them (a 16-byte chunk c of row r at chunk c ^ (r % 8)), each piece aligned to 1024
-// bytes; Q 128 rows, K and V 128 rows a stage, and a tile of zeros. 96 KB at D = 64, 192 KB at
-// D = 128.
+// bytes; Q 128 rows, K and V 128 rows a stage, and a tile of zeros. 128 KB at D = 64 (three
+// stages), 192 KB at D = 128 (two).
 //
 // Launched by cuda/launch.cu through wgmma_forward (kernels.h) with the tensor maps it makes
 // (make_wgmma_tensor_maps). Checked by tests/kernels/test_forward_kernels.cpp on the emulated
@@ -68,7 +68,10 @@ struct WgmmaTile {
   static constexpr int kConsumers = 2;
   static constexpr int kBr = 64 * kConsumers;  // query rows: 64 a consumer warpgroup
   static constexpr int kBc = 128;              // keys a chunk
-  static constexpr int kStages = 2;
+  // Stages of the K and V ring: three where they fit (D = 64; at D = 128 a third would pass
+  // the 227 KB an SM has), so the producer loads further ahead of the consumers (StageBarriers).
+  // One block an SM either way: its 384 threads take every register.
+  static constexpr int kStages = D == 64 ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPieces = D / 64;       // 64-column pieces of a row (128 bytes each)
   static constexpr int kPieceBytes = kBc * 128;  // one piece of a 128-row tile
